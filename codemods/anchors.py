@@ -1,0 +1,71 @@
+"""Finding the places a codemod anchors on: functions, calls and statements, by name and shape,
+never by line number or by the first textual match."""
+
+from __future__ import annotations
+
+import libcst as cst
+import libcst.matchers as m
+
+MARKER_PREFIX = "# pdguard: "
+
+
+class AnchorError(Exception):
+    """The code does not have the shape a transform anchors on. ``line`` is 1-based or None."""
+
+    def __init__(self, message: str, line: int | None = None) -> None:
+        super().__init__(message)
+        self.line = line
+
+
+def marker(fix: str) -> str:
+    return f"{MARKER_PREFIX}{fix}"
+
+
+def has_marker(code: str, fix: str) -> bool:
+    return marker(fix) in code
+
+
+def find_method(
+    module: cst.Module, name: str, class_name: str | None = None
+) -> tuple[cst.ClassDef, cst.FunctionDef]:
+    """The (only) top-level class method called ``name``."""
+    hits = [
+        (cls, fn)
+        for cls in module.body
+        if isinstance(cls, cst.ClassDef) and (class_name is None or cls.name.value == class_name)
+        for fn in cls.body.body
+        if isinstance(fn, cst.FunctionDef) and fn.name.value == name
+    ]
+    if not hits:
+        where = f"class {class_name}" if class_name else "any top-level class"
+        raise AnchorError(f"no method {name}() in {where}")
+    if len(hits) > 1:
+        raise AnchorError(f"{len(hits)} methods called {name}(); cannot tell which to patch")
+    return hits[0]
+
+
+def calls_named(node: cst.CSTNode, predicate) -> list[cst.Call]:
+    """Calls below ``node`` whose callee's last name satisfies ``predicate``."""
+    found = []
+    for call in m.findall(node, m.Call()):
+        func = call.func  # type: ignore[attr-defined]
+        name = func.attr.value if isinstance(func, cst.Attribute) else getattr(func, "value", None)
+        if isinstance(name, str) and predicate(name):
+            found.append(call)  # type: ignore[arg-type]
+    return found
+
+
+def contains(node: cst.CSTNode, target: cst.CSTNode) -> bool:
+    return bool(m.findall(node, m.MatchIfTrue(lambda n: n is target)))
+
+
+def is_self_attr_call(expr: cst.BaseExpression, attr: str, method: str) -> bool:
+    """``self.<attr>.<method>(...)``"""
+    return m.matches(
+        expr,
+        m.Call(
+            func=m.Attribute(
+                value=m.Attribute(value=m.Name("self"), attr=m.Name(attr)), attr=m.Name(method)
+            )
+        ),
+    )

@@ -1,0 +1,193 @@
+"""Give requests in SGLang's prefill inflight queue a deadline (``prefill.py``).
+
+A request that finished prefill waits in ``disagg_prefill_inflight_queue`` until its KV cache
+reaches the decode side. Non-terminal poll results put it back with no deadline, so after a
+decode restart it can wait forever. This codemod:
+
+1. reads ``SGLANG_DISAGGREGATION_INFLIGHT_TIMEOUT`` (seconds, default 300; 0 turns it off) once
+   per process, next to the module's ``logger``;
+2. stamps each request with ``time.monotonic()`` where it is appended to the inflight queue,
+   once (a re-queue keeps the first stamp): the time in the queue is pure transfer time;
+3. adds ``_fail_timed_out_inflight_reqs()`` to the scheduler mixin and calls it in
+   ``process_disagg_prefill_inflight_queue`` right before the poll all-reduce. It fails overdue
+   requests through their sender, so the MIN-reduced poll is Failed on every rank and the
+   release's own Failed branch cleans up.
+
+Every inserted piece carries the marker comment ``# pdguard: inflight-deadline``.
+"""
+
+from __future__ import annotations
+
+import argparse
+
+import libcst as cst
+import libcst.matchers as m
+from libcst.codemod import CodemodContext, VisitorBasedCodemodCommand
+
+from .anchors import AnchorError, calls_named, find_method, is_self_attr_call, marker
+from .insertion import enclosing_statement, insert_around, parse_method, parse_statements
+
+FIX = "inflight-deadline"
+FUNCTION = "process_disagg_prefill_inflight_queue"
+QUEUE = "disagg_prefill_inflight_queue"
+HELPER = "_fail_timed_out_inflight_reqs"
+STAMP = "inflight_queue_entry_time"
+TIMEOUT = "INFLIGHT_QUEUE_TIMEOUT"
+ENV_VAR = "SGLANG_DISAGGREGATION_INFLIGHT_TIMEOUT"
+
+# How an overdue sender is failed, by what the release's senders offer.
+ABORT_CALLS = {
+    # BaseKVSender defines abort(): every sender has one.
+    "direct": "sender.abort()\n",
+    # Only some backends' senders define abort().
+    "guarded": 'if hasattr(sender, "abort"):\n    sender.abort()\n',
+    # No sender can abort.
+    "none": "",
+}
+
+_SETTING = """\
+{marker}
+# Seconds a request may wait in the prefill inflight queue for its KV transfer
+# before it is failed; read once per process. 0 (or less) turns the deadline off.
+_INFLIGHT_TIMEOUT_ENV = "{env}"
+try:
+    {timeout} = float({environ}.get(_INFLIGHT_TIMEOUT_ENV, "300"))
+except ValueError:
+    logger.warning(
+        f"{{_INFLIGHT_TIMEOUT_ENV}}={{{environ}[_INFLIGHT_TIMEOUT_ENV]!r}} is not a number "
+        "of seconds; using the default, 300"
+    )
+    {timeout} = 300.0
+"""
+
+_STAMP = """\
+{marker}: stamp on first entry only, so that the deadline
+# counts KV transfer time (not prefill) and a re-queue does not restart it.
+if getattr({req}, "{stamp}", None) is None:
+    {req}.{stamp} = {monotonic}()
+"""
+
+_HELPER = '''\
+    {marker}
+    def {helper}({self_param}) -> None:
+        """Fail the requests whose KV transfer outlived the inflight deadline.
+
+        Runs before the poll all-reduce: the sender reports Failed from now on, so the
+        reduced poll is Failed on every rank and the Failed branch cleans the request up.
+        """
+        if {timeout} <= 0:
+            return
+        now = {monotonic}()
+        for req in self.{queue}:
+            entry_time = getattr(req, "{stamp}", None)
+            if entry_time is None or now - entry_time < {timeout}:
+                continue
+            logger.warning(
+                f"Prefill inflight request timed out: {{req.rid=}} {{req.bootstrap_room=}} "
+                f"waited {{now - entry_time:.1f}}s for its KV transfer "
+                f"(deadline {{{timeout}:g}}s)"
+            )
+            sender = req.disagg_kv_sender
+{abort}            # Not every backend's poll() honours abort() (NIXL reads its transfer
+            # handles once it has sent), so pin the sender's result to Failed.
+            sender.poll = lambda: KVPoll.Failed
+'''
+
+_CALL = """\
+{marker}: fail overdue requests before the poll
+# all-reduce, so that every rank sees them Failed in the same step.
+self.{helper}()
+"""
+
+
+def _is_logger_assignment(stmt: cst.CSTNode) -> bool:
+    return m.matches(
+        stmt,
+        m.SimpleStatementLine(body=[m.Assign(targets=[m.AssignTarget(target=m.Name("logger"))])]),
+    )
+
+
+class InflightDeadline(VisitorBasedCodemodCommand):
+    DESCRIPTION: str = "Fail requests that wait in the prefill inflight queue past a deadline."
+
+    @staticmethod
+    def add_args(arg_parser: argparse.ArgumentParser) -> None:
+        arg_parser.add_argument("--monotonic", default="time.monotonic")
+        arg_parser.add_argument("--environ", default="os.environ")
+        arg_parser.add_argument("--abort", choices=sorted(ABORT_CALLS), default="guarded")
+
+    def __init__(
+        self,
+        context: CodemodContext,
+        monotonic: str = "time.monotonic",
+        environ: str = "os.environ",
+        abort: str = "guarded",
+    ) -> None:
+        super().__init__(context)
+        self.names = {
+            "marker": marker(FIX),
+            "monotonic": monotonic,
+            "environ": environ,
+            "abort": "".join(f"            {line}\n" for line in ABORT_CALLS[abort].splitlines()),
+            "timeout": TIMEOUT,
+            "env": ENV_VAR,
+            "helper": HELPER,
+            "queue": QUEUE,
+            "stamp": STAMP,
+        }
+
+    def transform_module_impl(self, tree: cst.Module) -> cst.Module:
+        # Every anchor is looked up again after each insertion: insertions rebuild the tree.
+        cls, function = find_method(tree, FUNCTION)
+        _poll_statement(tree, function)
+        appends = _append_statements(tree)
+        if not appends:
+            raise AnchorError(f"no self.{QUEUE}.append(...) to stamp requests at")
+        if not any(_is_logger_assignment(stmt) for stmt in tree.body):
+            raise AnchorError("no module-level `logger = ...` to log with")
+        config = tree.config_for_parsing
+        self_param = cst.Module(body=[]).code_for_node(
+            function.params.params[0].with_changes(comma=cst.MaybeSentinel.DEFAULT)
+        )
+        names = {**self.names, "self_param": self_param}
+
+        for index, stmt in enumerate(appends):
+            arg = stmt.body[0].value.args[0].value  # type: ignore[attr-defined]
+            if not isinstance(arg, cst.Name):
+                raise AnchorError(f"self.{QUEUE}.append() of a non-name expression")
+            stamp = parse_statements(_STAMP.format(**names, req=arg.value), config)
+            tree = insert_around(tree, _append_statements(tree)[index], before=stamp)
+
+        _, function = find_method(tree, FUNCTION, cls.name.value)
+        call = parse_statements(_CALL.format(**names), config)
+        tree = insert_around(tree, _poll_statement(tree, function), before=call)
+
+        _, function = find_method(tree, FUNCTION, cls.name.value)
+        helper = parse_method(_HELPER.format(**names), config)
+        tree = insert_around(tree, function, before=[helper])
+
+        setting = parse_statements(_SETTING.format(**names), config)
+        setting[0] = setting[0].with_changes(
+            leading_lines=[cst.EmptyLine(indent=False), *setting[0].leading_lines]
+        )
+        logger_stmt = next(stmt for stmt in tree.body if _is_logger_assignment(stmt))
+        return insert_around(tree, logger_stmt, after=setting)
+
+
+def _poll_statement(tree: cst.Module, function: cst.FunctionDef) -> cst.BaseStatement:
+    polls = calls_named(function, lambda name: name.startswith("poll_and_all_reduce"))
+    if len(polls) != 1:
+        raise AnchorError(
+            f"{FUNCTION}() has {len(polls)} poll_and_all_reduce*() calls, expected one"
+        )
+    return enclosing_statement(tree, polls[0])
+
+
+def _append_statements(tree: cst.Module) -> list[cst.SimpleStatementLine]:
+    return [
+        stmt  # type: ignore[misc]
+        for stmt in m.findall(tree, m.SimpleStatementLine())
+        if len(stmt.body) == 1  # type: ignore[attr-defined]
+        and isinstance(stmt.body[0], cst.Expr)  # type: ignore[attr-defined]
+        and is_self_attr_call(stmt.body[0].value, QUEUE, "append")  # type: ignore[attr-defined]
+    ]

@@ -1,0 +1,251 @@
+"""Add imports where the target's own isort settings put them.
+
+LibCST's ``AddImportsVisitor`` appends new imports after the last import of the module, which
+isort then moves. This codemod asks isort itself: the section of a new import comes from
+``isort.place_module`` and its position inside that section from isort's own ordering of the
+new statement against each existing statement of the section. A name added to an existing
+``from m import ...`` statement is merged into it and the statement is re-rendered by isort.
+
+Only the leading import block of the module is considered (imports under ``if TYPE_CHECKING:``,
+inside functions or after the first other statement bind nothing at import time, or are not
+isort's business), and a module or name that is already bound there is never imported twice.
+"""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import isort
+import libcst as cst
+from libcst.codemod import CodemodContext, VisitorBasedCodemodCommand
+
+DEFAULT_ISORT_CONFIG = isort.Config(profile="black", known_first_party=frozenset({"sglang"}))
+
+
+@dataclass(frozen=True)
+class ImportRequest:
+    """``import module`` (``name`` is None) or ``from module import name``."""
+
+    module: str
+    name: str | None = None
+
+    @property
+    def line(self) -> str:
+        if self.name is None:
+            return f"import {self.module}"
+        return f"from {self.module} import {self.name}"
+
+
+def _dotted(node: cst.BaseExpression) -> str:
+    if isinstance(node, cst.Name):
+        return node.value
+    if isinstance(node, cst.Attribute):
+        return f"{_dotted(node.value)}.{node.attr.value}"
+    raise TypeError(type(node).__name__)
+
+
+def _import_statements(stmt: cst.CSTNode) -> list[cst.Import | cst.ImportFrom] | None:
+    if not isinstance(stmt, cst.SimpleStatementLine):
+        return None
+    if all(isinstance(s, cst.Import | cst.ImportFrom) for s in stmt.body):
+        return list(stmt.body)  # type: ignore[arg-type]
+    return None
+
+
+def _is_docstring(stmt: cst.CSTNode) -> bool:
+    return (
+        isinstance(stmt, cst.SimpleStatementLine)
+        and len(stmt.body) == 1
+        and isinstance(stmt.body[0], cst.Expr)
+        and isinstance(stmt.body[0].value, cst.SimpleString | cst.ConcatenatedString)
+    )
+
+
+def leading_import_block(module: cst.Module) -> list[int]:
+    """Indices of the module's top-level import statements before the first other statement."""
+    indices: list[int] = []
+    for index, stmt in enumerate(module.body):
+        if index == 0 and _is_docstring(stmt):
+            continue
+        if _import_statements(stmt) is None:
+            break
+        indices.append(index)
+    return indices
+
+
+def _module_of(stmt: cst.SimpleStatementLine) -> str:
+    first = stmt.body[0]
+    if isinstance(first, cst.Import):
+        return _dotted(first.names[0].name)
+    assert isinstance(first, cst.ImportFrom)
+    if first.relative:
+        return "." * len(first.relative) + (_dotted(first.module) if first.module else "")
+    return _dotted(first.module) if first.module else ""
+
+
+def top_level_bindings(module: cst.Module) -> dict[str, tuple[str, str | None]]:
+    """Names bound by the leading import block: local name -> (module, imported name or None)."""
+    bound: dict[str, tuple[str, str | None]] = {}
+    for index in leading_import_block(module):
+        for imp in _import_statements(module.body[index]) or []:
+            if isinstance(imp, cst.Import):
+                for alias in imp.names:
+                    dotted = _dotted(alias.name)
+                    if alias.asname is not None:
+                        bound[_dotted(alias.asname.name)] = (dotted, None)  # type: ignore[arg-type]
+                    else:
+                        bound[dotted.split(".")[0]] = (dotted.split(".")[0], None)
+            elif (
+                not imp.relative
+                and imp.module is not None
+                and not isinstance(imp.names, cst.ImportStar)
+            ):
+                for alias in imp.names:
+                    local = alias.asname.name if alias.asname else alias.name
+                    bound[_dotted(local)] = (_dotted(imp.module), _dotted(alias.name))  # type: ignore[arg-type]
+    return bound
+
+
+def reference_to(module: cst.Module, module_name: str, attr: str) -> str | None:
+    """How code in ``module`` can spell ``module_name.attr`` with the imports it has, if any.
+
+    ``import time`` gives ``time.monotonic``, ``import time as _t`` gives ``_t.monotonic`` and
+    ``from time import monotonic as mono`` gives ``mono``.
+    """
+    for local, (mod, name) in top_level_bindings(module).items():
+        if mod == module_name and name == attr:
+            return local
+    for local, (mod, name) in top_level_bindings(module).items():
+        if mod == module_name and name is None:
+            return f"{local}.{attr}"
+    return None
+
+
+def _sorts_before(new_line: str, existing: cst.SimpleStatementLine, config: isort.Config) -> bool:
+    existing_code = cst.Module(body=[existing.with_changes(leading_lines=[])]).code
+    sorted_code = isort.code(f"{new_line}\n{existing_code}", config=config)
+    return sorted_code.lstrip().startswith(new_line)
+
+
+def _blank() -> cst.EmptyLine:
+    return cst.EmptyLine(indent=False)
+
+
+class AddIsortedImports(VisitorBasedCodemodCommand):
+    """Add the imports a generated snippet needs, at the positions isort would give them."""
+
+    DESCRIPTION: str = __doc__ or ""
+
+    @staticmethod
+    def add_args(arg_parser: argparse.ArgumentParser) -> None:
+        arg_parser.add_argument(
+            "--import",
+            dest="imports",
+            action="append",
+            required=True,
+            help="'module' or 'module:name' to import; repeat for several",
+        )
+
+    def __init__(
+        self,
+        context: CodemodContext,
+        imports: Sequence[ImportRequest | str],
+        isort_config: isort.Config = DEFAULT_ISORT_CONFIG,
+    ) -> None:
+        super().__init__(context)
+        self.requests = [
+            req if isinstance(req, ImportRequest) else ImportRequest(*req.split(":", 1))
+            for req in imports
+        ]
+        self.config = isort_config
+
+    def transform_module_impl(self, tree: cst.Module) -> cst.Module:
+        for request in self.requests:
+            tree = self._add(tree, request)
+        return tree
+
+    def _add(self, tree: cst.Module, request: ImportRequest) -> cst.Module:
+        bound = top_level_bindings(tree)
+        wanted_local = request.name or request.module.split(".")[0]
+        if bound.get(wanted_local) == (
+            request.module if request.name else wanted_local,
+            request.name,
+        ):
+            return tree
+        block = leading_import_block(tree)
+        body = list(tree.body)
+        if request.name is not None:
+            for index in block:
+                stmt = body[index]
+                first = stmt.body[0]  # type: ignore[attr-defined]
+                if (
+                    isinstance(first, cst.ImportFrom)
+                    and len(stmt.body) == 1  # type: ignore[attr-defined]
+                    and not first.relative
+                    and first.module is not None
+                    and _dotted(first.module) == request.module
+                    and not isinstance(first.names, cst.ImportStar)
+                ):
+                    body[index] = self._merge(stmt, request.name)  # type: ignore[arg-type]
+                    return tree.with_changes(body=body)
+        new_stmt = cst.parse_statement(request.line)
+        section = isort.place_module(request.module, config=self.config)
+        sections = list(self.config.sections)
+        rank = {name: i for i, name in enumerate(sections)}
+        same = [
+            i
+            for i in block
+            if isort.place_module(_module_of(body[i]), config=self.config) == section  # type: ignore[arg-type]
+        ]
+        if same:
+            after = None
+            for i in same:
+                if _sorts_before(request.line, body[i], self.config):  # type: ignore[arg-type]
+                    break
+                after = i
+            if after is not None:
+                body.insert(after + 1, new_stmt.with_changes(leading_lines=[]))
+            else:
+                first = body[same[0]]
+                body[same[0]] = first.with_changes(leading_lines=[])
+                body.insert(same[0], new_stmt.with_changes(leading_lines=first.leading_lines))
+            return tree.with_changes(body=body)
+        # A new section: after the sections isort puts before it, before the ones after it.
+        earlier = [
+            i
+            for i in block
+            if rank.get(isort.place_module(_module_of(body[i]), config=self.config), 0)  # type: ignore[arg-type]
+            < rank[section]
+        ]
+        later = [i for i in block if i not in earlier]
+        if later and (not earlier or later[0] > earlier[-1]):
+            first = body[later[0]]
+            body[later[0]] = first.with_changes(leading_lines=[_blank()])
+            body.insert(later[0], new_stmt.with_changes(leading_lines=first.leading_lines))
+            return tree.with_changes(body=body)
+        at = earlier[-1] + 1 if earlier else 1 if body and _is_docstring(body[0]) else 0
+        lead = [_blank()] if at > 0 else []
+        if at < len(body):
+            following = body[at]
+            if not any(line.comment is None for line in following.leading_lines):
+                body[at] = following.with_changes(
+                    leading_lines=[_blank(), *following.leading_lines]
+                )
+        body.insert(at, new_stmt.with_changes(leading_lines=lead))
+        return tree.with_changes(body=body)
+
+    def _merge(self, stmt: cst.SimpleStatementLine, name: str) -> cst.SimpleStatementLine:
+        imp = stmt.body[0]
+        assert isinstance(imp, cst.ImportFrom) and not isinstance(imp.names, cst.ImportStar)
+        names = [cst.ImportAlias(name=alias.name, asname=alias.asname) for alias in imp.names]
+        if any(_dotted(alias.name) == name and alias.asname is None for alias in names):
+            return stmt
+        names.append(cst.ImportAlias(name=cst.Name(name)))
+        merged = stmt.with_changes(
+            body=[imp.with_changes(names=names, lpar=None, rpar=None)], leading_lines=[]
+        )
+        rendered = isort.code(cst.Module(body=[merged]).code, config=self.config)
+        new_stmt = cst.parse_statement(rendered)
+        return new_stmt.with_changes(leading_lines=stmt.leading_lines)

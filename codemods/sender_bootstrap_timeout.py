@@ -1,0 +1,237 @@
+"""Make a KV sender's bootstrap timeout able to fire (any ``*KVSender`` class).
+
+A sender whose ``poll()`` can report ``KVPoll.Bootstrapping`` keeps its request in the prefill
+bootstrap queue until decode sends its KV indices. Mooncake's sender bounds that wait with
+``SGLANG_DISAGGREGATION_BOOTSTRAP_TIMEOUT`` measured from ``init_time``; NIXL's (before SGLang
+0.5.18) never sets ``init_time`` nor checks, and Mooncake's own 0.4.7 - 0.4.8 sets it only in
+``init()``, after Bootstrapping. This codemod, on one class:
+
+* ``set_init_time``: sets ``self.init_time`` to the current time in ``__init__`` (replacing an
+  ``init_time = None``, else after ``super().__init__()`` or the ``update_status(...,
+  KVPoll.Bootstrapping)`` call), optionally with ``self.bootstrap_timeout`` read as the release
+  reads it elsewhere;
+* ``add_check``: while ``poll()`` sees Bootstrapping, returns the result of the timeout check:
+  ``self._check_bootstrap_timeout()`` where the release has it (0.5.13+), else an inline check
+  that records the failure (where the manager can) and reports Failed.
+
+Every inserted piece carries the marker comment ``# pdguard: sender-bootstrap-timeout``.
+"""
+
+from __future__ import annotations
+
+import argparse
+
+import libcst as cst
+import libcst.matchers as m
+from libcst.codemod import CodemodContext, VisitorBasedCodemodCommand
+
+from .anchors import AnchorError, calls_named, find_method, marker
+from .insertion import insert_around, parse_statements, replace_node
+
+FIX = "sender-bootstrap-timeout"
+
+_INIT_TIME = """\
+{marker}: the bootstrap timeout counts from here.
+self.init_time = {clock}()
+"""
+
+LINE_LENGTH = 88  # black's, which SGLang uses
+
+
+def _flat(node: cst.CSTNode) -> str:
+    return cst.Module(body=[]).code_for_node(node).strip()
+
+
+def black_assignment(target: str, value: str, indent: int) -> str:
+    """``target = value`` laid out as black lays out an assignment of a call at ``indent``:
+    on one line if it fits, else the arguments on a line of their own, else one per line."""
+    expr = cst.parse_expression(value.strip())
+    if not isinstance(expr, cst.Call):
+        return f"{target} = {_flat(expr)}\n"
+    func = _flat(expr.func)
+    args = [_flat(arg.with_changes(comma=cst.MaybeSentinel.DEFAULT)) for arg in expr.args]
+    joined = ", ".join(args)
+    if indent + len(f"{target} = {func}({joined})") <= LINE_LENGTH:
+        return f"{target} = {func}({joined})\n"
+    if indent + 4 + len(joined) <= LINE_LENGTH:
+        return f"{target} = {func}(\n    {joined}\n)\n"
+    return f"{target} = {func}(\n" + "".join(f"    {arg},\n" for arg in args) + ")\n"
+
+
+_HELPER_CHECK = """\
+{marker}
+if {status} == KVPoll.Bootstrapping:
+    timeout_result = self._check_bootstrap_timeout()
+    if timeout_result is not None:
+        return timeout_result
+"""
+
+_INLINE_CHECK = """\
+{marker}
+if {status} == KVPoll.Bootstrapping and self.init_time is not None:
+    elapsed = {clock}() - self.init_time
+    if elapsed >= {timeout}:
+{record}        return KVPoll.Failed
+"""
+
+_RECORD_FAILURE = """\
+        self.kv_mgr.record_failure(
+            self.bootstrap_room,
+            f"Request {self.bootstrap_room} timed out after "
+            f"{elapsed:.1f}s in KVPoll.Bootstrapping",
+        )
+"""
+
+
+def _is_check_status(expr: cst.CSTNode | None) -> bool:
+    return m.matches(expr, m.Call(func=m.Attribute(attr=m.Name("check_status"))))
+
+
+def _sets_init_time_to_none(stmt: cst.CSTNode) -> bool:
+    init_time = m.Attribute(value=m.Name("self"), attr=m.Name("init_time"))
+    return m.matches(
+        stmt,
+        m.SimpleStatementLine(
+            body=[
+                m.Assign(targets=[m.AssignTarget(target=init_time)], value=m.Name("None"))
+                | m.AnnAssign(target=init_time, value=m.Name("None"))
+            ]
+        ),
+    )
+
+
+def _check_status_returns(poll: cst.FunctionDef) -> list[cst.SimpleStatementLine]:
+    return [
+        stmt  # type: ignore[misc]
+        for stmt in m.findall(poll, m.SimpleStatementLine(body=[m.Return()]))
+        if _is_check_status(stmt.body[0].value)  # type: ignore[attr-defined]
+    ]
+
+
+class SenderBootstrapTimeout(VisitorBasedCodemodCommand):
+    DESCRIPTION: str = "Let a KV sender's bootstrap timeout fire while it reports Bootstrapping."
+
+    @staticmethod
+    def add_args(arg_parser: argparse.ArgumentParser) -> None:
+        arg_parser.add_argument("--class", dest="class_name", required=True)
+        arg_parser.add_argument("--no-init-time", dest="set_init_time", action="store_false")
+        arg_parser.add_argument("--no-check", dest="add_check", action="store_false")
+        arg_parser.add_argument("--check", dest="check_style", choices=["helper", "inline"])
+        arg_parser.add_argument("--timeout", default="self.kv_mgr.bootstrap_timeout")
+        arg_parser.add_argument("--timeout-setting", default=None)
+        arg_parser.add_argument("--no-record-failure", dest="record_failure", action="store_false")
+        arg_parser.add_argument("--clock", default="time.time")
+
+    def __init__(
+        self,
+        context: CodemodContext,
+        class_name: str,
+        set_init_time: bool = True,
+        add_check: bool = True,
+        check_style: str = "helper",
+        timeout: str = "self.kv_mgr.bootstrap_timeout",
+        timeout_setting: str | None = None,
+        record_failure: bool = True,
+        clock: str = "time.time",
+    ) -> None:
+        super().__init__(context)
+        self.class_name = class_name
+        self.set_init_time = set_init_time
+        self.add_check = add_check
+        self.check_style = check_style or "helper"
+        self.timeout = timeout
+        self.timeout_setting = timeout_setting
+        self.record_failure = record_failure
+        self.clock = clock
+
+    def transform_module_impl(self, tree: cst.Module) -> cst.Module:
+        if self.add_check:
+            tree = self._add_check(tree)
+        if self.set_init_time:
+            tree = self._set_init_time(tree)
+        return tree
+
+    # -- __init__ ---------------------------------------------------------------------------
+
+    def _set_init_time(self, tree: cst.Module) -> cst.Module:
+        config = tree.config_for_parsing
+        _, init = find_method(tree, "__init__", self.class_name)
+        new = parse_statements(_INIT_TIME.format(marker=marker(FIX), clock=self.clock), config)
+        if self.timeout_setting:
+            code = black_assignment(
+                "self.bootstrap_timeout", self.timeout_setting, 2 * len(tree.default_indent)
+            )
+            new += parse_statements(code, config)
+        body = list(init.body.body)
+        unset = _first(body, _sets_init_time_to_none)
+        if unset is not None:
+            # ``self.init_time = None``: start the clock there instead.
+            tree = insert_around(tree, unset, before=new)
+            _, init = find_method(tree, "__init__", self.class_name)
+            return replace_node(tree, _first(init.body.body, _sets_init_time_to_none), None)
+        anchor = _first(body, lambda s: bool(calls_named(s, lambda n: n == "__init__")))
+        if anchor is None:
+            anchor = _first(
+                body,
+                lambda s: any(
+                    m.matches(call.args[-1].value, m.Attribute(attr=m.Name("Bootstrapping")))
+                    for call in calls_named(s, lambda n: n == "update_status")
+                    if call.args
+                ),
+            )
+        if anchor is None:
+            anchor = body[-1]
+            if m.matches(anchor, m.SimpleStatementLine(body=[m.Return()])):
+                raise AnchorError(f"{self.class_name}.__init__ ends with a return")
+        return insert_around(tree, anchor, after=new)
+
+    # -- poll -------------------------------------------------------------------------------
+
+    def _add_check(self, tree: cst.Module) -> cst.Module:
+        config = tree.config_for_parsing
+        _, poll = find_method(tree, "poll", self.class_name)
+        assigned = [
+            stmt
+            for stmt in m.findall(poll, m.SimpleStatementLine(body=[m.Assign()]))
+            if _is_check_status(stmt.body[0].value)  # type: ignore[attr-defined]
+            and len(stmt.body[0].targets) == 1  # type: ignore[attr-defined]
+            and isinstance(stmt.body[0].targets[0].target, cst.Name)  # type: ignore[attr-defined]
+        ]
+        returned = _check_status_returns(poll)
+        if len(assigned) + len(returned) != 1:
+            raise AnchorError(
+                f"{self.class_name}.poll() reads check_status() {len(assigned) + len(returned)} "
+                "times; expected once"
+            )
+        if assigned:
+            stmt = assigned[0]
+            status = stmt.body[0].targets[0].target.value  # type: ignore[attr-defined]
+            return insert_around(tree, stmt, after=self._check(status, config))
+        stmt = returned[0]
+        call = cst.Module(body=[]).code_for_node(stmt.body[0].value)  # type: ignore[attr-defined]
+        before = [
+            *parse_statements(f"status = {call}\n", config),
+            *self._check("status", config),
+        ]
+        tree = insert_around(tree, stmt, before=before)
+        _, poll = find_method(tree, "poll", self.class_name)
+        (stmt,) = _check_status_returns(poll)
+        new_return = stmt.with_changes(body=[stmt.body[0].with_changes(value=cst.Name("status"))])
+        return replace_node(tree, stmt, new_return)
+
+    def _check(self, status: str, config: cst.PartialParserConfig) -> list[cst.BaseStatement]:
+        if self.check_style == "helper":
+            code = _HELPER_CHECK.format(marker=marker(FIX), status=status)
+        else:
+            code = _INLINE_CHECK.format(
+                marker=marker(FIX),
+                status=status,
+                clock=self.clock,
+                timeout=self.timeout,
+                record=_RECORD_FAILURE if self.record_failure else "",
+            )
+        return parse_statements(code, config)
+
+
+def _first(body, predicate):  # type: ignore[no-untyped-def]
+    return next((stmt for stmt in body if predicate(stmt)), None)

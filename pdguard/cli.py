@@ -1,0 +1,155 @@
+"""``pdguard``: command line. Parses arguments, builds the tree, calls a pipeline, prints a report
+and picks the exit code: 0 done or nothing to do, 1 changes needed (``--check``), 2 error."""
+
+from __future__ import annotations
+
+import argparse
+import shutil
+import sys
+import tempfile
+from collections.abc import Sequence
+from pathlib import Path
+
+from . import __version__, pipeline, report
+from .tree import SourceTree, TargetError, installed_tree, open_tree
+from .writer import WriteError
+
+EXIT_OK, EXIT_CHANGES, EXIT_ERROR = 0, 1, 2
+DEMO_RELEASE = "0.5.14"
+
+DESCRIPTION = """\
+Apply, and prove, a liveness fix for SGLang prefill-decode (PD) disaggregation.
+
+Requests that finished prefill wait in the prefill inflight queue until their KV cache
+reaches decode; without a deadline, a decode restart can wedge them there forever.
+pdguard adds that deadline (inflight-deadline) and makes every KV sender's bootstrap
+timeout able to fire (sender-bootstrap-timeout), as LibCST codemods that keep the
+target's formatting, import order and line endings.
+"""
+
+APPLY_EPILOG = """\
+TARGET may be a checkout root (python/sglang/...), an `sglang` package directory, or
+any directory holding sglang/srt/disaggregation.
+
+statuses: applied, present (pdguard's fix is already there), upstream (the release
+already does it), not-applicable, refused (the note says why; nothing is written).
+
+exit codes: 0 done or nothing to do; 1 with --check when a change is needed;
+2 error (not SGLang, a file that does not parse, a refused fix): nothing is written.
+
+environment of the patched SGLang:
+  SGLANG_DISAGGREGATION_INFLIGHT_TIMEOUT  seconds in the inflight queue before a
+      request is failed (default 300; 0 turns the deadline off)
+"""
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> None:  # type: ignore[override]
+        self.exit(EXIT_ERROR, f"{self.prog}: error: {message}\n")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = _Parser(
+        prog="pdguard", description=DESCRIPTION, formatter_class=argparse.RawTextHelpFormatter
+    )
+    parser.add_argument("--version", action="version", version=f"pdguard {__version__}")
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    apply = commands.add_parser(
+        "apply",
+        help="apply the fixes to an SGLang tree",
+        description="Apply the inflight-deadline and sender-bootstrap-timeout fixes.",
+        epilog=APPLY_EPILOG,
+        formatter_class=argparse.RawTextHelpFormatter,
+    )
+    where = apply.add_mutually_exclusive_group(required=True)
+    where.add_argument("target", nargs="?", metavar="TARGET", help="the SGLang tree to patch")
+    where.add_argument(
+        "--installed",
+        action="store_true",
+        help="patch the sglang importable by this Python (found without importing it)",
+    )
+    mode = apply.add_mutually_exclusive_group()
+    mode.add_argument("--diff", action="store_true", help="print a unified diff; write nothing")
+    mode.add_argument(
+        "--check", action="store_true", help="write nothing; exit 1 if anything would change"
+    )
+    apply.add_argument("--format", choices=["text", "json"], default="text")
+
+    demo = commands.add_parser(
+        "demo",
+        help="fetch a pinned SGLang release, patch a copy, show the diff and the report",
+        description="Fetch a pinned release with vendor_sglang (PyPI, sha256-checked), "
+        "apply the fixes to a temporary copy, print the diff and the report.",
+    )
+    demo.add_argument("--release", default=DEMO_RELEASE, help=f"default: {DEMO_RELEASE}")
+    demo.add_argument("--format", choices=["text", "json"], default="text")
+    return parser
+
+
+def _render(result: pipeline.ApplyResult, fmt: str, written: bool) -> str:
+    if fmt == "json":
+        return report.apply_json(result, written=written)
+    return report.apply_text(result, written=written)
+
+
+def _refusal_line(result: pipeline.ApplyResult) -> str:
+    name, outcome = next(iter(result.refused.items()))
+    where = outcome.where or ""
+    if where and not where.startswith("/"):
+        where = str(result.tree.base / where)
+    return f"{where + ': ' if where else ''}{name} refused: {outcome.note}"
+
+
+def run_apply(tree: SourceTree, *, diff: bool, check: bool, fmt: str) -> int:
+    result = pipeline.plan(tree)
+    if result.refused:
+        print(_render(result, fmt, written=False))
+        print(f"pdguard: error: {_refusal_line(result)}", file=sys.stderr)
+        return EXIT_ERROR
+    dry_run = diff or check
+    if not dry_run and result.changes:
+        pipeline.write(result)
+    if diff and result.changes:
+        sys.stdout.write(result.diff())
+    print(_render(result, fmt, written=not dry_run))
+    if check and result.changes:
+        return EXIT_CHANGES
+    return EXIT_OK
+
+
+def run_demo(release: str, fmt: str) -> int:
+    from vendor_sglang import fetch_release
+
+    source = fetch_release(release)
+    with tempfile.TemporaryDirectory(prefix="pdguard-demo-") as tmp:
+        copy = Path(tmp) / f"sglang-{release}"
+        shutil.copytree(source, copy)
+        tree = open_tree(copy)
+        result = pipeline.plan(tree)
+        sys.stdout.write(result.diff())
+        print(_render(result, fmt, written=False))
+        return EXIT_ERROR if result.refused else EXIT_OK
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        if args.command == "apply":
+            tree = installed_tree() if args.installed else open_tree(args.target)
+            return run_apply(tree, diff=args.diff, check=args.check, fmt=args.format)
+        return run_demo(args.release, args.format)
+    except (TargetError, WriteError) as exc:
+        print(f"pdguard: error: {exc}", file=sys.stderr)
+        return EXIT_ERROR
+    except Exception as exc:  # vendor_sglang's fetch errors and the like: one line, exit 2
+        from vendor_sglang import FetchError, UnknownReleaseError
+
+        if isinstance(exc, FetchError | UnknownReleaseError):
+            print(f"pdguard: error: {exc}", file=sys.stderr)
+            return EXIT_ERROR
+        raise
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,187 @@
+"""The ``sender-bootstrap-timeout`` fix, for every KV sender class of the tree.
+
+A sender needs it when its ``poll()`` can report Bootstrapping while no bootstrap timeout can
+fire: ``init_time`` is not a time once the sender is constructed, or ``poll()`` (with the helpers
+it calls) never checks it. The fix goes into the class that defines the method at fault, so a
+subclass that inherits it (Ascend from Mooncake) is fixed with it.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass
+
+from libcst.codemod import CodemodContext
+
+from codemods.anchors import AnchorError, has_marker
+from codemods.isort_imports import (
+    AddIsortedImports,
+    ImportRequest,
+    reference_to,
+    top_level_bindings,
+)
+from codemods.sender_bootstrap_timeout import FIX, SenderBootstrapTimeout
+
+from ..kv_senders import BOOTSTRAP_TIMEOUT_ENV, ClassIndex, SenderFacts
+from ..workspace import Workspace
+from .base import Outcome, Status
+from .sender_index import sender_index
+
+
+@dataclass
+class _ClassEdit:
+    rel: str
+    class_name: str
+    set_init_time: bool = False
+    add_check: bool = False
+    check_style: str = "helper"
+    timeout: str = "self.kv_mgr.bootstrap_timeout"
+    timeout_setting: str | None = None
+    record_failure: bool = True
+    imports: tuple[ImportRequest, ...] = ()
+
+
+def _class_source(workspace: Workspace, index: ClassIndex, name: str) -> str:
+    info = index.classes[name]
+    lines = workspace.text(info.rel).splitlines()
+    return "\n".join(lines[info.node.lineno - 1 : info.node.end_lineno])
+
+
+def _healthy(facts: SenderFacts) -> bool:
+    return not facts.can_bootstrap or (facts.init_time == "time" and facts.check_reached)
+
+
+class SenderBootstrapTimeoutFix:
+    name = FIX
+
+    def plan(self, workspace: Workspace) -> Outcome:
+        index = sender_index(workspace)
+        senders = [index.facts(name) for name in index.senders()]
+        bootstrapping = [f for f in senders if f.can_bootstrap]
+        if not bootstrapping:
+            names = ", ".join(f.name for f in senders) or "none found"
+            return Outcome(
+                Status.NOT_APPLICABLE,
+                f"no KV sender can report Bootstrapping ({names})",
+            )
+        broken = [f for f in bootstrapping if not _healthy(f)]
+        if not broken:
+            owners = {
+                owner.name
+                for f in bootstrapping
+                for owner in (f.poll_owner, f.init_owner)
+                if owner is not None
+            }
+            marked = sorted(
+                o for o in owners if has_marker(_class_source(workspace, index, o), FIX)
+            )
+            names = ", ".join(f.name for f in bootstrapping)
+            if marked:
+                return Outcome(Status.PRESENT, f"marker in {', '.join(marked)}; checked: {names}")
+            return Outcome(Status.UPSTREAM, f"bootstrap timeout already live in: {names}")
+        try:
+            edits = self._edits(workspace, index, broken)
+        except AnchorError as exc:
+            return Outcome(Status.REFUSED, str(exc))
+        by_file: dict[str, list[_ClassEdit]] = defaultdict(list)
+        for edit in edits.values():
+            by_file[edit.rel].append(edit)
+        for rel, file_edits in sorted(by_file.items()):
+            module = workspace.cst(rel)
+            context = CodemodContext(filename=rel)
+            clock = reference_to(module, "time", "time")
+            imports: list[ImportRequest] = [] if clock else [ImportRequest("time")]
+            try:
+                for edit in file_edits:
+                    module = SenderBootstrapTimeout(
+                        context,
+                        class_name=edit.class_name,
+                        set_init_time=edit.set_init_time,
+                        add_check=edit.add_check,
+                        check_style=edit.check_style,
+                        timeout=edit.timeout,
+                        timeout_setting=edit.timeout_setting,
+                        record_failure=edit.record_failure,
+                        clock=clock or "time.time",
+                    ).transform_module(module)
+                    imports += [i for i in edit.imports if i not in imports]
+            except AnchorError as exc:
+                return Outcome(Status.REFUSED, f"{rel}: {exc}", rel)
+            module = AddIsortedImports(
+                context, imports, workspace.isort_config(rel)
+            ).transform_module(module)
+            workspace.set_text(rel, module.code)
+
+        still = [
+            f.name for f in map(sender_index(workspace).facts, index.senders()) if not _healthy(f)
+        ]
+        if still:
+            return Outcome(Status.REFUSED, f"the fix did not make the timeout live in {still}")
+        done = []
+        for edit in edits.values():
+            what = [
+                w for w, on in (("init_time", edit.set_init_time), ("check", edit.add_check)) if on
+            ]
+            style = f" ({edit.check_style})" if edit.add_check else ""
+            done.append(f"{edit.class_name}: {' + '.join(what)}{style}")
+        fine = [f.name for f in bootstrapping if _healthy(f)]
+        note = "; ".join(done)
+        if fine:
+            note += f"; already live: {', '.join(fine)}"
+        return Outcome(Status.APPLIED, note)
+
+    def _edits(
+        self, workspace: Workspace, index: ClassIndex, broken: list[SenderFacts]
+    ) -> dict[str, _ClassEdit]:
+        edits: dict[str, _ClassEdit] = {}
+
+        def edit_for(owner_name: str) -> _ClassEdit:
+            info = index.classes[owner_name]
+            return edits.setdefault(owner_name, _ClassEdit(info.rel, owner_name))
+
+        for facts in broken:
+            if facts.init_time != "time":
+                if facts.init_owner is None:
+                    raise AnchorError(f"{facts.name} has no __init__ to start init_time in")
+                edit_for(facts.init_owner.name).set_init_time = True
+            if not facts.check_reached:
+                if facts.poll_owner is None:
+                    raise AnchorError(f"{facts.name} has no poll() to check the timeout in")
+                edit = edit_for(facts.poll_owner.name)
+                edit.add_check = True
+                if not facts.has_helper:
+                    self._inline_check(workspace, index, facts, edit)
+        return edits
+
+    def _inline_check(
+        self, workspace: Workspace, index: ClassIndex, facts: SenderFacts, edit: _ClassEdit
+    ) -> None:
+        """Before 0.5.13 there is no ``_check_bootstrap_timeout``: check inline, with the
+        timeout the way this release reads it."""
+        edit.check_style = "inline"
+        manager = index.manager_of(facts.name)
+        edit.record_failure = bool(manager) and index.manager_has(manager, "record_failure")
+        attr = index.manager_timeout_attr(manager) if manager else None
+        if attr is not None:
+            edit.timeout = f"self.kv_mgr.{attr}"
+            return
+        if not edit.set_init_time:
+            raise AnchorError(
+                f"{edit.class_name}: its manager has no bootstrap timeout and its __init__ "
+                "is not being patched to read one"
+            )
+        edit.timeout = "self.bootstrap_timeout"
+        module = workspace.cst(edit.rel)
+        reader = index.timeout_reader()
+        if reader is None:
+            environ = reference_to(module, "os", "environ")
+            edit.timeout_setting = (
+                f'int({environ or "os.environ"}.get("{BOOTSTRAP_TIMEOUT_ENV}", "300"))'
+            )
+            edit.imports = () if environ else (ImportRequest("os"),)
+            return
+        expression, origin, name = reader
+        edit.timeout_setting = expression
+        root = name or origin.split(".")[0]
+        if root not in top_level_bindings(module):
+            edit.imports = (ImportRequest(origin, name),)

@@ -1,0 +1,292 @@
+"""The KV sender classes of an SGLang tree, resolved across files through inheritance.
+
+Read-only analysis on ``ast``: which ``BaseKVSender`` subclasses can report Bootstrapping, when
+their ``init_time`` becomes a time, whether their ``poll()`` (or a helper it calls) reaches a
+bootstrap-timeout check, and what the release offers to build one from
+(``_check_bootstrap_timeout``, the manager's timeout attribute, how it reads the timeout).
+"""
+
+from __future__ import annotations
+
+import ast
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+
+BASE_SENDER = "BaseKVSender"
+BOOTSTRAP_TIMEOUT_ENV = "SGLANG_DISAGGREGATION_BOOTSTRAP_TIMEOUT"
+
+
+@dataclass
+class ClassInfo:
+    name: str
+    rel: str
+    node: ast.ClassDef
+    bases: list[str]
+    methods: dict[str, ast.FunctionDef] = field(default_factory=dict)
+
+
+def _base_name(expr: ast.expr) -> str:
+    if isinstance(expr, ast.Attribute):
+        return expr.attr
+    if isinstance(expr, ast.Name):
+        return expr.id
+    if isinstance(expr, ast.Subscript):
+        return _base_name(expr.value)
+    return ast.unparse(expr)
+
+
+def _is_self_attr(node: ast.AST, attr: str) -> bool:
+    return (
+        isinstance(node, ast.Attribute)
+        and node.attr == attr
+        and isinstance(node.value, ast.Name)
+        and node.value.id == "self"
+    )
+
+
+def _call_name(call: ast.Call) -> str | None:
+    func = call.func
+    if isinstance(func, ast.Attribute):
+        return func.attr
+    if isinstance(func, ast.Name):
+        return func.id
+    return None
+
+
+def _is_super_init(call: ast.Call) -> bool:
+    func = call.func
+    return (
+        isinstance(func, ast.Attribute)
+        and func.attr == "__init__"
+        and isinstance(func.value, ast.Call)
+        and isinstance(func.value.func, ast.Name)
+        and func.value.func.id == "super"
+    )
+
+
+@dataclass
+class SenderFacts:
+    """What a sender class does, as resolved through its class hierarchy."""
+
+    name: str
+    rel: str
+    poll_owner: ClassInfo | None
+    init_owner: ClassInfo | None
+    can_bootstrap: bool
+    init_time: str  # "time" (set at construction), "none" (only None / later), "unset"
+    check_reached: bool
+    has_helper: bool
+
+
+class ClassIndex:
+    """Top-level classes of several modules, by name (the first definition of a name wins)."""
+
+    def __init__(self) -> None:
+        self.classes: dict[str, ClassInfo] = {}
+        self.modules: dict[str, ast.Module] = {}
+        self.texts: dict[str, str] = {}
+
+    def add_module(self, rel: str, tree: ast.Module, text: str) -> None:
+        self.modules[rel] = tree
+        self.texts[rel] = text
+        for node in tree.body:
+            if isinstance(node, ast.ClassDef) and node.name not in self.classes:
+                info = ClassInfo(node.name, rel, node, [_base_name(b) for b in node.bases])
+                for item in node.body:
+                    if isinstance(item, ast.FunctionDef):
+                        info.methods[item.name] = item
+                self.classes[node.name] = info
+
+    def mro(self, name: str) -> list[ClassInfo]:
+        order: list[ClassInfo] = []
+        seen: set[str] = set()
+
+        def walk(cls_name: str) -> None:
+            info = self.classes.get(cls_name)
+            if info is None or cls_name in seen:
+                return
+            seen.add(cls_name)
+            order.append(info)
+            for base in info.bases:
+                walk(base)
+
+        walk(name)
+        return order
+
+    def resolve(self, name: str, method: str, after: str | None = None) -> ClassInfo | None:
+        """The class whose ``method`` ``name`` uses (after class ``after`` in the MRO: super())."""
+        chain = self.mro(name)
+        if after is not None:
+            names = [c.name for c in chain]
+            chain = chain[names.index(after) + 1 :] if after in names else []
+        return next((c for c in chain if method in c.methods), None)
+
+    def senders(self) -> list[str]:
+        return sorted(
+            name
+            for name in self.classes
+            if name != BASE_SENDER and any(c.name == BASE_SENDER for c in self.mro(name)[1:])
+        )
+
+    # -- what a method reaches ----------------------------------------------------------
+
+    def reached(self, name: str, method: str, after: str | None = None) -> Iterator[ast.AST]:
+        """Nodes of ``method`` as ``name`` resolves it, and of the ``self.*()`` helpers and
+        ``super()`` methods it calls, transitively."""
+        seen: set[tuple[str, str]] = set()
+        stack: list[tuple[str, str | None]] = [(method, after)]
+        while stack:
+            meth, after_cls = stack.pop()
+            owner = self.resolve(name, meth, after_cls)
+            if owner is None or (owner.name, meth) in seen:
+                continue
+            seen.add((owner.name, meth))
+            for node in ast.walk(owner.methods[meth]):
+                yield node
+                if isinstance(node, ast.Call):
+                    func = node.func
+                    if isinstance(func, ast.Attribute) and isinstance(func.value, ast.Name):
+                        if func.value.id == "self":
+                            stack.append((func.attr, None))
+                    elif (
+                        isinstance(func, ast.Attribute)
+                        and isinstance(func.value, ast.Call)
+                        and isinstance(func.value.func, ast.Name)
+                        and func.value.func.id == "super"
+                    ):
+                        stack.append((func.attr, owner.name))
+
+    def init_time_state(self, name: str, after: str | None = None) -> str:
+        """When ``self.init_time`` of a new ``name`` instance is a time: "time" once
+        ``__init__`` returns, "none" if it is left None, "unset" if never assigned there."""
+        owner = self.resolve(name, "__init__", after)
+        if owner is None:
+            return "unset"
+        state = "unset"
+        for node in _in_source_order(owner.methods["__init__"]):
+            if isinstance(node, ast.Call) and _is_super_init(node):
+                inherited = self.init_time_state(name, owner.name)
+                if inherited != "unset":
+                    state = inherited
+            targets: list[ast.expr] = []
+            value: ast.expr | None = None
+            if isinstance(node, ast.Assign):
+                targets, value = node.targets, node.value
+            elif isinstance(node, ast.AnnAssign) and node.value is not None:
+                targets, value = [node.target], node.value
+            if any(_is_self_attr(t, "init_time") for t in targets):
+                is_none = isinstance(value, ast.Constant) and value.value is None
+                state = "none" if is_none else "time"
+        return state
+
+    def facts(self, name: str) -> SenderFacts:
+        poll_nodes = list(self.reached(name, "poll"))
+        init_nodes = list(self.reached(name, "__init__"))
+        reads_status = any(
+            isinstance(n, ast.Call) and _call_name(n) == "check_status" for n in poll_nodes
+        ) or any(
+            # check_status passed as a callable: 0.5.22 _poll_with_status(kv_mgr.check_status)
+            isinstance(n, ast.Attribute) and n.attr == "check_status"
+            for n in poll_nodes
+        )
+        returns_bootstrapping = any(
+            isinstance(n, ast.Return)
+            and isinstance(n.value, ast.Attribute)
+            and n.value.attr == "Bootstrapping"
+            for n in poll_nodes
+        )
+        sets_bootstrapping = any(
+            isinstance(n, ast.Call)
+            and _call_name(n) == "update_status"
+            and n.args
+            and isinstance(n.args[-1], ast.Attribute)
+            and n.args[-1].attr == "Bootstrapping"
+            for n in init_nodes
+        )
+        check_reached = any(
+            (isinstance(n, ast.Call) and _call_name(n) == "_check_bootstrap_timeout")
+            or (_is_self_attr(n, "init_time") and isinstance(n.ctx, ast.Load))
+            for n in poll_nodes
+        )
+        return SenderFacts(
+            name=name,
+            rel=self.classes[name].rel,
+            poll_owner=self.resolve(name, "poll"),
+            init_owner=self.resolve(name, "__init__"),
+            can_bootstrap=returns_bootstrapping or (reads_status and sets_bootstrapping),
+            init_time=self.init_time_state(name),
+            check_reached=check_reached,
+            has_helper=self.resolve(name, "_check_bootstrap_timeout") is not None,
+        )
+
+    # -- what the release offers to build a check from --------------------------------------
+
+    def manager_of(self, sender: str) -> str | None:
+        """The manager class named by the annotation of ``__init__``'s first parameter."""
+        owner = self.resolve(sender, "__init__")
+        if owner is None:
+            return None
+        args = owner.methods["__init__"].args.args
+        if len(args) < 2 or args[1].annotation is None:
+            return None
+        return _base_name(args[1].annotation)
+
+    def manager_timeout_attr(self, manager: str) -> str | None:
+        """``self.<attr>`` a manager's ``__init__`` chain sets from the bootstrap timeout."""
+        for node in self.reached(manager, "__init__"):
+            if isinstance(node, ast.Assign) and _reads_bootstrap_timeout(node.value):
+                for target in node.targets:
+                    if isinstance(target, ast.Attribute) and _is_self_attr(target, target.attr):
+                        return target.attr
+        return None
+
+    def manager_has(self, manager: str, method: str) -> bool:
+        return self.resolve(manager, method) is not None
+
+    def timeout_reader(self) -> tuple[str, str, str | None] | None:
+        """An expression the release reads the bootstrap timeout with, anywhere in the tree:
+        (its source text, module its root name is imported from, imported name or None)."""
+        for rel, tree in sorted(self.modules.items()):
+            for node in ast.walk(tree):
+                if isinstance(node, ast.Assign) and _reads_bootstrap_timeout(node.value):
+                    root = node.value
+                    while isinstance(root, ast.Call | ast.Attribute):
+                        root = root.func if isinstance(root, ast.Call) else root.value
+                    if not isinstance(root, ast.Name):
+                        continue
+                    origin = _import_origin(tree, root.id)
+                    source = ast.get_source_segment(self.texts[rel], node.value)
+                    if origin is not None and source is not None:
+                        return source, origin[0], origin[1]
+        return None
+
+
+def _in_source_order(node: ast.AST) -> list[ast.AST]:
+    return sorted(
+        (n for n in ast.walk(node) if hasattr(n, "lineno")),
+        key=lambda n: (n.lineno, n.col_offset),  # type: ignore[attr-defined]
+    )
+
+
+def _reads_bootstrap_timeout(expr: ast.expr) -> bool:
+    if not isinstance(expr, ast.Call):
+        return False
+    for node in ast.walk(expr):
+        if isinstance(node, ast.Constant) and node.value == BOOTSTRAP_TIMEOUT_ENV:
+            return True
+        if isinstance(node, ast.Attribute) and node.attr == BOOTSTRAP_TIMEOUT_ENV:
+            return True
+    return False
+
+
+def _import_origin(tree: ast.Module, local: str) -> tuple[str, str | None] | None:
+    for node in tree.body:
+        if isinstance(node, ast.ImportFrom) and node.module and not node.level:
+            for alias in node.names:
+                if (alias.asname or alias.name) == local and alias.asname is None:
+                    return node.module, alias.name
+        elif isinstance(node, ast.Import):
+            for alias in node.names:
+                if alias.asname is None and alias.name == local:
+                    return alias.name, None
+    return None

@@ -1,0 +1,90 @@
+"""The files of one run: read once, decoded once, parsed once per content."""
+
+from __future__ import annotations
+
+import ast
+from functools import cache
+
+import isort
+import libcst as cst
+
+from .isort_config import isort_config_for
+from .source_file import SourceDecodeError, SourceFile
+from .tree import SourceTree, TargetError
+
+
+class ParseFailure(TargetError):
+    """A file pdguard needs does not parse."""
+
+
+@cache
+def _parse_cst(text: str) -> cst.Module:
+    return cst.parse_module(text)
+
+
+@cache
+def _parse_ast(text: str) -> ast.Module:
+    return ast.parse(text)
+
+
+class Workspace:
+    """The original and the current (fixed so far) text of the tree's files."""
+
+    def __init__(self, tree: SourceTree) -> None:
+        self.tree = tree
+        self.originals: dict[str, SourceFile] = {}
+        self.current: dict[str, str] = {}
+
+    def _load(self, rel: str) -> SourceFile | None:
+        if rel not in self.originals:
+            data = self.tree.read_bytes(rel)
+            if data is None:
+                return None
+            try:
+                self.originals[rel] = SourceFile.decode(rel, data)
+            except SourceDecodeError as exc:
+                raise TargetError(str(exc)) from exc
+        return self.originals[rel]
+
+    def exists(self, rel: str) -> bool:
+        return self._load(rel) is not None
+
+    def text(self, rel: str) -> str:
+        source = self._load(rel)
+        if source is None:
+            raise TargetError(f"{self.tree.base / rel}: missing")
+        return self.current.get(rel, source.text)
+
+    def set_text(self, rel: str, text: str) -> None:
+        self.current[rel] = text
+
+    def ast(self, rel: str) -> ast.Module:
+        try:
+            return _parse_ast(self.text(rel))
+        except SyntaxError as exc:
+            where = f"{self.tree.base / rel}:{exc.lineno or 0}:{exc.offset or 0}"
+            raise ParseFailure(f"{where}: does not parse: {exc.msg}") from exc
+
+    def cst(self, rel: str) -> cst.Module:
+        self.ast(rel)  # a clear error (file:line:col) for code that does not parse
+        return _parse_cst(self.text(rel))
+
+    def isort_config(self, rel: str) -> isort.Config:
+        return isort_config_for(self.tree, rel)[0]
+
+    def files_containing(self, rel_dir: str, *needles: str) -> list[str]:
+        """``.py`` files below ``rel_dir`` whose text contains any of ``needles``: a cheap text
+        prefilter, so only files that can matter are parsed."""
+        return [
+            rel
+            for rel in self.tree.python_files(rel_dir)
+            if any(needle in self.text(rel) for needle in needles)
+        ]
+
+    def changed(self) -> dict[str, SourceFile]:
+        """New content of each file whose text changed, keeping its encoding."""
+        return {
+            rel: self.originals[rel].with_text(text)
+            for rel, text in sorted(self.current.items())
+            if text != self.originals[rel].text
+        }

@@ -1,0 +1,292 @@
+"""Download SGLang wheels from PyPI with pip and extract the parts pdguard needs.
+
+Cache layout (outside git, see :func:`cache_dir`)::
+
+    <cache>/wheels/<wheel filename>      verified against the manifest's sha256
+    <cache>/trees/<version>/sglang/...   only the EXTRACT_PATTERNS members, plus a
+                                         ``.complete`` marker naming the wheel it came from
+
+Every write goes to a scratch directory inside the cache and is moved into place with a
+single rename, so an interrupted run never leaves a half-written wheel or tree behind.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import zipfile
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from pathlib import Path
+
+from vendor_sglang.manifest import Release, UnknownReleaseError, get_release
+
+# Members extracted from a wheel: a trailing "/" means the whole directory.  Members that a
+# wheel lacks (old releases have no environ.py) are simply skipped.
+EXTRACT_PATTERNS: tuple[str, ...] = (
+    "sglang/srt/disaggregation/",
+    "sglang/srt/environ.py",
+    "sglang/version.py",
+)
+_REQUIRED_DIR = "sglang/srt/disaggregation/"
+
+COMPLETE_MARKER = ".complete"
+PIP_TIMEOUT_SECONDS = 900
+
+# Where unpinned versions that only ship platform wheels are looked for (what CI runs on).
+_FALLBACK_TAGS = ("cp311", "cp311", "manylinux_2_34_x86_64")
+
+_VERSION_RE = re.compile(r"[0-9][0-9A-Za-z.+!-]*")
+
+
+class FetchError(RuntimeError):
+    """A release could not be downloaded or extracted."""
+
+
+class WheelHashMismatch(FetchError):
+    """The downloaded wheel does not have the sha256 pinned in the manifest."""
+
+
+class UnsafeWheelError(FetchError):
+    """The wheel has a member name that would escape the extraction directory (zip-slip)."""
+
+
+def cache_dir() -> Path:
+    """``$PDGUARD_CACHE``, else ``$XDG_CACHE_HOME/pdguard``, else ``~/.cache/pdguard``."""
+    override = os.environ.get("PDGUARD_CACHE")
+    if override:
+        return Path(override).expanduser()
+    xdg = os.environ.get("XDG_CACHE_HOME")
+    base = Path(xdg).expanduser() if xdg else Path.home() / ".cache"
+    return base / "pdguard"
+
+
+def sha256_file(path: Path) -> str:
+    digest = hashlib.sha256()
+    with path.open("rb") as handle:
+        for chunk in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+# --- pip ---------------------------------------------------------------------------------
+
+
+def _target_flags(python_tag: str, abi_tag: str, platform_tag: str) -> list[str]:
+    interpreter = python_tag.split(".")[0]
+    if not re.fullmatch(r"cp\d{2,}", interpreter):
+        raise FetchError(f"cannot target python tag {python_tag!r} with pip download")
+    digits = interpreter[2:]
+    flags: list[str] = []
+    for platform in platform_tag.split("."):
+        flags += ["--platform", platform]
+    flags += ["--python-version", f"{digits[0]}.{digits[1:]}", "--implementation", "cp"]
+    for abi in abi_tag.split("."):
+        flags += ["--abi", abi]
+    return flags
+
+
+def pip_target_flags(wheel: str) -> list[str]:
+    """Flags that make ``pip download`` pick exactly the wheel file named ``wheel``.
+
+    Pure-Python wheels need none; platform wheels get --platform/--python-version/
+    --implementation/--abi parsed from the filename's tags.
+    """
+    parts = wheel.removesuffix(".whl").split("-")
+    if not wheel.endswith(".whl") or len(parts) not in (5, 6):
+        raise FetchError(f"not a wheel filename: {wheel}")
+    python_tag, abi_tag, platform_tag = parts[-3:]
+    if platform_tag == "any":
+        return []
+    return _target_flags(python_tag, abi_tag, platform_tag)
+
+
+def _last_error_line(stderr: str) -> str:
+    lines = [line.strip() for line in stderr.splitlines() if line.strip()]
+    errors = [line for line in lines if line.startswith("ERROR:")]
+    return (errors or lines or ["(no output)"])[-1]
+
+
+def _pip_download(requirement: str, dest: Path, flags: Sequence[str]) -> None:
+    """Run ``pip download`` for one requirement into ``dest``; raise FetchError on failure."""
+    command = [
+        sys.executable,
+        "-m",
+        "pip",
+        "download",
+        "--no-deps",
+        "--only-binary=:all:",
+        "--disable-pip-version-check",
+        "--dest",
+        str(dest),
+        *flags,
+        requirement,
+    ]
+    try:
+        result = subprocess.run(
+            command, capture_output=True, text=True, check=False, timeout=PIP_TIMEOUT_SECONDS
+        )
+    except subprocess.TimeoutExpired as error:
+        raise FetchError(f"pip download {requirement} timed out") from error
+    if result.returncode != 0:
+        raise FetchError(f"pip download {requirement} failed: {_last_error_line(result.stderr)}")
+
+
+@contextmanager
+def _scratch_dir(parent: Path, prefix: str) -> Iterator[Path]:
+    """A temporary directory inside ``parent`` (same filesystem, so renames are atomic)."""
+    parent.mkdir(parents=True, exist_ok=True)
+    path = Path(tempfile.mkdtemp(prefix=prefix, dir=parent))
+    try:
+        yield path
+    finally:
+        shutil.rmtree(path, ignore_errors=True)
+
+
+def _only_wheel(directory: Path, expected: str | None = None) -> Path:
+    found = sorted(path.name for path in directory.iterdir())
+    if expected is not None and expected in found:
+        return directory / expected
+    if expected is None and len(found) == 1 and found[0].endswith(".whl"):
+        return directory / found[0]
+    wanted = expected or "one wheel"
+    raise FetchError(f"pip did not download {wanted} (got: {', '.join(found) or 'nothing'})")
+
+
+def fetch_wheel(release: Release) -> Path:
+    """The verified wheel of ``release`` in ``<cache>/wheels/``, downloading it if needed.
+
+    A cached wheel is re-hashed before use; a corrupt one is deleted and fetched again.
+    """
+    wheels = cache_dir() / "wheels"
+    target = wheels / release.wheel
+    if target.is_file():
+        if sha256_file(target) == release.sha256:
+            return target
+        target.unlink()
+    with _scratch_dir(wheels, ".download-") as scratch:
+        _pip_download(f"sglang=={release.version}", scratch, pip_target_flags(release.wheel))
+        downloaded = _only_wheel(scratch, release.wheel)
+        actual = sha256_file(downloaded)
+        if actual != release.sha256:
+            downloaded.unlink()
+            raise WheelHashMismatch(
+                f"{release.wheel}: expected sha256 {release.sha256}, got {actual}"
+            )
+        os.replace(downloaded, target)
+    return target
+
+
+# --- extraction --------------------------------------------------------------------------
+
+
+def _is_wanted(name: str) -> bool:
+    return any(
+        name.startswith(pattern) if pattern.endswith("/") else name == pattern
+        for pattern in EXTRACT_PATTERNS
+    )
+
+
+def _check_member_name(name: str, wheel: Path) -> None:
+    parts = name.split("/")
+    if (
+        name.startswith("/")
+        or "\\" in name
+        or "\0" in name
+        or re.match(r"[A-Za-z]:", name)
+        or ".." in parts
+    ):
+        raise UnsafeWheelError(f"{wheel.name}: unsafe member name {name!r}")
+
+
+def extract_members(wheel: Path, dest: Path) -> None:
+    """Extract the EXTRACT_PATTERNS members of ``wheel`` into ``dest``.
+
+    Raises UnsafeWheelError if any member name is absolute or contains ``..`` (the whole
+    archive is checked before anything is written), and FetchError if the wheel has no
+    ``sglang/srt/disaggregation/`` package.
+    """
+    with zipfile.ZipFile(wheel) as archive:
+        members = archive.infolist()
+        for info in members:
+            _check_member_name(info.filename, wheel)
+        wanted = [info for info in members if not info.is_dir() and _is_wanted(info.filename)]
+        if not any(info.filename.startswith(_REQUIRED_DIR) for info in wanted):
+            raise FetchError(f"{wheel.name} has no {_REQUIRED_DIR} package")
+        for info in wanted:
+            target = dest.joinpath(*info.filename.split("/"))
+            target.parent.mkdir(parents=True, exist_ok=True)
+            with archive.open(info) as source, target.open("wb") as out:
+                shutil.copyfileobj(source, out)
+
+
+def _tree_path(version: str) -> Path:
+    if not _VERSION_RE.fullmatch(version):
+        raise FetchError(f"invalid version string {version!r}")
+    return cache_dir() / "trees" / version
+
+
+def _read_marker(tree: Path) -> str | None:
+    try:
+        return (tree / COMPLETE_MARKER).read_text().strip()
+    except OSError:
+        return None
+
+
+def _install_tree(wheel: Path, tree: Path, marker: str) -> Path:
+    """Extract ``wheel`` into a scratch dir next to ``tree`` and rename it into place."""
+    with _scratch_dir(tree.parent, f".{tree.name}-") as scratch:
+        extract_members(wheel, scratch)
+        (scratch / COMPLETE_MARKER).write_text(marker + "\n")
+        if tree.exists():  # incomplete, or extracted from a different wheel
+            shutil.rmtree(tree)
+        try:
+            scratch.rename(tree)
+        except OSError:
+            if _read_marker(tree) != marker:  # not a concurrent run installing the same tree
+                raise
+    return tree
+
+
+def fetch_release(version: str) -> Path:
+    """``<cache>/trees/<version>``: the pinned release's EXTRACT_PATTERNS members.
+
+    Returns an existing complete tree without downloading anything.
+    """
+    release = get_release(version)
+    tree = _tree_path(version)
+    marker = f"{release.wheel} sha256={release.sha256}"
+    if _read_marker(tree) == marker:
+        return tree
+    return _install_tree(fetch_wheel(release), tree, marker)
+
+
+def fetch_unpinned(version: str) -> Path:
+    """Like :func:`fetch_release` for a version that is not in the manifest (no hash pin).
+
+    Tries a plain ``pip download`` first, then the cp311 manylinux_2_34_x86_64 wheel for
+    versions that only ship platform wheels.  A pinned version goes through fetch_release.
+    """
+    try:
+        get_release(version)
+    except UnknownReleaseError:
+        pass
+    else:
+        return fetch_release(version)
+    tree = _tree_path(version)
+    if _read_marker(tree) is not None:
+        return tree
+    requirement = f"sglang=={version}"
+    with _scratch_dir(cache_dir() / "wheels", ".download-") as scratch:
+        try:
+            _pip_download(requirement, scratch, [])
+        except FetchError:
+            _pip_download(requirement, scratch, _target_flags(*_FALLBACK_TAGS))
+        wheel = _only_wheel(scratch)
+        marker = f"{wheel.name} sha256={sha256_file(wheel)} unpinned"
+        return _install_tree(wheel, tree, marker)
