@@ -5,6 +5,7 @@ directory that holds the ``sglang`` package, e.g. ``sglang/srt/disaggregation/pr
 
 from __future__ import annotations
 
+import ast
 import importlib.machinery
 import os
 import re
@@ -40,7 +41,10 @@ class SourceTree:
     def path(self, rel: str) -> Path:
         """The file behind ``rel``, refusing paths (or symlinks) that lead out of the tree."""
         candidate = self.base / rel
-        resolved = candidate.resolve()
+        try:
+            resolved = candidate.resolve()
+        except (OSError, RuntimeError) as exc:  # a symlink loop (RuntimeError before 3.13)
+            raise TargetError(f"{candidate}: cannot resolve: {exc}") from exc
         if not resolved.is_relative_to(self.root.resolve()):
             raise TargetError(f"{candidate}: resolves to {resolved}, outside {self.root}")
         return candidate
@@ -51,6 +55,8 @@ class SourceTree:
             return path.read_bytes()
         except FileNotFoundError:
             return None
+        except OSError as exc:  # a directory, no permission, ...: exit 2, not a traceback
+            raise TargetError(f"{path}: cannot read: {exc.strerror or exc}") from exc
 
     def python_files(self, rel_dir: str) -> list[str]:
         """Relative paths of the ``.py`` files below ``rel_dir``, sorted."""
@@ -75,11 +81,35 @@ class SourceTree:
             here = here.parent
 
     def sglang_version(self) -> str | None:
-        data = self.read_bytes("sglang/version.py")
-        if data is None:
-            return None
-        match = re.search(rb"""__version__\s*=\s*["']([^"']+)["']""", data)
-        return match.group(1).decode() if match else None
+        """The release's version: setuptools-scm's ``_version.py`` (0.5.9+), ``version.py``, or
+        an installed distribution's metadata; None if none says."""
+        for rel in ("sglang/_version.py", "sglang/version.py"):
+            data = self.read_bytes(rel)
+            version = _assigned_version(data) if data is not None else None
+            if version is not None:
+                return version
+        for metadata in sorted(self.base.glob("sglang-*.dist-info/METADATA")):
+            match = re.search(r"^Version: (\S+)$", metadata.read_text("utf-8", "replace"), re.M)
+            if match:
+                return match.group(1)
+        return None
+
+
+def _assigned_version(data: bytes) -> str | None:
+    """``__version__ = "X"`` at the top level of a module (not in a fallback branch)."""
+    try:
+        module = ast.parse(data)
+    except SyntaxError:
+        return None
+    for node in module.body:
+        if (
+            isinstance(node, ast.Assign)
+            and any(isinstance(t, ast.Name) and t.id == "__version__" for t in node.targets)
+            and isinstance(node.value, ast.Constant)
+            and isinstance(node.value.value, str)
+        ):
+            return node.value.value
+    return None
 
 
 def open_tree(target: str | os.PathLike[str]) -> SourceTree:

@@ -32,6 +32,7 @@ EXTRACT_PATTERNS: tuple[str, ...] = (
     "sglang/srt/disaggregation/",
     "sglang/srt/environ.py",
     "sglang/version.py",
+    "sglang/_version.py",
 )
 _REQUIRED_DIR = "sglang/srt/disaggregation/"
 
