@@ -20,12 +20,22 @@ from __future__ import annotations
 
 import argparse
 
+import isort
 import libcst as cst
 import libcst.matchers as m
-from libcst.codemod import CodemodContext, VisitorBasedCodemodCommand
+from libcst.codemod import CodemodContext
 
 from .anchors import AnchorError, calls_named, find_method, is_self_attr_call, marker
-from .insertion import enclosing_statement, insert_around, parse_method, parse_statements
+from .command import SourceCodemod
+from .insertion import (
+    StatementEdit,
+    apply_edits,
+    enclosing_statement,
+    parse_method,
+    parse_statements,
+    simple_statements,
+)
+from .isort_imports import DEFAULT_ISORT_CONFIG, AddIsortedImports, ImportRequest, reference_to
 
 FIX = "inflight-deadline"
 FUNCTION = "process_disagg_prefill_inflight_queue"
@@ -107,27 +117,28 @@ def _is_logger_assignment(stmt: cst.CSTNode) -> bool:
     )
 
 
-class InflightDeadline(VisitorBasedCodemodCommand):
+class InflightDeadline(SourceCodemod):
     DESCRIPTION: str = "Fail requests that wait in the prefill inflight queue past a deadline."
 
     @staticmethod
     def add_args(arg_parser: argparse.ArgumentParser) -> None:
-        arg_parser.add_argument("--monotonic", default="time.monotonic")
-        arg_parser.add_argument("--environ", default="os.environ")
-        arg_parser.add_argument("--abort", choices=sorted(ABORT_CALLS), default="guarded")
+        arg_parser.add_argument(
+            "--abort",
+            choices=sorted(ABORT_CALLS),
+            default="guarded",
+            help="direct: BaseKVSender has abort(); guarded: only some senders do; none",
+        )
 
     def __init__(
         self,
         context: CodemodContext,
-        monotonic: str = "time.monotonic",
-        environ: str = "os.environ",
         abort: str = "guarded",
+        isort_config: isort.Config = DEFAULT_ISORT_CONFIG,
     ) -> None:
         super().__init__(context)
+        self.isort_config = isort_config
         self.names = {
             "marker": marker(FIX),
-            "monotonic": monotonic,
-            "environ": environ,
             "abort": "".join(f"            {line}\n" for line in ABORT_CALLS[abort].splitlines()),
             "timeout": TIMEOUT,
             "env": ENV_VAR,
@@ -137,57 +148,66 @@ class InflightDeadline(VisitorBasedCodemodCommand):
         }
 
     def transform_module_impl(self, tree: cst.Module) -> cst.Module:
-        # Every anchor is looked up again after each insertion: insertions rebuild the tree.
-        cls, function = find_method(tree, FUNCTION)
-        _poll_statement(tree, function)
+        # Every anchor is found on the original tree first; then one pass makes all edits.
+        _, function = find_method(tree, FUNCTION)
+        _poll_statement(function)
         appends = _append_statements(tree)
         if not appends:
             raise AnchorError(f"no self.{QUEUE}.append(...) to stamp requests at")
         if not any(_is_logger_assignment(stmt) for stmt in tree.body):
             raise AnchorError("no module-level `logger = ...` to log with")
         config = tree.config_for_parsing
+        # Reuse the module's own imports (``import time as _t``, ``from os import environ``).
+        monotonic = reference_to(tree, "time", "monotonic")
+        environ = reference_to(tree, "os", "environ")
+        imports = [ImportRequest("os")] if environ is None else []
+        imports += [ImportRequest("time")] if monotonic is None else []
         self_param = cst.Module(body=[]).code_for_node(
             function.params.params[0].with_changes(comma=cst.MaybeSentinel.DEFAULT)
         )
-        names = {**self.names, "self_param": self_param}
+        names = {
+            **self.names,
+            "self_param": self_param,
+            "monotonic": monotonic or "time.monotonic",
+            "environ": environ or "os.environ",
+        }
 
-        for index, stmt in enumerate(appends):
+        edits: list[tuple[cst.CSTNode, StatementEdit]] = []
+        for stmt in appends:
             arg = stmt.body[0].value.args[0].value  # type: ignore[attr-defined]
             if not isinstance(arg, cst.Name):
                 raise AnchorError(f"self.{QUEUE}.append() of a non-name expression")
             stamp = parse_statements(_STAMP.format(**names, req=arg.value), config)
-            tree = insert_around(tree, _append_statements(tree)[index], before=stamp)
-
-        _, function = find_method(tree, FUNCTION, cls.name.value)
+            edits.append((stmt, StatementEdit(before=stamp)))
         call = parse_statements(_CALL.format(**names), config)
-        tree = insert_around(tree, _poll_statement(tree, function), before=call)
-
-        _, function = find_method(tree, FUNCTION, cls.name.value)
+        edits.append((_poll_statement(function), StatementEdit(before=call)))
         helper = parse_method(_HELPER.format(**names), config)
-        tree = insert_around(tree, function, before=[helper])
-
+        edits.append((function, StatementEdit(before=[helper])))
         setting = parse_statements(_SETTING.format(**names), config)
         setting[0] = setting[0].with_changes(
             leading_lines=[cst.EmptyLine(indent=False), *setting[0].leading_lines]
         )
         logger_stmt = next(stmt for stmt in tree.body if _is_logger_assignment(stmt))
-        return insert_around(tree, logger_stmt, after=setting)
+        edits.append((logger_stmt, StatementEdit(after=setting)))
+        tree = apply_edits(tree, edits)
+        return AddIsortedImports(self.context, imports, self.isort_config).transform_module(tree)
 
 
-def _poll_statement(tree: cst.Module, function: cst.FunctionDef) -> cst.BaseStatement:
+def _poll_statement(function: cst.FunctionDef) -> cst.BaseStatement:
     polls = calls_named(function, lambda name: name.startswith("poll_and_all_reduce"))
     if len(polls) != 1:
         raise AnchorError(
             f"{FUNCTION}() has {len(polls)} poll_and_all_reduce*() calls, expected one"
         )
-    return enclosing_statement(tree, polls[0])
+    return enclosing_statement(function, polls[0])
 
 
 def _append_statements(tree: cst.Module) -> list[cst.SimpleStatementLine]:
-    return [
-        stmt  # type: ignore[misc]
-        for stmt in m.findall(tree, m.SimpleStatementLine())
-        if len(stmt.body) == 1  # type: ignore[attr-defined]
-        and isinstance(stmt.body[0], cst.Expr)  # type: ignore[attr-defined]
-        and is_self_attr_call(stmt.body[0].value, QUEUE, "append")  # type: ignore[attr-defined]
-    ]
+    return simple_statements(
+        tree,
+        lambda stmt: (
+            len(stmt.body) == 1
+            and isinstance(stmt.body[0], cst.Expr)
+            and is_self_attr_call(stmt.body[0].value, QUEUE, "append")
+        ),
+    )

@@ -1,10 +1,23 @@
-"""Inserting statements next to an anchor statement, wherever it sits in the tree."""
+"""Statement-level edits next to anchor statements, applied to a module in one pass."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass, field
 
 import libcst as cst
+
+_KEEP = object()
+
+
+@dataclass
+class StatementEdit:
+    """What happens around (and to) one anchor statement."""
+
+    before: list[cst.BaseStatement] = field(default_factory=list)
+    after: list[cst.BaseStatement] = field(default_factory=list)
+    # The anchor's replacement (None removes it); by default the anchor stays.
+    replacement: object = _KEEP
 
 
 def _split_leading(
@@ -18,85 +31,76 @@ def _split_leading(
     return lines, []
 
 
-class _InsertAround(cst.CSTTransformer):
-    def __init__(
-        self,
-        anchor: cst.CSTNode,
-        before: Sequence[cst.BaseStatement],
-        after: Sequence[cst.BaseStatement],
-    ) -> None:
+class _ApplyEdits(cst.CSTTransformer):
+    def __init__(self, edits: dict[int, tuple[cst.CSTNode, StatementEdit]]) -> None:
         super().__init__()
-        self.anchor = anchor
-        self.before = list(before)
-        self.after = list(after)
-        self.done = False
+        self.edits = edits
+        self.applied: set[int] = set()
 
-    def _rewrite(self, body: Sequence[cst.BaseStatement]) -> list[cst.BaseStatement] | None:
-        for index, stmt in enumerate(body):
-            if stmt is self.anchor:
-                new_body = list(body[:index])
-                anchor = stmt
-                if self.before:
-                    blanks, rest = _split_leading(anchor.leading_lines)  # type: ignore[attr-defined]
-                    first = self.before[0]
-                    new_body.append(
-                        first.with_changes(leading_lines=[*blanks, *first.leading_lines])  # type: ignore[attr-defined]
-                    )
-                    new_body.extend(self.before[1:])
-                    if isinstance(anchor, cst.FunctionDef | cst.ClassDef):
+    def _rewrite(self, original: Sequence, updated: Sequence) -> list | None:
+        if not any(id(stmt) in self.edits for stmt in original):
+            return None
+        body: list = []
+        for orig, stmt in zip(original, updated, strict=True):
+            if id(orig) not in self.edits:
+                body.append(stmt)
+                continue
+            self.applied.add(id(orig))
+            edit = self.edits[id(orig)][1]
+            if edit.replacement is not _KEEP:
+                stmt = edit.replacement
+            if edit.before:
+                blanks, rest = _split_leading(orig.leading_lines)
+                first = edit.before[0]
+                body.append(first.with_changes(leading_lines=[*blanks, *first.leading_lines]))
+                body.extend(edit.before[1:])
+                if stmt is not None:
+                    if isinstance(stmt, cst.FunctionDef | cst.ClassDef):
                         rest = [*blanks, *rest]  # definitions stay apart from each other
-                    anchor = anchor.with_changes(leading_lines=rest)  # type: ignore[attr-defined]
-                new_body.append(anchor)
-                new_body.extend(self.after)
-                new_body.extend(body[index + 1 :])
-                self.done = True
-                return new_body
-        return None
+                    stmt = stmt.with_changes(leading_lines=rest)
+            if stmt is not None:
+                body.append(stmt)
+            body.extend(edit.after)
+        return body
+
+    def on_visit(self, node: cst.CSTNode) -> bool:
+        # Anchors are statements: no need to walk into expressions or simple statements.
+        return not isinstance(node, cst.BaseExpression | cst.SimpleStatementLine)
 
     def on_leave(self, original_node, updated_node):  # type: ignore[no-untyped-def]
-        if isinstance(updated_node, cst.IndentedBlock | cst.Module) and not self.done:
-            body = self._rewrite(original_node.body)
+        if isinstance(updated_node, cst.IndentedBlock | cst.Module):
+            body = self._rewrite(original_node.body, updated_node.body)
             if body is not None:
-                # Children were not changed by this transformer before the anchor was found.
                 return updated_node.with_changes(body=body)
         return updated_node
 
 
-def insert_around(
-    tree: cst.Module,
-    anchor: cst.BaseStatement,
-    before: Sequence[cst.BaseStatement] = (),
-    after: Sequence[cst.BaseStatement] = (),
-) -> cst.Module:
-    """``tree`` with ``before`` inserted above ``anchor`` (taking over the blank lines above it)
-    and ``after`` below it. ``anchor`` must be a statement node of ``tree`` itself."""
-    transformer = _InsertAround(anchor, before, after)
+def apply_edits(tree: cst.Module, edits: Sequence[tuple[cst.CSTNode, StatementEdit]]) -> cst.Module:
+    """``tree`` with every edit done; each anchor must be a statement node of ``tree`` itself."""
+    by_id: dict[int, tuple[cst.CSTNode, StatementEdit]] = {}
+    for anchor, edit in edits:
+        if id(anchor) in by_id:  # two edits on one anchor: merge them
+            known = by_id[id(anchor)][1]
+            known.before += edit.before
+            known.after += edit.after
+            if edit.replacement is not _KEEP:
+                known.replacement = edit.replacement
+        else:
+            by_id[id(anchor)] = (anchor, edit)
+    transformer = _ApplyEdits(by_id)
     result = tree.visit(transformer)
-    if not transformer.done:
-        raise ValueError("anchor statement not found in tree")
+    missing = set(by_id) - transformer.applied
+    if missing:
+        raise ValueError(f"{len(missing)} anchor statement(s) not found in the tree")
     return result  # type: ignore[return-value]
 
 
-class _Replace(cst.CSTTransformer):
-    def __init__(self, old: cst.CSTNode, new: cst.CSTNode | None) -> None:
-        super().__init__()
-        self.old, self.new = old, new
-
-    def on_leave(self, original_node, updated_node):  # type: ignore[no-untyped-def]
-        if original_node is self.old:
-            return cst.RemoveFromParent() if self.new is None else self.new
-        return updated_node
-
-
-def replace_node(tree: cst.Module, old: cst.CSTNode, new: cst.CSTNode | None) -> cst.Module:
-    """``tree`` with node ``old`` (by identity) replaced by ``new``, or removed if None."""
-    return tree.visit(_Replace(old, new))  # type: ignore[return-value]
-
-
 def parse_statements(code: str, config: cst.PartialParserConfig) -> list[cst.BaseStatement]:
-    """Statements of ``code``, keeping comment lines above the first one (a plain parse would
-    make them the module's header)."""
-    return list(cst.parse_module(f"pass\n{code}", config=config).body[1:])
+    """Statements of ``code`` (written with ``\\n``), in the target's line endings, keeping
+    comment lines above the first one (a plain parse would make them the module's header)."""
+    newline = config.default_newline or "\n"
+    code = f"pass\n{code}".replace("\n", newline)
+    return list(cst.parse_module(code, config=config).body[1:])
 
 
 def parse_method(code: str, config: cst.PartialParserConfig) -> cst.FunctionDef:
@@ -106,13 +110,54 @@ def parse_method(code: str, config: cst.PartialParserConfig) -> cst.FunctionDef:
     return cls.body.body[0]  # type: ignore[return-value]
 
 
-def enclosing_statement(tree: cst.Module, node: cst.CSTNode) -> cst.BaseStatement:
-    """The innermost statement (simple line or compound) that contains ``node``."""
-    from libcst.metadata import MetadataWrapper, ParentNodeProvider
+class _StatementOf(cst.CSTVisitor):
+    def __init__(self, target: cst.CSTNode) -> None:
+        super().__init__()
+        self.target = target
+        self.stack: list[cst.BaseStatement] = []
+        self.found: cst.BaseStatement | None = None
 
-    wrapper = MetadataWrapper(tree, unsafe_skip_copy=True)
-    parents = wrapper.resolve(ParentNodeProvider)
-    current: cst.CSTNode = node
-    while not isinstance(current, cst.SimpleStatementLine | cst.BaseCompoundStatement):
-        current = parents[current]
-    return current  # type: ignore[return-value]
+    def on_visit(self, node: cst.CSTNode) -> bool:
+        if self.found is not None:
+            return False
+        if node is self.target:
+            self.found = self.stack[-1]
+            return False
+        if isinstance(node, cst.SimpleStatementLine | cst.BaseCompoundStatement):
+            self.stack.append(node)  # type: ignore[arg-type]
+        return True
+
+    def on_leave(self, original_node: cst.CSTNode) -> None:
+        if self.stack and self.stack[-1] is original_node:
+            self.stack.pop()
+
+
+class _Statements(cst.CSTVisitor):
+    def __init__(self, predicate) -> None:  # type: ignore[no-untyped-def]
+        super().__init__()
+        self.predicate = predicate
+        self.found: list[cst.SimpleStatementLine] = []
+
+    def on_visit(self, node: cst.CSTNode) -> bool:
+        if isinstance(node, cst.SimpleStatementLine):
+            if self.predicate(node):
+                self.found.append(node)
+            return False
+        return not isinstance(node, cst.BaseExpression)
+
+
+def simple_statements(scope: cst.CSTNode, predicate) -> list[cst.SimpleStatementLine]:  # type: ignore[no-untyped-def]
+    """The simple statement lines below ``scope`` for which ``predicate`` holds (expressions
+    are not walked into: fast on large modules)."""
+    finder = _Statements(predicate)
+    scope.visit(finder)
+    return finder.found
+
+
+def enclosing_statement(scope: cst.CSTNode, node: cst.CSTNode) -> cst.BaseStatement:
+    """The innermost statement below ``scope`` (simple line or compound) containing ``node``."""
+    finder = _StatementOf(node)
+    scope.visit(finder)
+    if finder.found is None:
+        raise ValueError("node not found below scope")
+    return finder.found

@@ -19,7 +19,9 @@ from dataclasses import dataclass
 
 import isort
 import libcst as cst
-from libcst.codemod import CodemodContext, VisitorBasedCodemodCommand
+from libcst.codemod import CodemodContext
+
+from .command import SourceCodemod
 
 DEFAULT_ISORT_CONFIG = isort.Config(profile="black", known_first_party=frozenset({"sglang"}))
 
@@ -133,7 +135,7 @@ def _blank() -> cst.EmptyLine:
     return cst.EmptyLine(indent=False)
 
 
-class AddIsortedImports(VisitorBasedCodemodCommand):
+class AddIsortedImports(SourceCodemod):
     """Add the imports a generated snippet needs, at the positions isort would give them."""
 
     DESCRIPTION: str = __doc__ or ""

@@ -20,13 +20,17 @@ Every inserted piece carries the marker comment ``# pdguard: sender-bootstrap-ti
 from __future__ import annotations
 
 import argparse
+from collections.abc import Sequence
 
+import isort
 import libcst as cst
 import libcst.matchers as m
-from libcst.codemod import CodemodContext, VisitorBasedCodemodCommand
+from libcst.codemod import CodemodContext
 
 from .anchors import AnchorError, calls_named, find_method, marker
-from .insertion import insert_around, parse_statements, replace_node
+from .command import SourceCodemod
+from .insertion import StatementEdit, apply_edits, parse_statements
+from .isort_imports import DEFAULT_ISORT_CONFIG, AddIsortedImports, ImportRequest, reference_to
 
 FIX = "sender-bootstrap-timeout"
 
@@ -108,7 +112,7 @@ def _check_status_returns(poll: cst.FunctionDef) -> list[cst.SimpleStatementLine
     ]
 
 
-class SenderBootstrapTimeout(VisitorBasedCodemodCommand):
+class SenderBootstrapTimeout(SourceCodemod):
     DESCRIPTION: str = "Let a KV sender's bootstrap timeout fire while it reports Bootstrapping."
 
     @staticmethod
@@ -120,7 +124,13 @@ class SenderBootstrapTimeout(VisitorBasedCodemodCommand):
         arg_parser.add_argument("--timeout", default="self.kv_mgr.bootstrap_timeout")
         arg_parser.add_argument("--timeout-setting", default=None)
         arg_parser.add_argument("--no-record-failure", dest="record_failure", action="store_false")
-        arg_parser.add_argument("--clock", default="time.time")
+        arg_parser.add_argument(
+            "--import",
+            dest="imports",
+            action="append",
+            default=[],
+            help="'module' or 'module:name' the timeout setting needs",
+        )
 
     def __init__(
         self,
@@ -132,7 +142,8 @@ class SenderBootstrapTimeout(VisitorBasedCodemodCommand):
         timeout: str = "self.kv_mgr.bootstrap_timeout",
         timeout_setting: str | None = None,
         record_failure: bool = True,
-        clock: str = "time.time",
+        imports: Sequence[ImportRequest | str] = (),
+        isort_config: isort.Config = DEFAULT_ISORT_CONFIG,
     ) -> None:
         super().__init__(context)
         self.class_name = class_name
@@ -142,18 +153,27 @@ class SenderBootstrapTimeout(VisitorBasedCodemodCommand):
         self.timeout = timeout
         self.timeout_setting = timeout_setting
         self.record_failure = record_failure
-        self.clock = clock
+        self.imports = list(imports)
+        self.isort_config = isort_config
+        self.clock = "time.time"
 
     def transform_module_impl(self, tree: cst.Module) -> cst.Module:
+        # time.time(), as _check_bootstrap_timeout() and Mooncake measure it; reuse the
+        # module's own spelling of it.
+        clock = reference_to(tree, "time", "time")
+        self.clock = clock or "time.time"
+        imports = [*self.imports, *([] if clock else [ImportRequest("time")])]
+        edits: list[tuple[cst.CSTNode, StatementEdit]] = []
         if self.add_check:
-            tree = self._add_check(tree)
+            edits.append(self._add_check(tree))
         if self.set_init_time:
-            tree = self._set_init_time(tree)
-        return tree
+            edits.append(self._set_init_time(tree))
+        tree = apply_edits(tree, edits)
+        return AddIsortedImports(self.context, imports, self.isort_config).transform_module(tree)
 
     # -- __init__ ---------------------------------------------------------------------------
 
-    def _set_init_time(self, tree: cst.Module) -> cst.Module:
+    def _set_init_time(self, tree: cst.Module) -> tuple[cst.CSTNode, StatementEdit]:
         config = tree.config_for_parsing
         _, init = find_method(tree, "__init__", self.class_name)
         new = parse_statements(_INIT_TIME.format(marker=marker(FIX), clock=self.clock), config)
@@ -166,9 +186,7 @@ class SenderBootstrapTimeout(VisitorBasedCodemodCommand):
         unset = _first(body, _sets_init_time_to_none)
         if unset is not None:
             # ``self.init_time = None``: start the clock there instead.
-            tree = insert_around(tree, unset, before=new)
-            _, init = find_method(tree, "__init__", self.class_name)
-            return replace_node(tree, _first(init.body.body, _sets_init_time_to_none), None)
+            return unset, StatementEdit(before=new, replacement=None)
         anchor = _first(body, lambda s: bool(calls_named(s, lambda n: n == "__init__")))
         if anchor is None:
             anchor = _first(
@@ -183,11 +201,11 @@ class SenderBootstrapTimeout(VisitorBasedCodemodCommand):
             anchor = body[-1]
             if m.matches(anchor, m.SimpleStatementLine(body=[m.Return()])):
                 raise AnchorError(f"{self.class_name}.__init__ ends with a return")
-        return insert_around(tree, anchor, after=new)
+        return anchor, StatementEdit(after=new)
 
     # -- poll -------------------------------------------------------------------------------
 
-    def _add_check(self, tree: cst.Module) -> cst.Module:
+    def _add_check(self, tree: cst.Module) -> tuple[cst.CSTNode, StatementEdit]:
         config = tree.config_for_parsing
         _, poll = find_method(tree, "poll", self.class_name)
         assigned = [
@@ -206,18 +224,18 @@ class SenderBootstrapTimeout(VisitorBasedCodemodCommand):
         if assigned:
             stmt = assigned[0]
             status = stmt.body[0].targets[0].target.value  # type: ignore[attr-defined]
-            return insert_around(tree, stmt, after=self._check(status, config))
+            return stmt, StatementEdit(after=self._check(status, config))
         stmt = returned[0]
         call = cst.Module(body=[]).code_for_node(stmt.body[0].value)  # type: ignore[attr-defined]
         before = [
             *parse_statements(f"status = {call}\n", config),
             *self._check("status", config),
         ]
-        tree = insert_around(tree, stmt, before=before)
-        _, poll = find_method(tree, "poll", self.class_name)
-        (stmt,) = _check_status_returns(poll)
-        new_return = stmt.with_changes(body=[stmt.body[0].with_changes(value=cst.Name("status"))])
-        return replace_node(tree, stmt, new_return)
+        new_return = stmt.with_changes(
+            body=[stmt.body[0].with_changes(value=cst.Name("status"))],  # type: ignore[attr-defined]
+            leading_lines=[],
+        )
+        return stmt, StatementEdit(before=before, replacement=new_return)
 
     def _check(self, status: str, config: cst.PartialParserConfig) -> list[cst.BaseStatement]:
         if self.check_style == "helper":

@@ -9,12 +9,7 @@ from libcst.codemod import CodemodContext
 from codemods.anchors import AnchorError, has_marker
 from codemods.inflight_deadline import FIX, FUNCTION, HELPER, QUEUE, STAMP, TIMEOUT
 from codemods.inflight_deadline import InflightDeadline as InflightDeadlineCodemod
-from codemods.isort_imports import (
-    AddIsortedImports,
-    ImportRequest,
-    reference_to,
-    top_level_bindings,
-)
+from codemods.isort_imports import top_level_bindings
 
 from ..kv_senders import BASE_SENDER
 from ..tree import PREFILL_PATH
@@ -124,8 +119,6 @@ class InflightDeadline:
                 )
 
         module = workspace.cst(PREFILL_PATH)
-        monotonic = reference_to(module, "time", "monotonic")
-        environ = reference_to(module, "os", "environ")
         if "KVPoll" not in top_level_bindings(module):
             return Outcome(
                 Status.REFUSED, f"KVPoll is not imported in {PREFILL_PATH}", PREFILL_PATH
@@ -140,18 +133,10 @@ class InflightDeadline:
         context = CodemodContext(filename=PREFILL_PATH)
         try:
             module = InflightDeadlineCodemod(
-                context,
-                monotonic=monotonic or "time.monotonic",
-                environ=environ or "os.environ",
-                abort=abort,
+                context, abort=abort, isort_config=workspace.isort_config(PREFILL_PATH)
             ).transform_module(module)
         except AnchorError as exc:
             return Outcome(Status.REFUSED, str(exc), PREFILL_PATH)
-        imports = [ImportRequest("os")] if environ is None else []
-        imports += [ImportRequest("time")] if monotonic is None else []
-        module = AddIsortedImports(
-            context, imports, workspace.isort_config(PREFILL_PATH)
-        ).transform_module(module)
         workspace.set_text(PREFILL_PATH, module.code)
         how = {
             "direct": "abort() and a Failed poll",

@@ -15,7 +15,6 @@ from libcst.codemod import CodemodContext
 
 from codemods.anchors import AnchorError, has_marker
 from codemods.isort_imports import (
-    AddIsortedImports,
     ImportRequest,
     reference_to,
     top_level_bindings,
@@ -89,8 +88,6 @@ class SenderBootstrapTimeoutFix:
         for rel, file_edits in sorted(by_file.items()):
             module = workspace.cst(rel)
             context = CodemodContext(filename=rel)
-            clock = reference_to(module, "time", "time")
-            imports: list[ImportRequest] = [] if clock else [ImportRequest("time")]
             try:
                 for edit in file_edits:
                     module = SenderBootstrapTimeout(
@@ -102,14 +99,11 @@ class SenderBootstrapTimeoutFix:
                         timeout=edit.timeout,
                         timeout_setting=edit.timeout_setting,
                         record_failure=edit.record_failure,
-                        clock=clock or "time.time",
+                        imports=edit.imports,
+                        isort_config=workspace.isort_config(rel),
                     ).transform_module(module)
-                    imports += [i for i in edit.imports if i not in imports]
             except AnchorError as exc:
                 return Outcome(Status.REFUSED, f"{rel}: {exc}", rel)
-            module = AddIsortedImports(
-                context, imports, workspace.isort_config(rel)
-            ).transform_module(module)
             workspace.set_text(rel, module.code)
 
         still = [

@@ -1,0 +1,330 @@
+"""``InflightDeadline`` on hand-written, SGLang-shaped snippets: before/after, anchors, and the
+behaviour of the code it writes."""
+
+from __future__ import annotations
+
+import logging
+import textwrap
+import types
+
+import libcst as cst
+import pytest
+from libcst.codemod import CodemodContext, CodemodTest
+
+from codemods.anchors import AnchorError
+from codemods.inflight_deadline import InflightDeadline
+
+PREFILL = '''\
+"""Prefill."""
+
+from __future__ import annotations
+
+import logging
+from typing import List
+
+from sglang.srt.disaggregation.base import KVPoll
+from sglang.srt.disaggregation.utils import poll_and_all_reduce
+
+logger = logging.getLogger(__name__)
+
+
+class SchedulerDisaggregationPrefillMixin:
+    def process_batch_result_disagg_prefill(self, batch) -> None:
+        for req in batch.reqs:
+            self.disagg_prefill_inflight_queue.append(req)
+
+    def process_disagg_prefill_inflight_queue(self) -> List:
+        if len(self.disagg_prefill_inflight_queue) == 0:
+            return []
+
+        done_reqs = []
+
+        polls = poll_and_all_reduce(
+            [req.disagg_kv_sender for req in self.disagg_prefill_inflight_queue],
+            self.attn_tp_cpu_group,
+        )
+
+        undone_reqs = []
+        for req, poll in zip(self.disagg_prefill_inflight_queue, polls):
+            if poll in [KVPoll.WaitingForInput, KVPoll.Transferring]:
+                undone_reqs.append(req)
+            elif poll == KVPoll.Success:
+                done_reqs.append(req)
+            elif poll == KVPoll.Failed:
+                req.failed = True
+                done_reqs.append(req)
+
+        self.disagg_prefill_inflight_queue = undone_reqs
+        return done_reqs
+'''
+
+EXPECTED = '''\
+"""Prefill."""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+from typing import List
+
+from sglang.srt.disaggregation.base import KVPoll
+from sglang.srt.disaggregation.utils import poll_and_all_reduce
+
+logger = logging.getLogger(__name__)
+
+# pdguard: inflight-deadline
+# Seconds a request may wait in the prefill inflight queue for its KV transfer
+# before it is failed; read once per process. 0 (or less) turns the deadline off.
+_INFLIGHT_TIMEOUT_ENV = "SGLANG_DISAGGREGATION_INFLIGHT_TIMEOUT"
+try:
+    INFLIGHT_QUEUE_TIMEOUT = float(os.environ.get(_INFLIGHT_TIMEOUT_ENV, "300"))
+except ValueError:
+    logger.warning(
+        f"{_INFLIGHT_TIMEOUT_ENV}={os.environ[_INFLIGHT_TIMEOUT_ENV]!r} is not a number "
+        "of seconds; using the default, 300"
+    )
+    INFLIGHT_QUEUE_TIMEOUT = 300.0
+
+
+class SchedulerDisaggregationPrefillMixin:
+    def process_batch_result_disagg_prefill(self, batch) -> None:
+        for req in batch.reqs:
+            # pdguard: inflight-deadline: stamp on first entry only, so that the deadline
+            # counts KV transfer time (not prefill) and a re-queue does not restart it.
+            if getattr(req, "inflight_queue_entry_time", None) is None:
+                req.inflight_queue_entry_time = time.monotonic()
+            self.disagg_prefill_inflight_queue.append(req)
+
+    # pdguard: inflight-deadline
+    def _fail_timed_out_inflight_reqs(self) -> None:
+        """Fail the requests whose KV transfer outlived the inflight deadline.
+
+        Runs before the poll all-reduce: the sender reports Failed from now on, so the
+        reduced poll is Failed on every rank and the Failed branch cleans the request up.
+        """
+        if INFLIGHT_QUEUE_TIMEOUT <= 0:
+            return
+        now = time.monotonic()
+        for req in self.disagg_prefill_inflight_queue:
+            entry_time = getattr(req, "inflight_queue_entry_time", None)
+            if entry_time is None or now - entry_time < INFLIGHT_QUEUE_TIMEOUT:
+                continue
+            logger.warning(
+                f"Prefill inflight request timed out: {req.rid=} {req.bootstrap_room=} "
+                f"waited {now - entry_time:.1f}s for its KV transfer "
+                f"(deadline {INFLIGHT_QUEUE_TIMEOUT:g}s)"
+            )
+            sender = req.disagg_kv_sender
+            sender.abort()
+            # Not every backend's poll() honours abort() (NIXL reads its transfer
+            # handles once it has sent), so pin the sender's result to Failed.
+            sender.poll = lambda: KVPoll.Failed
+
+    def process_disagg_prefill_inflight_queue(self) -> List:
+        if len(self.disagg_prefill_inflight_queue) == 0:
+            return []
+
+        done_reqs = []
+
+        # pdguard: inflight-deadline: fail overdue requests before the poll
+        # all-reduce, so that every rank sees them Failed in the same step.
+        self._fail_timed_out_inflight_reqs()
+        polls = poll_and_all_reduce(
+            [req.disagg_kv_sender for req in self.disagg_prefill_inflight_queue],
+            self.attn_tp_cpu_group,
+        )
+
+        undone_reqs = []
+        for req, poll in zip(self.disagg_prefill_inflight_queue, polls):
+            if poll in [KVPoll.WaitingForInput, KVPoll.Transferring]:
+                undone_reqs.append(req)
+            elif poll == KVPoll.Success:
+                done_reqs.append(req)
+            elif poll == KVPoll.Failed:
+                req.failed = True
+                done_reqs.append(req)
+
+        self.disagg_prefill_inflight_queue = undone_reqs
+        return done_reqs
+'''
+
+
+class TestInflightDeadline(CodemodTest):
+    TRANSFORM = InflightDeadline
+
+    def test_before_after(self) -> None:
+        self.assertCodemod(PREFILL, EXPECTED, abort="direct")
+
+    def test_guarded_abort_when_only_some_senders_can_abort(self) -> None:
+        out = _patch(PREFILL, abort="guarded")
+        assert 'if hasattr(sender, "abort"):\n                sender.abort()' in out
+
+    def test_no_abort_when_no_sender_can(self) -> None:
+        out = _patch(PREFILL, abort="none")
+        assert "abort()\n" not in out.replace("honours abort()", "")
+
+    def test_reuses_existing_time_and_os_imports(self) -> None:
+        src = PREFILL.replace(
+            "import logging\n", "import logging\nimport time as _t\nfrom os import environ\n"
+        )
+        out = _patch(src)
+        assert "_t.monotonic()" in out and "environ.get(_INFLIGHT_TIMEOUT_ENV" in out
+        assert "\nimport time\n" not in out and "\nimport os\n" not in out
+
+    def test_self_annotation_follows_the_target(self) -> None:
+        src = PREFILL.replace(
+            "def process_disagg_prefill_inflight_queue(self)",
+            "def process_disagg_prefill_inflight_queue(self: Scheduler)",
+        )
+        assert "def _fail_timed_out_inflight_reqs(self: Scheduler) -> None:" in _patch(src)
+
+    def test_anchors_on_the_function_not_the_first_poll_call(self) -> None:
+        # Another poll_and_all_reduce() earlier in the file must not be touched.
+        src = PREFILL.replace(
+            "class SchedulerDisaggregationPrefillMixin:\n",
+            "class PrefillBootstrapQueue:\n"
+            "    def pop_bootstrapped(self):\n"
+            "        return poll_and_all_reduce(self.queue, self.gloo_group)\n"
+            "\n\nclass SchedulerDisaggregationPrefillMixin:\n",
+        )
+        out = _patch(src)
+        pop = out.index("def pop_bootstrapped")
+        assert "_fail_timed_out_inflight_reqs()" not in out[pop : out.index("class Scheduler")]
+        call = out.index("self._fail_timed_out_inflight_reqs()")
+        assert call > out.index("def process_disagg_prefill_inflight_queue")
+
+
+@pytest.mark.parametrize(
+    ("old", "new", "message"),
+    [
+        (
+            "def process_disagg_prefill_inflight_queue",
+            "def process_inflight",
+            "no method process_disagg_prefill_inflight_queue()",
+        ),
+        ("logger = logging.getLogger(__name__)", "log = 1", "logger"),
+        ("self.disagg_prefill_inflight_queue.append(req)", "pass", "append"),
+        (
+            "        undone_reqs = []\n",
+            "        undone_reqs = []\n        poll_and_all_reduce([], None)\n",
+            "2 poll_and_all_reduce",
+        ),
+    ],
+)
+def test_anchor_errors(old: str, new: str, message: str) -> None:
+    with pytest.raises(AnchorError, match=message):
+        _patch(PREFILL.replace(old, new))
+
+
+def _patch(src: str, **kwargs: str) -> str:
+    return InflightDeadline(CodemodContext(), **kwargs).transform_module(cst.parse_module(src)).code
+
+
+# -- behaviour of the written code, with stand-ins for SGLang --------------------------------
+
+
+class _Sender:
+    def __init__(self) -> None:
+        self.aborted = 0
+
+    def poll(self) -> int:
+        return 2  # WaitingForInput, forever (decode restarted)
+
+    def abort(self) -> None:
+        self.aborted += 1
+
+
+class _Clock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def monotonic(self) -> float:
+        return self.now
+
+
+def _load(monkeypatch: pytest.MonkeyPatch, env: str | None) -> tuple[types.ModuleType, _Clock]:
+    """Execute the patched snippet as a module, with stand-ins for SGLang and the clock."""
+    if env is None:
+        monkeypatch.delenv("SGLANG_DISAGGREGATION_INFLIGHT_TIMEOUT", raising=False)
+    else:
+        monkeypatch.setenv("SGLANG_DISAGGREGATION_INFLIGHT_TIMEOUT", env)
+    code = _patch(PREFILL, abort="direct")
+    code = code.replace("from sglang.srt.disaggregation.base import KVPoll\n", "")
+    code = code.replace("from sglang.srt.disaggregation.utils import poll_and_all_reduce\n", "")
+    clock = _Clock()
+    module = types.ModuleType("prefill_under_test")
+    kvpoll = types.SimpleNamespace(
+        Failed=0, Bootstrapping=1, WaitingForInput=2, Transferring=3, Success=4
+    )
+    module.__dict__.update(
+        KVPoll=kvpoll,
+        # MIN all-reduce over a single rank: just the local polls.
+        poll_and_all_reduce=lambda senders, group: [s.poll() for s in senders],
+    )
+    exec(compile(code, "prefill_under_test", "exec"), module.__dict__)
+    module.time = types.SimpleNamespace(monotonic=clock.monotonic)  # type: ignore[attr-defined]
+    return module, clock
+
+
+def _scheduler(module: types.ModuleType) -> object:
+    scheduler = module.SchedulerDisaggregationPrefillMixin()
+    scheduler.disagg_prefill_inflight_queue = []
+    scheduler.attn_tp_cpu_group = None
+    return scheduler
+
+
+def _req(rid: str) -> types.SimpleNamespace:
+    return types.SimpleNamespace(rid=rid, bootstrap_room=7, disagg_kv_sender=_Sender())
+
+
+def test_written_code_fails_a_wedged_request_at_the_deadline(monkeypatch) -> None:
+    module, clock = _load(monkeypatch, env=None)
+    scheduler = _scheduler(module)
+    req = _req("wedged")
+    scheduler.process_batch_result_disagg_prefill(types.SimpleNamespace(reqs=[req]))
+    clock.now += 299.0
+    assert scheduler.process_disagg_prefill_inflight_queue() == []
+    assert scheduler.disagg_prefill_inflight_queue == [req]
+    clock.now += 2.0
+    assert scheduler.process_disagg_prefill_inflight_queue() == [req]
+    assert req.failed and req.disagg_kv_sender.aborted == 1
+    assert req.disagg_kv_sender.poll() == 0  # pinned to Failed, also for later polls
+    assert scheduler.disagg_prefill_inflight_queue == []
+
+
+def test_requeue_keeps_the_first_stamp(monkeypatch) -> None:
+    module, clock = _load(monkeypatch, env="60")
+    scheduler = _scheduler(module)
+    req = _req("requeued")
+    scheduler.process_batch_result_disagg_prefill(types.SimpleNamespace(reqs=[req]))
+    clock.now += 40.0
+    scheduler.disagg_prefill_inflight_queue = []
+    scheduler.process_batch_result_disagg_prefill(types.SimpleNamespace(reqs=[req]))
+    clock.now += 30.0  # 70 s since the first entry, 30 s since the re-queue
+    assert scheduler.process_disagg_prefill_inflight_queue() == [req]
+
+
+@pytest.mark.parametrize("env", ["0", "-1"])
+def test_zero_turns_the_deadline_off(monkeypatch, env: str) -> None:
+    module, clock = _load(monkeypatch, env=env)
+    scheduler = _scheduler(module)
+    req = _req("patient")
+    scheduler.process_batch_result_disagg_prefill(types.SimpleNamespace(reqs=[req]))
+    clock.now += 1e6
+    assert scheduler.process_disagg_prefill_inflight_queue() == []
+    assert req.disagg_kv_sender.aborted == 0
+
+
+def test_invalid_value_logs_and_uses_the_default(monkeypatch, caplog) -> None:
+    with caplog.at_level(logging.WARNING):
+        module, _ = _load(monkeypatch, env="five minutes")
+    assert module.INFLIGHT_QUEUE_TIMEOUT == 300.0
+    assert "'five minutes' is not a number of seconds" in caplog.text
+
+
+def test_expected_snippet_is_what_black_would_write() -> None:
+    import black
+
+    assert black.format_str(EXPECTED, mode=black.Mode()) == EXPECTED
+    assert textwrap.dedent(EXPECTED) == EXPECTED

@@ -1,0 +1,240 @@
+"""``SenderBootstrapTimeout`` on hand-written sender snippets shaped like SGLang's releases."""
+
+from __future__ import annotations
+
+import textwrap
+
+import libcst as cst
+import pytest
+from libcst.codemod import CodemodContext, CodemodTest
+
+from codemods.anchors import AnchorError
+from codemods.sender_bootstrap_timeout import SenderBootstrapTimeout, black_assignment
+
+
+class TestSenderBootstrapTimeout(CodemodTest):
+    TRANSFORM = SenderBootstrapTimeout
+
+    def test_helper_release_sets_init_time_after_super_and_calls_the_helper(self) -> None:
+        # 0.5.13 - 0.5.17: CommonKVSender has _check_bootstrap_timeout, init_time = None.
+        before = """
+            import time
+
+            from sglang.srt.disaggregation.common.conn import CommonKVSender
+
+
+            class NixlKVSender(CommonKVSender):
+                def __init__(self, mgr, bootstrap_addr, bootstrap_room):
+                    super().__init__(mgr, bootstrap_addr, bootstrap_room)
+                    self.has_sent = False
+
+                def poll(self) -> KVPoll:
+                    if self._send_failed:
+                        return KVPoll.Failed  # type: ignore
+                    status = self.kv_mgr.check_status(self.bootstrap_room)
+                    return status
+        """
+        after = """
+            import time
+
+            from sglang.srt.disaggregation.common.conn import CommonKVSender
+
+
+            class NixlKVSender(CommonKVSender):
+                def __init__(self, mgr, bootstrap_addr, bootstrap_room):
+                    super().__init__(mgr, bootstrap_addr, bootstrap_room)
+                    # pdguard: sender-bootstrap-timeout: the bootstrap timeout counts from here.
+                    self.init_time = time.time()
+                    self.has_sent = False
+
+                def poll(self) -> KVPoll:
+                    if self._send_failed:
+                        return KVPoll.Failed  # type: ignore
+                    status = self.kv_mgr.check_status(self.bootstrap_room)
+                    # pdguard: sender-bootstrap-timeout
+                    if status == KVPoll.Bootstrapping:
+                        timeout_result = self._check_bootstrap_timeout()
+                        if timeout_result is not None:
+                            return timeout_result
+                    return status
+        """
+        self.assertCodemod(before, after, class_name="NixlKVSender")
+
+    def test_inline_release_reads_the_timeout_and_wraps_the_returned_status(self) -> None:
+        # 0.4.7 - 0.5.2: no helper, no super().__init__, no `import time`, timeout read in the
+        # release through get_int_env_var (imported here by the codemod, in isort order).
+        before = """
+            import logging
+            import threading
+
+            from sglang.srt.utils import get_local_ip_by_remote
+
+
+            class NixlKVSender(BaseKVSender):
+                def __init__(self, mgr, bootstrap_addr, bootstrap_room):
+                    self.kv_mgr = mgr
+                    self.kv_mgr.update_status(self.bootstrap_room, KVPoll.Bootstrapping)
+                    # inner state
+                    self.curr_idx = 0
+
+                def poll(self) -> KVPoll:
+                    if not self.has_sent:
+                        return self.kv_mgr.check_status(self.bootstrap_room)
+                    return KVPoll.WaitingForInput
+        """
+        after = """
+            import logging
+            import threading
+            import time
+
+            from sglang.srt.utils import get_int_env_var, get_local_ip_by_remote
+
+
+            class NixlKVSender(BaseKVSender):
+                def __init__(self, mgr, bootstrap_addr, bootstrap_room):
+                    self.kv_mgr = mgr
+                    self.kv_mgr.update_status(self.bootstrap_room, KVPoll.Bootstrapping)
+                    # pdguard: sender-bootstrap-timeout: the bootstrap timeout counts from here.
+                    self.init_time = time.time()
+                    self.bootstrap_timeout = get_int_env_var(
+                        "SGLANG_DISAGGREGATION_BOOTSTRAP_TIMEOUT", 30
+                    )
+                    # inner state
+                    self.curr_idx = 0
+
+                def poll(self) -> KVPoll:
+                    if not self.has_sent:
+                        status = self.kv_mgr.check_status(self.bootstrap_room)
+                        # pdguard: sender-bootstrap-timeout
+                        if status == KVPoll.Bootstrapping and self.init_time is not None:
+                            elapsed = time.time() - self.init_time
+                            if elapsed >= self.bootstrap_timeout:
+                                return KVPoll.Failed
+                        return status
+                    return KVPoll.WaitingForInput
+        """
+        self.assertCodemod(
+            before,
+            after,
+            class_name="NixlKVSender",
+            check_style="inline",
+            timeout="self.bootstrap_timeout",
+            timeout_setting='get_int_env_var("SGLANG_DISAGGREGATION_BOOTSTRAP_TIMEOUT", 30)',
+            record_failure=False,
+            imports=["sglang.srt.utils:get_int_env_var"],
+        )
+
+    def test_inline_check_records_the_failure_where_the_manager_can(self) -> None:
+        before = """
+            import time
+
+
+            class NixlKVSender(CommonKVSender):
+                def __init__(self, mgr):
+                    super().__init__(mgr)
+
+                def poll(self) -> KVPoll:
+                    status = self.kv_mgr.check_status(self.bootstrap_room)
+                    return status
+        """
+        out = _patch(before, check_style="inline", set_init_time=False)
+        assert "if elapsed >= self.kv_mgr.bootstrap_timeout:" in out
+        assert "self.kv_mgr.record_failure(" in out
+        assert 'f"{elapsed:.1f}s in KVPoll.Bootstrapping",' in out
+
+    def test_init_time_none_becomes_the_construction_time(self) -> None:
+        # Mooncake 0.4.7 - 0.4.8: init_time only set in init(), after Bootstrapping.
+        before = """
+            import time
+
+
+            class MooncakeKVSender(BaseKVSender):
+                def __init__(self, mgr, bootstrap_addr, bootstrap_room):
+                    self.kv_mgr = mgr
+                    self.conclude_state = None
+                    self.init_time = None
+                    # inner state
+                    self.curr_idx = 0
+
+                def init(self, num_kv_indices):
+                    self.init_time = time.time()
+        """
+        after = """
+            import time
+
+
+            class MooncakeKVSender(BaseKVSender):
+                def __init__(self, mgr, bootstrap_addr, bootstrap_room):
+                    self.kv_mgr = mgr
+                    self.conclude_state = None
+                    # pdguard: sender-bootstrap-timeout: the bootstrap timeout counts from here.
+                    self.init_time = time.time()
+                    # inner state
+                    self.curr_idx = 0
+
+                def init(self, num_kv_indices):
+                    self.init_time = time.time()
+        """
+        self.assertCodemod(before, after, class_name="MooncakeKVSender", add_check=False)
+
+    def test_only_the_named_class_is_touched(self) -> None:
+        before = """
+            import time
+
+
+            class A(BaseKVSender):
+                def __init__(self):
+                    self.init_time = None
+
+
+            class B(BaseKVSender):
+                def __init__(self):
+                    self.init_time = None
+        """
+        out = _patch(before, class_name="B", add_check=False)
+        assert out.count("self.init_time = None") == 1
+        assert out.index("self.init_time = None") < out.index("class B")
+
+
+@pytest.mark.parametrize(
+    "poll_body",
+    [
+        "        return KVPoll.WaitingForInput\n",
+        "        a = self.kv_mgr.check_status(1)\n        return self.kv_mgr.check_status(2)\n",
+    ],
+)
+def test_poll_that_does_not_read_the_status_once_is_refused(poll_body: str) -> None:
+    src = f"class NixlKVSender:\n    def poll(self):\n{poll_body}"
+    with pytest.raises(AnchorError, match="check_status"):
+        _patch(src, set_init_time=False)
+
+
+@pytest.mark.parametrize(
+    ("value", "expected"),
+    [
+        (
+            "envs.SGLANG_DISAGGREGATION_BOOTSTRAP_TIMEOUT.get()",
+            "x = envs.SGLANG_DISAGGREGATION_BOOTSTRAP_TIMEOUT.get()\n",
+        ),
+        (
+            'get_int_env_var(\n    "SGLANG_DISAGGREGATION_BOOTSTRAP_TIMEOUT", 300\n)',
+            'x = get_int_env_var("SGLANG_DISAGGREGATION_BOOTSTRAP_TIMEOUT", 300)\n',
+        ),
+    ],
+)
+def test_black_assignment_fits_on_one_line(value: str, expected: str) -> None:
+    assert black_assignment("x", value, indent=8) == expected
+
+
+def test_black_assignment_splits_like_black() -> None:
+    import black
+
+    value = 'get_int_env_var("SGLANG_DISAGGREGATION_BOOTSTRAP_TIMEOUT", 300)'
+    for target in ("self.bootstrap_timeout", "self.a_much_longer_attribute_name_for_the_timeout"):
+        code = black_assignment(target, value, indent=0)
+        assert black.format_str(code, mode=black.Mode(line_length=88)) == code
+
+
+def _patch(src: str, class_name: str = "NixlKVSender", **kwargs) -> str:
+    codemod = SenderBootstrapTimeout(CodemodContext(), class_name=class_name, **kwargs)
+    return codemod.transform_module(cst.parse_module(textwrap.dedent(src))).code

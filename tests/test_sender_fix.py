@@ -1,0 +1,246 @@
+"""The ``sender-bootstrap-timeout`` fix on hand-written sender hierarchies (several files,
+inheritance, helpers), and its statuses."""
+
+from __future__ import annotations
+
+import textwrap
+from pathlib import Path
+
+from pdguard.fixes.base import Status
+from pdguard.fixes.sender_bootstrap_timeout import SenderBootstrapTimeoutFix
+from pdguard.fixes.sender_index import sender_index
+from pdguard.tree import open_tree
+from pdguard.workspace import Workspace
+
+BASE = """
+    class KVPoll:
+        Failed = 0
+        Bootstrapping = 1
+        WaitingForInput = 2
+
+
+    class BaseKVSender:
+        def poll(self): ...
+"""
+
+COMMON = """
+    import time
+
+    from sglang.srt.disaggregation.base.conn import BaseKVSender, KVPoll
+
+
+    class CommonKVManager:
+        def __init__(self):
+            self.bootstrap_timeout = envs.SGLANG_DISAGGREGATION_BOOTSTRAP_TIMEOUT.get()
+
+        def record_failure(self, room, reason): ...
+
+
+    class CommonKVSender(BaseKVSender):
+        def __init__(self, mgr: CommonKVManager, room):
+            self.kv_mgr = mgr
+            self.init_time = None
+            self.kv_mgr.update_status(room, KVPoll.Bootstrapping)
+
+        def _check_bootstrap_timeout(self):
+            if self.init_time is None:
+                return None
+            return None
+"""
+
+# A NIXL sender as in 0.5.13 - 0.5.17: init_time stays None, poll never checks.
+NIXL_BROKEN = """
+    import time
+
+    from sglang.srt.disaggregation.common.conn import CommonKVManager, CommonKVSender, KVPoll
+
+
+    class NixlKVManager(CommonKVManager):
+        pass
+
+
+    class NixlKVSender(CommonKVSender):
+        def __init__(self, mgr: NixlKVManager, room):
+            super().__init__(mgr, room)
+            self.has_sent = False
+
+        def poll(self):
+            status = self.kv_mgr.check_status(self.bootstrap_room)
+            return status
+"""
+
+# As in 0.5.22: the check sits in a helper that poll() calls.
+NIXL_VIA_HELPER = """
+    import time
+
+    from sglang.srt.disaggregation.common.conn import CommonKVManager, CommonKVSender, KVPoll
+
+
+    class NixlKVSender(CommonKVSender):
+        def __init__(self, mgr: CommonKVManager, room):
+            super().__init__(mgr, room)
+            self.init_time = time.time()
+
+        def poll(self):
+            return self._poll_with_status(self.kv_mgr.check_status)
+
+        def _poll_with_status(self, check_status):
+            status = check_status(self.bootstrap_room)
+            if status == KVPoll.Bootstrapping:
+                timeout_result = self._check_bootstrap_timeout()
+                if timeout_result is not None:
+                    return timeout_result
+            return status
+"""
+
+# A sender that never reports Bootstrapping (like NIXL in 0.4.6).
+NEVER_BOOTSTRAPS = """
+    from sglang.srt.disaggregation.base.conn import BaseKVSender, KVPoll
+
+
+    class NixlKVSender(BaseKVSender):
+        def __init__(self, mgr, room):
+            self.has_sent = False
+
+        def poll(self):
+            if not self.has_sent:
+                return KVPoll.WaitingForInput
+            return KVPoll.Success
+"""
+
+
+def _tree(tmp_path: Path, **files: str) -> Workspace:
+    disagg = tmp_path / "sglang" / "srt" / "disaggregation"
+    (disagg / "base").mkdir(parents=True)
+    (disagg / "prefill.py").write_text("")
+    (disagg / "base" / "conn.py").write_text(textwrap.dedent(BASE))
+    for name, text in files.items():
+        path = disagg / name / "conn.py"
+        path.parent.mkdir(exist_ok=True)
+        path.write_text(textwrap.dedent(text))
+    return Workspace(open_tree(tmp_path))
+
+
+def test_broken_sender_is_fixed_in_its_own_class(tmp_path: Path) -> None:
+    workspace = _tree(tmp_path, common=COMMON, nixl=NIXL_BROKEN)
+    outcome = SenderBootstrapTimeoutFix().plan(workspace)
+    assert outcome.status is Status.APPLIED, outcome.note
+    assert outcome.note.startswith("NixlKVSender: init_time + check (helper)")
+    assert list(workspace.changed()) == ["sglang/srt/disaggregation/nixl/conn.py"]
+    facts = sender_index(workspace).facts("NixlKVSender")
+    assert (facts.init_time, facts.check_reached) == ("time", True)
+    # Written back and planned again: pdguard's marker -> present, nothing to do.
+    for rel, new in workspace.changed().items():
+        (tmp_path / rel).write_text(new.text)
+    again = _tree_again(tmp_path)
+    assert SenderBootstrapTimeoutFix().plan(again).status is Status.PRESENT
+    assert again.changed() == {}
+
+
+def _tree_again(tmp_path: Path) -> Workspace:
+    return Workspace(open_tree(tmp_path))
+
+
+def test_check_through_a_helper_method_is_upstream(tmp_path: Path) -> None:
+    workspace = _tree(tmp_path, common=COMMON, nixl=NIXL_VIA_HELPER)
+    outcome = SenderBootstrapTimeoutFix().plan(workspace)
+    assert outcome.status is Status.UPSTREAM, outcome.note
+    assert workspace.changed() == {}
+
+
+def test_inherited_everything_is_upstream(tmp_path: Path) -> None:
+    # As in 0.5.23: `class NixlKVSender(CommonKVSender): pass`, Common does it all.
+    common = COMMON.replace("self.init_time = None", "self.init_time = time.time()") + (
+        "\n        def poll(self):\n"
+        "            status = self.kv_mgr.check_status(self.bootstrap_room)\n"
+        "            if status == KVPoll.Bootstrapping:\n"
+        "                return self._check_bootstrap_timeout() or status\n"
+        "            return status\n"
+    )
+    nixl = """
+        from sglang.srt.disaggregation.common.conn import CommonKVSender
+
+
+        class NixlKVSender(CommonKVSender):
+            pass
+    """
+    workspace = _tree(tmp_path, common=common, nixl=nixl)
+    outcome = SenderBootstrapTimeoutFix().plan(workspace)
+    assert outcome.status is Status.UPSTREAM, outcome.note
+    assert "NixlKVSender" in outcome.note
+
+
+def test_sender_that_never_bootstraps_is_not_applicable(tmp_path: Path) -> None:
+    workspace = _tree(tmp_path, nixl=NEVER_BOOTSTRAPS)
+    outcome = SenderBootstrapTimeoutFix().plan(workspace)
+    assert outcome.status is Status.NOT_APPLICABLE
+    assert "no KV sender can report Bootstrapping" in outcome.note
+
+
+def test_init_time_set_only_in_init_is_fixed(tmp_path: Path) -> None:
+    # Mooncake 0.4.7 - 0.4.8: an inline check exists, but init_time is None while
+    # Bootstrapping because init() runs only after it.
+    mooncake = """
+        import time
+
+        from sglang.srt.disaggregation.base.conn import BaseKVSender, KVPoll
+
+
+        class MooncakeKVManager:
+            def __init__(self):
+                self.bootstrap_time_out = 30
+
+
+        class MooncakeKVSender(BaseKVSender):
+            def __init__(self, mgr: MooncakeKVManager, room):
+                self.kv_mgr = mgr
+                self.kv_mgr.update_status(room, KVPoll.Bootstrapping)
+                self.init_time = None
+
+            def init(self):
+                self.init_time = time.time()
+
+            def poll(self):
+                status = self.kv_mgr.check_status(self.bootstrap_room)
+                if status == KVPoll.Bootstrapping and self.init_time is not None:
+                    if time.time() - self.init_time >= self.kv_mgr.bootstrap_time_out:
+                        return KVPoll.Failed
+                return status
+    """
+    workspace = _tree(tmp_path, mooncake=mooncake)
+    facts = sender_index(workspace).facts("MooncakeKVSender")
+    assert (facts.can_bootstrap, facts.init_time, facts.check_reached) == (True, "none", True)
+    outcome = SenderBootstrapTimeoutFix().plan(workspace)
+    assert outcome.note == "MooncakeKVSender: init_time", outcome.note
+    text = workspace.text("sglang/srt/disaggregation/mooncake/conn.py")
+    assert "self.init_time = None" not in text
+    assert sender_index(workspace).facts("MooncakeKVSender").init_time == "time"
+
+
+def test_inline_check_uses_the_managers_timeout_attribute(tmp_path: Path) -> None:
+    common = COMMON.replace(
+        "        def _check_bootstrap_timeout(self):\n"
+        "            if self.init_time is None:\n"
+        "                return None\n"
+        "            return None\n",
+        "",
+    )
+    workspace = _tree(tmp_path, common=common, nixl=NIXL_BROKEN)
+    outcome = SenderBootstrapTimeoutFix().plan(workspace)
+    assert outcome.status is Status.APPLIED
+    assert "(inline)" in outcome.note
+    text = workspace.text("sglang/srt/disaggregation/nixl/conn.py")
+    assert "if elapsed >= self.kv_mgr.bootstrap_timeout:" in text
+    assert "self.kv_mgr.record_failure(" in text
+
+
+def test_unanchorable_poll_is_refused_and_nothing_changes(tmp_path: Path) -> None:
+    nixl = NIXL_BROKEN.replace(
+        "status = self.kv_mgr.check_status(self.bootstrap_room)\n            return status",
+        "return self.kv_mgr.check_status(1) or self.kv_mgr.check_status(2)",
+    )
+    workspace = _tree(tmp_path, common=COMMON, nixl=nixl)
+    outcome = SenderBootstrapTimeoutFix().plan(workspace)
+    assert outcome.status is Status.REFUSED
+    assert "check_status" in outcome.note
+    assert workspace.changed() == {}
