@@ -122,6 +122,7 @@ def run_demo(release: str, fmt: str) -> int:
     from vendor_sglang import fetch_release
 
     source = fetch_release(release)
+    print(f"pdguard demo: sglang {release} from PyPI (sha256-pinned), patched in a temporary copy")
     with tempfile.TemporaryDirectory(prefix="pdguard-demo-") as tmp:
         copy = Path(tmp) / f"sglang-{release}"
         shutil.copytree(source, copy)
