@@ -1,0 +1,37 @@
+"""pdguard's rules: one module each, with its rationale and VALID/INVALID examples.
+
+Rules read a ``Project`` (the files that can matter, parsed with ``ast``) and yield
+``Finding``s; they never open files.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from .model import Finding, Rule
+from .pdg001_inflight_wait_forever import InflightWaitForever
+from .pdg002_deadline_per_rank import DeadlinePerRank
+from .pdg003_deadline_clock import DeadlineClock
+from .pdg004_sender_bootstrapping_forever import SenderBootstrappingForever
+from .pdg005_unbound_name import UnboundName
+from .project import Project
+
+RULES: tuple[Rule, ...] = (
+    InflightWaitForever(),
+    DeadlinePerRank(),
+    DeadlineClock(),
+    SenderBootstrappingForever(),
+    UnboundName(),
+)
+CODES = tuple(rule.code for rule in RULES)
+
+
+def run(project: Project, codes: Iterable[str] = CODES) -> list[Finding]:
+    """Every finding of the selected rules, sorted by path and position."""
+    selected = set(codes)
+    return sorted(
+        finding for rule in RULES if rule.code in selected for finding in rule.check(project)
+    )
+
+
+__all__ = ["CODES", "RULES", "Finding", "Project", "Rule", "run"]

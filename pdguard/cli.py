@@ -10,7 +10,7 @@ import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 
-from . import __version__, pipeline, report
+from . import __version__, check_report, checking, pipeline, report
 from .tree import SourceTree, TargetError, installed_tree, open_tree
 from .writer import WriteError
 
@@ -40,6 +40,22 @@ exit codes: 0 done or nothing to do; 1 with --check when a change is needed;
 environment of the patched SGLang:
   SGLANG_DISAGGREGATION_INFLIGHT_TIMEOUT  seconds in the inflight queue before a
       request is failed (default 300; 0 turns the deadline off)
+"""
+
+
+CHECK_EPILOG = """\
+rules:
+  PDG001  inflight request can wait forever (no deadline bounds a keep path)
+  PDG002  inflight deadline decided per rank (after the poll all-reduce)
+  PDG003  inflight deadline clock starts too early or restarts
+  PDG004  KV sender can stay in Bootstrapping forever
+  PDG005  name used by the fix's code is not imported
+
+A finding on a line that carries `# pdguard: ignore[PDG004]` (or a bare
+`# pdguard: ignore`) is suppressed.
+
+exit codes: 0 no findings; 1 findings; 2 error (not SGLang, a file that does not
+parse, an unknown rule code).
 """
 
 
@@ -75,6 +91,25 @@ def build_parser() -> argparse.ArgumentParser:
         "--check", action="store_true", help="write nothing; exit 1 if anything would change"
     )
     apply.add_argument("--format", choices=["text", "json"], default="text")
+
+    check = commands.add_parser(
+        "check",
+        help="prove that every non-terminal poll path has a timeout",
+        description="Check an SGLang tree for the liveness properties (rules PDG001-PDG005).",
+        epilog=CHECK_EPILOG,
+        formatter_class=argparse.RawTextHelpFormatter,
+    )
+    check.add_argument(
+        "paths",
+        nargs="+",
+        metavar="PATH",
+        help="an SGLang tree (as for apply), or files inside one (as pre-commit passes them)",
+    )
+    check.add_argument(
+        "--format", choices=sorted(check_report.FORMATS), default="text", help="default: text"
+    )
+    check.add_argument("--select", action="append", metavar="CODES", help="e.g. PDG001,PDG004")
+    check.add_argument("--ignore", action="append", metavar="CODES", help="e.g. PDG004")
 
     demo = commands.add_parser(
         "demo",
@@ -118,6 +153,15 @@ def run_apply(tree: SourceTree, *, diff: bool, check: bool, fmt: str) -> int:
     return EXIT_OK
 
 
+def run_check(paths: Sequence[str], fmt: str, select, ignore) -> int:  # type: ignore[no-untyped-def]
+    codes = checking.select_codes(select, ignore)
+    results = [checking.check_tree(tree, codes) for tree in checking.trees_for(paths)]
+    output = check_report.FORMATS[fmt](results)
+    if output:
+        print(output)
+    return EXIT_CHANGES if any(r.findings for r in results) else EXIT_OK
+
+
 def run_demo(release: str, fmt: str) -> int:
     from vendor_sglang import fetch_release
 
@@ -139,6 +183,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.command == "apply":
             tree = installed_tree() if args.installed else open_tree(args.target)
             return run_apply(tree, diff=args.diff, check=args.check, fmt=args.format)
+        if args.command == "check":
+            return run_check(args.paths, args.format, args.select, args.ignore)
         return run_demo(args.release, args.format)
     except (TargetError, WriteError) as exc:
         print(f"pdguard: error: {exc}", file=sys.stderr)

@@ -6,12 +6,12 @@ import ast
 
 from libcst.codemod import CodemodContext
 
+from checks.kv_senders import BASE_SENDER
 from codemods.anchors import AnchorError, has_marker
 from codemods.inflight_deadline import FIX, FUNCTION, HELPER, QUEUE, STAMP, TIMEOUT
 from codemods.inflight_deadline import InflightDeadline as InflightDeadlineCodemod
 from codemods.isort_imports import top_level_bindings
 
-from ..kv_senders import BASE_SENDER
 from ..tree import PREFILL_PATH
 from ..workspace import Workspace
 from .base import Outcome, Status

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 
 from libcst.codemod import CodemodContext
 
+from checks.kv_senders import BOOTSTRAP_TIMEOUT_ENV, ClassIndex, SenderFacts
 from codemods.anchors import AnchorError, has_marker
 from codemods.isort_imports import (
     ImportRequest,
@@ -21,7 +22,6 @@ from codemods.isort_imports import (
 )
 from codemods.sender_bootstrap_timeout import FIX, SenderBootstrapTimeout
 
-from ..kv_senders import BOOTSTRAP_TIMEOUT_ENV, ClassIndex, SenderFacts
 from ..workspace import Workspace
 from .base import Outcome, Status
 from .sender_index import sender_index

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from ..kv_senders import ClassIndex
+from checks.kv_senders import ClassIndex
+
 from ..tree import DISAGGREGATION_DIR
 from ..workspace import Workspace
 

@@ -1,0 +1,88 @@
+"""Hand-written, SGLang-shaped ``prefill.py`` snippets for the rules' VALID/INVALID examples.
+
+``prefill()`` fills the holes of one skeleton, so each example shows only what it is about.
+"""
+
+from __future__ import annotations
+
+_SKELETON = """\
+import logging
+{imports}
+from sglang.srt.disaggregation.base import KVPoll
+from sglang.srt.disaggregation.utils import poll_and_all_reduce
+
+logger = logging.getLogger(__name__)
+TIMEOUT = 300.0
+
+
+class SchedulerDisaggregationPrefillMixin:
+    def process_batch_result_disagg_prefill(self, batch):
+        for req in batch.reqs:
+{stamp}            self.disagg_prefill_inflight_queue.append(req)
+{helper}
+    def process_disagg_prefill_inflight_queue(self):
+        if len(self.disagg_prefill_inflight_queue) == 0:
+            return []
+{before}        polls = poll_and_all_reduce(
+            [req.disagg_kv_sender for req in self.disagg_prefill_inflight_queue],
+            self.attn_tp_cpu_group,
+        )
+        done_reqs, undone_reqs = [], []
+        for req, poll in zip(self.disagg_prefill_inflight_queue, polls):
+{after}            if poll in [KVPoll.WaitingForInput, KVPoll.Transferring]:
+{keep}                undone_reqs.append(req)
+            elif poll == KVPoll.Success:
+                done_reqs.append(req)
+            elif poll == KVPoll.Failed:
+                done_reqs.append(req)
+        self.disagg_prefill_inflight_queue = undone_reqs
+        return done_reqs
+"""
+
+# Stamp once, where requests enter the inflight queue.
+STAMP_ONCE = """\
+            if getattr(req, "entered_at", None) is None:
+                req.entered_at = time.monotonic()
+"""
+STAMP_ALWAYS = """\
+            req.entered_at = time.monotonic()
+"""
+
+# A helper that fails overdue senders, and its call before the poll all-reduce.
+HELPER = """
+    def _expire_inflight(self):
+        now = time.monotonic()
+        for req in self.disagg_prefill_inflight_queue:
+            if now - req.entered_at > TIMEOUT:
+                req.disagg_kv_sender.abort()
+"""
+CALL_HELPER = """\
+        self._expire_inflight()
+"""
+
+# The same deadline, inline, with time.time() and other names.
+INLINE_DEADLINE = """\
+        deadline_now = time.time()
+        for pending in self.disagg_prefill_inflight_queue:
+            waited = deadline_now - pending.entered_at
+            if waited >= TIMEOUT:
+                sender = pending.disagg_kv_sender
+                sender.poll = lambda: KVPoll.Failed
+"""
+
+
+def prefill(
+    *,
+    imports: str = "import time\n",
+    stamp: str = "",
+    helper: str = "",
+    before: str = "",
+    after: str = "",
+    keep: str = "",
+) -> str:
+    return _SKELETON.format(
+        imports=imports, stamp=stamp, helper=helper, before=before, after=after, keep=keep
+    )
+
+
+PATCHED = prefill(stamp=STAMP_ONCE, helper=HELPER, before=CALL_HELPER)

@@ -1,0 +1,109 @@
+"""PDG004: a KV sender can stay in Bootstrapping forever.
+
+What it does
+    For every subclass of ``BaseKVSender`` in the tree (resolved through inheritance across
+    files, and through the helper methods its ``poll()`` calls), reports a sender whose
+    ``poll()`` can return ``KVPoll.Bootstrapping`` while no bootstrap timeout can fire:
+    ``init_time`` is never a time before or during Bootstrapping (never set, only ``None``, or
+    set only in ``init()``), or ``poll()`` never reaches the timeout check. A sender whose poll
+    can never return Bootstrapping is not reported.
+
+Why is this bad
+    While a sender reports Bootstrapping its request waits in the prefill bootstrap queue. If
+    decode never sends its KV indices (it restarted, or the router dropped the decode leg),
+    only ``SGLANG_DISAGGREGATION_BOOTSTRAP_TIMEOUT`` frees it. NIXL's sender had none before
+    SGLang 0.5.18; Mooncake's 0.4.7 - 0.4.8 started the clock only in ``init()``, after
+    Bootstrapping.
+
+Example
+    A NIXL sender as in 0.5.13 - 0.5.17: ``CommonKVSender.__init__`` sets ``init_time = None``
+    and ``NixlKVSender.poll()`` returns ``kv_mgr.check_status()`` without checking it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+from .model import Finding, Rule
+from .project import Project
+
+_BASE = """\
+class KVPoll:
+    Failed = 0
+    Bootstrapping = 1
+
+
+class BaseKVSender:
+    def poll(self): ...
+"""
+_SENDER = """\
+import time
+
+from sglang.srt.disaggregation.base.conn import BaseKVSender, KVPoll
+
+
+class NixlKVSender(BaseKVSender):
+    def __init__(self, mgr, room):
+        self.kv_mgr = mgr
+        self.kv_mgr.update_status(room, KVPoll.Bootstrapping)
+{init}
+    def poll(self):
+        status = self.kv_mgr.check_status(self.room)
+{check}        return status
+"""
+_INIT_TIME = "        self.init_time = time.time()\n"
+_CHECK = """\
+        if status == KVPoll.Bootstrapping:
+            if time.time() - self.init_time > self.kv_mgr.bootstrap_timeout:
+                return KVPoll.Failed
+"""
+_LATE_INIT = "\n    def init(self, n):\n        self.init_time = time.time()\n"
+
+
+def _tree(sender: str) -> dict[str, str]:
+    return {
+        "sglang/srt/disaggregation/base/conn.py": _BASE,
+        "sglang/srt/disaggregation/nixl/conn.py": sender,
+    }
+
+
+class SenderBootstrappingForever(Rule):
+    code = "PDG004"
+    name = "sender-bootstrapping-forever"
+    VALID = (
+        _tree(_SENDER.format(init=_INIT_TIME, check=_CHECK)),
+        # never reports Bootstrapping: nothing to time out
+        _tree(_SENDER.format(init="", check="").replace("KVPoll.Bootstrapping)", "2)")),
+    )
+    INVALID = (
+        _tree(_SENDER.format(init="", check="")),
+        _tree(_SENDER.format(init="", check=_CHECK)),  # init_time never set
+        _tree(_SENDER.format(init=_INIT_TIME, check="")),  # check never reached
+        _tree(_SENDER.format(init="        self.init_time = None\n" + _LATE_INIT, check=_CHECK)),
+    )
+
+    def check(self, project: Project) -> Iterator[Finding]:
+        index = project.classes
+        for name in index.senders():
+            facts = index.facts(name)
+            if not facts.can_bootstrap or (facts.init_time == "time" and facts.check_reached):
+                continue
+            problems = []
+            if facts.init_time != "time":
+                problems.append(
+                    "init_time is never set to a time before or during Bootstrapping"
+                    if facts.init_time == "unset"
+                    else "init_time is None while Bootstrapping (set only later, if at all)"
+                )
+            if not facts.check_reached:
+                problems.append("poll() never checks the bootstrap timeout")
+            info = index.classes[name]
+            owner = facts.poll_owner if facts.poll_owner is not None else info
+            node = owner.methods.get("poll", info.node) if owner is info else info.node
+            yield self.finding(
+                info.rel,
+                node.lineno,
+                node.col_offset + 1,
+                f"{name}.poll",
+                f"{name} can stay in Bootstrapping forever: " + "; ".join(problems),
+            )

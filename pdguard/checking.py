@@ -1,0 +1,117 @@
+"""``check``: run the rules on a tree and keep the findings the user asked for."""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import checks
+from checks import Finding, Project
+from checks.project import DISAGGREGATION_DIR, wanted
+
+from .source_file import SourceDecodeError, SourceFile
+from .tree import PREFILL_PATH, SourceTree, TargetError, open_tree
+
+_SUPPRESSION = re.compile(r"#\s*pdguard:\s*ignore(?:\[(?P<codes>[A-Z0-9,\s]+)\])?")
+
+
+@dataclass
+class CheckResult:
+    tree: SourceTree
+    findings: list[Finding]
+    suppressed: int
+
+    def display_path(self, finding: Finding) -> str:
+        path = self.tree.base / finding.path
+        try:
+            return os.path.relpath(path)
+        except ValueError:
+            return str(path)
+
+
+def load_project(tree: SourceTree) -> Project:
+    """The files the rules can need (text prefilter first), decoded."""
+    texts = {}
+    for rel in tree.python_files(DISAGGREGATION_DIR):
+        data = tree.read_bytes(rel)
+        if data is None:
+            continue
+        try:
+            text = SourceFile.decode(rel, data).text
+        except SourceDecodeError as exc:
+            raise TargetError(str(exc)) from exc
+        if rel == PREFILL_PATH or wanted(rel, text):
+            texts[rel] = text
+    return Project(texts)
+
+
+def _suppressed(finding: Finding, project: Project) -> bool:
+    lines = project.texts.get(finding.path, "").splitlines()
+    if not 0 < finding.line <= len(lines):
+        return False
+    match = _SUPPRESSION.search(lines[finding.line - 1])
+    if match is None:
+        return False
+    codes = match.group("codes")
+    return codes is None or finding.code in {c.strip() for c in codes.split(",")}
+
+
+def check_tree(tree: SourceTree, codes: Iterable[str] = checks.CODES) -> CheckResult:
+    project = load_project(tree)
+    try:
+        found = checks.run(project, codes)
+    except SyntaxError as exc:
+        where = f"{tree.base / (exc.filename or '')}:{exc.lineno or 0}:{exc.offset or 0}"
+        raise TargetError(f"{where}: does not parse: {exc.msg}") from exc
+    kept = [f for f in found if not _suppressed(f, project)]
+    return CheckResult(tree, kept, len(found) - len(kept))
+
+
+def select_codes(select: Sequence[str] | None, ignore: Sequence[str] | None) -> list[str]:
+    """The rule codes to run, from --select/--ignore (comma-separated, prefixes allowed)."""
+
+    def expand(values: Sequence[str]) -> set[str]:
+        wanted_codes: set[str] = set()
+        for value in values:
+            for part in filter(None, (p.strip().upper() for p in value.split(","))):
+                matches = {c for c in checks.CODES if c.startswith(part)}
+                if not matches:
+                    raise TargetError(
+                        f"unknown rule code {part!r} (known: {', '.join(checks.CODES)})"
+                    )
+                wanted_codes |= matches
+        return wanted_codes
+
+    chosen = expand(select) if select else set(checks.CODES)
+    chosen -= expand(ignore) if ignore else set()
+    return [c for c in checks.CODES if c in chosen]
+
+
+def trees_for(paths: Sequence[str]) -> list[SourceTree]:
+    """The SGLang trees to check: a tree for each directory argument, and the tree around each
+    file argument (as pre-commit passes them). Files outside any SGLang tree are skipped."""
+    trees: dict[Path, SourceTree] = {}
+    for arg in paths:
+        path = Path(arg)
+        if path.is_dir():
+            tree = open_tree(path)
+        elif path.is_file():
+            tree = _tree_around(path)
+            if tree is None:
+                continue
+        else:
+            raise TargetError(f"{path}: no such file or directory")
+        trees.setdefault(tree.base.resolve(), tree)
+    if not trees:
+        raise TargetError(f"{', '.join(paths)}: not in an SGLang tree (no {PREFILL_PATH} above)")
+    return list(trees.values())
+
+
+def _tree_around(file: Path) -> SourceTree | None:
+    for parent in file.resolve().parents:
+        if (parent / PREFILL_PATH).is_file():
+            return SourceTree(root=parent, base=parent)
+    return None

@@ -1,0 +1,44 @@
+"""Every rule's VALID/INVALID examples (they live beside the rule, as in Fixit)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+import pytest
+
+import checks
+from checks.model import PREFILL, Rule
+from checks.project import Project
+
+
+def _project(example: str | Mapping[str, str]) -> Project:
+    return Project({PREFILL: example} if isinstance(example, str) else example)
+
+
+def _cases(kind: str) -> list[tuple[Rule, int, str | Mapping[str, str]]]:
+    return [
+        pytest.param(rule, example, id=f"{rule.code}-{kind}-{n}")
+        for rule in checks.RULES
+        for n, example in enumerate(getattr(rule, kind))
+    ]
+
+
+@pytest.mark.parametrize(("rule", "example"), _cases("VALID"))
+def test_valid_examples_have_no_finding(rule: Rule, example) -> None:
+    assert list(rule.check(_project(example))) == []
+
+
+@pytest.mark.parametrize(("rule", "example"), _cases("INVALID"))
+def test_invalid_examples_are_reported(rule: Rule, example) -> None:
+    findings = list(rule.check(_project(example)))
+    assert findings, f"{rule.code} missed:\n{example}"
+    assert {f.code for f in findings} == {rule.code}
+
+
+@pytest.mark.parametrize("rule", checks.RULES, ids=lambda r: r.code)
+def test_every_rule_documents_itself(rule: Rule) -> None:
+    doc = type(rule).__module__
+    module_doc = __import__(doc, fromlist=["_"]).__doc__
+    for heading in ("What it does", "Why is this bad", "Example"):
+        assert heading in module_doc
+    assert rule.VALID and rule.INVALID
