@@ -36,7 +36,7 @@ def _type_checking(node: ast.If) -> bool:
     )
 
 
-def _bound_by(stmts: list[ast.stmt], nested: bool) -> set[str]:
+def _bound_by(stmts: list[ast.stmt]) -> set[str]:
     """Names bound by statements (module level, or a function's body when ``nested``)."""
     names: set[str] = set()
     stack = list(stmts)
@@ -83,10 +83,9 @@ class UnboundName(Rule):
                 yield from self._check_module(rel, tree)
 
     def _check_module(self, rel: str, tree: ast.Module) -> Iterator[Finding]:
-        module_names = _bound_by(tree.body, nested=False) | set(dir(builtins))
-        for scope, qualname in _functions(tree):
-            local = _bound_by([*scope.body, scope.args], nested=True)  # type: ignore[list-item]
-            for node in ast.walk(scope):
+        module_names = _bound_by(tree.body) | set(dir(builtins))
+        for nodes, local, qualname in _scopes(tree):
+            for node in (n for top in nodes for n in ast.walk(top)):
                 if (
                     isinstance(node, ast.Name)
                     and isinstance(node.ctx, ast.Load)
@@ -103,11 +102,21 @@ class UnboundName(Rule):
                     )
 
 
-def _functions(tree: ast.Module) -> Iterator[tuple[ast.FunctionDef, str]]:
+def _scopes(tree: ast.Module) -> Iterator[tuple[list[ast.AST], set[str], str]]:
+    """(nodes, names bound locally, qualified name) for the module's own statements and for
+    every function and method."""
+    yield (
+        [n for n in tree.body if not isinstance(n, ast.FunctionDef | ast.ClassDef)],
+        set(),
+        "<module>",
+    )
     for node in tree.body:
-        if isinstance(node, ast.FunctionDef):
-            yield node, node.name
-        elif isinstance(node, ast.ClassDef):
-            for item in node.body:
-                if isinstance(item, ast.FunctionDef):
-                    yield item, f"{node.name}.{item.name}"
+        functions = [(node, node.name)] if isinstance(node, ast.FunctionDef) else []
+        if isinstance(node, ast.ClassDef):
+            functions = [
+                (item, f"{node.name}.{item.name}")
+                for item in node.body
+                if isinstance(item, ast.FunctionDef)
+            ]
+        for function, qualname in functions:
+            yield [function], _bound_by([*function.body, function.args]), qualname  # type: ignore[list-item]
