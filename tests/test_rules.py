@@ -7,8 +7,13 @@ from collections.abc import Mapping
 import pytest
 
 import checks
+from checks.examples import CALL_HELPER, HELPER, STAMP_ONCE, prefill
 from checks.model import PREFILL, Rule
 from checks.project import Project
+from pdguard.fixes.base import Status
+from pdguard.fixes.inflight_deadline import InflightDeadline
+from pdguard.tree import open_tree
+from pdguard.workspace import Workspace
 
 
 def _project(example: str | Mapping[str, str]) -> Project:
@@ -42,3 +47,12 @@ def test_every_rule_documents_itself(rule: Rule) -> None:
     for heading in ("What it does", "Why is this bad", "Example"):
         assert heading in module_doc
     assert rule.VALID and rule.INVALID
+
+
+def test_apply_reports_a_hand_written_deadline_as_upstream(tmp_path) -> None:
+    disagg = tmp_path / "sglang" / "srt" / "disaggregation"
+    disagg.mkdir(parents=True)
+    (disagg / "prefill.py").write_text(prefill(stamp=STAMP_ONCE, helper=HELPER, before=CALL_HELPER))
+    outcome = InflightDeadline().plan(Workspace(open_tree(tmp_path)))
+    assert outcome.status is Status.UPSTREAM, outcome.note
+    assert "entered_at" in outcome.note

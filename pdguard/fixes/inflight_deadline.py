@@ -6,6 +6,7 @@ import ast
 
 from libcst.codemod import CodemodContext
 
+from checks.inflight import analyse
 from checks.kv_senders import BASE_SENDER
 from codemods.anchors import AnchorError, has_marker
 from codemods.inflight_deadline import FIX, FUNCTION, HELPER, QUEUE, STAMP, TIMEOUT
@@ -100,6 +101,15 @@ class InflightDeadline:
         function = _function(tree, FUNCTION)
         if function is None:
             return Outcome(Status.REFUSED, f"no {FUNCTION}() in {PREFILL_PATH}", PREFILL_PATH)
+        model = analyse(tree)
+        valid = model.valid_checks() if model is not None else []
+        if valid:
+            check = valid[0]
+            return Outcome(
+                Status.UPSTREAM,
+                f"a deadline on `{check.attr}` already fails overdue senders before the poll "
+                f"all-reduce ({check.method}(), line {check.line})",
+            )
         branches = _failed_branches(function)
         if not branches:
             return Outcome(
