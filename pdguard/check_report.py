@@ -6,6 +6,7 @@ import json
 import os
 import sys
 from collections.abc import Sequence
+from urllib.parse import quote
 
 import checks
 
@@ -56,6 +57,12 @@ def _rule_doc(rule: checks.Rule) -> tuple[str, str]:
     return title.split(":", 1)[-1].strip(), body.strip()
 
 
+def _uri(path: str) -> str:
+    """A relative URI reference for a display path: forward slashes, percent-encoded (a space
+    or a `#` in a directory name must not end up raw in a SARIF `uri`)."""
+    return quote(path.replace(os.sep, "/"))
+
+
 def sarif(results: Sequence[CheckResult]) -> str:
     rules = []
     for rule in checks.RULES:
@@ -81,7 +88,7 @@ def sarif(results: Sequence[CheckResult]) -> str:
             "locations": [
                 {
                     "physicalLocation": {
-                        "artifactLocation": {"uri": path.replace(os.sep, "/")},
+                        "artifactLocation": {"uri": _uri(path)},
                         "region": {"startLine": f.line, "startColumn": f.col},
                     },
                     "logicalLocations": [{"fullyQualifiedName": f.symbol, "kind": "function"}],

@@ -15,7 +15,9 @@ from checks.project import DISAGGREGATION_DIR, wanted
 from .source_file import SourceDecodeError, SourceFile
 from .tree import PREFILL_PATH, SourceTree, TargetError, open_tree
 
-_SUPPRESSION = re.compile(r"#\s*pdguard:\s*ignore(?:\[(?P<codes>[A-Z0-9,\s]+)\])?")
+# `# pdguard: ignore` (every code) or `# pdguard: ignore[PDG001, PDG004]` (those codes only);
+# `ignored`, `ignore-x` are no suppression, and a bracket of unknown codes suppresses nothing.
+_SUPPRESSION = re.compile(r"#\s*pdguard:\s*ignore(?![\w-])(?:\s*\[(?P<codes>[^\]]*)\])?", re.I)
 
 
 @dataclass
@@ -52,15 +54,32 @@ def _suppressed(finding: Finding, project: Project) -> bool:
     lines = project.texts.get(finding.path, "").splitlines()
     if not 0 < finding.line <= len(lines):
         return False
-    match = _SUPPRESSION.search(lines[finding.line - 1])
-    if match is None:
-        return False
-    codes = match.group("codes")
-    return codes is None or finding.code in {c.strip() for c in codes.split(",")}
+    for match in _SUPPRESSION.finditer(lines[finding.line - 1]):
+        codes = match.group("codes")
+        if codes is None or finding.code in {c.strip().upper() for c in codes.split(",")}:
+            return True
+    return False
+
+
+def _parse_all(tree: SourceTree, project: Project) -> None:
+    """Parse every file the rules may read, so that one that does not parse is an error
+    whatever rules are selected (and names its own file and line)."""
+    for rel, text in sorted(project.texts.items()):
+        try:
+            project.tree(rel)
+        except (SyntaxError, ValueError) as exc:  # ValueError: a NUL byte, before 3.11.4
+            line, col = getattr(exc, "lineno", None), getattr(exc, "offset", None)
+            if not line and "\0" in text:  # Python gives no position for a NUL byte
+                before = text[: text.index("\0")]
+                line, col = before.count("\n") + 1, len(before) - before.rfind("\n")
+            msg = getattr(exc, "msg", None) or str(exc)
+            where = f"{tree.base / rel}:{line or 0}:{col or 0}"
+            raise TargetError(f"{where}: does not parse: {msg}") from exc
 
 
 def check_tree(tree: SourceTree, codes: Iterable[str] = checks.CODES) -> CheckResult:
     project = load_project(tree)
+    _parse_all(tree, project)
     try:
         found = checks.run(project, codes)
     except SyntaxError as exc:
@@ -85,8 +104,10 @@ def select_codes(select: Sequence[str] | None, ignore: Sequence[str] | None) -> 
                 wanted_codes |= matches
         return wanted_codes
 
-    chosen = expand(select) if select else set(checks.CODES)
+    chosen = expand(select) if select is not None else set(checks.CODES)
     chosen -= expand(ignore) if ignore else set()
+    if not chosen:
+        raise TargetError("--select/--ignore leave no rule to run")
     return [c for c in checks.CODES if c in chosen]
 
 

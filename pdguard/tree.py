@@ -120,8 +120,11 @@ def open_tree(target: str | os.PathLike[str]) -> SourceTree:
         raise TargetError(f"{root}: no such directory")
     if not root.is_dir():
         raise TargetError(f"{root}: not a directory (expected an SGLang tree)")
-    for base in (root, root / "python", root.parent):
-        if (base / DISAGGREGATION_DIR).is_dir() and (base != root.parent or root.name == "sglang"):
+    candidates = [root, root / "python"]
+    if root.absolute().name == "sglang":  # the package directory itself
+        candidates.append(root.absolute().parent)
+    for base in candidates:
+        if (base / DISAGGREGATION_DIR).is_dir():
             if not (base / PREFILL_PATH).is_file():
                 raise TargetError(f"{base / DISAGGREGATION_DIR}: has no prefill.py")
             return SourceTree(root=root, base=base)

@@ -179,3 +179,44 @@ VARIANTS = (
     ("inline loop before the poll", _inline_loop),
     ("stamp through a helper method", _stamp_through_helper),
 )
+
+
+def main() -> None:
+    """``python -m tests.mutants [--all]``: the kill rate and false positives over the pinned
+    releases (those with ci = true, or all with --all), as the README reports them."""
+    import shutil
+    import sys
+    import tempfile
+    from pathlib import Path
+
+    import checks
+    from checks.project import Project
+    from pdguard import pipeline
+    from pdguard.checking import load_project
+    from pdguard.tree import open_tree
+    from vendor_sglang import fetch_release, load_manifest
+
+    everything = "--all" in sys.argv
+    killed = total = false_positives = variants = 0
+    for release in load_manifest():
+        if release.family == "F1" or not (release.ci or everything):
+            continue
+        with tempfile.TemporaryDirectory() as tmp:
+            root = Path(tmp) / "tree"
+            shutil.copytree(fetch_release(release.version), root)
+            pipeline.write(pipeline.plan(open_tree(root)))
+            texts = load_project(open_tree(root)).texts
+        for mutant in MUTANTS:
+            mutated = mutant.mutate(texts)
+            if mutated is not None:
+                total += 1
+                killed += mutant.expected in {f.code for f in checks.run(Project(mutated))}
+        for _, variant in VARIANTS:
+            variants += 1
+            false_positives += bool(checks.run(Project(variant(texts) or texts)))
+    print(f"mutants reported: {killed}/{total} ({killed / total:.0%})")
+    print(f"false positives on correct variants: {false_positives}/{variants}")
+
+
+if __name__ == "__main__":
+    main()
