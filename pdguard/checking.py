@@ -13,7 +13,7 @@ from checks import Finding, Project
 from checks.project import DISAGGREGATION_DIR, wanted
 
 from .source_file import SourceDecodeError, SourceFile
-from .tree import PREFILL_PATH, SourceTree, TargetError, open_tree
+from .tree import PREFILL_PATH, DirectoryTree, SourceTree, TargetError, open_tree
 
 # `# pdguard: ignore` (every code) or `# pdguard: ignore[PDG001, PDG004]` (those codes only);
 # `ignored`, `ignore-x` are no suppression, and a bracket of unknown codes suppresses nothing.
@@ -27,11 +27,13 @@ class CheckResult:
     suppressed: int
 
     def display_path(self, finding: Finding) -> str:
-        path = self.tree.base / finding.path
+        path = self.tree.display(finding.path)
+        if not isinstance(self.tree, DirectoryTree):
+            return path
         try:
             return os.path.relpath(path)
         except ValueError:
-            return str(path)
+            return path
 
 
 def load_project(tree: SourceTree) -> Project:
@@ -73,7 +75,7 @@ def _parse_all(tree: SourceTree, project: Project) -> None:
                 before = text[: text.index("\0")]
                 line, col = before.count("\n") + 1, len(before) - before.rfind("\n")
             msg = getattr(exc, "msg", None) or str(exc)
-            where = f"{tree.base / rel}:{line or 0}:{col or 0}"
+            where = f"{tree.display(rel)}:{line or 0}:{col or 0}"
             raise TargetError(f"{where}: does not parse: {msg}") from exc
 
 
@@ -83,7 +85,7 @@ def check_tree(tree: SourceTree, codes: Iterable[str] = checks.CODES) -> CheckRe
     try:
         found = checks.run(project, codes)
     except SyntaxError as exc:
-        where = f"{tree.base / (exc.filename or '')}:{exc.lineno or 0}:{exc.offset or 0}"
+        where = f"{tree.display(exc.filename or '')}:{exc.lineno or 0}:{exc.offset or 0}"
         raise TargetError(f"{where}: does not parse: {exc.msg}") from exc
     kept = [f for f in found if not _suppressed(f, project)]
     return CheckResult(tree, kept, len(found) - len(kept))
@@ -131,8 +133,8 @@ def trees_for(paths: Sequence[str]) -> list[SourceTree]:
     return list(trees.values())
 
 
-def _tree_around(file: Path) -> SourceTree | None:
+def _tree_around(file: Path) -> DirectoryTree | None:
     for parent in file.resolve().parents:
         if (parent / PREFILL_PATH).is_file():
-            return SourceTree(root=parent, base=parent)
+            return DirectoryTree(root=parent, base=parent)
     return None

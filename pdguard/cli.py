@@ -59,6 +59,17 @@ parse, an unknown rule code).
 """
 
 
+VERIFY_EPILOG = """\
+statuses: carried (property holds, pdguard's marker there), upstream (holds without
+pdguard), applicable (does not hold; apply works in memory and check then passes),
+drifted (does not hold; apply cannot anchor: the note names what moved),
+not-applicable.
+
+exit codes: 0 every ref carried/upstream/not-applicable for every fix; 1 any
+applicable or drifted; 2 error (unknown ref, not a git repo, no SGLang tree at a ref).
+"""
+
+
 class _Parser(argparse.ArgumentParser):
     def error(self, message: str) -> None:  # type: ignore[override]
         self.exit(EXIT_ERROR, f"{self.prog}: error: {message}\n")
@@ -111,6 +122,35 @@ def build_parser() -> argparse.ArgumentParser:
     check.add_argument("--select", action="append", metavar="CODES", help="e.g. PDG001,PDG004")
     check.add_argument("--ignore", action="append", metavar="CODES", help="e.g. PDG004")
 
+    verify = commands.add_parser(
+        "verify",
+        help="say, per upstream ref or release, whether each fix is carried, upstream, ...",
+        description="Verify refs of a git repository (read from git objects: no checkout) "
+        "or released wheels.",
+        epilog=VERIFY_EPILOG,
+        formatter_class=argparse.RawTextHelpFormatter,
+    )
+    source = verify.add_mutually_exclusive_group(required=True)
+    source.add_argument("--repo", metavar="PATH", help="a git repository holding SGLang")
+    source.add_argument(
+        "--pypi", nargs="+", metavar="VERSION", help="released wheels (vendor_sglang)"
+    )
+    verify.add_argument("--ref", action="append", default=[], help="a ref to verify (repeat)")
+    verify.add_argument("--tags", metavar="PATTERN", help="every tag matching, e.g. 'v0.5.*'")
+    verify.add_argument("--format", choices=["table", "json", "github"], default="table")
+    verify.add_argument("--jobs", type=int, default=None, help="worker processes (default: CPUs)")
+
+    carry = commands.add_parser(
+        "carry",
+        help="commit the fixed tree of a ref as a new branch (git objects only)",
+        description="Apply the fixes to the tree of --onto and commit it on a new branch "
+        "(parent: that ref). The working tree, index and HEAD are not touched.",
+    )
+    carry.add_argument("--repo", required=True, metavar="PATH")
+    carry.add_argument("--onto", required=True, metavar="REF")
+    carry.add_argument("--branch", required=True, metavar="NAME")
+    carry.add_argument("--force", action="store_true", help="move the branch if it exists")
+
     demo = commands.add_parser(
         "demo",
         help="fetch a pinned SGLang release, patch a copy, show the diff and the report",
@@ -132,7 +172,7 @@ def _refusal_line(result: pipeline.ApplyResult) -> str:
     name, outcome = next(iter(result.refused.items()))
     where = outcome.where or ""
     if where and not where.startswith("/"):
-        where = str(result.tree.base / where)
+        where = result.tree.display(where)
     return f"{where + ': ' if where else ''}{name} refused: {outcome.note}"
 
 
@@ -162,6 +202,40 @@ def run_check(paths: Sequence[str], fmt: str, select, ignore) -> int:  # type: i
     return EXIT_CHANGES if any(r.findings for r in results) else EXIT_OK
 
 
+def run_verify(args: argparse.Namespace) -> int:
+    from . import verify_report, verifying
+
+    if args.repo:
+        refs = list(args.ref)
+        if args.tags:
+            refs += [t for t in verifying.select_tags(args.repo, args.tags) if t not in refs]
+        if not refs:
+            raise TargetError("verify --repo needs --ref REF or --tags PATTERN")
+        reports = verifying.verify_git(args.repo, refs, args.jobs)
+    else:
+        if args.ref or args.tags:
+            raise TargetError("--ref/--tags go with --repo, not --pypi")
+        reports = verifying.verify_pypi(args.pypi, args.jobs)
+    output = verify_report.FORMATS[args.format](reports)
+    if output:
+        print(output)
+    return EXIT_OK if all(r.ok for r in reports) else EXIT_CHANGES
+
+
+def run_carry(args: argparse.Namespace) -> int:
+    from .carrying import carry
+
+    done = carry(args.repo, args.onto, args.branch, force=args.force)
+    if done.commit is None:
+        print(f"{args.onto} already carries every fix: no commit")
+    else:
+        print(
+            f"{args.branch} -> {done.commit[:12]} (on {args.onto}): "
+            + ", ".join(f"{n} {o.status.value}" for n, o in done.plan.outcomes.items())
+        )
+    return EXIT_OK
+
+
 def run_demo(release: str, fmt: str) -> int:
     from vendor_sglang import fetch_release
 
@@ -185,6 +259,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             return run_apply(tree, diff=args.diff, check=args.check, fmt=args.format)
         if args.command == "check":
             return run_check(args.paths, args.format, args.select, args.ignore)
+        if args.command == "verify":
+            return run_verify(args)
+        if args.command == "carry":
+            return run_carry(args)
         return run_demo(args.release, args.format)
     except (TargetError, WriteError) as exc:
         print(f"pdguard: error: {exc}", file=sys.stderr)

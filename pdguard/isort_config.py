@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+import tempfile
+from functools import cache
+from pathlib import Path
+
 import isort
-from isort.settings import CONFIG_SECTIONS, CONFIG_SOURCES, _get_config_data
+from isort.settings import CONFIG_SECTIONS, _get_config_data
 
 from codemods.isort_imports import DEFAULT_ISORT_CONFIG
 
@@ -17,9 +21,19 @@ def isort_config_for(tree: SourceTree, rel: str) -> tuple[isort.Config, str]:
     files isort reads (``.isort.cfg``, ``pyproject.toml [tool.isort]``, ``setup.cfg``, ...). With
     none, SGLang's own settings: ``profile=black``, ``known_first_party=sglang``.
     """
-    for directory in tree.config_dirs(rel):
-        for name in CONFIG_SOURCES:
-            candidate = directory / name
-            if candidate.is_file() and _get_config_data(str(candidate), CONFIG_SECTIONS[name]):
-                return isort.Config(settings_file=str(candidate)), str(candidate)
+    for name, content in tree.config_files(rel):
+        config = _config_from(name, content)
+        if config is not None:
+            return config, name
     return DEFAULT_ISORT_CONFIG, "default (profile=black, known_first_party=sglang)"
+
+
+@cache
+def _config_from(name: str, content: bytes) -> isort.Config | None:
+    """isort's own reading of a settings file (it reads from disk: give it a private copy)."""
+    with tempfile.TemporaryDirectory(prefix="pdguard-isort-") as tmp:
+        path = Path(tmp) / name
+        path.write_bytes(content)
+        if not _get_config_data(str(path), CONFIG_SECTIONS[name]):
+            return None
+        return isort.Config(settings_file=str(path))

@@ -9,7 +9,7 @@ from .fixes.base import Fix, Outcome, Status
 from .fixes.inflight_deadline import InflightDeadline
 from .fixes.sender_bootstrap_timeout import SenderBootstrapTimeoutFix
 from .source_file import SourceFile
-from .tree import SourceTree
+from .tree import DirectoryTree, SourceTree
 from .workspace import Workspace
 from .writer import FileChange, write_all
 
@@ -66,7 +66,9 @@ def plan(tree: SourceTree, fixes: tuple[Fix, ...] = FIXES) -> ApplyResult:
 
 
 def write(result: ApplyResult) -> None:
-    """Write every changed file atomically, all or nothing."""
+    """Write every changed file atomically, all or nothing (directory trees only)."""
+    if not isinstance(result.tree, DirectoryTree):
+        raise TypeError(f"{result.tree.label}: only a directory tree can be written")
     write_all(
         [
             FileChange(

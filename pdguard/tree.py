@@ -1,5 +1,5 @@
-"""Where the SGLang source comes from: one abstraction for a directory on disk (and, later, a git
-commit or a release wheel). Everything downstream reads files by their path relative to the
+"""Where the SGLang source comes from: one abstraction for a directory on disk and a git commit
+(``pdguard.git_tree``). Everything downstream reads files by their path relative to the
 directory that holds the ``sglang`` package, e.g. ``sglang/srt/disaggregation/prefill.py``.
 """
 
@@ -10,8 +10,12 @@ import importlib.machinery
 import os
 import re
 import sys
+from abc import ABC, abstractmethod
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+
+from isort.settings import CONFIG_SOURCES
 
 DISAGGREGATION_DIR = "sglang/srt/disaggregation"
 PREFILL_PATH = f"{DISAGGREGATION_DIR}/prefill.py"
@@ -21,8 +25,43 @@ class TargetError(Exception):
     """The target is not something pdguard can work on (exit code 2)."""
 
 
+class SourceTree(ABC):
+    """An SGLang source tree, read by relative path."""
+
+    @property
+    @abstractmethod
+    def label(self) -> str: ...
+
+    @abstractmethod
+    def read_bytes(self, rel: str) -> bytes | None:
+        """The file's bytes, None if it does not exist."""
+
+    @abstractmethod
+    def python_files(self, rel_dir: str) -> list[str]:
+        """Relative paths of the ``.py`` files below ``rel_dir``, sorted."""
+
+    @abstractmethod
+    def config_files(self, rel: str) -> Iterator[tuple[str, bytes]]:
+        """Tool configuration files (isort's) from ``rel``'s directory up to the tree root,
+        nearest first: (file name, content)."""
+
+    @abstractmethod
+    def display(self, rel: str) -> str:
+        """How to name file ``rel`` in messages."""
+
+    def sglang_version(self) -> str | None:
+        """The release's version: setuptools-scm's ``_version.py`` (0.5.9+) or ``version.py``;
+        None if neither says."""
+        for rel in ("sglang/_version.py", "sglang/version.py"):
+            data = self.read_bytes(rel)
+            version = _assigned_version(data) if data is not None else None
+            if version is not None:
+                return version
+        return None
+
+
 @dataclass(frozen=True)
-class SourceTree:
+class DirectoryTree(SourceTree):
     """An SGLang source tree on disk.
 
     ``root`` is what the user named (a checkout, a package directory, site-packages);
@@ -37,6 +76,9 @@ class SourceTree:
     @property
     def label(self) -> str:
         return str(self.root)
+
+    def display(self, rel: str) -> str:
+        return str(self.base / rel)
 
     def path(self, rel: str) -> Path:
         """The file behind ``rel``, refusing paths (or symlinks) that lead out of the tree."""
@@ -69,25 +111,22 @@ class SourceTree:
                     found.append(Path(dirpath, name).relative_to(self.base).as_posix())
         return sorted(found)
 
-    def config_dirs(self, rel: str) -> list[Path]:
-        """Directories from ``rel``'s directory up to the tree root, nearest first."""
+    def config_files(self, rel: str) -> Iterator[tuple[str, bytes]]:
         here = self.path(rel).parent
         root = self.root.resolve()
-        dirs = []
         while True:
-            dirs.append(here)
+            for name in CONFIG_SOURCES:
+                if (here / name).is_file():
+                    yield name, (here / name).read_bytes()
             if here.resolve() == root or here.parent == here:
-                return dirs
+                return
             here = here.parent
 
     def sglang_version(self) -> str | None:
-        """The release's version: setuptools-scm's ``_version.py`` (0.5.9+), ``version.py``, or
-        an installed distribution's metadata; None if none says."""
-        for rel in ("sglang/_version.py", "sglang/version.py"):
-            data = self.read_bytes(rel)
-            version = _assigned_version(data) if data is not None else None
-            if version is not None:
-                return version
+        """As for any tree, or an installed distribution's metadata (site-packages)."""
+        version = super().sglang_version()
+        if version is not None:
+            return version
         for metadata in sorted(self.base.glob("sglang-*.dist-info/METADATA")):
             match = re.search(r"^Version: (\S+)$", metadata.read_text("utf-8", "replace"), re.M)
             if match:
@@ -112,7 +151,7 @@ def _assigned_version(data: bytes) -> str | None:
     return None
 
 
-def open_tree(target: str | os.PathLike[str]) -> SourceTree:
+def open_tree(target: str | os.PathLike[str]) -> DirectoryTree:
     """Accept a checkout root (``python/sglang``), an ``sglang`` package directory, or any
     directory holding ``sglang/srt/disaggregation``."""
     root = Path(target)
@@ -127,14 +166,14 @@ def open_tree(target: str | os.PathLike[str]) -> SourceTree:
         if (base / DISAGGREGATION_DIR).is_dir():
             if not (base / PREFILL_PATH).is_file():
                 raise TargetError(f"{base / DISAGGREGATION_DIR}: has no prefill.py")
-            return SourceTree(root=root, base=base)
+            return DirectoryTree(root=root, base=base)
     raise TargetError(
         f"{root}: not an SGLang tree (no {DISAGGREGATION_DIR}/ here, under python/, "
         "or as a package directory)"
     )
 
 
-def installed_tree() -> SourceTree:
+def installed_tree() -> DirectoryTree:
     """The ``sglang`` importable from this interpreter, found without importing it."""
     spec = importlib.machinery.PathFinder.find_spec("sglang", sys.path)
     if spec is None or not spec.submodule_search_locations:

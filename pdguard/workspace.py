@@ -52,7 +52,7 @@ class Workspace:
     def text(self, rel: str) -> str:
         source = self._load(rel)
         if source is None:
-            raise TargetError(f"{self.tree.base / rel}: missing")
+            raise TargetError(f"{self.tree.display(rel)}: missing")
         return self.current.get(rel, source.text)
 
     def set_text(self, rel: str, text: str) -> None:
@@ -62,7 +62,7 @@ class Workspace:
         try:
             return _parse_ast(self.text(rel))
         except SyntaxError as exc:
-            where = f"{self.tree.base / rel}:{exc.lineno or 0}:{exc.offset or 0}"
+            where = f"{self.tree.display(rel)}:{exc.lineno or 0}:{exc.offset or 0}"
             raise ParseFailure(f"{where}: does not parse: {exc.msg}") from exc
 
     def cst(self, rel: str) -> cst.Module:

@@ -1,0 +1,91 @@
+"""``carry``: apply the fixes to the tree of a ref and commit the result on a new branch, with
+git objects only (a private index file; HEAD, the index and the working tree are untouched)."""
+
+from __future__ import annotations
+
+import io
+import os
+import tempfile
+from dataclasses import dataclass
+
+import git
+from gitdb.base import IStream
+
+from . import __version__
+from .git_tree import open_git_tree, open_repo
+from .pipeline import ApplyResult, plan
+from .tree import TargetError
+
+
+@dataclass
+class CarryResult:
+    plan: ApplyResult
+    branch: str
+    commit: str | None  # None: the ref already carries everything, nothing committed
+
+
+def _message(result: ApplyResult, onto: str) -> str:
+    lines = [f"Carry pdguard's PD-disaggregation liveness fix onto {onto}", ""]
+    for name, outcome in result.outcomes.items():
+        lines.append(
+            f"- {name}: {outcome.status.value}" + (f" ({outcome.note})" if outcome.note else "")
+        )
+    lines += ["", f"Applied by pdguard {__version__}; files: " + ", ".join(sorted(result.changes))]
+    return "\n".join(lines) + "\n"
+
+
+def carry(repo_path: str, onto: str, branch: str, *, force: bool = False) -> CarryResult:
+    repo = open_repo(repo_path)
+    tree = open_git_tree(repo, onto)
+    head_name = f"refs/heads/{branch}"
+    try:
+        repo.git.check_ref_format(head_name)
+    except git.GitCommandError as exc:
+        raise TargetError(f"{branch}: not a valid branch name") from exc
+    exists = branch in repo.heads
+    if exists and not force:
+        raise TargetError(f"branch {branch} exists (use --force to move it)")
+    if exists and not repo.head.is_detached and repo.head.ref.name == branch:
+        raise TargetError(f"branch {branch} is checked out; carry never moves the current branch")
+    result = plan(tree)
+    if result.refused:
+        name, outcome = next(iter(result.refused.items()))
+        where = f"{tree.display(outcome.where)}: " if outcome.where else ""
+        raise TargetError(f"{where}{name} refused: {outcome.note}")
+    if not result.changes:
+        return CarryResult(result, branch, None)
+
+    with tempfile.TemporaryDirectory(prefix="pdguard-carry-") as tmp:
+        env = {**os.environ, **_identity(repo), "GIT_INDEX_FILE": os.path.join(tmp, "index")}
+        repo.git.read_tree(tree.commit.hexsha, env=env)
+        entries = []
+        for rel, new in result.changes.items():
+            path = tree.prefix + rel
+            mode = (tree.commit.tree / path).mode
+            data = new.encode()
+            stored = repo.odb.store(IStream("blob", len(data), io.BytesIO(data)))
+            entries.append(f"{mode:o} {stored.hexsha.decode()}\t{path}\n")
+        index_info = os.path.join(tmp, "index-info")
+        with open(index_info, "w", encoding="utf-8") as handle:
+            handle.writelines(entries)
+        with open(index_info, "rb") as handle:
+            repo.git.update_index("--index-info", istream=handle, env=env)
+        new_tree = repo.git.write_tree(env=env)
+        new_commit = repo.git.commit_tree(
+            new_tree, "-p", tree.commit.hexsha, "-m", _message(result, onto), env=env
+        )
+    repo.git.update_ref(head_name, new_commit)
+    return CarryResult(result, branch, new_commit)
+
+
+def _identity(repo: git.Repo) -> dict[str, str]:
+    """A committer for machines with no git identity configured (CI); a configured one wins."""
+    reader = repo.config_reader()
+    if reader.get_value("user", "name", "") or "GIT_COMMITTER_NAME" in os.environ:
+        return {}
+    return {
+        "GIT_AUTHOR_NAME": "pdguard",
+        "GIT_AUTHOR_EMAIL": "pdguard@localhost",
+        "GIT_COMMITTER_NAME": "pdguard",
+        "GIT_COMMITTER_EMAIL": "pdguard@localhost",
+    }

@@ -1,0 +1,93 @@
+"""An SGLang tree read straight from a git commit's objects (GitPython): no checkout, no copy.
+
+HEAD, the index, the working tree and the stash of the repository are never touched.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import PurePosixPath
+
+import git
+from isort.settings import CONFIG_SOURCES
+
+from .tree import DISAGGREGATION_DIR, SourceTree, TargetError
+
+# Where the ``sglang`` package sits in a repository: upstream keeps it under python/.
+PREFIXES = ("python/", "")
+
+
+class GitTree(SourceTree):
+    def __init__(self, repo: git.Repo, ref: str, commit: git.Commit, prefix: str) -> None:
+        self.repo = repo
+        self.ref = ref
+        self.commit = commit
+        self.prefix = prefix
+
+    @property
+    def label(self) -> str:
+        return f"{self.ref} ({self.commit.hexsha[:12]})"
+
+    def display(self, rel: str) -> str:
+        return f"{self.ref}:{self.prefix}{rel}"
+
+    def _object(self, path: str) -> git.Blob | git.Tree | None:
+        try:
+            return self.commit.tree / path.rstrip("/") if path else self.commit.tree
+        except KeyError:
+            return None
+
+    def read_bytes(self, rel: str) -> bytes | None:
+        blob = self._object(self.prefix + rel)
+        if not isinstance(blob, git.Blob):
+            return None
+        return blob.data_stream.read()
+
+    def python_files(self, rel_dir: str) -> list[str]:
+        top = self._object(self.prefix + rel_dir)
+        if not isinstance(top, git.Tree):
+            return []
+        start = len(self.prefix)
+        return sorted(
+            item.path[start:]
+            for item in top.traverse()
+            if isinstance(item, git.Blob) and item.path.endswith(".py")
+        )
+
+    def config_files(self, rel: str) -> Iterator[tuple[str, bytes]]:
+        """From ``rel``'s directory up to the repository root, nearest first."""
+        here = PurePosixPath(self.prefix + rel).parent
+        while True:
+            for name in CONFIG_SOURCES:
+                blob = self._object(str(here / name) if str(here) != "." else name)
+                if isinstance(blob, git.Blob):
+                    yield name, blob.data_stream.read()
+            if str(here) in (".", ""):
+                return
+            here = here.parent
+
+
+def open_git_tree(repo: git.Repo, ref: str) -> GitTree:
+    """The SGLang tree at ``ref``: under ``python/`` (upstream's layout) or at the top."""
+    try:
+        commit = repo.commit(ref)
+    except (git.BadName, ValueError) as exc:
+        raise TargetError(f"{ref}: unknown ref in {repo.working_dir}") from exc
+    for prefix in PREFIXES:
+        try:
+            item = commit.tree / f"{prefix}{DISAGGREGATION_DIR}"
+        except KeyError:
+            continue
+        if isinstance(item, git.Tree):
+            return GitTree(repo, ref, commit, prefix)
+    raise TargetError(
+        f"{ref}: no SGLang tree at that ref (no python/{DISAGGREGATION_DIR}/ "
+        f"or {DISAGGREGATION_DIR}/)"
+    )
+
+
+def open_repo(path: str) -> git.Repo:
+    try:
+        return git.Repo(path)
+    except (git.NoSuchPathError, git.InvalidGitRepositoryError) as exc:
+        raise TargetError(f"{path}: not a git repository") from exc

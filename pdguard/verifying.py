@@ -1,0 +1,179 @@
+"""``verify``: for each upstream ref (or released wheel), where does each fix stand?
+
+Every ref is read from git objects (``GitTree``), every fix planned on an in-memory workspace:
+
+* ``carried``: the property holds and pdguard's marker is there;
+* ``upstream``: the property holds without pdguard's code;
+* ``applicable``: it does not hold; ``apply`` succeeds in memory and ``check`` then passes;
+* ``drifted``: it does not hold and ``apply`` cannot anchor (the note names what moved);
+* ``not-applicable``: nothing to do in this release.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import os
+import sys
+from collections.abc import Callable, Sequence
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import asdict, dataclass, field
+
+import checks
+from checks.project import Project
+
+from .checking import check_tree, load_project
+from .fixes.base import Status
+from .pipeline import FIXES
+from .tree import SourceTree, TargetError
+from .workspace import Workspace
+
+# The rules that prove each fix.
+FIX_RULES = {
+    "inflight-deadline": ("PDG001", "PDG002", "PDG003", "PDG005"),
+    "sender-bootstrap-timeout": ("PDG004",),
+}
+GOOD = frozenset({"carried", "upstream", "not-applicable"})
+
+
+@dataclass
+class RefReport:
+    ref: str
+    commit: str | None
+    sglang_version: str | None
+    fixes: dict[str, str] = field(default_factory=dict)
+    notes: dict[str, str] = field(default_factory=dict)
+    findings: list[dict[str, object]] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return set(self.fixes.values()) <= GOOD
+
+    def as_json(self) -> dict[str, object]:
+        return asdict(self)
+
+
+def verify_tree(tree: SourceTree, ref: str, commit: str | None) -> RefReport:
+    result = check_tree(tree)
+    report = RefReport(ref, commit, tree.sglang_version())
+    report.findings = [
+        {
+            "code": f.code,
+            "path": f.path,
+            "line": f.line,
+            "col": f.col,
+            "symbol": f.symbol,
+            "message": f.message,
+        }
+        for f in result.findings
+    ]
+    base_texts = load_project(tree).texts
+    for fix in FIXES:
+        workspace = Workspace(tree)
+        try:
+            outcome = fix.plan(workspace)
+        except TargetError as exc:  # a file the fix needs vanished or does not parse
+            report.fixes[fix.name], report.notes[fix.name] = "drifted", str(exc)
+            continue
+        status = {
+            Status.PRESENT: "carried",
+            Status.UPSTREAM: "upstream",
+            Status.NOT_APPLICABLE: "not-applicable",
+            Status.REFUSED: "drifted",
+        }.get(outcome.status)
+        note = outcome.note or ""
+        if outcome.status is Status.APPLIED:
+            texts = dict(base_texts)
+            texts.update({rel: new.text for rel, new in workspace.changed().items()})
+            left = checks.run(Project(texts), FIX_RULES[fix.name])
+            if left:
+                status = "drifted"
+                note = "apply anchors but check still reports " + ", ".join(
+                    f"{f.code} {f.path}:{f.line}" for f in left
+                )
+            else:
+                status = "applicable"
+        if outcome.status is Status.REFUSED and outcome.where:
+            note = f"{tree.display(outcome.where)}: {note}"
+        report.fixes[fix.name] = status  # type: ignore[assignment]
+        if note:
+            report.notes[fix.name] = note
+    return report
+
+
+def _verify_git_ref(repo_path: str, ref: str) -> RefReport:
+    from .git_tree import open_git_tree, open_repo
+
+    repo = open_repo(repo_path)
+    tree = open_git_tree(repo, ref)
+    return verify_tree(tree, ref, tree.commit.hexsha)
+
+
+def _verify_release(version: str) -> RefReport:
+    from vendor_sglang import fetch_release
+
+    from .tree import open_tree
+
+    return verify_tree(open_tree(fetch_release(version)), version, None)
+
+
+def select_tags(repo_path: str, pattern: str) -> list[str]:
+    from .git_tree import open_repo
+
+    repo = open_repo(repo_path)
+    tags = sorted(t.name for t in repo.tags if fnmatch.fnmatchcase(t.name, pattern))
+    if not tags:
+        raise TargetError(f"{repo_path}: no tag matches {pattern!r}")
+    return tags
+
+
+def check_refs(repo_path: str, refs: Sequence[str]) -> None:
+    """Fail early (exit 2) on a ref that does not resolve or holds no SGLang tree."""
+    from .git_tree import open_git_tree, open_repo
+
+    repo = open_repo(repo_path)
+    for ref in refs:
+        open_git_tree(repo, ref)
+
+
+def _progress(done: int, total: int) -> None:
+    if sys.stderr.isatty():
+        bar = "#" * (20 * done // total)
+        sys.stderr.write(f"\rverify [{bar:<20}] {done}/{total}")
+        if done == total:
+            sys.stderr.write("\n")
+        sys.stderr.flush()
+
+
+def run_parallel(
+    worker: Callable[..., RefReport], jobs: Sequence[tuple[object, ...]], processes: int | None
+) -> list[RefReport]:
+    """Run ``worker(*job)`` for every job in worker processes; results in job order."""
+    if len(jobs) == 1 or processes == 1:
+        reports = []
+        for n, job in enumerate(jobs, 1):
+            reports.append(worker(*job))
+            _progress(n, len(jobs))
+        return reports
+    workers = min(len(jobs), processes or os.cpu_count() or 1)
+    with ProcessPoolExecutor(max_workers=workers) as pool:
+        futures = [pool.submit(worker, *job) for job in jobs]
+        for n, _ in enumerate(_as_completed(futures), 1):
+            _progress(n, len(jobs))
+        return [future.result() for future in futures]
+
+
+def _as_completed(futures):  # type: ignore[no-untyped-def]
+    from concurrent.futures import as_completed
+
+    return as_completed(futures)
+
+
+def verify_git(
+    repo_path: str, refs: Sequence[str], processes: int | None = None
+) -> list[RefReport]:
+    check_refs(repo_path, refs)
+    return run_parallel(_verify_git_ref, [(repo_path, ref) for ref in refs], processes)
+
+
+def verify_pypi(versions: Sequence[str], processes: int | None = None) -> list[RefReport]:
+    return run_parallel(_verify_release, [(v,) for v in versions], processes)
