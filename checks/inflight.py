@@ -136,6 +136,8 @@ class _Scope:
         if isinstance(node, ast.Name):
             return self.reads.get(node.id)
         if isinstance(node, ast.Attribute) and isinstance(node.ctx, ast.Load):
+            if isinstance(node.value, ast.Name) and node.value.id == "self":
+                return None  # scheduler state, not something stamped on a request
             return node.attr, _mentions_sender(node.value) or _name_in(node.value, self.senders)
         if (
             isinstance(node, ast.Call)

@@ -9,10 +9,17 @@ import sys
 import tempfile
 from collections.abc import Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from . import __version__, check_report, checking, pipeline, report
+from . import __version__
 from .tree import SourceTree, TargetError, installed_tree, open_tree
 from .writer import WriteError
+
+if TYPE_CHECKING:
+    from .pipeline import ApplyResult
+
+# Each command imports what it needs when it runs: `check` never loads LibCST.
+CHECK_FORMATS = ("github", "json", "sarif", "text")
 
 EXIT_OK, EXIT_CHANGES, EXIT_ERROR = 0, 1, 2
 DEMO_RELEASE = "0.5.14"
@@ -116,9 +123,7 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="PATH",
         help="an SGLang tree (as for apply), or files inside one (as pre-commit passes them)",
     )
-    check.add_argument(
-        "--format", choices=sorted(check_report.FORMATS), default="text", help="default: text"
-    )
+    check.add_argument("--format", choices=CHECK_FORMATS, default="text", help="default: text")
     check.add_argument("--select", action="append", metavar="CODES", help="e.g. PDG001,PDG004")
     check.add_argument("--ignore", action="append", metavar="CODES", help="e.g. PDG004")
 
@@ -162,13 +167,15 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _render(result: pipeline.ApplyResult, fmt: str, written: bool) -> str:
+def _render(result: ApplyResult, fmt: str, written: bool) -> str:
+    from . import report
+
     if fmt == "json":
         return report.apply_json(result, written=written)
     return report.apply_text(result, written=written)
 
 
-def _refusal_line(result: pipeline.ApplyResult) -> str:
+def _refusal_line(result: ApplyResult) -> str:
     name, outcome = next(iter(result.refused.items()))
     where = outcome.where or ""
     if where and not where.startswith("/"):
@@ -177,6 +184,8 @@ def _refusal_line(result: pipeline.ApplyResult) -> str:
 
 
 def run_apply(tree: SourceTree, *, diff: bool, check: bool, fmt: str) -> int:
+    from . import pipeline
+
     result = pipeline.plan(tree)
     if result.refused:
         print(_render(result, fmt, written=False))
@@ -194,6 +203,8 @@ def run_apply(tree: SourceTree, *, diff: bool, check: bool, fmt: str) -> int:
 
 
 def run_check(paths: Sequence[str], fmt: str, select, ignore) -> int:  # type: ignore[no-untyped-def]
+    from . import check_report, checking
+
     codes = checking.select_codes(select, ignore)
     results = [checking.check_tree(tree, codes) for tree in checking.trees_for(paths)]
     output = check_report.FORMATS[fmt](results)
@@ -245,6 +256,8 @@ def run_demo(release: str, fmt: str) -> int:
         copy = Path(tmp) / f"sglang-{release}"
         shutil.copytree(source, copy)
         tree = open_tree(copy)
+        from . import pipeline
+
         result = pipeline.plan(tree)
         sys.stdout.write(result.diff())
         print(_render(result, fmt, written=False))

@@ -15,8 +15,6 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from isort.settings import CONFIG_SOURCES
-
 DISAGGREGATION_DIR = "sglang/srt/disaggregation"
 PREFILL_PATH = f"{DISAGGREGATION_DIR}/prefill.py"
 
@@ -112,6 +110,8 @@ class DirectoryTree(SourceTree):
         return sorted(found)
 
     def config_files(self, rel: str) -> Iterator[tuple[str, bytes]]:
+        from isort.settings import CONFIG_SOURCES
+
         here = self.path(rel).parent
         root = self.root.resolve()
         while True:

@@ -631,3 +631,23 @@ def test_dot_inside_the_tree(
     code, out, err = run(capsys, ".")
     assert (code, err) == (1, "")
     assert "PDG001" in out
+
+
+def test_cli_format_choices_match_the_reporters() -> None:
+    from pdguard import check_report, cli
+
+    assert sorted(cli.CHECK_FORMATS) == sorted(check_report.FORMATS)
+
+
+def test_check_does_not_import_libcst() -> None:
+    import subprocess
+    import sys
+
+    code = (
+        "import sys; from pdguard.cli import main; "
+        "main(['check', '--help']) if False else None; "
+        "import pdguard.checking, pdguard.check_report; "
+        "print('libcst' in sys.modules)"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "False"
