@@ -5,6 +5,8 @@ Cache layout (outside git, see :func:`cache_dir`)::
     <cache>/wheels/<wheel filename>      verified against the manifest's sha256
     <cache>/trees/<version>/sglang/...   only the EXTRACT_PATTERNS members, plus a
                                          ``.complete`` marker naming the wheel it came from
+    <cache>/trees-full/<version>/sglang/...  the whole ``sglang/`` package (``full=True``,
+                                         for benchmarks), same marker
 
 Every write goes to a scratch directory inside the cache and is moved into place with a
 single rename, so an interrupted run never leaves a half-written wheel or tree behind.
@@ -35,6 +37,8 @@ EXTRACT_PATTERNS: tuple[str, ...] = (
     "sglang/_version.py",
 )
 _REQUIRED_DIR = "sglang/srt/disaggregation/"
+# ``fetch_release(version, full=True)``: the whole package, into its own cache directory.
+FULL_PATTERNS: tuple[str, ...] = ("sglang/",)
 
 COMPLETE_MARKER = ".complete"
 PIP_TIMEOUT_SECONDS = 900
@@ -186,10 +190,10 @@ def fetch_wheel(release: Release) -> Path:
 # --- extraction --------------------------------------------------------------------------
 
 
-def _is_wanted(name: str) -> bool:
+def _is_wanted(name: str, patterns: Sequence[str] = EXTRACT_PATTERNS) -> bool:
     return any(
         name.startswith(pattern) if pattern.endswith("/") else name == pattern
-        for pattern in EXTRACT_PATTERNS
+        for pattern in patterns
     )
 
 
@@ -205,8 +209,8 @@ def _check_member_name(name: str, wheel: Path) -> None:
         raise UnsafeWheelError(f"{wheel.name}: unsafe member name {name!r}")
 
 
-def extract_members(wheel: Path, dest: Path) -> None:
-    """Extract the EXTRACT_PATTERNS members of ``wheel`` into ``dest``.
+def extract_members(wheel: Path, dest: Path, patterns: Sequence[str] = EXTRACT_PATTERNS) -> None:
+    """Extract the ``patterns`` members (default EXTRACT_PATTERNS) of ``wheel`` into ``dest``.
 
     Raises UnsafeWheelError if any member name is absolute or contains ``..`` (the whole
     archive is checked before anything is written), and FetchError if the wheel has no
@@ -216,7 +220,9 @@ def extract_members(wheel: Path, dest: Path) -> None:
         members = archive.infolist()
         for info in members:
             _check_member_name(info.filename, wheel)
-        wanted = [info for info in members if not info.is_dir() and _is_wanted(info.filename)]
+        wanted = [
+            info for info in members if not info.is_dir() and _is_wanted(info.filename, patterns)
+        ]
         if not any(info.filename.startswith(_REQUIRED_DIR) for info in wanted):
             raise FetchError(f"{wheel.name} has no {_REQUIRED_DIR} package")
         for info in wanted:
@@ -226,10 +232,10 @@ def extract_members(wheel: Path, dest: Path) -> None:
                 shutil.copyfileobj(source, out)
 
 
-def _tree_path(version: str) -> Path:
+def _tree_path(version: str, full: bool = False) -> Path:
     if not _VERSION_RE.fullmatch(version):
         raise FetchError(f"invalid version string {version!r}")
-    return cache_dir() / "trees" / version
+    return cache_dir() / ("trees-full" if full else "trees") / version
 
 
 def _read_marker(tree: Path) -> str | None:
@@ -239,10 +245,12 @@ def _read_marker(tree: Path) -> str | None:
         return None
 
 
-def _install_tree(wheel: Path, tree: Path, marker: str) -> Path:
+def _install_tree(
+    wheel: Path, tree: Path, marker: str, patterns: Sequence[str] = EXTRACT_PATTERNS
+) -> Path:
     """Extract ``wheel`` into a scratch dir next to ``tree`` and rename it into place."""
     with _scratch_dir(tree.parent, f".{tree.name}-") as scratch:
-        extract_members(wheel, scratch)
+        extract_members(wheel, scratch, patterns)
         (scratch / COMPLETE_MARKER).write_text(marker + "\n")
         if tree.exists():  # incomplete, or extracted from a different wheel
             shutil.rmtree(tree)
@@ -254,17 +262,19 @@ def _install_tree(wheel: Path, tree: Path, marker: str) -> Path:
     return tree
 
 
-def fetch_release(version: str) -> Path:
-    """``<cache>/trees/<version>``: the pinned release's EXTRACT_PATTERNS members.
+def fetch_release(version: str, full: bool = False) -> Path:
+    """``<cache>/trees/<version>``: the pinned release's EXTRACT_PATTERNS members; with
+    ``full=True``, ``<cache>/trees-full/<version>``: its whole ``sglang/`` package.
 
     Returns an existing complete tree without downloading anything.
     """
     release = get_release(version)
-    tree = _tree_path(version)
+    tree = _tree_path(version, full)
     marker = f"{release.wheel} sha256={release.sha256}"
     if _read_marker(tree) == marker:
         return tree
-    return _install_tree(fetch_wheel(release), tree, marker)
+    patterns = FULL_PATTERNS if full else EXTRACT_PATTERNS
+    return _install_tree(fetch_wheel(release), tree, marker, patterns)
 
 
 def fetch_unpinned(version: str) -> Path:
