@@ -19,19 +19,12 @@ import ast
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
+from .kv_senders import is_self_attr
+
 FUNCTION = "process_disagg_prefill_inflight_queue"
 QUEUE = "disagg_prefill_inflight_queue"
 SENDER = "disagg_kv_sender"
 CLOCK_FUNCTIONS = frozenset({"monotonic", "time", "perf_counter", "monotonic_ns", "time_ns"})
-
-
-def _is_self_attr(node: ast.AST, attr: str) -> bool:
-    return (
-        isinstance(node, ast.Attribute)
-        and node.attr == attr
-        and isinstance(node.value, ast.Name)
-        and node.value.id == "self"
-    )
 
 
 def clock_names(module: ast.Module) -> set[str]:
@@ -370,7 +363,7 @@ def analyse(module: ast.Module) -> InflightModel | None:
         for node in ast.walk(function)
         if isinstance(node, ast.Assign)
         and isinstance(node.value, ast.Name)
-        and any(_is_self_attr(t, QUEUE) for t in node.targets)
+        and any(is_self_attr(t, QUEUE) for t in node.targets)
     }
     model.keep_sites = [
         n
@@ -391,7 +384,7 @@ def analyse(module: ast.Module) -> InflightModel | None:
                 and isinstance(stmt.value, ast.Call)
                 and isinstance(stmt.value.func, ast.Attribute)
                 and stmt.value.func.attr == "append"
-                and _is_self_attr(stmt.value.func.value, QUEUE)
+                and is_self_attr(stmt.value.func.value, QUEUE)
             ):
                 continue
             append = stmt.value

@@ -35,7 +35,8 @@ def _base_name(expr: ast.expr) -> str:
     return ast.unparse(expr)
 
 
-def _is_self_attr(node: ast.AST, attr: str) -> bool:
+def is_self_attr(node: ast.AST, attr: str) -> bool:
+    """``self.<attr>``"""
     return (
         isinstance(node, ast.Attribute)
         and node.attr == attr
@@ -174,7 +175,7 @@ class ClassIndex:
                 targets, value = node.targets, node.value
             elif isinstance(node, ast.AnnAssign) and node.value is not None:
                 targets, value = [node.target], node.value
-            if any(_is_self_attr(t, "init_time") for t in targets):
+            if any(is_self_attr(t, "init_time") for t in targets):
                 is_none = isinstance(value, ast.Constant) and value.value is None
                 state = "none" if is_none else "time"
         return state
@@ -205,7 +206,7 @@ class ClassIndex:
         )
         check_reached = any(
             (isinstance(n, ast.Call) and _call_name(n) == "_check_bootstrap_timeout")
-            or (_is_self_attr(n, "init_time") and isinstance(n.ctx, ast.Load))
+            or (is_self_attr(n, "init_time") and isinstance(n.ctx, ast.Load))
             for n in poll_nodes
         )
         return SenderFacts(
@@ -236,7 +237,7 @@ class ClassIndex:
         for node in self.reached(manager, "__init__"):
             if isinstance(node, ast.Assign) and _reads_bootstrap_timeout(node.value):
                 for target in node.targets:
-                    if isinstance(target, ast.Attribute) and _is_self_attr(target, target.attr):
+                    if isinstance(target, ast.Attribute) and is_self_attr(target, target.attr):
                         return target.attr
         return None
 
