@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import ast
 from collections.abc import Mapping
-from functools import cached_property
+from functools import cached_property, lru_cache
 
 from .inflight import InflightModel, analyse
 from .kv_senders import ClassIndex
@@ -19,6 +19,13 @@ def wanted(rel: str, text: str) -> bool:
     return rel.startswith(DISAGGREGATION_DIR) and any(needle in text for needle in NEEDLES)
 
 
+@lru_cache(maxsize=128)
+def parse_module(text: str, rel: str) -> ast.Module:
+    """Parsed once per content: ``verify`` checks a ref before and after patching it, and
+    most files are the same."""
+    return ast.parse(text, filename=rel)
+
+
 class Project:
     """Texts by relative path (only those that passed ``wanted``), parsed lazily."""
 
@@ -30,7 +37,7 @@ class Project:
         if rel not in self.texts:
             return None
         if rel not in self._trees:
-            self._trees[rel] = ast.parse(self.texts[rel], filename=rel)
+            self._trees[rel] = parse_module(self.texts[rel], rel)
         return self._trees[rel]
 
     @cached_property

@@ -24,13 +24,17 @@ class CarryResult:
     commit: str | None  # None: the ref already carries everything, nothing committed
 
 
-def _message(result: ApplyResult, onto: str) -> str:
+def _message(result: ApplyResult, onto: str, prefix: str = "") -> str:
     lines = [f"Carry pdguard's PD-disaggregation liveness fix onto {onto}", ""]
     for name, outcome in result.outcomes.items():
         lines.append(
             f"- {name}: {outcome.status.value}" + (f" ({outcome.note})" if outcome.note else "")
         )
-    lines += ["", f"Applied by pdguard {__version__}; files: " + ", ".join(sorted(result.changes))]
+    lines += [
+        "",
+        f"Applied by pdguard {__version__}; files: "
+        + ", ".join(prefix + rel for rel in sorted(result.changes)),
+    ]
     return "\n".join(lines) + "\n"
 
 
@@ -55,37 +59,54 @@ def carry(repo_path: str, onto: str, branch: str, *, force: bool = False) -> Car
     if not result.changes:
         return CarryResult(result, branch, None)
 
-    with tempfile.TemporaryDirectory(prefix="pdguard-carry-") as tmp:
-        env = {**os.environ, **_identity(repo), "GIT_INDEX_FILE": os.path.join(tmp, "index")}
-        repo.git.read_tree(tree.commit.hexsha, env=env)
-        entries = []
-        for rel, new in result.changes.items():
-            path = tree.prefix + rel
-            mode = (tree.commit.tree / path).mode
-            data = new.encode()
-            stored = repo.odb.store(IStream("blob", len(data), io.BytesIO(data)))
-            entries.append(f"{mode:o} {stored.hexsha.decode()}\t{path}\n")
-        index_info = os.path.join(tmp, "index-info")
-        with open(index_info, "w", encoding="utf-8") as handle:
-            handle.writelines(entries)
-        with open(index_info, "rb") as handle:
-            repo.git.update_index("--index-info", istream=handle, env=env)
-        new_tree = repo.git.write_tree(env=env)
-        new_commit = repo.git.commit_tree(
-            new_tree, "-p", tree.commit.hexsha, "-m", _message(result, onto), env=env
-        )
-    repo.git.update_ref(head_name, new_commit)
+    try:
+        with tempfile.TemporaryDirectory(prefix="pdguard-carry-") as tmp:
+            env = {**os.environ, **_identity(repo), "GIT_INDEX_FILE": os.path.join(tmp, "index")}
+            repo.git.read_tree(tree.commit.hexsha, env=env)
+            entries = []
+            for rel, new in result.changes.items():
+                path = tree.prefix + rel
+                mode = (tree.commit.tree / path).mode
+                data = new.encode()
+                stored = repo.odb.store(IStream("blob", len(data), io.BytesIO(data)))
+                entries.append(f"{mode:o} {stored.hexsha.decode()}\t{path}\n")
+            index_info = os.path.join(tmp, "index-info")
+            with open(index_info, "w", encoding="utf-8") as handle:
+                handle.writelines(entries)
+            with open(index_info, "rb") as handle:
+                repo.git.update_index("--index-info", istream=handle, env=env)
+            new_tree = repo.git.write_tree(env=env)
+            new_commit = repo.git.commit_tree(
+                new_tree,
+                "-p",
+                tree.commit.hexsha,
+                "-m",
+                _message(result, onto, tree.prefix),
+                env=env,
+            )
+        repo.git.update_ref(head_name, new_commit)
+    except git.GitCommandError as exc:  # no identity git accepts, a read-only repo, ...
+        stderr = str(exc.stderr or "").strip().removeprefix("stderr: '").removesuffix("'")
+        detail = stderr.splitlines()[-1] if stderr else f"exit status {exc.status}"
+        raise TargetError(f"git {exc.command[1]} failed: {detail}") from exc
     return CarryResult(result, branch, new_commit)
 
 
 def _identity(repo: git.Repo) -> dict[str, str]:
-    """A committer for machines with no git identity configured (CI); a configured one wins."""
-    reader = repo.config_reader()
-    if reader.get_value("user", "name", "") or "GIT_COMMITTER_NAME" in os.environ:
-        return {}
-    return {
-        "GIT_AUTHOR_NAME": "pdguard",
-        "GIT_AUTHOR_EMAIL": "pdguard@localhost",
-        "GIT_COMMITTER_NAME": "pdguard",
-        "GIT_COMMITTER_EMAIL": "pdguard@localhost",
-    }
+    """A committer for machines with no git identity configured (CI); a configured one wins.
+
+    Each of user.name and user.email is asked of git itself (so HOME, includes and
+    GIT_CONFIG_NOSYSTEM count as for the commit); only a missing one is filled in."""
+    env: dict[str, str] = {}
+    for key, fallback in (("name", "pdguard"), ("email", "pdguard@localhost")):
+        try:
+            repo.git.config("--get", f"user.{key}")
+            continue
+        except git.GitCommandError:  # exit 1: not set
+            pass
+        if key == "email" and "EMAIL" in os.environ:
+            continue
+        for who in ("AUTHOR", "COMMITTER"):
+            if f"GIT_{who}_{key.upper()}" not in os.environ:
+                env[f"GIT_{who}_{key.upper()}"] = fallback
+    return env

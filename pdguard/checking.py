@@ -25,6 +25,7 @@ class CheckResult:
     tree: SourceTree
     findings: list[Finding]
     suppressed: int
+    project: Project
 
     def display_path(self, finding: Finding) -> str:
         path = self.tree.display(finding.path)
@@ -88,7 +89,7 @@ def check_tree(tree: SourceTree, codes: Iterable[str] = checks.CODES) -> CheckRe
         where = f"{tree.display(exc.filename or '')}:{exc.lineno or 0}:{exc.offset or 0}"
         raise TargetError(f"{where}: does not parse: {exc.msg}") from exc
     kept = [f for f in found if not _suppressed(f, project)]
-    return CheckResult(tree, kept, len(found) - len(kept))
+    return CheckResult(tree, kept, len(found) - len(kept), project)
 
 
 def select_codes(select: Sequence[str] | None, ignore: Sequence[str] | None) -> list[str]:

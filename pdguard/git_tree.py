@@ -88,6 +88,6 @@ def open_git_tree(repo: git.Repo, ref: str) -> GitTree:
 
 def open_repo(path: str) -> git.Repo:
     try:
-        return git.Repo(path)
+        return git.Repo(path, search_parent_directories=True)
     except (git.NoSuchPathError, git.InvalidGitRepositoryError) as exc:
         raise TargetError(f"{path}: not a git repository") from exc

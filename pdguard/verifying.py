@@ -21,7 +21,7 @@ from dataclasses import asdict, dataclass, field
 import checks
 from checks.project import Project
 
-from .checking import check_tree, load_project
+from .checking import check_tree
 from .fixes.base import Status
 from .pipeline import FIXES
 from .tree import SourceTree, TargetError
@@ -66,37 +66,42 @@ def verify_tree(tree: SourceTree, ref: str, commit: str | None) -> RefReport:
         }
         for f in result.findings
     ]
-    base_texts = load_project(tree).texts
+    # All fixes on one in-memory workspace (they touch different files), then one check of
+    # the result for the rules of the fixes that applied.
+    workspace = Workspace(tree)
+    applied = []
     for fix in FIXES:
-        workspace = Workspace(tree)
         try:
             outcome = fix.plan(workspace)
         except TargetError as exc:  # a file the fix needs vanished or does not parse
             report.fixes[fix.name], report.notes[fix.name] = "drifted", str(exc)
             continue
-        status = {
+        report.fixes[fix.name] = {
             Status.PRESENT: "carried",
             Status.UPSTREAM: "upstream",
             Status.NOT_APPLICABLE: "not-applicable",
             Status.REFUSED: "drifted",
-        }.get(outcome.status)
+            Status.APPLIED: "applicable",
+        }[outcome.status]
         note = outcome.note or ""
-        if outcome.status is Status.APPLIED:
-            texts = dict(base_texts)
-            texts.update({rel: new.text for rel, new in workspace.changed().items()})
-            left = checks.run(Project(texts), FIX_RULES[fix.name])
-            if left:
-                status = "drifted"
-                note = "apply anchors but check still reports " + ", ".join(
-                    f"{f.code} {f.path}:{f.line}" for f in left
-                )
-            else:
-                status = "applicable"
         if outcome.status is Status.REFUSED and outcome.where:
             note = f"{tree.display(outcome.where)}: {note}"
-        report.fixes[fix.name] = status  # type: ignore[assignment]
         if note:
             report.notes[fix.name] = note
+        if outcome.status is Status.APPLIED:
+            applied.append(fix.name)
+    if applied:
+        texts = dict(result.project.texts)
+        texts.update({rel: new.text for rel, new in workspace.changed().items()})
+        codes = [code for name in applied for code in FIX_RULES[name]]
+        left = checks.run(Project(texts), codes)
+        for name in applied:
+            mine = [f for f in left if f.code in FIX_RULES[name]]
+            if mine:
+                report.fixes[name] = "drifted"
+                report.notes[name] = "apply anchors but check still reports " + ", ".join(
+                    f"{f.code} {f.path}:{f.line}" for f in mine
+                )
     return report
 
 

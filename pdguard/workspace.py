@@ -8,6 +8,8 @@ from functools import cache
 import isort
 import libcst as cst
 
+from checks.project import parse_module
+
 from .isort_config import isort_config_for
 from .source_file import SourceDecodeError, SourceFile
 from .tree import SourceTree, TargetError
@@ -20,11 +22,6 @@ class ParseFailure(TargetError):
 @cache
 def _parse_cst(text: str) -> cst.Module:
     return cst.parse_module(text)
-
-
-@cache
-def _parse_ast(text: str) -> ast.Module:
-    return ast.parse(text)
 
 
 class Workspace:
@@ -60,7 +57,7 @@ class Workspace:
 
     def ast(self, rel: str) -> ast.Module:
         try:
-            return _parse_ast(self.text(rel))
+            return parse_module(self.text(rel), rel)
         except SyntaxError as exc:
             where = f"{self.tree.display(rel)}:{exc.lineno or 0}:{exc.offset or 0}"
             raise ParseFailure(f"{where}: does not parse: {exc.msg}") from exc

@@ -1,0 +1,532 @@
+"""``pdguard verify`` and ``pdguard carry`` on a real git repository built from real releases.
+
+The repository is laid out as upstream SGLang (``python/sglang/``): one commit and one annotated
+tag ``v<version>`` per release of ``tests.test_releases.RELEASES`` (the ``ci = true`` ones, one
+per shape family; all 62 with ``PDGUARD_ALL_RELEASES=1``), plus the refs a fork has:
+
+* ``fork``: the fix carried onto v0.4.7 (``pdguard carry``);
+* ``fork-merged``: a merge of v0.5.14 into ``fork`` whose tree is v0.5.14's (the fix lost);
+* ``fork-reapplied``: the fix carried again onto ``fork-merged``;
+* ``fork-apply``: v0.5.14 patched by ``pdguard apply`` on a checkout and committed;
+* ``moved``: v0.5.23 with ``prefill.py`` moved away; ``renamed``: with
+  ``process_disagg_prefill_inflight_queue`` renamed;
+* ``docs``: an orphan branch with no SGLang tree;
+* ``main`` (checked out, at the newest tag) with a dirty working tree: an unstaged
+  modification, a staged change, untracked files and a stash entry, which neither command
+  may touch.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import pty
+import re
+import shutil
+import subprocess
+import sys
+import tarfile
+from dataclasses import dataclass
+from io import BytesIO
+from pathlib import Path
+
+import pytest
+
+from pdguard import __version__
+from pdguard.checking import check_tree
+from pdguard.cli import main
+from pdguard.tree import open_tree
+from tests.test_releases import RELEASES
+from vendor_sglang import fetch_release
+
+pytestmark = pytest.mark.releases
+
+FIXES = ("inflight-deadline", "sender-bootstrap-timeout")
+STATUSES = {"carried", "upstream", "applicable", "drifted", "not-applicable"}
+FINDING_KEYS = {"code", "path", "line", "col", "symbol", "message"}
+PREFILL = "python/sglang/srt/disaggregation/prefill.py"
+INFLIGHT = "process_disagg_prefill_inflight_queue"
+
+# What an unpatched release is, per shape family (README, "Release families").
+EXPECTED = {
+    "F1": ("drifted", "applicable"),  # 0.4.6 - 0.4.6.post4: the Failed branch raises
+    **{f"F{n}": ("applicable", "applicable") for n in range(2, 10)},
+    **{f"F{n}": ("applicable", "upstream") for n in range(10, 13)},
+}
+TAGS = {f"v{r.version}": r for r in RELEASES}
+for needed in ("0.4.6", "0.4.7", "0.5.14", "0.5.17", "0.5.18", "0.5.23"):
+    assert f"v{needed}" in TAGS, f"{needed} must stay a ci release for these tests"
+NEWEST = f"v{RELEASES[-1].version}"
+
+# Refs (besides the tags) and what verify must say of them.
+FORK_REFS = {
+    "fork": ("carried", "carried"),
+    "fork-merged": ("applicable", "applicable"),
+    "fork-reapplied": ("carried", "carried"),
+    "fork-apply": ("carried", "carried"),
+    "moved": ("drifted", "upstream"),
+    "renamed": ("drifted", "upstream"),
+    "main": ("applicable", "upstream"),  # HEAD's commit, not the patched working tree
+}
+
+
+def git(repo: Path, *args: str, env: dict[str, str] | None = None) -> str:
+    done = subprocess.run(
+        ["git", "-C", str(repo), *args], check=True, capture_output=True, text=True, env=env
+    )
+    return done.stdout.strip()
+
+
+def pdguard(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    """The whole command, as a user runs it (stderr a pipe: never a terminal)."""
+    return subprocess.run(
+        [sys.executable, "-m", "pdguard", *args], capture_output=True, text=True, env=env
+    )
+
+
+def snapshot(repo: Path) -> dict[str, object]:
+    """Everything verify and carry must leave alone (read without refreshing the index)."""
+    files = {
+        p.relative_to(repo).as_posix(): p.read_bytes()
+        for p in sorted(repo.rglob("*"))
+        if p.is_file() and ".git" not in p.relative_to(repo).parts
+    }
+    return {
+        "index": (repo / ".git/index").read_bytes(),
+        "HEAD file": (repo / ".git/HEAD").read_bytes(),
+        "status": git(repo, "--no-optional-locks", "status", "--porcelain=v2", "--branch", "-uall"),
+        "HEAD": git(repo, "rev-parse", "HEAD"),
+        "stash": git(repo, "stash", "list", "--format=%H %gs"),
+        "files": files,
+    }
+
+
+@dataclass
+class Upstream:
+    path: Path
+    dirty: dict[str, object]  # the snapshot taken once the working tree was made dirty
+
+    def sha(self, ref: str) -> str:
+        return git(self.path, "rev-parse", f"{ref}^{{commit}}")
+
+
+def _release_commits(repo: Path) -> None:
+    (repo / "README.md").write_text("SGLang, as upstream lays it out (python/sglang/)\n")
+    for release in RELEASES:
+        package = repo / "python/sglang"
+        shutil.rmtree(package, ignore_errors=True)
+        shutil.copytree(
+            fetch_release(release.version) / "sglang",
+            package,
+            ignore=shutil.ignore_patterns("__pycache__"),
+        )
+        git(repo, "add", "-A")
+        git(repo, "commit", "-q", "-m", f"sglang {release.version}")
+        git(repo, "tag", "-a", "-m", f"release {release.version}", f"v{release.version}")
+
+
+def _fork_refs(repo: Path) -> None:
+    assert main(["carry", "--repo", str(repo), "--onto", "v0.4.7", "--branch", "fork"]) == 0
+    merged = git(
+        repo,
+        "commit-tree",
+        "v0.5.14^{tree}",
+        "-p",
+        "fork",
+        "-p",
+        "v0.5.14^{commit}",
+        "-m",
+        "Merge tag 'v0.5.14' into fork (their tree: the fix is lost)",
+    )
+    git(repo, "branch", "fork-merged", merged)
+    assert (
+        main(["carry", "--repo", str(repo), "--onto", "fork-merged", "--branch", "fork-reapplied"])
+        == 0
+    )
+
+    git(repo, "checkout", "-q", "-b", "fork-apply", "v0.5.14")
+    assert main(["apply", str(repo)]) == 0
+    git(repo, "commit", "-q", "-am", "pdguard apply on a checkout")
+
+    git(repo, "checkout", "-q", "-b", "moved", NEWEST)
+    git(repo, "mv", PREFILL, PREFILL.replace("prefill.py", "prefill_scheduler.py"))
+    git(repo, "commit", "-q", "-m", "move prefill.py")
+
+    git(repo, "checkout", "-q", "-b", "renamed", NEWEST)
+    prefill = repo / PREFILL
+    prefill.write_text(prefill.read_text().replace(INFLIGHT, "process_prefill_inflight"))
+    git(repo, "commit", "-q", "-am", "rename the inflight queue's poll")
+
+    blob = subprocess.run(
+        ["git", "-C", str(repo), "hash-object", "-w", "--stdin"],
+        input="docs only\n",
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.strip()
+    tree = subprocess.run(
+        ["git", "-C", str(repo), "mktree"],
+        input=f"100644 blob {blob}\tREADME.md\n",
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.strip()
+    git(repo, "branch", "docs", git(repo, "commit-tree", tree, "-m", "docs"))
+    git(repo, "checkout", "-q", "main")
+
+
+def _make_dirty(repo: Path) -> None:
+    version = repo / "python/sglang/version.py"
+    version.write_bytes(version.read_bytes() + b"# stashed edit\n")
+    git(repo, "stash", "push", "-q", "-m", "wip")
+    assert main(["apply", str(repo)]) == 0  # the fixed prefill.py, unstaged
+    utils = repo / "python/sglang/srt/disaggregation/utils.py"
+    utils.write_bytes(utils.read_bytes() + b"# staged edit\n")
+    git(repo, "add", str(utils))
+    (repo / "notes.txt").write_text("untracked\n")
+    (repo / "python/sglang/srt/disaggregation/scratch.py").write_text("x = 1\n")
+
+
+@pytest.fixture(scope="session")
+def upstream(tmp_path_factory: pytest.TempPathFactory) -> Upstream:
+    repo = tmp_path_factory.mktemp("verify") / "sglang"
+    repo.mkdir()
+    git(repo, "init", "-q", "-b", "main")
+    for key, value in {
+        "user.name": "Test Maintainer",
+        "user.email": "maintainer@example.com",
+        "commit.gpgsign": "false",
+        "tag.gpgsign": "false",
+        "core.autocrlf": "false",
+    }.items():
+        git(repo, "config", key, value)
+    _release_commits(repo)
+    _fork_refs(repo)
+    _make_dirty(repo)
+    status = git(repo, "status", "--porcelain=v2", "-uall")
+    assert re.search(r"^1 \.M .* python/sglang/srt/disaggregation/prefill\.py$", status, re.M)
+    assert re.search(r"^1 M\. .* python/sglang/srt/disaggregation/utils\.py$", status, re.M)
+    assert "? notes.txt" in status
+    assert git(repo, "stash", "list")
+    return Upstream(repo, snapshot(repo))
+
+
+@dataclass
+class Verified:
+    proc: subprocess.CompletedProcess[str]
+    reports: dict[str, dict]
+    order: list[str]
+    before: dict[str, object]
+    after: dict[str, object]
+
+
+@pytest.fixture(scope="session")
+def verified(upstream: Upstream) -> Verified:
+    """One ``pdguard verify`` over every tag and every fork ref (worker processes)."""
+    before = snapshot(upstream.path)
+    refs = [arg for ref in FORK_REFS for arg in ("--ref", ref)]
+    proc = pdguard(
+        "verify", "--repo", str(upstream.path), "--tags", "v*", *refs, "--format", "json"
+    )
+    after = snapshot(upstream.path)
+    data = json.loads(proc.stdout) if proc.stdout.startswith("[") else []
+    return Verified(proc, {r["ref"]: r for r in data}, [r["ref"] for r in data], before, after)
+
+
+# --- verify ----------------------------------------------------------------------------------
+
+
+def test_verify_leaves_a_dirty_repository_untouched(upstream: Upstream, verified: Verified):
+    assert verified.proc.returncode == 1, verified.proc.stderr
+    assert verified.after == verified.before == upstream.dirty
+
+
+def test_verify_json_shape(upstream: Upstream, verified: Verified) -> None:
+    data = json.loads(verified.proc.stdout)
+    assert isinstance(data, list)
+    assert verified.order == list(FORK_REFS) + sorted(TAGS)  # --ref order, then tags sorted
+    for report in data:
+        assert set(report) == {"ref", "commit", "sglang_version", "fixes", "notes", "findings"}
+        assert report["commit"] == upstream.sha(report["ref"])
+        assert tuple(report["fixes"]) == FIXES
+        assert set(report["fixes"].values()) <= STATUSES
+        assert all(isinstance(k, str) and isinstance(v, str) for k, v in report["notes"].items())
+        for finding in report["findings"]:
+            assert set(finding) == FINDING_KEYS
+            assert re.fullmatch(r"PDG00[1-5]", finding["code"])
+            assert finding["path"].startswith("sglang/srt/disaggregation/")
+            assert isinstance(finding["line"], int) and finding["line"] > 0
+
+
+def test_verify_tags_per_family(verified: Verified) -> None:
+    for tag, release in TAGS.items():
+        report = verified.reports[tag]
+        assert report["sglang_version"] == release.version
+        statuses = tuple(report["fixes"][f] for f in FIXES)
+        assert statuses == EXPECTED[release.family], (tag, report["notes"])
+        assert report["findings"], f"{tag}: an unpatched release has findings"
+        if release.family == "F1":
+            note = report["notes"]["inflight-deadline"]
+            assert "raises" in note and "prefill.py" in note and INFLIGHT in note
+
+
+def test_verify_fork_refs(verified: Verified) -> None:
+    for ref, expected in FORK_REFS.items():
+        report = verified.reports[ref]
+        assert tuple(report["fixes"][f] for f in FIXES) == expected, (ref, report["notes"])
+        if "drifted" not in expected and "applicable" not in expected:
+            assert report["findings"] == [], ref
+    assert verified.reports["fork-merged"]["sglang_version"] == "0.5.14"
+    moved = verified.reports["moved"]["notes"]["inflight-deadline"]
+    assert f"moved:{PREFILL}" in moved and "missing" in moved
+    renamed = verified.reports["renamed"]["notes"]["inflight-deadline"]
+    assert INFLIGHT in renamed and "prefill.py" in renamed
+
+
+def test_verify_findings_are_those_of_check(verified: Verified) -> None:
+    for version in ("0.4.7", RELEASES[-1].version):
+        result = check_tree(open_tree(fetch_release(version)))
+        expected = [
+            {k: getattr(f, k) for k in ("code", "path", "line", "col", "symbol", "message")}
+            for f in result.findings
+        ]
+        assert verified.reports[f"v{version}"]["findings"] == expected
+
+
+def test_verify_exit_codes_and_formats(upstream: Upstream, capsys) -> None:
+    repo = str(upstream.path)
+    good = ["--ref", "fork", "--ref", "fork-reapplied"]
+    assert main(["verify", "--repo", repo, *good, "--jobs", "1"]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[0].split() == ["REF", "COMMIT", "VERSION", *FIXES, "FINDINGS"]
+    assert out[1].split() == ["fork", upstream.sha("fork")[:12], "0.4.7", "carried", "carried", "0"]
+    assert len(out) == 3  # notes only for statuses that need a word
+
+    assert main(["verify", "--repo", repo, "--tags", "v0.4.6", "--format", "github"]) == 1
+    out = capsys.readouterr().out.splitlines()
+    assert len(out) == 2
+    assert out[0].startswith("::error title=pdguard verify v0.4.6::inflight-deadline drifted: ")
+    assert "raises" in out[0]
+    assert out[1].startswith(
+        "::warning title=pdguard verify v0.4.6::sender-bootstrap-timeout applicable: "
+    )
+
+
+def test_verify_progress_bar_only_on_a_terminal(upstream: Upstream) -> None:
+    refs = ["--ref", "v0.4.6", "--ref", "moved"]
+    leader, follower = pty.openpty()
+    try:
+        proc = subprocess.run(
+            [sys.executable, "-m", "pdguard", "verify", "--repo", str(upstream.path), *refs],
+            stdout=subprocess.PIPE,
+            stderr=follower,
+            text=True,
+        )
+        os.close(follower)
+        follower = -1
+        written = b""
+        while True:
+            try:
+                chunk = os.read(leader, 4096)
+            except OSError:  # EIO: the terminal's other end is closed
+                break
+            if not chunk:
+                break
+            written += chunk
+    finally:
+        if follower != -1:
+            os.close(follower)
+        os.close(leader)
+    assert proc.returncode == 1
+    assert b"verify [" in written and b"2/2" in written
+    assert "verify [" not in proc.stdout
+    # with stderr not a terminal (the `verified` run and pdguard() below): nothing on stderr
+    quiet = pdguard("verify", "--repo", str(upstream.path), "--ref", "fork")
+    assert quiet.returncode == 0 and quiet.stderr == ""
+
+
+def test_verify_pypi_agrees_with_the_tag(verified: Verified, capsys) -> None:
+    version = "0.5.18"
+    assert main(["verify", "--pypi", version, "--format", "json"]) == 1
+    [report] = json.loads(capsys.readouterr().out)
+    tag = verified.reports[f"v{version}"]
+    assert report["ref"] == version and report["commit"] is None
+    assert report["fixes"] == tag["fixes"] and report["findings"] == tag["findings"]
+
+
+# --- errors ------------------------------------------------------------------------------------
+
+
+ERRORS = {
+    "verify-unknown-ref": (["verify", "--ref", "no-such-ref"], "no-such-ref: unknown ref"),
+    "verify-no-tree": (["verify", "--ref", "fork", "--ref", "docs"], "docs: no SGLang tree"),
+    "verify-no-tag": (["verify", "--tags", "release-*"], "no tag matches 'release-*'"),
+    "verify-not-a-repo": (["verify", "--ref", "fork", "--repo", "{tmp}"], "not a git repo"),
+    "carry-unknown-ref": (["carry", "--onto", "nope", "--branch", "x"], "nope: unknown ref"),
+    "carry-no-tree": (["carry", "--onto", "docs", "--branch", "x"], "docs: no SGLang tree"),
+    "carry-not-a-repo": (
+        ["carry", "--onto", "v0.4.7", "--branch", "x", "--repo", "{tmp}"],
+        "not a git repo",
+    ),
+    "carry-refused": (["carry", "--onto", "v0.4.6", "--branch", "x"], "inflight-deadline refused"),
+    "carry-bad-branch": (["carry", "--onto", "v0.4.7", "--branch", "a..b"], "not a valid branch"),
+}
+
+
+@pytest.mark.parametrize(("args", "expected"), ERRORS.values(), ids=ERRORS)
+def test_errors_exit_2_with_one_line(upstream: Upstream, tmp_path: Path, args, expected) -> None:
+    args = [a.replace("{tmp}", str(tmp_path)) for a in args]
+    if "--repo" not in args:
+        args += ["--repo", str(upstream.path)]
+    before = snapshot(upstream.path)
+    branches = git(upstream.path, "branch", "--list")
+    proc = pdguard(*args)
+    assert proc.returncode == 2
+    assert proc.stdout == ""
+    [line] = proc.stderr.splitlines()
+    assert line.startswith("pdguard: error: ") and expected in line, line
+    assert snapshot(upstream.path) == before
+    assert git(upstream.path, "branch", "--list") == branches
+
+
+# --- carry -------------------------------------------------------------------------------------
+
+
+def _exported(repo: Path, ref: str, dest: Path) -> Path:
+    archive = subprocess.run(
+        ["git", "-C", str(repo), "archive", "--format=tar", ref, "python"],
+        capture_output=True,
+        check=True,
+    ).stdout
+    with tarfile.open(fileobj=BytesIO(archive)) as tar:
+        tar.extractall(dest, filter="data")
+    return dest
+
+
+def test_carry_commits_the_fixed_tree(upstream: Upstream, tmp_path: Path, capsys) -> None:
+    repo = upstream.path
+    before = snapshot(repo)
+    args = ["carry", "--repo", str(repo), "--onto", "v0.5.18", "--branch", "carry-0.5.18"]
+    assert main(args) == 0
+    new = upstream.sha("carry-0.5.18")
+    assert capsys.readouterr().out.startswith(f"carry-0.5.18 -> {new[:12]} (on v0.5.18)")
+    assert snapshot(repo) == before  # HEAD, branch, index, working tree, stash
+    assert git(repo, "rev-parse", f"{new}^@") == upstream.sha("v0.5.18")  # one parent
+    assert git(repo, "diff", "--name-only", "v0.5.18", new) == PREFILL
+    message = git(repo, "log", "-1", "--format=%B", new)
+    assert "onto v0.5.18" in message and f"pdguard {__version__}" in message
+    assert "inflight-deadline: applied" in message
+    assert "sender-bootstrap-timeout: upstream" in message
+    assert git(repo, "log", "-1", "--format=%an <%ae>", new) == (
+        "Test Maintainer <maintainer@example.com>"
+    )
+
+    tree = _exported(repo, new, tmp_path / "export")
+    assert main(["check", str(tree)]) == 0
+    capsys.readouterr()
+    assert main(["verify", "--repo", str(repo), "--ref", "carry-0.5.18", "--format", "json"]) == 0
+    [report] = json.loads(capsys.readouterr().out)
+    assert report["fixes"] == {
+        "inflight-deadline": "carried",
+        "sender-bootstrap-timeout": "upstream",
+    }
+    assert report["findings"] == []
+
+
+def test_carry_equals_apply_on_a_checkout(upstream: Upstream) -> None:
+    repo = upstream.path
+    assert (
+        main(["carry", "--repo", str(repo), "--onto", "v0.5.14", "--branch", "carry-0.5.14"]) == 0
+    )
+    assert git(repo, "rev-parse", "carry-0.5.14^{tree}") == git(
+        repo, "rev-parse", "fork-apply^{tree}"
+    )
+    # the fork's carry touched both senders' files and prefill.py, and kept file modes
+    changed = git(repo, "diff", "--name-only", "v0.4.7", "fork").splitlines()
+    assert PREFILL in changed and "python/sglang/srt/disaggregation/nixl/conn.py" in changed
+    assert git(repo, "diff", "--summary", "v0.4.7", "fork") == ""
+
+
+def test_carry_refuses_an_existing_branch_unless_forced(upstream: Upstream) -> None:
+    repo = upstream.path
+    git(repo, "branch", "taken", NEWEST)
+    proc = pdguard("carry", "--repo", str(repo), "--onto", "v0.5.14", "--branch", "taken")
+    assert proc.returncode == 2
+    [line] = proc.stderr.splitlines()
+    assert line == "pdguard: error: branch taken exists (use --force to move it)"
+    assert upstream.sha("taken") == upstream.sha(NEWEST)
+
+    before = snapshot(repo)
+    args = ["--repo", str(repo), "--onto", "v0.5.14", "--branch", "taken", "--force"]
+    assert main(["carry", *args]) == 0
+    assert git(repo, "rev-parse", "taken^@") == upstream.sha("v0.5.14")
+    assert snapshot(repo) == before
+
+
+def test_carry_never_moves_the_checked_out_branch(upstream: Upstream) -> None:
+    repo = upstream.path
+    before = snapshot(repo)
+    head = upstream.sha("main")
+    proc = pdguard("carry", "--repo", str(repo), "--onto", "v0.5.14", "--branch", "main", "--force")
+    assert proc.returncode == 2
+    [line] = proc.stderr.splitlines()
+    assert line.startswith("pdguard: error: branch main is checked out")
+    assert upstream.sha("main") == head
+    assert snapshot(repo) == before
+
+
+@pytest.mark.parametrize("onto", ["fork", "fork-reapplied", "fork-apply"])
+def test_carry_onto_a_carried_ref_makes_no_commit(upstream: Upstream, onto: str, capsys) -> None:
+    repo = upstream.path
+    objects = git(repo, "rev-list", "--all", "--objects")
+    before = snapshot(repo)
+    assert main(["carry", "--repo", str(repo), "--onto", onto, "--branch", f"again-{onto}"]) == 0
+    assert capsys.readouterr().out.strip() == f"{onto} already carries every fix: no commit"
+    assert git(repo, "branch", "--list", f"again-{onto}") == ""
+    assert git(repo, "rev-list", "--all", "--objects") == objects
+    assert snapshot(repo) == before
+
+
+def _no_identity_env(home: Path) -> dict[str, str]:
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith(("GIT_AUTHOR_", "GIT_COMMITTER_")) and k != "EMAIL"
+    }
+    home.mkdir()
+    env.update(HOME=str(home), XDG_CONFIG_HOME=str(home / ".config"), GIT_CONFIG_NOSYSTEM="1")
+    return env
+
+
+def test_carry_without_a_git_identity(upstream: Upstream, tmp_path: Path) -> None:
+    clone = tmp_path / "clone"
+    subprocess.run(["git", "clone", "-q", str(upstream.path), str(clone)], check=True)
+    env = _no_identity_env(tmp_path / "home")
+    with pytest.raises(subprocess.CalledProcessError):  # git itself knows nobody here
+        git(clone, "config", "--get", "user.name", env=env)
+
+    proc = pdguard("carry", "--repo", str(clone), "--onto", "v0.4.7", "--branch", "f", env=env)
+    assert proc.returncode == 0, proc.stderr
+    assert git(clone, "log", "-1", "--format=%an <%ae>|%cn <%ce>", "f") == (
+        "pdguard <pdguard@localhost>|pdguard <pdguard@localhost>"
+    )
+    assert git(clone, "rev-parse", "f^@") == git(clone, "rev-parse", "v0.4.7^{commit}")
+
+    # a name but no e-mail (git cannot guess one on most CI machines): only the e-mail is filled
+    git(clone, "config", "user.name", "Fork Bot")
+    proc = pdguard("carry", "--repo", str(clone), "--onto", "v0.5.18", "--branch", "g", env=env)
+    assert proc.returncode == 0, proc.stderr
+    assert git(clone, "log", "-1", "--format=%an <%ae>", "g") == "Fork Bot <pdguard@localhost>"
+
+
+def test_carry_reports_a_failing_git_in_one_line(upstream: Upstream) -> None:
+    env = {**os.environ, "GIT_COMMITTER_NAME": "<>"}  # git refuses such a name
+    before = snapshot(upstream.path)
+    proc = pdguard(
+        "carry", "--repo", str(upstream.path), "--onto", "v0.5.18", "--branch", "no-name", env=env
+    )
+    assert proc.returncode == 2
+    [line] = proc.stderr.splitlines()
+    assert line.startswith("pdguard: error: git commit-tree failed: fatal: "), line
+    assert git(upstream.path, "branch", "--list", "no-name") == ""
+    assert snapshot(upstream.path) == before
