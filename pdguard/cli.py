@@ -4,6 +4,7 @@ and picks the exit code: 0 done or nothing to do, 1 changes needed (``--check``)
 from __future__ import annotations
 
 import argparse
+import json
 import shutil
 import sys
 import tempfile
@@ -82,6 +83,13 @@ class _Parser(argparse.ArgumentParser):
         self.exit(EXIT_ERROR, f"{self.prog}: error: {message}\n")
 
 
+def _positive(value: str) -> int:
+    number = int(value) if value.isdigit() else 0
+    if number < 1:
+        raise argparse.ArgumentTypeError(f"expected a whole number >= 1, got {value!r}")
+    return number
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(
         prog="pdguard", description=DESCRIPTION, formatter_class=argparse.RawTextHelpFormatter
@@ -126,6 +134,11 @@ def build_parser() -> argparse.ArgumentParser:
     check.add_argument("--format", choices=CHECK_FORMATS, default="text", help="default: text")
     check.add_argument("--select", action="append", metavar="CODES", help="e.g. PDG001,PDG004")
     check.add_argument("--ignore", action="append", metavar="CODES", help="e.g. PDG004")
+    check.add_argument(
+        "--simulate",
+        action="store_true",
+        help="also run `pdguard simulate`'s scenarios on the tree (text or json format)",
+    )
 
     verify = commands.add_parser(
         "verify",
@@ -143,7 +156,9 @@ def build_parser() -> argparse.ArgumentParser:
     verify.add_argument("--ref", action="append", default=[], help="a ref to verify (repeat)")
     verify.add_argument("--tags", metavar="PATTERN", help="every tag matching, e.g. 'v0.5.*'")
     verify.add_argument("--format", choices=["table", "json", "github"], default="table")
-    verify.add_argument("--jobs", type=int, default=None, help="worker processes (default: CPUs)")
+    verify.add_argument(
+        "--jobs", type=_positive, default=None, help="worker processes (default: CPUs)"
+    )
 
     carry = commands.add_parser(
         "carry",
@@ -155,6 +170,25 @@ def build_parser() -> argparse.ArgumentParser:
     carry.add_argument("--onto", required=True, metavar="REF")
     carry.add_argument("--branch", required=True, metavar="NAME")
     carry.add_argument("--force", action="store_true", help="move the branch if it exists")
+
+    simulate = commands.add_parser(
+        "simulate",
+        help="run the target's own inflight-queue code against a simulated scheduler",
+        description="Load process_disagg_prefill_inflight_queue (and the code around it) from "
+        "the target's source, give it stand-ins for SGLang's runtime, and run named scenarios "
+        "on N simulated ranks with a simulated clock.",
+        epilog="Each scenario expects what the inflight-deadline fix should give; on an "
+        "unpatched tree the wedge rows fail and show the bug.\n\nexit codes: 0 every scenario "
+        "passes (or does not apply); 1 any fails (e.g. an unpatched tree); 2 the target's code "
+        "cannot be loaded or reaches something with no stand-in (the message says which).",
+        formatter_class=argparse.RawTextHelpFormatter,
+    )
+    simulate.add_argument("target", metavar="PATH", help="the SGLang tree (as for apply)")
+    simulate.add_argument("--ranks", type=int, default=2, help="simulated TP ranks (default 2)")
+    simulate.add_argument("--format", choices=["table", "json"], default="table")
+    simulate.add_argument(
+        "--scenario", action="append", metavar="NAME", help="run only this scenario (repeat)"
+    )
 
     demo = commands.add_parser(
         "demo",
@@ -202,15 +236,34 @@ def run_apply(tree: SourceTree, *, diff: bool, check: bool, fmt: str) -> int:
     return EXIT_OK
 
 
-def run_check(paths: Sequence[str], fmt: str, select, ignore) -> int:  # type: ignore[no-untyped-def]
+def run_check(args: argparse.Namespace) -> int:
     from . import check_report, checking
 
-    codes = checking.select_codes(select, ignore)
-    results = [checking.check_tree(tree, codes) for tree in checking.trees_for(paths)]
-    output = check_report.FORMATS[fmt](results)
+    if args.simulate and args.format not in ("text", "json"):
+        raise TargetError("--simulate reports in --format text or json")
+    codes = checking.select_codes(args.select, args.ignore)
+    trees = checking.trees_for(args.paths)
+    results = [checking.check_tree(tree, codes) for tree in trees]
+    failed = any(r.findings for r in results)
+    output = check_report.FORMATS[args.format](results)
+    if args.simulate:
+        from .simulate import LoadError, SimulationGap, report, run
+
+        try:
+            simulations = [run(tree) for tree in trees]
+        except (LoadError, SimulationGap) as exc:
+            print(f"pdguard: error: {exc}", file=sys.stderr)
+            return EXIT_ERROR
+        failed = failed or not all(s.passed for s in simulations)
+        if args.format == "json":
+            payload = json.loads(output)
+            payload["simulation"] = [json.loads(report.as_json(s)) for s in simulations]
+            output = json.dumps(payload, indent=2)
+        else:
+            output = "\n\n".join([output, *(report.table(s) for s in simulations)])
     if output:
         print(output)
-    return EXIT_CHANGES if any(r.findings for r in results) else EXIT_OK
+    return EXIT_CHANGES if failed else EXIT_OK
 
 
 def run_verify(args: argparse.Namespace) -> int:
@@ -247,6 +300,23 @@ def run_carry(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def run_simulate(args: argparse.Namespace) -> int:
+    from .simulate import NAMES, LoadError, SimulationGap, report, run
+
+    if args.ranks < 1:
+        raise TargetError(f"--ranks must be at least 1, got {args.ranks}")
+    unknown = sorted(set(args.scenario or ()) - set(NAMES))
+    if unknown:
+        raise TargetError(f"unknown scenario {unknown[0]!r}; the scenarios: {', '.join(NAMES)}")
+    try:
+        result = run(open_tree(args.target), ranks=args.ranks, names=args.scenario)
+    except (LoadError, SimulationGap) as exc:
+        print(f"pdguard: error: {exc}", file=sys.stderr)
+        return EXIT_ERROR
+    print(report.FORMATS[args.format](result))
+    return EXIT_OK if result.passed else EXIT_CHANGES
+
+
 def run_demo(release: str, fmt: str) -> int:
     from vendor_sglang import fetch_release
 
@@ -271,11 +341,13 @@ def main(argv: Sequence[str] | None = None) -> int:
             tree = installed_tree() if args.installed else open_tree(args.target)
             return run_apply(tree, diff=args.diff, check=args.check, fmt=args.format)
         if args.command == "check":
-            return run_check(args.paths, args.format, args.select, args.ignore)
+            return run_check(args)
         if args.command == "verify":
             return run_verify(args)
         if args.command == "carry":
             return run_carry(args)
+        if args.command == "simulate":
+            return run_simulate(args)
         return run_demo(args.release, args.format)
     except (TargetError, WriteError) as exc:
         print(f"pdguard: error: {exc}", file=sys.stderr)

@@ -148,7 +148,9 @@ def _inline_loop(texts: dict[str, str]) -> dict[str, str] | None:
         f"{i}current = time.monotonic()\n"
         f"{i}for waiting in self.disagg_prefill_inflight_queue:\n"
         f"{i}    enqueued = getattr(waiting, 'inflight_queue_entry_time', None)\n"
-        f"{i}    if enqueued is not None and current - enqueued > INFLIGHT_QUEUE_TIMEOUT:\n"
+        f"{i}    if enqueued is None or INFLIGHT_QUEUE_TIMEOUT <= 0:\n"
+        f"{i}        continue\n"
+        f"{i}    if current - enqueued > INFLIGHT_QUEUE_TIMEOUT:\n"
         f"{i}        kv_sender = waiting.disagg_kv_sender\n"
         f"{i}        kv_sender.poll = lambda: KVPoll.Failed\n"
     )

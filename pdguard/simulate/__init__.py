@@ -1,0 +1,76 @@
+"""``pdguard simulate``: run the target's own inflight-queue code against a simulated scheduler.
+
+The target's ``process_disagg_prefill_inflight_queue`` (and the methods around it: the
+inflight-queue append, the bootstrap queue, NIXL's sender) is loaded from its source with
+``ast`` (``loader``), given stand-ins for everything SGLang's runtime would give it
+(``standins``), and run on N simulated ranks in lock step (``world``) through named scenarios
+(``scenarios``), each with the verdict the inflight-deadline fix should produce.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from ..tree import SourceTree
+from . import loader, standins, world
+from .loader import LoadError
+from .scenarios import NAMES, SCENARIOS, SimulationGap
+
+__all__ = ["NAMES", "LoadError", "Row", "SimulationGap", "SimulationReport", "load", "run"]
+
+
+@dataclass(frozen=True)
+class Row:
+    scenario: str
+    expected: str
+    verdict: str  # pass, fail, n/a
+    observed: str
+    seconds: float
+
+
+@dataclass
+class SimulationReport:
+    target: str
+    sglang_version: str | None
+    ranks: int
+    rows: list[Row] = field(default_factory=list)
+    loaded: dict[str, object] = field(default_factory=dict)
+
+    @property
+    def passed(self) -> bool:
+        return all(row.verdict != "fail" for row in self.rows)
+
+
+def load(tree: SourceTree) -> loader.Target:
+    """The target's code, compiled for the simulation; LoadError says why it cannot be."""
+    return loader.load(tree, standins.KEYS, standins.SchedulerStandIn.REPLACES)
+
+
+def run(tree: SourceTree, ranks: int = 2, names: Sequence[str] | None = None) -> SimulationReport:
+    """Run the scenarios (all, or those named) on ``tree``. Raises LoadError when the target's
+    code cannot be loaded, SimulationGap when it reaches something with no stand-in."""
+    if ranks < 1:
+        raise LoadError("--ranks must be at least 1")
+    target = load(tree)
+    report = SimulationReport(
+        target.label, target.version, ranks, loaded=dict(loader.describe(target))
+    )
+    for scenario in SCENARIOS:
+        if names and scenario.name not in names:
+            continue
+        why_not = scenario.applies(target)
+        if why_not is not None:
+            report.rows.append(Row(scenario.name, scenario.expected, "n/a", why_not, 0.0))
+            continue
+        trace = world.simulate(scenario.world(ranks), target)
+        try:
+            outcome = scenario.judge(trace)
+        except SimulationGap as exc:
+            raise SimulationGap(f"scenario {scenario.name}: {exc}") from exc
+        report.rows.append(
+            Row(
+                scenario.name, scenario.expected, outcome.verdict, outcome.observed, outcome.seconds
+            )
+        )
+    return report

@@ -1,0 +1,510 @@
+"""Load the target's own code for the simulation, without importing SGLang.
+
+From each module the simulation needs, the loader takes:
+
+* the methods of one class that the simulation calls (its *entry points*) and every method of
+  the class (and of its base classes) that those reach through ``self.<name>``;
+* the module-level statements that bind a name those methods use and that no stand-in gives
+  (pdguard's ``INFLIGHT_QUEUE_TIMEOUT`` setting, for instance). Imports are never run.
+
+It compiles them, finds the free global names of the compiled code (from its bytecode, so
+comprehensions, lambdas and nested functions count) and resolves each name the module binds
+(by an import, a statement, a class or a function) to a class loaded from the tree, a stand-in,
+or the module's own statement. A bound name none of these gives is a :class:`LoadError`:
+``cannot load: <name> is needed by <function> and has no stand-in``. A name the module does not
+bind at all (``time`` without ``import time``) is left unbound: the code raises NameError when
+it runs, in the simulation as in SGLang.
+
+:meth:`Target.build` then executes the compiled code in a fresh namespace per simulated rank,
+filled with that rank's stand-ins, and returns the classes.
+"""
+
+from __future__ import annotations
+import __future__
+
+import ast
+import builtins
+import dis
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass, field
+from types import CodeType
+
+from ..tree import DISAGGREGATION_DIR, PREFILL_PATH, SourceTree
+
+INFLIGHT_FUNCTION = "process_disagg_prefill_inflight_queue"
+APPEND_FUNCTION = "process_batch_result_disagg_prefill"
+BOOTSTRAP_ENTRIES = ("add", "pop_bootstrapped")
+NIXL_PATH = f"{DISAGGREGATION_DIR}/nixl/conn.py"
+NIXL_SENDER = "NixlKVSender"
+SENDER_ENTRIES = ("__init__", "poll", "init", "failure_exception", "clear", "abort")
+
+_FLAGS = __future__.annotations.compiler_flag  # every SGLang module has the future import
+_BUILTINS = frozenset(dir(builtins))
+
+
+class LoadError(Exception):
+    """The target's code cannot be loaded into the simulation (exit code 2)."""
+
+
+@dataclass
+class _ClassPlan:
+    rel: str
+    node: ast.ClassDef
+    methods: list[str]
+    bases: list[str]  # names in the module's namespace
+
+
+@dataclass
+class _ModulePlan:
+    rel: str
+    module: ast.Module
+    classes: list[_ClassPlan] = field(default_factory=list)
+    statements: list[ast.stmt] = field(default_factory=list)
+    standins: dict[str, str] = field(default_factory=dict)  # local name -> stand-in key
+    foreign: dict[str, tuple[str, str]] = field(default_factory=dict)  # name -> (rel, class)
+    unbound: dict[str, str] = field(default_factory=dict)  # name -> the function using it
+    code: CodeType | None = None
+
+
+@dataclass
+class Built:
+    """One rank's copy of the target's classes."""
+
+    mixin: type
+    bootstrap_queue: type
+    nixl_sender: type | None
+    namespaces: dict[str, dict[str, object]]
+
+
+@dataclass
+class Target:
+    """The target's code, compiled once and built per rank."""
+
+    label: str
+    version: str | None
+    mixin: tuple[str, str]  # (module, class)
+    bootstrap_queue: tuple[str, str]
+    nixl_sender: tuple[str, str] | None
+    modules: list[_ModulePlan]  # in build order (a base class's module first)
+    self_reads: dict[str, dict[str, str]]  # class -> attribute read as self.X -> function
+    loaded: dict[str, list[str]]  # class -> the methods loaded from the target
+    replaced: tuple[str, ...]  # mixin methods the simulated scheduler replaces
+
+    def build(self, standin: Callable[[str], object]) -> Built:
+        """Execute the compiled code in fresh namespaces; ``standin(key)`` gives a value."""
+        namespaces: dict[str, dict[str, object]] = {}
+        for plan in self.modules:
+            namespace: dict[str, object] = {
+                "__name__": _module_name(plan.rel),
+                "__builtins__": builtins,
+            }
+            for name, key in plan.standins.items():
+                namespace[name] = standin(key)
+            for name, (rel, cls) in plan.foreign.items():
+                namespace[name] = namespaces[rel][cls]
+            assert plan.code is not None
+            try:
+                exec(plan.code, namespace)
+            except Exception as exc:  # the target's module-level code fails: so would import
+                raise LoadError(
+                    f"cannot load: the module-level code of {plan.rel} raised "
+                    f"{type(exc).__name__}: {exc}"
+                ) from exc
+            namespaces[plan.rel] = namespace
+
+        def cls(where: tuple[str, str]) -> type:
+            value = namespaces[where[0]][where[1]]
+            assert isinstance(value, type)
+            return value
+
+        return Built(
+            mixin=cls(self.mixin),
+            bootstrap_queue=cls(self.bootstrap_queue),
+            nixl_sender=cls(self.nixl_sender) if self.nixl_sender else None,
+            namespaces=namespaces,
+        )
+
+
+def load(
+    tree: SourceTree,
+    standin_keys: frozenset[str],
+    scheduler_methods: frozenset[str] = frozenset(),
+) -> Target:
+    """Plan and compile what the simulation runs from ``tree``.
+
+    ``standin_keys`` are the names the stand-ins module can give; ``scheduler_methods`` are the
+    mixin methods the simulated scheduler replaces (never loaded from the target).
+    """
+    loader = _Loader(tree, standin_keys)
+    mixin = loader.class_defining(PREFILL_PATH, INFLIGHT_FUNCTION)
+    queue = loader.class_defining(PREFILL_PATH, "pop_bootstrapped")
+    queue_plan = loader.plan_class(PREFILL_PATH, queue, BOOTSTRAP_ENTRIES)
+    # The bootstrap queue calls scheduler methods through self.scheduler.X.
+    via_scheduler = {
+        node.attr
+        for method in _methods_of(queue_plan)
+        for node in ast.walk(method)
+        if isinstance(node, ast.Attribute) and _is_attr_of(node.value, "self", "scheduler")
+    }
+    mixin_entries = (INFLIGHT_FUNCTION, APPEND_FUNCTION, *sorted(via_scheduler))
+    mixin_plan = loader.plan_class(PREFILL_PATH, mixin, mixin_entries, skip=scheduler_methods)
+    nixl = None
+    if tree.read_bytes(NIXL_PATH) is not None and NIXL_SENDER in loader.classes(NIXL_PATH):
+        loader.plan_class(NIXL_PATH, NIXL_SENDER, SENDER_ENTRIES)
+        nixl = (NIXL_PATH, NIXL_SENDER)
+    loader.resolve()
+    self_reads = {
+        mixin: _self_reads(_methods_of(mixin_plan)),
+        queue: _self_reads(_methods_of(queue_plan)),
+        f"{queue}.scheduler": {
+            node.attr: method.name
+            for method in _methods_of(queue_plan)
+            for node in ast.walk(method)
+            if isinstance(node, ast.Attribute)
+            and isinstance(node.ctx, ast.Load)
+            and _is_attr_of(node.value, "self", "scheduler")
+        },
+    }
+    loaded = {
+        plan.node.name: list(plan.methods)
+        for module in loader.order
+        for plan in loader.modules[module].classes
+    }
+    return Target(
+        label=tree.label,
+        version=tree.sglang_version(),
+        mixin=(PREFILL_PATH, mixin),
+        bootstrap_queue=(PREFILL_PATH, queue),
+        nixl_sender=nixl,
+        modules=[loader.modules[rel] for rel in loader.order],
+        self_reads=self_reads,
+        loaded=loaded,
+        replaced=tuple(sorted(scheduler_methods & set(_class_methods(loader.node(mixin))))),
+    )
+
+
+# -- planning --------------------------------------------------------------------------------
+
+
+class _Loader:
+    def __init__(self, tree: SourceTree, standin_keys: frozenset[str]) -> None:
+        self.tree = tree
+        self.standin_keys = standin_keys
+        self.modules: dict[str, _ModulePlan] = {}
+        self.order: list[str] = []  # build order
+        self._parsed: dict[str, ast.Module] = {}
+        self._class_index: dict[str, tuple[str, ast.ClassDef]] = {}
+
+    # modules and classes
+
+    def parsed(self, rel: str) -> ast.Module:
+        if rel not in self._parsed:
+            data = self.tree.read_bytes(rel)
+            if data is None:
+                raise LoadError(f"cannot load: {rel} is not in the tree")
+            try:
+                self._parsed[rel] = ast.parse(data, filename=rel)
+            except SyntaxError as exc:
+                raise LoadError(f"cannot load: {rel}:{exc.lineno}: {exc.msg}") from exc
+        return self._parsed[rel]
+
+    def classes(self, rel: str) -> dict[str, ast.ClassDef]:
+        return {n.name: n for n in self.parsed(rel).body if isinstance(n, ast.ClassDef)}
+
+    def class_defining(self, rel: str, method: str) -> str:
+        for name, node in self.classes(rel).items():
+            if method in _class_methods(node):
+                return name
+        raise LoadError(f"cannot load: no class in {rel} defines {method}()")
+
+    def node(self, name: str) -> ast.ClassDef:
+        return self._class_index[name][1]
+
+    def module_plan(self, rel: str) -> _ModulePlan:
+        if rel not in self.modules:
+            self.modules[rel] = _ModulePlan(rel, self.parsed(rel))
+        return self.modules[rel]
+
+    def plan_class(
+        self,
+        rel: str,
+        name: str,
+        entries: tuple[str, ...],
+        skip: frozenset[str] = frozenset(),
+    ) -> _ClassPlan:
+        """Plan ``name`` and its base classes: the methods reachable from ``entries``."""
+        hierarchy = self.hierarchy(rel, name)  # [(rel, ClassDef, base names)], class first
+        reachable: set[str] = set()
+        todo = [e for e in entries if e not in skip]
+        while todo:
+            method = todo.pop()
+            if method in reachable:
+                continue
+            reachable.add(method)
+            for _, node, _ in hierarchy:
+                function = _class_methods(node).get(method)
+                if function is not None:
+                    todo += [a for a in _self_attrs(function) if a not in skip]
+        plans = []
+        for where, node, bases in reversed(hierarchy):  # bases first: build order
+            methods = [m for m in _class_methods(node) if m in reachable]
+            module = self.module_plan(where)
+            plan = next((p for p in module.classes if p.node.name == node.name), None)
+            if plan is None:
+                plan = _ClassPlan(where, node, methods, bases)
+                module.classes.append(plan)
+            else:
+                plan.methods = sorted(set(plan.methods) | set(methods))
+            self._class_index[node.name] = (where, node)
+            plans.append(plan)
+            if where not in self.order:
+                self.order.append(where)
+        return plans[-1]
+
+    def hierarchy(self, rel: str, name: str) -> list[tuple[str, ast.ClassDef, list[str]]]:
+        node = self.classes(rel).get(name)
+        if node is None:
+            raise LoadError(f"cannot load: {rel} has no class {name}")
+        found = [(rel, node, [ast.unparse(b) for b in node.bases])]
+        for base in node.bases:
+            if not isinstance(base, ast.Name):
+                continue
+            origin = self.class_origin(rel, base.id)
+            if origin is not None:
+                for entry in self.hierarchy(*origin):
+                    if entry[1].name not in {f[1].name for f in found}:
+                        found.append(entry)
+        return found
+
+    def class_origin(self, rel: str, name: str, depth: int = 0) -> tuple[str, str] | None:
+        """The module of the tree that defines class ``name`` as seen from ``rel``."""
+        if name in self.classes(rel):
+            return rel, name
+        if depth > 4:
+            return None
+        for node in self.parsed(rel).body:
+            if not isinstance(node, ast.ImportFrom):
+                continue
+            for alias in node.names:
+                if (alias.asname or alias.name) != name:
+                    continue
+                for target in _module_files(_absolute(rel, node)):
+                    if self.tree.read_bytes(target) is not None:
+                        return self.class_origin(target, alias.name, depth + 1)
+        return None
+
+    # names
+
+    def resolve(self) -> None:
+        """Compile each module's plan; resolve its free names to stand-ins, statements, and
+        classes of other modules (adding those modules' plans first)."""
+        for rel in list(self.order):
+            self._resolve_module(self.modules[rel])
+
+    def _resolve_module(self, plan: _ModulePlan) -> None:
+        imports = _import_keys(plan.module)
+        assigned = _module_assignments(plan.module)
+        definitions = {
+            n.name for n in plan.module.body if isinstance(n, ast.ClassDef | ast.FunctionDef)
+        }
+        while True:
+            plan.code = _compile_module(plan)
+            stored = _stored_names(plan.code)
+            changed = False
+            for name, user in sorted(_free_names(plan.code).items()):
+                if name in stored or name in plan.standins or name in plan.foreign:
+                    continue
+                if name in plan.unbound:
+                    continue
+                origin = self.class_origin(plan.rel, name)
+                if origin is not None and origin[0] != plan.rel and origin[1] in self._class_index:
+                    plan.foreign[name] = origin  # a class loaded from another module
+                    continue
+                keys = imports.get(name, [name])
+                key = next((k for k in keys if k in self.standin_keys), None)
+                bound = name in imports or name in assigned or name in definitions
+                if key is not None and bound:
+                    plan.standins[name] = key
+                elif name in assigned and name not in imports:
+                    plan.statements += [s for s in assigned[name] if s not in plan.statements]
+                    changed = True
+                elif bound:
+                    raise LoadError(
+                        f"cannot load: {name} is needed by {user} ({plan.rel}) and has no stand-in"
+                    )
+                else:  # bound nowhere: running the code raises NameError, here as in SGLang
+                    plan.unbound[name] = user
+            if not changed:
+                return
+
+
+def _compile_module(plan: _ModulePlan) -> CodeType:
+    order = {id(stmt): i for i, stmt in enumerate(plan.module.body)}
+    body: list[ast.stmt] = sorted(plan.statements, key=lambda s: order[id(s)])
+    for cls in plan.classes:
+        functions = _class_methods(cls.node)
+        members: list[ast.stmt] = [functions[m] for m in cls.methods]
+        body.append(
+            ast.ClassDef(
+                name=cls.node.name,
+                bases=[ast.Name(id=b, ctx=ast.Load()) for b in cls.bases if b.isidentifier()],
+                keywords=[],
+                body=members or [ast.Pass()],
+                decorator_list=[],
+                type_params=[],
+            )
+        )
+    module = ast.fix_missing_locations(ast.Module(body=body, type_ignores=[]))
+    return compile(module, plan.rel, "exec", flags=_FLAGS, dont_inherit=True)
+
+
+def _free_names(code: CodeType, where: str = "") -> dict[str, str]:
+    """Global names ``code`` reads, each with the first function that reads it."""
+    qualname = getattr(code, "co_qualname", code.co_name)
+    here = where if qualname in ("<module>", "<lambda>", "<listcomp>", "<genexpr>") else qualname
+    here = here or "module level"
+    found: dict[str, str] = {}
+    stored = {i.argval for i in dis.get_instructions(code) if i.opname == "STORE_NAME"}
+    for instruction in dis.get_instructions(code):
+        if instruction.opname in ("LOAD_GLOBAL", "LOAD_NAME"):
+            name = instruction.argval
+            if name not in _BUILTINS and not (instruction.opname == "LOAD_NAME" and name in stored):
+                found.setdefault(name, here)
+    for const in code.co_consts:
+        if isinstance(const, CodeType):
+            for name, user in _free_names(const, here).items():
+                found.setdefault(name, user)
+    return found
+
+
+def _stored_names(code: CodeType) -> set[str]:
+    """Names the module-level code binds (statements, classes)."""
+    return {i.argval for i in dis.get_instructions(code) if i.opname == "STORE_NAME"}
+
+
+# -- ast helpers -----------------------------------------------------------------------------
+
+
+def _class_methods(node: ast.ClassDef) -> dict[str, ast.FunctionDef]:
+    return {n.name: n for n in node.body if isinstance(n, ast.FunctionDef)}
+
+
+def _methods_of(plan: _ClassPlan) -> list[ast.FunctionDef]:
+    functions = _class_methods(plan.node)
+    return [functions[m] for m in plan.methods]
+
+
+def _is_attr_of(node: ast.AST, owner: str, attr: str) -> bool:
+    return (
+        isinstance(node, ast.Attribute)
+        and node.attr == attr
+        and isinstance(node.value, ast.Name)
+        and node.value.id == owner
+    )
+
+
+def _self_attrs(function: ast.FunctionDef) -> set[str]:
+    return {
+        n.attr
+        for n in ast.walk(function)
+        if isinstance(n, ast.Attribute) and isinstance(n.value, ast.Name) and n.value.id == "self"
+    }
+
+
+def _self_reads(functions: list[ast.FunctionDef]) -> dict[str, str]:
+    """``self.X`` read (not only assigned) by ``functions``: X -> the first function."""
+    reads: dict[str, str] = {}
+    for function in functions:
+        for node in ast.walk(function):
+            if (
+                isinstance(node, ast.Attribute)
+                and isinstance(node.ctx, ast.Load)
+                and isinstance(node.value, ast.Name)
+                and node.value.id == "self"
+            ):
+                reads.setdefault(node.attr, function.name)
+    return reads
+
+
+def _import_keys(module: ast.Module) -> dict[str, list[str]]:
+    """Each name a module-level import binds -> the stand-in keys to try, most specific first:
+    ``import time as _t`` -> ["time"]; ``from time import monotonic`` -> ["time.monotonic",
+    "monotonic"]."""
+    keys: dict[str, list[str]] = {}
+    for node in _walk_module_level(module):
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                if alias.asname:
+                    keys[alias.asname] = [alias.name]
+                else:
+                    top = alias.name.split(".")[0]
+                    keys[top] = [top]
+        elif isinstance(node, ast.ImportFrom):
+            for alias in node.names:
+                local = alias.asname or alias.name
+                prefix = [f"{node.module}.{alias.name}"] if node.module and not node.level else []
+                keys[local] = [*prefix, alias.name]
+    return keys
+
+
+def _walk_module_level(module: ast.Module) -> Iterator[ast.stmt]:
+    """Module-level statements, including those inside top-level if/try blocks, but not those
+    under ``if TYPE_CHECKING:`` (they bind nothing at run time)."""
+    todo: list[ast.stmt] = list(module.body)
+    while todo:
+        node = todo.pop(0)
+        yield node
+        if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
+            todo += node.orelse
+        elif isinstance(node, ast.If | ast.Try):
+            todo += [*node.body, *node.orelse]
+            if isinstance(node, ast.Try):
+                todo += [s for h in node.handlers for s in h.body] + node.finalbody
+
+
+def _module_assignments(module: ast.Module) -> dict[str, list[ast.stmt]]:
+    """Names bound at module level by statements that import nothing: name -> the top-level
+    statements binding it."""
+    bound: dict[str, list[ast.stmt]] = {}
+    for stmt in module.body:
+        if isinstance(stmt, ast.Import | ast.ImportFrom | ast.ClassDef | ast.FunctionDef):
+            continue
+        if any(isinstance(n, ast.Import | ast.ImportFrom) for n in ast.walk(stmt)):
+            continue
+        for node in ast.walk(stmt):
+            if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store):
+                bound.setdefault(node.id, []).append(stmt)
+    return bound
+
+
+def _absolute(rel: str, node: ast.ImportFrom) -> str:
+    if not node.level:
+        return node.module or ""
+    package = rel.removesuffix(".py").split("/")[:-1]
+    if node.level > 1:
+        package = package[: -(node.level - 1)]
+    return ".".join([*package, *([node.module] if node.module else [])])
+
+
+def _module_files(module: str) -> list[str]:
+    path = module.replace(".", "/")
+    return [f"{path}.py", f"{path}/__init__.py"]
+
+
+def _module_name(rel: str) -> str:
+    return rel.removesuffix(".py").removesuffix("/__init__").replace("/", ".")
+
+
+def describe(target: Target) -> Mapping[str, object]:
+    """What was loaded, for the JSON report."""
+    return {
+        "loaded": target.loaded,
+        "replaced_by_standins": list(target.replaced),
+        "standins": sorted({k for m in target.modules for k in m.standins.values()}),
+        "unbound_names": {m.rel: m.unbound for m in target.modules if m.unbound},
+        "module_statements": {
+            m.rel: [ast.unparse(s).splitlines()[0] for s in m.statements]
+            for m in target.modules
+            if m.statements
+        },
+    }

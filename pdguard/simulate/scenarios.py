@@ -1,0 +1,356 @@
+"""The scenarios: each a world to simulate and the property its trace must show.
+
+Every expectation is the property the inflight-deadline fix is meant to give (the *patched*
+behaviour). On an unpatched tree the wedge scenarios therefore fail, and their row says what the
+bug looks like ("still waiting after 600 s"): the simulation shows the bug, not only the fix.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from .loader import Target
+from .standins import MissingStandIn
+from .world import EPS, Divergence, RequestSpec, Trace, WorldConfig
+
+TIMEOUT_ENV = "SGLANG_DISAGGREGATION_INFLIGHT_TIMEOUT"
+BOOTSTRAP_ENV = "SGLANG_DISAGGREGATION_BOOTSTRAP_TIMEOUT"
+DEFAULT_TIMEOUT = 300.0
+WEDGE_HORIZON = 2 * DEFAULT_TIMEOUT
+BOOTSTRAP_TIMEOUT = 30.0
+WEDGED = RequestSpec("wedged", arrival=0.0, prefill_s=1.0, transfer_s=None)
+
+
+class SimulationGap(Exception):
+    """The target's code reached something the simulated world has no stand-in for."""
+
+
+@dataclass(frozen=True)
+class Outcome:
+    verdict: str  # "pass", "fail", "n/a"
+    observed: str
+    seconds: float
+
+
+@dataclass(frozen=True)
+class Scenario:
+    name: str
+    expected: str
+    world: Callable[[int], WorldConfig]  # ranks -> the world
+    judge: Callable[[Trace], Outcome]
+    applies: Callable[[Target], str | None] = lambda target: None  # why not, or None
+
+
+# -- judging -----------------------------------------------------------------------------------
+
+
+def _crash(trace: Trace) -> Outcome | None:
+    failure = trace.failure
+    if failure is None:
+        return None
+    error = failure.error
+    if isinstance(error, MissingStandIn):
+        raise SimulationGap(f"{error} (at {failure.where})")
+    if isinstance(error, Divergence):
+        return Outcome("fail", f"ranks diverged at {failure.time:g} s: {error}", failure.time)
+    return Outcome(
+        "fail",
+        f"rank {failure.rank} raised {type(error).__name__}: {error} at {failure.time:g} s "
+        f"({failure.where})",
+        failure.time,
+    )
+
+
+@dataclass(frozen=True)
+class _Fate:
+    """What happened to one request on one rank."""
+
+    step: int | None  # when it was streamed back to the client
+    time: float | None
+    aborted: bool  # with an error
+    kv_released: bool
+    held: bool  # still in a queue at the end
+
+
+def _fate(trace: Trace, rid: str, rank: int) -> _Fate:
+    streamed = [e for e in trace.events_of("streamed", rid) if e.rank == rank]
+    first = streamed[0] if streamed else None
+    released = any(
+        e.rank == rank and (first is None or e.step <= first.step)
+        for e in trace.events_of("kv_released", rid)
+    )
+    held = bool(trace.snapshots) and trace.snapshots[-1].holds(rid, rank)
+    return _Fate(
+        first.step if first else None,
+        first.time if first else None,
+        bool(first and first.detail.startswith("FINISH_ABORT")),
+        released,
+        held,
+    )
+
+
+def _where(trace: Trace, rid: str) -> str:
+    last = trace.snapshots[-1] if trace.snapshots else None
+    if last is None:
+        return "nowhere"
+    for name, queues in (
+        ("inflight", last.inflight),
+        ("bootstrap", last.bootstrap),
+        ("prefill", last.prefilling),
+    ):
+        ranks = [r for r, q in enumerate(queues) if rid in q]
+        if ranks:
+            on = "all ranks" if len(ranks) == len(queues) else f"ranks {ranks}"
+            return f"in the {name} queue on {on}"
+    return "in no queue"
+
+
+def _failed_at(trace: Trace, rid: str, deadline: float, what: str, kv: bool = True) -> Outcome:
+    """``rid`` must be failed in the first step at or after ``deadline``, in the same step on
+    every rank, with an error to the client, its KV released (``kv``), and no queue holding it."""
+    step = trace.config.step
+    fates = [_fate(trace, rid, r) for r in range(trace.config.ranks)]
+    if all(f.step is None for f in fates):
+        return Outcome(
+            "fail",
+            f"still waiting after {trace.end:g} simulated seconds ({_where(trace, rid)}): "
+            f"no {what} fired",
+            trace.end,
+        )
+    steps = {f.step for f in fates}
+    if len(steps) > 1:
+        when = ", ".join(
+            f"rank {r}: {'never' if f.time is None else f'{f.time:g} s'}"
+            for r, f in enumerate(fates)
+        )
+        return Outcome("fail", f"ranks ended it in different steps ({when})", trace.end)
+    at = fates[0].time
+    assert at is not None
+    if not all(f.aborted for f in fates):
+        return Outcome("fail", f"finished at {at:g} s without an error to the client", at)
+    if at < deadline - EPS:
+        return Outcome("fail", f"failed at {at:g} s, before its deadline ({deadline:g} s)", at)
+    if at >= deadline + step - EPS:
+        due = math.ceil((deadline - EPS) / step) * step  # the first step after the deadline
+        late = round((at - due) / step)
+        return Outcome(
+            "fail",
+            f"failed at {at:g} s, {late} step(s) late: the first step after its deadline "
+            f"({deadline:g} s) was at {due:g} s",
+            at,
+        )
+    if kv and not all(f.kv_released for f in fates):
+        return Outcome("fail", f"failed at {at:g} s but its KV was never released", at)
+    if any(f.held for f in fates):
+        return Outcome("fail", f"failed at {at:g} s but still {_where(trace, rid)}", at)
+    ranks = trace.config.ranks
+    on = "on every rank in the same step" if ranks > 1 else "on its one rank"
+    released = ", KV released" if kv else ""
+    return Outcome(
+        "pass",
+        f"failed at {at:g} s (deadline {deadline:g} s) {on}: client error{released}, queues empty",
+        at,
+    )
+
+
+def _deadline(timeout: float, rid: str = WEDGED.rid) -> Callable[[Trace], Outcome]:
+    def judge(trace: Trace) -> Outcome:
+        crash = _crash(trace)
+        if crash is not None:
+            return crash
+        entry = trace.entered_inflight(rid)
+        if entry is None:
+            return Outcome("fail", f"never reached the inflight queue ({_where(trace, rid)})", 0)
+        deadline = entry.time + trace.config.lag_of(0) + timeout
+        return _failed_at(trace, rid, deadline, "inflight deadline")
+
+    return judge
+
+
+def _never_failed(trace: Trace) -> Outcome:
+    crash = _crash(trace)
+    if crash is not None:
+        return crash
+    rids = [s.rid for s in trace.config.requests]
+    ranks = range(trace.config.ranks)
+    fates = {(rid, r): _fate(trace, rid, r) for rid in rids for r in ranks}
+    failed = sorted({rid for (rid, _), f in fates.items() if f.aborted})
+    if failed:
+        at = min(f.time or 0 for (rid, _), f in fates.items() if rid in failed)
+        return Outcome("fail", f"{len(failed)} failed, first at {at:g} s: {failed[:3]}", at)
+    unfinished = sorted({rid for (rid, _), f in fates.items() if f.step is None or f.held})
+    if unfinished:
+        return Outcome(
+            "fail",
+            f"{len(unfinished)} not complete after {trace.end:g} s "
+            f"({unfinished[0]} {_where(trace, unfinished[0])})",
+            trace.end,
+        )
+    done = max(f.time or 0 for f in fates.values())
+    if len(rids) == 1:
+        return Outcome("pass", f"completed at {done:g} s, never failed", done)
+    return Outcome("pass", f"{len(rids)}/{len(rids)} completed by {done:g} s, 0 failed", done)
+
+
+def _deadline_off(trace: Trace) -> Outcome:
+    crash = _crash(trace)
+    if crash is not None:
+        return crash
+    fate = _fate(trace, WEDGED.rid, 0)
+    if fate.step is not None:
+        return Outcome("fail", f"failed at {fate.time:g} s although the deadline is off", 0)
+    return Outcome(
+        "pass",
+        f"still waiting after {trace.end:g} s ({_where(trace, WEDGED.rid)}): the deadline is "
+        "off, as configured",
+        trace.end,
+    )
+
+
+def _skewed(trace: Trace) -> Outcome:
+    crash = _crash(trace)
+    if crash is not None:
+        return crash
+    for snapshot in trace.snapshots:
+        if len(set(snapshot.inflight)) > 1:
+            queues = "; ".join(f"rank {r}: {list(q)}" for r, q in enumerate(snapshot.inflight))
+            return Outcome(
+                "fail", f"inflight queues differ at {snapshot.time:g} s ({queues})", snapshot.time
+            )
+    entry = trace.entered_inflight(WEDGED.rid)
+    if entry is None:
+        return Outcome("fail", "the wedged request never reached the inflight queue", 0)
+    first = entry.time + trace.config.lag_of(0) + DEFAULT_TIMEOUT  # rank 0 stamps first
+    outcome = _failed_at(trace, WEDGED.rid, first, "inflight deadline")
+    if outcome.verdict == "pass":
+        return Outcome(
+            "pass",
+            outcome.observed.replace("queues empty", "inflight queues identical at every step"),
+            outcome.seconds,
+        )
+    return outcome
+
+
+def _bootstrap_wedge(trace: Trace) -> Outcome:
+    crash = _crash(trace)
+    if crash is not None:
+        return crash
+    rid = "bootstrap-wedged"
+    first = trace.snapshots[0] if trace.snapshots else None
+    if first is None or rid not in first.bootstrap[0]:
+        return Outcome(
+            "n/a",
+            "this release's NixlKVSender never reports Bootstrapping (it left the bootstrap "
+            f"queue at once; it ends {_where(trace, rid)})",
+            trace.end,
+        )
+    deadline = trace.config.lag_of(0) + BOOTSTRAP_TIMEOUT  # from the sender's creation
+    return _failed_at(trace, rid, deadline, "bootstrap timeout", kv=False)
+
+
+def _has_nixl(target: Target) -> str | None:
+    return None if target.nixl_sender else "the target has no NixlKVSender"
+
+
+# -- worlds ------------------------------------------------------------------------------------
+
+
+def _healthy(count: int, seed: int, start: float = 0.0) -> tuple[RequestSpec, ...]:
+    rng = random.Random(seed)
+    return tuple(
+        RequestSpec(
+            f"req-{i:03d}",
+            arrival=start + round(i * 0.1, 2),
+            prefill_s=round(rng.uniform(0.2, 2.0), 2),
+            transfer_s=round(rng.uniform(0.1, 5.0), 2),
+        )
+        for i in range(count)
+    )
+
+
+def _spread(ranks: int, width: float) -> tuple[float, ...]:
+    return tuple(width * r / (ranks - 1) for r in range(ranks)) if ranks > 1 else (0.0,)
+
+
+SCENARIOS: tuple[Scenario, ...] = (
+    Scenario(
+        "wedge",
+        "decode gone (WaitingForInput for ever): failed at the 300 s deadline (within 1 step) "
+        "on every rank: client error, KV released, queue empty",
+        lambda ranks: WorldConfig((WEDGED,), ranks, horizon=WEDGE_HORIZON),
+        _deadline(DEFAULT_TIMEOUT),
+    ),
+    Scenario(
+        "long-prefill",
+        "164 s prefill, then a 2 s transfer: completes, never failed",
+        lambda ranks: WorldConfig(
+            (RequestSpec("long", prefill_s=164.0, transfer_s=2.0),), ranks, horizon=200.0
+        ),
+        _never_failed,
+    ),
+    Scenario(
+        "long-prefill-60s-deadline",
+        f"{TIMEOUT_ENV}=60, 164 s prefill, 2 s transfer: completes, never failed (the clock "
+        "starts at the inflight queue)",
+        lambda ranks: WorldConfig(
+            (RequestSpec("long", prefill_s=164.0, transfer_s=2.0),),
+            ranks,
+            horizon=200.0,
+            env={TIMEOUT_ENV: "60"},
+        ),
+        _never_failed,
+    ),
+    Scenario(
+        "healthy-traffic",
+        "100 requests, 0.1-5 s transfers: all complete, none failed",
+        lambda ranks: WorldConfig(_healthy(100, seed=5), ranks, horizon=60.0),
+        _never_failed,
+    ),
+    Scenario(
+        "skewed-ranks",
+        "clocks and stamps up to 1 s apart across ranks, a wedged request among healthy ones: "
+        "every rank fails it in the step the first rank's deadline passes; inflight queues "
+        "identical on all ranks at every step",
+        lambda ranks: WorldConfig(
+            (WEDGED, *_healthy(6, seed=7, start=0.5)),
+            ranks,
+            horizon=WEDGE_HORIZON,
+            clock_offsets=tuple(-x for x in _spread(ranks, 1.0)),
+            lag_spread=1.0,
+        ),
+        _skewed,
+    ),
+    Scenario(
+        "bootstrap-wedge",
+        f"NIXL sender stuck in Bootstrapping (decode never sent its info), {BOOTSTRAP_ENV}=30: "
+        "the sender's own bootstrap timeout fails it at 30 s (within 1 step): client error, "
+        "no queue holds it",
+        lambda ranks: WorldConfig(
+            (RequestSpec("bootstrap-wedged", prefill_s=1.0, nixl=True),),
+            ranks,
+            horizon=4 * BOOTSTRAP_TIMEOUT,
+            env={BOOTSTRAP_ENV: str(int(BOOTSTRAP_TIMEOUT))},
+        ),
+        _bootstrap_wedge,
+        _has_nixl,
+    ),
+    Scenario(
+        "deadline-120s",
+        f"{TIMEOUT_ENV}=120, decode gone: failed at 120 s (within 1 step), not 300 s",
+        lambda ranks: WorldConfig(
+            (WEDGED,), ranks, horizon=WEDGE_HORIZON, env={TIMEOUT_ENV: "120"}
+        ),
+        _deadline(120.0),
+    ),
+    Scenario(
+        "deadline-off",
+        f"{TIMEOUT_ENV}=0, decode gone: never failed (0 turns the deadline off)",
+        lambda ranks: WorldConfig((WEDGED,), ranks, horizon=WEDGE_HORIZON, env={TIMEOUT_ENV: "0"}),
+        _deadline_off,
+    ),
+)
+
+NAMES = tuple(s.name for s in SCENARIOS)

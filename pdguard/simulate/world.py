@@ -1,0 +1,341 @@
+"""The simulated world: N scheduler ranks running the target's code in lock step.
+
+Each rank is a thread with its own copy of the target's classes (its own module namespaces, as
+each rank is its own process in SGLang), its own clock and its own requests and senders. A rank
+step is one iteration of SGLang's prefill event loop:
+
+1. requests that arrived are added to the bootstrap queue (the target's ``add``, which creates
+   the sender);
+2. the target's ``pop_bootstrapped`` polls the bootstrap queue; popped requests start their
+   prefill, which takes the request's ``prefill_s`` simulated seconds;
+3. requests whose prefill finished go through the target's
+   ``process_batch_result_disagg_prefill`` (the inflight-queue append);
+4. if the inflight queue is not empty, the target's ``process_disagg_prefill_inflight_queue``.
+
+Every ``poll_and_all_reduce*`` the target calls exchanges the local polls of all ranks through
+a :class:`threading.Barrier` and MIN-reduces them, as ``dist.all_reduce(op=MIN)`` does. After
+each step all ranks meet at a second barrier, whose action records a snapshot of every rank's
+queues and advances the simulated clock by ``step`` seconds.
+"""
+
+from __future__ import annotations
+
+import inspect
+import threading
+import traceback
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from . import standins
+from .loader import LoadError, Target
+from .standins import (
+    BootstrapQueueStandIn,
+    Group,
+    MetadataAllocator,
+    SchedulerStandIn,
+    ScriptedSender,
+    SimReq,
+)
+
+EPS = 1e-6
+BARRIER_TIMEOUT = 60.0  # real seconds: a rank stuck this long is a bug in the simulation
+
+
+@dataclass(frozen=True)
+class RequestSpec:
+    """One request and the script its sender follows (simulated seconds)."""
+
+    rid: str
+    arrival: float = 0.0
+    prefill_s: float = 1.0
+    bootstrap_s: float = 0.0
+    transfer_s: float | None = 1.0  # None: the decode side is gone; WaitingForInput for ever
+    nixl: bool = False  # the target's NixlKVSender, with a kv_mgr stuck in Bootstrapping
+
+
+@dataclass(frozen=True)
+class WorldConfig:
+    requests: tuple[RequestSpec, ...]
+    ranks: int = 2
+    horizon: float = 600.0
+    step: float = 0.25
+    env: Mapping[str, str] = field(default_factory=dict)
+    clock_offsets: tuple[float, ...] = ()  # per rank: added to every clock reading
+    # How far into a step a rank handles arrivals and prefill results (where the sender is
+    # created and the request enters the inflight queue), so that stamps fall between steps;
+    # rank r's lag is ``lag + lag_spread * r / (ranks - 1)``.
+    lag: float = 0.1
+    lag_spread: float = 0.0
+
+    def lag_of(self, rank: int) -> float:
+        return self.lag + (self.lag_spread * rank / (self.ranks - 1) if self.ranks > 1 else 0.0)
+
+
+@dataclass(frozen=True)
+class Event:
+    step: int
+    time: float
+    rank: int
+    kind: str  # abort, kv_released, kv_locked, streamed, kv_send, sender_abort, log, ...
+    rid: str | None
+    detail: str
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    """Every rank's queues after one step (request ids, per rank)."""
+
+    step: int
+    time: float
+    inflight: tuple[tuple[str, ...], ...]
+    bootstrap: tuple[tuple[str, ...], ...]
+    prefilling: tuple[tuple[str, ...], ...]
+
+    def holds(self, rid: str, rank: int) -> bool:
+        return any(rid in q[rank] for q in (self.inflight, self.bootstrap, self.prefilling))
+
+
+@dataclass(frozen=True)
+class RankFailure:
+    rank: int
+    time: float
+    error: BaseException
+    where: str  # the innermost frame, "file:line in function"
+
+
+@dataclass
+class Trace:
+    config: WorldConfig
+    snapshots: list[Snapshot]
+    events: list[Event]
+    failure: RankFailure | None
+    end: float
+
+    def events_of(self, kind: str, rid: str | None = None) -> list[Event]:
+        return [e for e in self.events if e.kind == kind and (rid is None or e.rid == rid)]
+
+    def entered_inflight(self, rid: str, rank: int = 0) -> Snapshot | None:
+        return next((s for s in self.snapshots if rid in s.inflight[rank]), None)
+
+
+class Divergence(Exception):
+    """The ranks disagree at a collective (in SGLang: a hang or a torch error)."""
+
+
+class _Collective:
+    """MIN all-reduce over the ranks of the TP group, through a barrier."""
+
+    def __init__(self, ranks: int) -> None:
+        self.barrier = threading.Barrier(ranks, timeout=BARRIER_TIMEOUT)
+        self.slots: list[list[int]] = [[] for _ in range(ranks)]
+
+    def __call__(self, rank: int, values: list[int]) -> list[int]:
+        self.slots[rank] = list(values)
+        self.barrier.wait()
+        slots = [list(s) for s in self.slots]
+        self.barrier.wait()  # everyone has read before anyone writes again
+        if len({len(s) for s in slots}) > 1:
+            sizes = ", ".join(f"rank {r}: {len(s)}" for r, s in enumerate(slots))
+            raise Divergence(f"the ranks all-reduce different numbers of polls ({sizes})")
+        return [min(column) for column in zip(*slots, strict=True)]
+
+
+class Rank:
+    """One scheduler rank; the :class:`standins.Context` of its stand-ins."""
+
+    def __init__(self, world: World, index: int, target: Target) -> None:
+        config = world.config
+        self.world = world
+        self.rank = index
+        self.env = dict(config.env)
+        self.events: list[Event] = []
+        self.offset = config.clock_offsets[index] if config.clock_offsets else 0.0
+        self.handling_lag = config.lag_of(index)
+        self.lag = 0.0  # the handling lag while the rank handles arrivals and prefill results
+        self.tp_group = Group(index, world.collective if config.ranks > 1 else None)
+        self.cp_group = Group(index, None)
+        self.built = target.build(standins.for_rank(self))
+        allocator = MetadataAllocator()
+        scheduler_cls = type("Scheduler", (self.built.mixin, SchedulerStandIn), {})
+        self.scheduler: Any = scheduler_cls.__new__(scheduler_cls)
+        self.scheduler.sim_init(self, allocator)
+        queue_cls = type(
+            "PrefillBootstrapQueue", (self.built.bootstrap_queue, BootstrapQueueStandIn), {}
+        )
+        self.queue: Any = queue_cls.__new__(queue_cls)
+        self.queue.sim_init(self, self.scheduler, allocator)
+        self.scheduler.disagg_prefill_bootstrap_queue = self.queue
+        self._add_takes_heads = len(inspect.signature(queue_cls.add).parameters) > 2
+        self.arrivals = sorted(config.requests, key=lambda s: s.arrival)
+        self.prefilling: list[tuple[float, SimReq]] = []
+
+    # standins.Context
+
+    def now(self) -> float:
+        return self.world.time + self.offset + self.lag
+
+    def world_time(self) -> float:
+        return self.world.time
+
+    def record(self, kind: str, req: object, detail: str = "") -> None:
+        rid = req if isinstance(req, str) or req is None else getattr(req, "rid", None)
+        self.events.append(Event(self.world.step, self.world.time, self.rank, kind, rid, detail))
+
+    def new_sender(self, *args: Any, **kwargs: Any) -> object:
+        room = kwargs.get("bootstrap_room", args[2] if len(args) > 2 else None)
+        spec = self.world.by_room[room]
+        if spec.nixl:
+            if self.built.nixl_sender is None:
+                raise standins.MissingStandIn("the target has no NixlKVSender")
+            return self.built.nixl_sender(*args, **kwargs)
+        return ScriptedSender(self, spec, *args, **kwargs)
+
+    # one step of the prefill event loop
+
+    def step(self) -> None:
+        now = self.world.time
+        while self.arrivals and self.arrivals[0].arrival <= now + EPS:
+            spec = self.arrivals.pop(0)
+            req = SimReq(spec.rid, self.world.rooms[spec.rid])
+            self.lag = self.handling_lag
+            try:
+                self.queue.add(req, 8) if self._add_takes_heads else self.queue.add(req)
+            finally:
+                self.lag = 0.0
+        for req in self.queue.pop_bootstrapped():
+            self.prefilling.append((now + self.world.specs[req.rid].prefill_s, req))
+        done = [req for at, req in self.prefilling if at <= now + EPS]
+        if done:
+            self.prefilling = [(at, req) for at, req in self.prefilling if at > now + EPS]
+            batch, result = standins.prefill_batch(done)
+            self.lag = self.handling_lag
+            try:
+                self.scheduler.process_batch_result_disagg_prefill(batch, result)
+            finally:
+                self.lag = 0.0
+        if len(self.scheduler.disagg_prefill_inflight_queue) > 0:
+            self.scheduler.process_disagg_prefill_inflight_queue()
+
+    def rids(self) -> tuple[tuple[str, ...], tuple[str, ...], tuple[str, ...]]:
+        return (
+            tuple(r.rid for r in self.scheduler.disagg_prefill_inflight_queue),
+            tuple(r.rid for r in self.queue.queue),
+            tuple(r.rid for _, r in self.prefilling),
+        )
+
+
+class World:
+    def __init__(self, config: WorldConfig, target: Target) -> None:
+        self.config = config
+        self.time = 0.0
+        self.step = 0
+        self.done = False
+        self.specs = {s.rid: s for s in config.requests}
+        self.rooms = {s.rid: 1000 + i for i, s in enumerate(config.requests)}
+        self.by_room = {self.rooms[rid]: spec for rid, spec in self.specs.items()}
+        self.collective = _Collective(config.ranks)
+        self.step_barrier = threading.Barrier(
+            config.ranks, action=self._end_step, timeout=BARRIER_TIMEOUT
+        )
+        self.snapshots: list[Snapshot] = []
+        self.failure: RankFailure | None = None
+        self._lock = threading.Lock()
+        self.ranks = [Rank(self, i, target) for i in range(config.ranks)]
+        _check_self_reads(target, self.ranks[0])
+
+    def run(self) -> Trace:
+        threads = [
+            threading.Thread(
+                target=self._loop, args=(rank,), name=f"sim-rank-{rank.rank}", daemon=True
+            )
+            for rank in self.ranks
+        ]
+        for thread in threads:
+            thread.start()
+        while any(thread.is_alive() for thread in threads):
+            for thread in threads:
+                thread.join(timeout=1.0)
+            if self.failure is not None:  # a rank stuck in the target's code is left behind
+                break
+        events = sorted(
+            (e for rank in self.ranks for e in rank.events), key=lambda e: (e.step, e.rank)
+        )
+        return Trace(self.config, self.snapshots, events, self.failure, self.time)
+
+    def _loop(self, rank: Rank) -> None:
+        try:
+            while not self.done:
+                rank.step()
+                self.step_barrier.wait()
+        except threading.BrokenBarrierError:
+            if self.failure is None:  # no rank failed: one is stuck
+                stuck = TimeoutError(
+                    f"a rank did not finish step {self.step} within {BARRIER_TIMEOUT:g} s"
+                )
+                self._fail(rank, stuck)
+        except BaseException as exc:
+            self._fail(rank, exc)
+
+    def _fail(self, rank: Rank, exc: BaseException) -> None:
+        with self._lock:
+            if self.failure is None:
+                frames = traceback.extract_tb(exc.__traceback__)
+                last = frames[-1] if frames else None
+                where = f"{last.filename}:{last.lineno} in {last.name}" if last else "a barrier"
+                self.failure = RankFailure(rank.rank, self.time, exc, where)
+            self.done = True
+        self.collective.barrier.abort()
+        self.step_barrier.abort()
+
+    def _end_step(self) -> None:
+        """Barrier action: runs once per step, while every rank waits."""
+        per_rank = [rank.rids() for rank in self.ranks]
+        self.snapshots.append(
+            Snapshot(
+                self.step,
+                self.time,
+                tuple(r[0] for r in per_rank),
+                tuple(r[1] for r in per_rank),
+                tuple(r[2] for r in per_rank),
+            )
+        )
+        if self._settled() or self.time + self.config.step > self.config.horizon + EPS:
+            self.done = True
+            return
+        self.time = round(self.time + self.config.step, 9)
+        self.step += 1
+
+    def _settled(self) -> bool:
+        """Every request arrived and was streamed back on every rank, and no queue holds it."""
+        if any(rank.arrivals for rank in self.ranks):
+            return False
+        last = self.snapshots[-1]
+        for rank in self.ranks:
+            streamed = {e.rid for e in rank.events if e.kind == "streamed"}
+            if not set(self.specs) <= streamed:
+                return False
+            if any(last.holds(rid, rank.rank) for rid in self.specs):
+                return False
+        return True
+
+
+def _check_self_reads(target: Target, rank: Rank) -> None:
+    """Every ``self.X`` the loaded methods read must exist on the simulated objects."""
+    objects = {
+        target.mixin[1]: rank.scheduler,
+        target.bootstrap_queue[1]: rank.queue,
+        f"{target.bootstrap_queue[1]}.scheduler": rank.scheduler,
+    }
+    for owner, reads in target.self_reads.items():
+        for attr, function in sorted(reads.items()):
+            if not hasattr(objects[owner], attr):
+                cls, _, via = owner.partition(".")
+                name = f"self.{via + '.' if via else ''}{attr}"
+                raise LoadError(
+                    f"cannot load: {name} is needed by {cls}.{function} and has no stand-in"
+                )
+
+
+def simulate(config: WorldConfig, target: Target) -> Trace:
+    return World(config, target).run()

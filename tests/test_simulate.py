@@ -1,0 +1,426 @@
+"""``pdguard simulate``: the target's own inflight-queue code, run against a simulated scheduler.
+
+A toy tree (written here, in the shape pdguard expects; not SGLang's code) covers the machinery
+without the network. The ``releases`` tests run every CI release (all 62 with
+``PDGUARD_ALL_RELEASES=1``) unpatched, patched, and with hand-broken variants of the patch.
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+import os
+import shutil
+import sys
+import threading
+from pathlib import Path
+
+import pytest
+
+from pdguard import pipeline, simulate
+from pdguard.cli import main
+from pdguard.simulate import scenarios, standins
+from pdguard.simulate.world import Divergence, _Collective
+from pdguard.tree import PREFILL_PATH, open_tree
+from vendor_sglang import fetch_release, load_manifest
+
+TOY_PREFILL = '''\
+"""A toy prefill module in the shape pdguard expects (not SGLang's code)."""
+
+from __future__ import annotations
+
+import logging
+
+from sglang.srt.disaggregation.base import KVPoll
+from sglang.srt.disaggregation.utils import (
+    KVClassType,
+    get_kv_class,
+    poll_and_all_reduce,
+    prepare_abort,
+)
+from sglang.srt.managers.schedule_batch import FINISH_LENGTH
+
+logger = logging.getLogger(__name__)
+
+
+class PrefillBootstrapQueue:
+    def add(self, req):
+        sender_class = get_kv_class(self.transfer_backend, KVClassType.SENDER)
+        req.disagg_kv_sender = sender_class(
+            mgr=self.kv_manager, bootstrap_addr="toy", bootstrap_room=req.bootstrap_room
+        )
+        self.queue.append(req)
+
+    def pop_bootstrapped(self):
+        if not self.queue:
+            return []
+        polls = poll_and_all_reduce([r.disagg_kv_sender for r in self.queue], self.gloo_group)
+        ready = [r for r, p in zip(self.queue, polls) if p == KVPoll.WaitingForInput]
+        self.queue = [r for r in self.queue if r not in ready]
+        return ready
+
+
+class SchedulerDisaggregationPrefillMixin:
+    def process_batch_result_disagg_prefill(self, batch, result):
+        for req in batch.reqs:
+            self.tree_cache.cache_unfinished_req(req)
+            self.disagg_prefill_inflight_queue.append(req)
+            self.send_kv_chunk(req, last_chunk=True)
+
+    def process_disagg_prefill_inflight_queue(self):
+        polls = poll_and_all_reduce(
+            [req.disagg_kv_sender for req in self.disagg_prefill_inflight_queue],
+            self.attn_tp_cpu_group,
+        )
+        undone, done = [], []
+        for req, poll in zip(self.disagg_prefill_inflight_queue, polls):
+            if poll in (KVPoll.WaitingForInput, KVPoll.Transferring):
+                undone.append(req)
+            elif poll == KVPoll.Success:
+                self.tree_cache.cache_finished_req(req)
+                req.finished_reason = FINISH_LENGTH(length=0)
+                done.append(req)
+            elif poll == KVPoll.Failed:
+                self.tree_cache.cache_finished_req(req)
+                prepare_abort(req, "transfer failed")
+                done.append(req)
+        self.stream_output(done, False)
+        self.disagg_prefill_inflight_queue = undone
+
+    def send_kv_chunk(self, req, last_chunk=False):
+        raise NotImplementedError  # the KV data path: replaced by the simulated scheduler
+'''
+
+WEDGE_ROWS = {"wedge", "skewed-ranks", "deadline-120s"}  # fail without an inflight deadline
+
+
+def _toy(tmp_path: Path, text: str = TOY_PREFILL, patched: bool = False) -> Path:
+    root = tmp_path / ("toy-patched" if patched else "toy")
+    (root / PREFILL_PATH).parent.mkdir(parents=True)
+    (root / PREFILL_PATH).write_text(text)
+    if patched:
+        pipeline.write(pipeline.plan(open_tree(root)))
+    return root
+
+
+def _verdicts(report: simulate.SimulationReport) -> dict[str, str]:
+    return {row.scenario: row.verdict for row in report.rows}
+
+
+def _row(report: simulate.SimulationReport, name: str) -> simulate.Row:
+    return next(row for row in report.rows if row.scenario == name)
+
+
+# -- the toy tree: no network ----------------------------------------------------------------
+
+
+def test_unpatched_toy_shows_the_wedge(tmp_path: Path) -> None:
+    report = simulate.run(open_tree(_toy(tmp_path)))
+    verdicts = _verdicts(report)
+    assert {name for name, v in verdicts.items() if v == "fail"} == WEDGE_ROWS
+    assert verdicts["bootstrap-wedge"] == "n/a"  # no NixlKVSender in the toy
+    wedge = _row(report, "wedge")
+    assert wedge.observed.startswith("still waiting after 600 simulated seconds")
+    assert "inflight queue on all ranks" in wedge.observed
+    assert wedge.seconds == 600
+
+
+def test_patched_toy_passes_every_scenario(tmp_path: Path) -> None:
+    report = simulate.run(open_tree(_toy(tmp_path, patched=True)), ranks=3)
+    assert report.passed
+    assert set(_verdicts(report).values()) == {"pass", "n/a"}
+    wedge = _row(report, "wedge")
+    assert "failed at 301.25 s (deadline 301.1 s)" in wedge.observed
+    assert "client error, KV released" in wedge.observed
+    assert (
+        "_fail_timed_out_inflight_reqs"
+        in report.loaded["loaded"]["SchedulerDisaggregationPrefillMixin"]
+    )  # type: ignore[index]
+
+
+def test_cli_exit_codes_and_formats(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["simulate", str(_toy(tmp_path)), "--scenario", "wedge"]) == 1
+    out = capsys.readouterr().out
+    assert "wedge" in out and "FAIL" in out and "still waiting after 600" in out
+    patched = _toy(tmp_path, patched=True)
+    assert main(["simulate", str(patched), "--format", "json", "--ranks", "1"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert data["passed"] is True and data["ranks"] == 1
+    assert [s["name"] for s in data["scenarios"]] == list(simulate.NAMES)
+    assert main(["simulate", str(patched), "--scenario", "nope"]) == 2
+    assert "unknown scenario 'nope'" in capsys.readouterr().err
+    assert main(["simulate", str(patched), "--ranks", "0"]) == 2
+    assert "--ranks must be at least 1" in capsys.readouterr().err
+
+
+def test_check_simulate_is_one_report(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    unpatched, patched = _toy(tmp_path), _toy(tmp_path, patched=True)
+    assert main(["check", str(unpatched), "--simulate"]) == 1
+    out = capsys.readouterr().out
+    assert "PDG001" in out and "pdguard simulate:" in out and "FAIL" in out
+    assert main(["check", str(patched), "--simulate", "--format", "json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert data["findings"] == [] and data["simulation"][0]["passed"] is True
+    assert main(["check", str(patched), "--simulate", "--format", "sarif"]) == 2
+    assert "--simulate reports in --format text or json" in capsys.readouterr().err
+
+
+def test_a_name_without_a_stand_in_cannot_be_loaded(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    text = TOY_PREFILL.replace(
+        "logger = logging", "from sglang.srt.utils import mystery\n\nlogger = logging"
+    ).replace(
+        "        undone, done = [], []\n", "        mystery()\n        undone, done = [], []\n"
+    )
+    assert main(["simulate", str(_toy(tmp_path, text))]) == 2
+    err = capsys.readouterr().err
+    assert (
+        "cannot load: mystery is needed by "
+        "SchedulerDisaggregationPrefillMixin.process_disagg_prefill_inflight_queue" in err
+    )
+    assert "has no stand-in" in err
+
+
+def test_a_scheduler_attribute_without_a_stand_in_cannot_be_loaded(tmp_path: Path) -> None:
+    text = TOY_PREFILL.replace("self.attn_tp_cpu_group,", "self.some_new_group,")
+    with pytest.raises(simulate.LoadError, match=r"self\.some_new_group is needed by"):
+        simulate.run(open_tree(_toy(tmp_path, text)))
+
+
+def test_an_unbound_name_raises_name_error_as_in_python(tmp_path: Path) -> None:
+    """``time`` used without ``import time``: the run fails as SGLang would, not exit 2."""
+    text = TOY_PREFILL.replace(
+        "            self.tree_cache.cache_unfinished_req(req)\n",
+        "            self.tree_cache.cache_unfinished_req(req)\n"
+        "            req.entered = time.monotonic()\n",
+    )
+    report = simulate.run(open_tree(_toy(tmp_path, text)), names=["healthy-traffic"])
+    row = _row(report, "healthy-traffic")
+    assert row.verdict == "fail"
+    assert "NameError: name 'time' is not defined" in row.observed
+
+
+def test_imports_are_never_executed(tmp_path: Path) -> None:
+    """The toy imports sglang, which is not installed: nothing of it is imported."""
+    report = simulate.run(open_tree(_toy(tmp_path)), names=["healthy-traffic"])
+    assert _row(report, "healthy-traffic").verdict == "pass"
+    assert not any(name.split(".")[0] == "sglang" for name in sys.modules)
+
+
+def test_min_all_reduce_over_threads() -> None:
+    collective = _Collective(3)
+    results: dict[int, object] = {}
+
+    def rank(index: int, values: list[int]) -> None:
+        try:
+            results[index] = collective(index, values)
+        except Exception as exc:
+            results[index] = exc
+
+    inputs = {0: [2, 4, 3], 1: [2, 0, 4], 2: [3, 4, 1]}
+    threads = [threading.Thread(target=rank, args=item) for item in inputs.items()]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert results == {0: [2, 0, 1], 1: [2, 0, 1], 2: [2, 0, 1]}
+
+    threads = [threading.Thread(target=rank, args=(i, [4] * (i + 1))) for i in range(3)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert all(isinstance(r, Divergence) for r in results.values())
+
+
+def test_stand_ins_are_strict() -> None:
+    req = standins.SimReq("r", 1)
+    assert getattr(req, "inflight_queue_entry_time", None) is None  # getattr defaults work
+    with pytest.raises(standins.MissingStandIn, match=r"req\.not_modelled"):
+        _ = req.not_modelled  # type: ignore[attr-defined]
+    with pytest.raises(standins.MissingStandIn):
+        _ = standins.Inert("time_stats") < 3
+
+
+# -- real releases -----------------------------------------------------------------------------
+
+RELEASES = [r for r in load_manifest() if r.ci or os.environ.get("PDGUARD_ALL_RELEASES") == "1"]
+PATCHABLE = [r for r in RELEASES if r.family != "F1"]  # apply refuses F1
+NIXL_STUCK = {"F3", "F4", "F5", "F6", "F7", "F8", "F9"}  # NIXL: no bootstrap timeout upstream
+NIXL_NEVER_BOOTSTRAPPING = {"F1", "F2"}
+
+
+def _patched_copy(version: str, root: Path) -> Path:
+    shutil.copytree(fetch_release(version), root)
+    result = pipeline.plan(open_tree(root))
+    assert not result.refused
+    pipeline.write(result)
+    return root
+
+
+def _function_lines(text: str, cls_method: str, name: str) -> tuple[int, int]:
+    """(first, last) line of ``name`` in the class that defines ``cls_method``."""
+    for node in ast.parse(text).body:
+        if isinstance(node, ast.ClassDef):
+            methods = {f.name: f for f in node.body if isinstance(f, ast.FunctionDef)}
+            if cls_method in methods and name in methods:
+                function = methods[name]
+                assert function.end_lineno is not None
+                return function.lineno, function.end_lineno
+    raise AssertionError(f"no {name}")
+
+
+def _deadline_after_all_reduce(text: str) -> str:
+    """Move ``self._fail_timed_out_inflight_reqs()`` to right after the ``polls =
+    poll_and_all_reduce*(...)`` statement of process_disagg_prefill_inflight_queue."""
+    function = "process_disagg_prefill_inflight_queue"
+    first, last = _function_lines(text, function, function)
+    lines = text.splitlines(keepends=True)
+    body = ast.parse(text)
+    polls = [
+        node
+        for node in ast.walk(body)
+        if isinstance(node, ast.Assign)
+        and first <= node.lineno <= last
+        and isinstance(node.value, ast.Call)
+        and isinstance(node.value.func, ast.Name)
+        and node.value.func.id.startswith("poll_and_all_reduce")
+    ]
+    assert len(polls) == 1
+    call = next(
+        i
+        for i in range(first - 1, last)
+        if lines[i].strip() == "self._fail_timed_out_inflight_reqs()"
+    )
+    indent = lines[call][: len(lines[call]) - len(lines[call].lstrip())]
+    after = polls[0].end_lineno
+    assert after is not None and after > call
+    moved = [*lines[:after], f"{indent}self._fail_timed_out_inflight_reqs()\n", *lines[after:]]
+    del moved[call]
+    return "".join(moved)
+
+
+def _stamp_at_sender_creation(text: str) -> str:
+    """Remove the stamp before the inflight-queue append; stamp where the bootstrap queue
+    creates the request's sender instead (before the prefill)."""
+    guard = '        if getattr(req, "inflight_queue_entry_time", None) is None:\n'
+    lines = text.splitlines(keepends=True)
+    at = next(i for i, line in enumerate(lines) if line.endswith(guard.lstrip()) and "if " in line)
+    del lines[at : at + 2]
+    text = "".join(lines)
+    tree = ast.parse(text)
+    assign = next(
+        node
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Assign)
+        and isinstance(node.targets[0], ast.Attribute)
+        and node.targets[0].attr == "disagg_kv_sender"
+    )
+    lines = text.splitlines(keepends=True)
+    indent = " " * assign.col_offset
+    stamp = f"{indent}req.inflight_queue_entry_time = time.monotonic()\n"
+    return "".join([*lines[: assign.lineno - 1], stamp, *lines[assign.lineno - 1 :]])
+
+
+def _deadline_drops_locally(text: str) -> str:
+    """The deadline helper drops the overdue request from this rank's queue instead of
+    failing its sender: a per-rank decision."""
+    pinned = "            sender.poll = lambda: KVPoll.Failed\n"
+    assert pinned in text
+    return text.replace(
+        pinned,
+        "            self.disagg_prefill_inflight_queue.remove(req)\n            break\n",
+    )
+
+
+@pytest.mark.releases
+@pytest.mark.parametrize("release", RELEASES, ids=lambda r: r.version)
+def test_unpatched_release_shows_the_wedge(release, capsys: pytest.CaptureFixture[str]) -> None:
+    tree = fetch_release(release.version)
+    report = simulate.run(open_tree(tree))
+    verdicts = _verdicts(report)
+    failing = {name for name, verdict in verdicts.items() if verdict == "fail"}
+    expected = set(WEDGE_ROWS)
+    if release.family in NIXL_STUCK:
+        expected.add("bootstrap-wedge")
+    assert failing == expected, {r.scenario: r.observed for r in report.rows}
+    assert _row(report, "wedge").observed.startswith("still waiting after 600 simulated seconds")
+    nixl = "n/a" if release.family in NIXL_NEVER_BOOTSTRAPPING else None
+    if nixl:
+        assert verdicts["bootstrap-wedge"] == "n/a"
+    elif release.family not in NIXL_STUCK:
+        assert verdicts["bootstrap-wedge"] == "pass"  # fixed upstream from 0.5.18
+    assert main(["simulate", str(tree), "--scenario", "wedge"]) == 1
+    capsys.readouterr()
+
+
+@pytest.mark.releases
+@pytest.mark.parametrize("release", PATCHABLE, ids=lambda r: r.version)
+def test_patched_release_passes(
+    release, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    root = _patched_copy(release.version, tmp_path / "sglang")
+    code = main(["simulate", str(root), "--format", "json"])
+    rows = {s["name"]: s for s in json.loads(capsys.readouterr().out)["scenarios"]}
+    assert code == 0, {name: row["observed"] for name, row in rows.items()}
+    expected = "n/a" if release.family in NIXL_NEVER_BOOTSTRAPPING else "pass"
+    assert rows["bootstrap-wedge"]["verdict"] == expected
+    assert {row["verdict"] for name, row in rows.items() if name != "bootstrap-wedge"} == {"pass"}
+
+
+@pytest.mark.releases
+@pytest.mark.parametrize("release", PATCHABLE, ids=lambda r: r.version)
+def test_stamp_at_sender_creation_fails_long_prefill(release, tmp_path: Path) -> None:
+    root = _patched_copy(release.version, tmp_path / "sglang")
+    prefill = root / PREFILL_PATH
+    prefill.write_text(_stamp_at_sender_creation(prefill.read_text()))
+    report = simulate.run(
+        open_tree(root), names=["wedge", "long-prefill", "long-prefill-60s-deadline"]
+    )
+    verdicts = _verdicts(report)
+    assert verdicts["long-prefill-60s-deadline"] == "fail"
+    assert "failed" in _row(report, "long-prefill-60s-deadline").observed
+    # The default deadline outlasts the 164 s prefill, but the clock started 1 s of prefill
+    # early: the wedged request is failed before its deadline.
+    assert verdicts["long-prefill"] == "pass"
+    assert verdicts["wedge"] == "fail"
+    assert "before its deadline" in _row(report, "wedge").observed
+
+
+@pytest.mark.releases
+@pytest.mark.parametrize("release", PATCHABLE, ids=lambda r: r.version)
+def test_deadline_after_all_reduce_fails_skewed_ranks(release, tmp_path: Path) -> None:
+    root = _patched_copy(release.version, tmp_path / "sglang")
+    prefill = root / PREFILL_PATH
+    prefill.write_text(_deadline_after_all_reduce(prefill.read_text()))
+    report = simulate.run(open_tree(root), names=["skewed-ranks", "healthy-traffic"])
+    skewed = _row(report, "skewed-ranks")
+    assert skewed.verdict == "fail"
+    assert "1 step(s) late" in skewed.observed
+    assert _row(report, "healthy-traffic").verdict == "pass"
+
+
+@pytest.mark.releases
+@pytest.mark.parametrize("version", ["0.4.7", "0.5.23"])
+def test_a_per_rank_deadline_diverges(version: str, tmp_path: Path) -> None:
+    root = _patched_copy(version, tmp_path / "sglang")
+    prefill = root / PREFILL_PATH
+    prefill.write_text(_deadline_drops_locally(prefill.read_text()))
+    report = simulate.run(open_tree(root), ranks=2, names=["skewed-ranks"])
+    row = _row(report, "skewed-ranks")
+    assert row.verdict == "fail"
+    assert "ranks diverged" in row.observed or "inflight queues differ" in row.observed
+
+
+@pytest.mark.releases
+def test_more_ranks_and_a_nixl_sender_with_its_own_code(tmp_path: Path) -> None:
+    root = _patched_copy("0.5.14", tmp_path / "sglang")
+    report = simulate.run(open_tree(root), ranks=4)
+    assert report.passed
+    bootstrap = _row(report, "bootstrap-wedge")
+    assert f"deadline {scenarios.BOOTSTRAP_TIMEOUT + 0.1:g} s" in bootstrap.observed
+    loaded = report.loaded["loaded"]
+    assert {"poll", "_check_bootstrap_timeout"} <= set(loaded["CommonKVSender"]) | set(  # type: ignore[index]
+        loaded["NixlKVSender"]  # type: ignore[index]
+    )
