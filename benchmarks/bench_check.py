@@ -5,7 +5,7 @@ baseline measured in the same run: ``python -c "ast.parse"`` of only the files t
 Both are whole processes (interpreter start-up included), run alternately after one warm-up
 each; the figures are medians.  Goal: check within 3x of the baseline.
 
-    python benchmarks/bench_check.py [--release 0.5.23] [--runs 9] [--profile]
+    python -m benchmarks.bench_check [--release 0.5.23] [--runs 9] [--profile]
 
 ``--profile`` also runs ``pdguard check`` once in-process under cProfile (imports included) and
 prints the top functions by cumulative time.
@@ -18,12 +18,10 @@ import cProfile
 import io
 import os
 import pstats
-import statistics
-import subprocess
 import sys
-import time
 from pathlib import Path
 
+from benchmarks.timing import medians
 from vendor_sglang import fetch_release, load_manifest
 
 BASELINE = "import ast,sys; [ast.parse(open(f,'rb').read()) for f in sys.argv[1:]]"
@@ -41,12 +39,6 @@ def needed_files(root: Path) -> list[str]:
         if rel == PREFILL or wanted(rel, path.read_text(encoding="utf-8", errors="replace")):
             found.append(str(path))
     return found
-
-
-def _time(cmd: list[str]) -> float:
-    start = time.perf_counter()
-    subprocess.run(cmd, check=False, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    return time.perf_counter() - start
 
 
 def _profile(root: Path, top: int) -> str:
@@ -82,13 +74,7 @@ def main() -> None:
     files = needed_files(root)
     check_cmd = [sys.executable, "-m", "pdguard", "check", str(root)]
     base_cmd = [sys.executable, "-c", BASELINE, *files]
-    _time(check_cmd), _time(base_cmd)  # warm the file cache and the bytecode caches
-    check_times, base_times = [], []
-    for _ in range(args.runs):
-        check_times.append(_time(check_cmd))
-        base_times.append(_time(base_cmd))
-    check_median = statistics.median(check_times)
-    base_median = statistics.median(base_times)
+    check_median, base_median = medians([check_cmd, base_cmd], args.runs)
     print(f"release {args.release}: whole sglang package, {package_files} .py files")
     print(
         f"pdguard check ROOT             median {check_median * 1000:8.1f} ms  ({args.runs} runs)"

@@ -6,7 +6,7 @@ one commit and tag ``v<version>`` per release with ``ci = true``.  Both commands
 processes (start-up included), run alternately; the figures are medians.  The goal: a ref costs
 no more than one check of the same tree.
 
-    python benchmarks/bench_verify.py [--runs 5] [--check-release 0.5.23] [--jobs N] [--profile]
+    python -m benchmarks.bench_verify [--runs 5] [--check-release 0.5.23] [--jobs N] [--profile]
 
 ``--profile`` also times, in this process, the steps ``verify`` takes for one ref (the newest
 tag) and prints the top of a cProfile of that ref.
@@ -27,6 +27,7 @@ import tempfile
 import time
 from pathlib import Path
 
+from benchmarks.timing import wall_time
 from vendor_sglang import fetch_release, load_manifest
 
 
@@ -53,12 +54,6 @@ def build_repo(repo: Path, versions: list[str]) -> None:
         _git(repo, "add", "-A")
         _git(repo, "commit", "-q", "-m", f"sglang {version}")
         _git(repo, "tag", f"v{version}")
-
-
-def _time(cmd: list[str]) -> float:
-    start = time.perf_counter()
-    subprocess.run(cmd, check=False, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    return time.perf_counter() - start
 
 
 def _steps(repo: Path, tag: str) -> list[tuple[str, float]]:
@@ -129,12 +124,12 @@ def main() -> None:
             verify_cmd += ["--jobs", str(args.jobs)]
         check_cmd = [*pdguard, "check", str(tree)]
         start_cmd = [*pdguard, "--version"]
-        _time(verify_cmd), _time(check_cmd)  # warm the file cache
+        wall_time(verify_cmd), wall_time(check_cmd)  # warm the file cache
         verify_times, check_times, start_times = [], [], []
         for _ in range(args.runs):
-            verify_times.append(_time(verify_cmd))
-            check_times.append(_time(check_cmd))
-            start_times.append(_time(start_cmd))
+            verify_times.append(wall_time(verify_cmd))
+            check_times.append(wall_time(check_cmd))
+            start_times.append(wall_time(start_cmd))
 
         refs = len(versions)
         verify_median = statistics.median(verify_times)
