@@ -30,7 +30,7 @@ CLOCK_FUNCTIONS = frozenset({"monotonic", "time", "perf_counter", "monotonic_ns"
 def clock_names(module: ast.Module) -> set[str]:
     """Local names of clock functions imported by name (``from time import monotonic``)."""
     names = set()
-    for node in ast.walk(module):
+    for node in module.body:  # module-level imports are the ones functions see
         if isinstance(node, ast.ImportFrom) and node.module == "time":
             names |= {a.asname or a.name for a in node.names if a.name in CLOCK_FUNCTIONS}
     return names
@@ -190,12 +190,19 @@ class _ModuleIndex:
         self.clocks = clock_names(module)
         self.methods: dict[str, ast.FunctionDef] = {}
         self.owner: dict[int, str] = {}
+        self._scopes: dict[int, _Scope] = {}
         for cls in module.body:
             if isinstance(cls, ast.ClassDef):
                 for item in cls.body:
                     if isinstance(item, ast.FunctionDef):
                         self.methods.setdefault(item.name, item)
                         self.owner[id(item)] = cls.name
+
+    def scope(self, function: ast.FunctionDef) -> _Scope:
+        """The function's names, analysed once however many statements ask."""
+        if id(function) not in self._scopes:
+            self._scopes[id(function)] = _Scope(function, self.clocks)
+        return self._scopes[id(function)]
 
     def self_calls(self, node: ast.AST) -> Iterator[ast.FunctionDef]:
         for call in ast.walk(node):
@@ -213,7 +220,7 @@ def _checks_in(
     index: _ModuleIndex, function: ast.FunctionDef, region: ast.AST, seen: set[str]
 ) -> list[DeadlineCheck]:
     """Deadline checks in ``region`` of ``function``, and in the methods it calls."""
-    scope = _Scope(function, index.clocks)
+    scope = index.scope(function)
     loops = [n for n in ast.walk(region) if isinstance(n, ast.For | ast.While)]
     found = []
     for node in ast.walk(region):
@@ -330,15 +337,16 @@ def _guarded(stmt: ast.stmt, assign: ast.Assign, attr: str) -> bool:
     return False
 
 
-def _blocks(node: ast.AST) -> Iterator[list[ast.stmt]]:
-    for child in ast.walk(node):
-        for name in ("body", "orelse", "finalbody"):
-            block = getattr(child, name, None)
-            if isinstance(block, list) and block and isinstance(block[0], ast.stmt):
-                yield block
-        if isinstance(child, ast.Try):
-            for handler in child.handlers:
-                yield handler.body
+def _own_blocks(node: ast.AST) -> list[list[ast.stmt]]:
+    """The statement lists directly held by ``node`` (bodies, else and finally branches)."""
+    blocks = []
+    for name in ("body", "orelse", "finalbody"):
+        block = getattr(node, name, None)
+        if isinstance(block, list) and block and isinstance(block[0], ast.stmt):
+            blocks.append(block)
+    if isinstance(node, ast.Try):
+        blocks += [handler.body for handler in node.handlers]
+    return blocks
 
 
 def analyse(module: ast.Module) -> InflightModel | None:
@@ -376,8 +384,17 @@ def analyse(module: ast.Module) -> InflightModel | None:
     ]
     model.keep_sites.sort(key=lambda n: (n.lineno, n.col_offset))
 
+    # One walk of the module: its statement blocks (to find the entry points), and the clock
+    # values given to attributes anywhere (to tell "stamped too early" from "never").
+    scope = index.scope(function)
+    blocks = []
+    for node in ast.walk(module):
+        blocks += _own_blocks(node)
+        if isinstance(node, ast.Assign) and scope.is_clock(node.value):
+            model.assigned_attrs |= {t.attr for t in node.targets if isinstance(t, ast.Attribute)}
+
     # Entry points and their stamps.
-    for block in _blocks(module):
+    for block in blocks:
         for position, stmt in enumerate(block):
             if not (
                 isinstance(stmt, ast.Expr)
@@ -395,13 +412,6 @@ def analyse(module: ast.Module) -> InflightModel | None:
                 _stamp_before(index, append, block, position, req) if req else None
             )
 
-    # Clock values given to attributes anywhere (to tell "stamped too early" from "never").
-    scope = _Scope(function, index.clocks)
-    for node in ast.walk(module):
-        if isinstance(node, ast.Assign):
-            for target in node.targets:
-                if isinstance(target, ast.Attribute) and scope.is_clock(node.value):
-                    model.assigned_attrs.add(target.attr)
     for node in ast.walk(function):
         if isinstance(node, ast.Assign) and scope.is_clock(node.value):
             for target in node.targets:

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import ast
 import builtins
+import re
 import symtable
 from collections.abc import Iterator
 
@@ -52,6 +53,33 @@ def _type_checking_only(tree: ast.Module) -> set[str]:
     """Names imported only under ``if TYPE_CHECKING:`` at module level (unbound at run time)."""
     hidden = {name for node in tree.body if _type_checking(node) for name in _imported(node.body)}
     return hidden - _imported([n for n in tree.body if not _type_checking(n)])
+
+
+_CANDIDATE = re.compile(r"(?<![\w.])(" + "|".join(sorted(WATCHED)) + r")\b")
+
+
+def _module_bound(tree: ast.Module) -> set[str]:
+    """Names the module's own statements bind (imports, assignments, defs), looking into
+    module-level ``if``/``try`` blocks but not into functions, nor under TYPE_CHECKING."""
+    bound: set[str] = set()
+    stack: list[ast.stmt] = list(tree.body)
+    while stack:
+        node = stack.pop()
+        if _type_checking(node):
+            stack.extend(node.orelse)  # type: ignore[attr-defined]
+        elif isinstance(node, ast.Import | ast.ImportFrom):
+            bound |= _imported([node])
+        elif isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
+            bound.add(node.name)
+        elif isinstance(node, ast.Assign | ast.AnnAssign | ast.AugAssign):
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            bound |= {n.id for t in targets for n in ast.walk(t) if isinstance(n, ast.Name)}
+        else:
+            for name in ("body", "orelse", "finalbody"):
+                stack.extend(getattr(node, name, []) or [])
+            if isinstance(node, ast.Try):
+                stack.extend(stmt for handler in node.handlers for stmt in handler.body)
+    return bound
 
 
 def _unbound_uses(text: str, rel: str, hidden: set[str]) -> Iterator[tuple[str, str]]:
@@ -123,6 +151,10 @@ class UnboundName(Rule):
             tree = project.tree(rel)
             if tree is None:
                 continue
+            text = project.texts[rel]
+            candidates = set(_CANDIDATE.findall(text)) - _module_bound(tree)
+            if not candidates:
+                continue  # the usual case: every watched name the module uses is imported
             seen: set[tuple[int, int]] = set()  # a lambda's use is also its function's
             for qualname, name in _unbound_uses(project.texts[rel], rel, _type_checking_only(tree)):
                 for node in ast.walk(_scope_node(tree, qualname)):
