@@ -141,7 +141,8 @@ def check_refs(repo_path: str, refs: Sequence[str]) -> None:
 
 
 def _progress(done: int, total: int) -> None:
-    if sys.stderr.isatty():
+    """A progress bar on stderr, only when stdout is a terminal (a person is watching)."""
+    if sys.stdout.isatty():
         bar = "#" * (20 * done // total)
         sys.stderr.write(f"\rverify [{bar:<20}] {done}/{total}")
         if done == total:
