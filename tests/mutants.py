@@ -40,7 +40,7 @@ def _remove_stamp(texts: dict[str, str]) -> dict[str, str] | None:
     return _edit(texts, PREFILL, STAMP_GUARD.sub("", texts[PREFILL], count=1))
 
 
-def _unguarded_stamp(texts: dict[str, str]) -> dict[str, str] | None:
+def unguarded_stamp(texts: dict[str, str]) -> dict[str, str] | None:
     return _edit(
         texts, PREFILL, STAMP_GUARD.sub(r"\1\3.inflight_queue_entry_time = \4\n", texts[PREFILL])
     )
@@ -116,7 +116,7 @@ def _remove_bootstrap_check(texts: dict[str, str]) -> dict[str, str] | None:
 MUTANTS = (
     Mutant("stamp removed", "PDG001", _remove_stamp),
     Mutant("stamp moved to sender creation", "PDG003", _stamp_at_sender_creation),
-    Mutant("stamp rewritten on re-queue", "PDG003", _unguarded_stamp),
+    Mutant("stamp rewritten on re-queue", "PDG003", unguarded_stamp),
     Mutant("deadline moved after the all-reduce", "PDG002", _deadline_after_reduce),
     Mutant("deadline helper defined but not called", "PDG001", _helper_not_called),
     Mutant("init_time removed", "PDG004", _remove_init_time),

@@ -22,10 +22,12 @@ from pdguard.cli import main
 from pdguard.simulate import scenarios, standins
 from pdguard.simulate.world import Divergence, _Collective
 from pdguard.tree import PREFILL_PATH, open_tree
+from tests.mutants import unguarded_stamp
 from tests.simulate_toy import TOY_PREFILL
 from vendor_sglang import fetch_release, load_manifest
 
-WEDGE_ROWS = {"wedge", "skewed-ranks", "deadline-120s"}  # fail without an inflight deadline
+# fail without an inflight deadline
+WEDGE_ROWS = {"wedge", "requeued-wedge", "skewed-ranks", "deadline-120s"}
 
 
 def _toy(tmp_path: Path, text: str = TOY_PREFILL, patched: bool = False) -> Path:
@@ -320,6 +322,21 @@ def test_stamp_at_sender_creation_fails_long_prefill(release, tmp_path: Path) ->
     assert verdicts["long-prefill"] == "pass"
     assert verdicts["wedge"] == "fail"
     assert "before its deadline" in _row(report, "wedge").observed
+
+
+@pytest.mark.releases
+@pytest.mark.parametrize("release", PATCHABLE, ids=lambda r: r.version)
+def test_stamp_rewritten_on_requeue_fails_requeued_wedge(release, tmp_path: Path) -> None:
+    root = _patched_copy(release.version, tmp_path / "sglang")
+    prefill = root / PREFILL_PATH
+    unguarded = unguarded_stamp({PREFILL_PATH: prefill.read_text()})
+    assert unguarded is not None
+    prefill.write_text(unguarded[PREFILL_PATH])
+    report = simulate.run(open_tree(root), names=["wedge", "requeued-wedge"])
+    verdicts = _verdicts(report)
+    assert verdicts["wedge"] == "pass"  # without a re-queue the stamp is still right
+    assert verdicts["requeued-wedge"] == "fail"
+    assert "still waiting after 600" in _row(report, "requeued-wedge").observed
 
 
 @pytest.mark.releases

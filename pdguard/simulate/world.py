@@ -52,6 +52,9 @@ class RequestSpec:
     bootstrap_s: float = 0.0
     transfer_s: float | None = 1.0  # None: the decode side is gone; WaitingForInput for ever
     nixl: bool = False  # the target's NixlKVSender, with a kv_mgr stuck in Bootstrapping
+    # Taken out of the inflight queue and handed to the append site again this often while it
+    # waits there (a re-queue, as SGLang's optimistic prefill does); None: never.
+    requeue_every: float | None = None
 
 
 @dataclass(frozen=True)
@@ -169,6 +172,7 @@ class Rank:
         self._add_takes_heads = len(inspect.signature(queue_cls.add).parameters) > 2
         self.arrivals = sorted(config.requests, key=lambda s: s.arrival)
         self.prefilling: list[tuple[float, SimReq]] = []
+        self.requeue_at: dict[str, float] = {}
 
     # standins.Context
 
@@ -206,6 +210,14 @@ class Rank:
         for req in self.queue.pop_bootstrapped():
             self.prefilling.append((now + self.world.specs[req.rid].prefill_s, req))
         done = [req for at, req in self.prefilling if at <= now + EPS]
+        requeued = [
+            r for r in self.scheduler.disagg_prefill_inflight_queue if self._requeue(r, now)
+        ]
+        if requeued:
+            self.scheduler.disagg_prefill_inflight_queue = [
+                r for r in self.scheduler.disagg_prefill_inflight_queue if r not in requeued
+            ]
+            done += requeued
         if done:
             self.prefilling = [(at, req) for at, req in self.prefilling if at > now + EPS]
             batch, result = standins.prefill_batch(done)
@@ -216,6 +228,17 @@ class Rank:
                 self.lag = 0.0
         if len(self.scheduler.disagg_prefill_inflight_queue) > 0:
             self.scheduler.process_disagg_prefill_inflight_queue()
+
+    def _requeue(self, req: SimReq, now: float) -> bool:
+        """Is it time to hand ``req`` (waiting in the inflight queue) to the append site again?"""
+        every = self.world.specs[req.rid].requeue_every
+        if every is None:
+            return False
+        due = self.requeue_at.setdefault(req.rid, now + every)
+        if now + EPS < due:
+            return False
+        self.requeue_at[req.rid] = now + every
+        return True
 
     def rids(self) -> tuple[tuple[str, ...], tuple[str, ...], tuple[str, ...]]:
         return (
