@@ -3,15 +3,16 @@
 from __future__ import annotations
 
 from checks.kv_senders import ClassIndex
+from checks.project import Project
 
 from ..tree import DISAGGREGATION_DIR
 from ..workspace import Workspace
 
 
 def sender_index(workspace: Workspace) -> ClassIndex:
-    """Index of the classes in the disaggregation modules that can define senders or managers
-    (a text prefilter first: only those files are parsed)."""
-    index = ClassIndex()
-    for rel in workspace.files_containing(DISAGGREGATION_DIR, "KVSender", "KVManager"):
-        index.add_module(rel, workspace.ast(rel), workspace.text(rel))
-    return index
+    """The checker's own index of sender and manager classes, built from the workspace's current
+    texts (a text prefilter first: only those files are parsed)."""
+    rels = workspace.files_containing(DISAGGREGATION_DIR, "KVSender", "KVManager")
+    for rel in rels:
+        workspace.ast(rel)  # a file that does not parse: the workspace's file:line:col error
+    return Project({rel: workspace.text(rel) for rel in rels}).classes
