@@ -15,7 +15,7 @@ import tempfile
 from pathlib import Path
 
 from benchmarks.timing import medians
-from vendor_sglang import fetch_release, load_manifest
+from pdguard.vendor_sglang import fetch_release, load_manifest
 
 BASELINE = """
 import ast, sys

@@ -22,7 +22,7 @@ import sys
 from pathlib import Path
 
 from benchmarks.timing import medians
-from vendor_sglang import fetch_release, load_manifest
+from pdguard.vendor_sglang import fetch_release, load_manifest
 
 BASELINE = "import ast,sys; [ast.parse(open(f,'rb').read()) for f in sys.argv[1:]]"
 PREFILL = "sglang/srt/disaggregation/prefill.py"
@@ -31,7 +31,7 @@ PREFILL = "sglang/srt/disaggregation/prefill.py"
 def needed_files(root: Path) -> list[str]:
     """The files ``pdguard check`` parses: prefill.py and the disaggregation files that pass
     ``checks.project.wanted`` (the text prefilter)."""
-    from checks.project import DISAGGREGATION_DIR, wanted
+    from pdguard.checks.project import DISAGGREGATION_DIR, wanted
 
     found = []
     for path in sorted((root / DISAGGREGATION_DIR).rglob("*.py")):
@@ -43,7 +43,7 @@ def needed_files(root: Path) -> list[str]:
 
 def _profile(root: Path, top: int) -> str:
     """cProfile of one in-process ``pdguard check ROOT`` run, imports included."""
-    for name in [m for m in sys.modules if m.split(".")[0] in ("pdguard", "checks", "libcst")]:
+    for name in [m for m in sys.modules if m.split(".")[0] in ("pdguard", "libcst")]:
         del sys.modules[name]
     profiler = cProfile.Profile()
     profiler.enable()

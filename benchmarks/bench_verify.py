@@ -28,7 +28,7 @@ import time
 from pathlib import Path
 
 from benchmarks.timing import wall_time
-from vendor_sglang import fetch_release, load_manifest
+from pdguard.vendor_sglang import fetch_release, load_manifest
 
 
 def _git(repo: Path, *args: str) -> str:
@@ -58,9 +58,9 @@ def build_repo(repo: Path, versions: list[str]) -> None:
 
 def _steps(repo: Path, tag: str) -> list[tuple[str, float]]:
     """Wall time of each step ``verify_tree`` takes for one ref, replayed in this process."""
-    import checks
-    from checks.project import Project
+    from pdguard import checks
     from pdguard.checking import check_tree, load_project
+    from pdguard.checks.project import Project
     from pdguard.git_tree import open_git_tree, open_repo
     from pdguard.pipeline import FIXES
     from pdguard.verifying import FIX_RULES

@@ -19,11 +19,13 @@ import ast
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
+from pdguard.sglang_names import INFLIGHT_FUNCTION as FUNCTION
+from pdguard.sglang_names import INFLIGHT_QUEUE as QUEUE
+from pdguard.sglang_names import POLL_ALL_REDUCE_PREFIX
+from pdguard.sglang_names import REQ_SENDER as SENDER
+
 from .kv_senders import is_self_attr
 
-FUNCTION = "process_disagg_prefill_inflight_queue"
-QUEUE = "disagg_prefill_inflight_queue"
-SENDER = "disagg_kv_sender"
 CLOCK_FUNCTIONS = frozenset({"monotonic", "time", "perf_counter", "monotonic_ns", "time_ns"})
 
 
@@ -257,7 +259,7 @@ def _fails_sender(
                 and scope.touches_sender(func.value)
             ):
                 return True
-            if isinstance(func, ast.Name) and func.id.startswith("poll_and_all_reduce"):
+            if isinstance(func, ast.Name) and func.id.startswith(POLL_ALL_REDUCE_PREFIX):
                 continue
             for callee in index.self_calls(node):
                 if callee is not None and _mentions_sender(callee) and callee.name != FUNCTION:
@@ -360,7 +362,7 @@ def analyse(module: ast.Module) -> InflightModel | None:
         for n in ast.walk(function)
         if isinstance(n, ast.Call)
         and isinstance(n.func, ast.Name)
-        and n.func.id.startswith("poll_and_all_reduce")
+        and n.func.id.startswith(POLL_ALL_REDUCE_PREFIX)
     ]
     poll = polls[0] if polls else None
     model = InflightModel(index.owner[id(function)], function, poll.lineno if poll else 0)

@@ -12,8 +12,9 @@ import ast
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
-BASE_SENDER = "BaseKVSender"
-BOOTSTRAP_TIMEOUT_ENV = "SGLANG_DISAGGREGATION_BOOTSTRAP_TIMEOUT"
+from pdguard.sglang_names import BASE_SENDER, BOOTSTRAP_TIMEOUT_ENV
+
+__all__ = ["BASE_SENDER", "BOOTSTRAP_TIMEOUT_ENV", "ClassIndex", "SenderFacts", "is_self_attr"]
 
 
 @dataclass

@@ -6,17 +6,16 @@ import ast
 from collections.abc import Mapping
 from functools import cached_property, lru_cache
 
+from pdguard.sglang_names import DISAGGREGATION_DIR, NEEDLES, SENDER_NEEDLES
+from pdguard.sglang_names import PREFILL_PATH as PREFILL
+
 from .inflight import InflightModel, analyse
 from .kv_senders import ClassIndex
 
-DISAGGREGATION_DIR = "sglang/srt/disaggregation/"
-PREFILL = DISAGGREGATION_DIR + "prefill.py"
-# A cheap text prefilter: only files holding one of these can matter to a rule.
-NEEDLES = ("KVSender", "KVManager", "disagg_prefill_inflight_queue")
-
 
 def wanted(rel: str, text: str) -> bool:
-    return rel.startswith(DISAGGREGATION_DIR) and any(needle in text for needle in NEEDLES)
+    """A cheap text prefilter: only files holding one of ``NEEDLES`` can matter to a rule."""
+    return rel.startswith(DISAGGREGATION_DIR + "/") and any(needle in text for needle in NEEDLES)
 
 
 @lru_cache(maxsize=128)
@@ -49,6 +48,6 @@ class Project:
     def classes(self) -> ClassIndex:
         index = ClassIndex()
         for rel in sorted(self.texts):
-            if "KVSender" in self.texts[rel] or "KVManager" in self.texts[rel]:
+            if any(needle in self.texts[rel] for needle in SENDER_NEEDLES):
                 index.add_module(rel, self.tree(rel), self.texts[rel])  # type: ignore[arg-type]
         return index

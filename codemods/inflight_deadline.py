@@ -25,6 +25,10 @@ import libcst as cst
 import libcst.matchers as m
 from libcst.codemod import CodemodContext
 
+from pdguard.sglang_names import INFLIGHT_FUNCTION as FUNCTION
+from pdguard.sglang_names import INFLIGHT_QUEUE as QUEUE
+from pdguard.sglang_names import INFLIGHT_TIMEOUT_ENV as ENV_VAR
+
 from .anchors import AnchorError, calls_named, find_method, is_self_attr_call, marker
 from .command import SourceCodemod
 from .insertion import (
@@ -38,12 +42,9 @@ from .insertion import (
 from .isort_imports import DEFAULT_ISORT_CONFIG, AddIsortedImports, ImportRequest, reference_to
 
 FIX = "inflight-deadline"
-FUNCTION = "process_disagg_prefill_inflight_queue"
-QUEUE = "disagg_prefill_inflight_queue"
 HELPER = "_fail_timed_out_inflight_reqs"
 STAMP = "inflight_queue_entry_time"
 TIMEOUT = "INFLIGHT_QUEUE_TIMEOUT"
-ENV_VAR = "SGLANG_DISAGGREGATION_INFLIGHT_TIMEOUT"
 
 # How an overdue sender is failed, by what the release's senders offer.
 ABORT_CALLS = {

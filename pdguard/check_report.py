@@ -8,7 +8,7 @@ import sys
 from collections.abc import Sequence
 from urllib.parse import quote
 
-import checks
+from pdguard import checks
 
 from . import __version__
 from .checking import CheckResult

@@ -8,10 +8,11 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-import checks
-from checks import Finding, Project
-from checks.project import DISAGGREGATION_DIR, wanted
+from pdguard import checks
+from pdguard.checks import Finding, Project
+from pdguard.checks.project import wanted
 
+from .sglang_names import DISAGGREGATION_DIR
 from .source_file import SourceDecodeError, SourceFile
 from .tree import PREFILL_PATH, DirectoryTree, SourceTree, TargetError, open_tree
 

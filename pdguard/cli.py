@@ -318,7 +318,7 @@ def run_simulate(args: argparse.Namespace) -> int:
 
 
 def run_demo(release: str, fmt: str) -> int:
-    from vendor_sglang import fetch_release
+    from pdguard.vendor_sglang import fetch_release
 
     source = fetch_release(release)
     print(f"pdguard demo: sglang {release} from PyPI (sha256-pinned), patched in a temporary copy")
@@ -353,7 +353,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"pdguard: error: {exc}", file=sys.stderr)
         return EXIT_ERROR
     except Exception as exc:  # vendor_sglang's fetch errors and the like: one line, exit 2
-        from vendor_sglang import FetchError, UnknownReleaseError
+        from pdguard.vendor_sglang import FetchError, UnknownReleaseError
 
         if isinstance(exc, FetchError | UnknownReleaseError):
             print(f"pdguard: error: {exc}", file=sys.stderr)

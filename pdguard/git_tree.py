@@ -11,10 +11,11 @@ from pathlib import PurePosixPath
 import git
 from isort.settings import CONFIG_SOURCES
 
-from .tree import DISAGGREGATION_DIR, SourceTree, TargetError
+from .sglang_names import CHECKOUT_PREFIXES as PREFIXES
+from .sglang_names import DISAGGREGATION_DIR
+from .tree import SourceTree, TargetError
 
 # Where the ``sglang`` package sits in a repository: upstream keeps it under python/.
-PREFIXES = ("python/", "")
 
 
 class GitTree(SourceTree):

@@ -9,7 +9,7 @@ from pathlib import Path
 import isort
 from isort.settings import CONFIG_SECTIONS, _get_config_data
 
-from codemods.isort_imports import DEFAULT_ISORT_CONFIG
+from pdguard.codemods.isort_imports import DEFAULT_ISORT_CONFIG
 
 from .tree import SourceTree
 

@@ -15,8 +15,9 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-DISAGGREGATION_DIR = "sglang/srt/disaggregation"
-PREFILL_PATH = f"{DISAGGREGATION_DIR}/prefill.py"
+from .sglang_names import DISAGGREGATION_DIR, PREFILL_PATH, VERSION_PATHS
+
+__all__ = ["DISAGGREGATION_DIR", "PREFILL_PATH", "DirectoryTree", "SourceTree", "TargetError"]
 
 
 class TargetError(Exception):
@@ -50,7 +51,7 @@ class SourceTree(ABC):
     def sglang_version(self) -> str | None:
         """The release's version: setuptools-scm's ``_version.py`` (0.5.9+) or ``version.py``;
         None if neither says."""
-        for rel in ("sglang/_version.py", "sglang/version.py"):
+        for rel in VERSION_PATHS:
             data = self.read_bytes(rel)
             version = _assigned_version(data) if data is not None else None
             if version is not None:

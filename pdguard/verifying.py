@@ -18,8 +18,8 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import asdict, dataclass, field
 
-import checks
-from checks.project import Project
+from pdguard import checks
+from pdguard.checks.project import Project
 
 from .checking import check_tree
 from .fixes.base import Status
@@ -114,7 +114,7 @@ def _verify_git_ref(repo_path: str, ref: str) -> RefReport:
 
 
 def _verify_release(version: str) -> RefReport:
-    from vendor_sglang import fetch_release
+    from pdguard.vendor_sglang import fetch_release
 
     from .tree import open_tree
 

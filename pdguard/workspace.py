@@ -8,7 +8,7 @@ from functools import cache
 import isort
 import libcst as cst
 
-from checks.project import parse_module
+from pdguard.checks.project import parse_module
 
 from .isort_config import isort_config_for
 from .source_file import SourceDecodeError, SourceFile

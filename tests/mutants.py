@@ -10,7 +10,7 @@ import re
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from checks.project import PREFILL
+from pdguard.checks.project import PREFILL
 
 NIXL = "sglang/srt/disaggregation/nixl/conn.py"
 STAMP_GUARD = re.compile(
@@ -191,12 +191,11 @@ def main() -> None:
     import tempfile
     from pathlib import Path
 
-    import checks
-    from checks.project import Project
-    from pdguard import pipeline
+    from pdguard import checks, pipeline
     from pdguard.checking import load_project
+    from pdguard.checks.project import Project
     from pdguard.tree import open_tree
-    from vendor_sglang import fetch_release, load_manifest
+    from pdguard.vendor_sglang import fetch_release, load_manifest
 
     everything = "--all" in sys.argv
     killed = total = false_positives = variants = 0

@@ -9,14 +9,13 @@ from pathlib import Path
 
 import pytest
 
-import checks
-from checks.project import Project
-from pdguard import pipeline
+from pdguard import checks, pipeline
 from pdguard.checking import load_project
+from pdguard.checks.project import Project
 from pdguard.tree import open_tree
+from pdguard.vendor_sglang import fetch_release
 from tests.mutants import MUTANTS, VARIANTS
 from tests.test_releases import RELEASES
-from vendor_sglang import fetch_release
 
 pytestmark = pytest.mark.releases
 

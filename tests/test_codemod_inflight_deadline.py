@@ -11,8 +11,8 @@ import libcst as cst
 import pytest
 from libcst.codemod import CodemodContext, CodemodTest
 
-from codemods.anchors import AnchorError
-from codemods.inflight_deadline import InflightDeadline
+from pdguard.codemods.anchors import AnchorError
+from pdguard.codemods.inflight_deadline import InflightDeadline
 
 PREFILL = '''\
 """Prefill."""

@@ -7,7 +7,7 @@ import libcst as cst
 import pytest
 from libcst.codemod import CodemodContext, CodemodTest
 
-from codemods.isort_imports import AddIsortedImports, ImportRequest, reference_to
+from pdguard.codemods.isort_imports import AddIsortedImports, ImportRequest, reference_to
 
 OS_TIME = [ImportRequest("os"), ImportRequest("time")]
 

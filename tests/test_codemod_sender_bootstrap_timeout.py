@@ -8,8 +8,8 @@ import libcst as cst
 import pytest
 from libcst.codemod import CodemodContext, CodemodTest
 
-from codemods.anchors import AnchorError
-from codemods.sender_bootstrap_timeout import SenderBootstrapTimeout, black_assignment
+from pdguard.codemods.anchors import AnchorError
+from pdguard.codemods.sender_bootstrap_timeout import SenderBootstrapTimeout, black_assignment
 
 
 class TestSenderBootstrapTimeout(CodemodTest):

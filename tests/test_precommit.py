@@ -26,7 +26,7 @@ from pathlib import Path
 import git
 import pytest
 
-from vendor_sglang import fetch_release
+from pdguard.vendor_sglang import fetch_release
 
 pytestmark = pytest.mark.releases
 

@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 
 from pdguard.cli import main
+from pdguard.vendor_sglang import fetch_release, load_manifest
 from tests.quality import black_complaints, isort_complaints, ruff_findings
-from vendor_sglang import fetch_release, load_manifest
 
 pytestmark = pytest.mark.releases
 

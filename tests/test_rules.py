@@ -6,10 +6,10 @@ from collections.abc import Mapping
 
 import pytest
 
-import checks
-from checks.examples import CALL_HELPER, HELPER, STAMP_ONCE, prefill
-from checks.model import PREFILL, Rule
-from checks.project import Project
+from pdguard import checks
+from pdguard.checks.examples import CALL_HELPER, HELPER, STAMP_ONCE, prefill
+from pdguard.checks.model import PREFILL, Rule
+from pdguard.checks.project import Project
 from pdguard.fixes.base import Status
 from pdguard.fixes.inflight_deadline import InflightDeadline
 from pdguard.tree import open_tree

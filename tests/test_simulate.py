@@ -22,9 +22,9 @@ from pdguard.cli import main
 from pdguard.simulate import scenarios, standins
 from pdguard.simulate.world import Divergence, _Collective
 from pdguard.tree import PREFILL_PATH, open_tree
+from pdguard.vendor_sglang import fetch_release, load_manifest
 from tests.mutants import unguarded_stamp
 from tests.simulate_toy import TOY_PREFILL
-from vendor_sglang import fetch_release, load_manifest
 
 # fail without an inflight deadline
 WEDGE_ROWS = {"wedge", "requeued-wedge", "skewed-ranks", "deadline-120s"}

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from vendor_sglang import (
+from pdguard.vendor_sglang import (
     FetchError,
     Release,
     UnknownReleaseError,
@@ -26,8 +26,8 @@ from vendor_sglang import (
     get_release,
     load_manifest,
 )
-from vendor_sglang.__main__ import main
-from vendor_sglang.manifest import version_key
+from pdguard.vendor_sglang.__main__ import main
+from pdguard.vendor_sglang.manifest import version_key
 
 FAMILIES = [f"F{n}" for n in range(1, 13)]
 
@@ -395,7 +395,7 @@ def test_cli_fetch_failure(
 def test_cli_fetch_selection(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], tmp_path: Path
 ) -> None:
-    import vendor_sglang.__main__ as cli
+    import pdguard.vendor_sglang.__main__ as cli
 
     monkeypatch.setattr(cli, "fetch_release", lambda version: tmp_path / version)
     assert main(["fetch", "--ci", "0.4.6.post1"]) == 0

@@ -36,8 +36,8 @@ from pdguard import __version__
 from pdguard.checking import check_tree
 from pdguard.cli import main
 from pdguard.tree import open_tree
+from pdguard.vendor_sglang import fetch_release
 from tests.test_releases import RELEASES
-from vendor_sglang import fetch_release
 
 pytestmark = pytest.mark.releases
 

@@ -8,13 +8,13 @@ and ``sglang/version.py``) into a cache outside git: ``$PDGUARD_CACHE``, else
 ``$XDG_CACHE_HOME/pdguard``, else ``~/.cache/pdguard``.  No SGLang source is ever stored in
 this repository.
 
-Command line: ``python -m vendor_sglang list`` and
-``python -m vendor_sglang fetch [VERSION ...] [--ci] [--all]``.
+Command line: ``python -m pdguard.vendor_sglang list`` and
+``python -m pdguard.vendor_sglang fetch [VERSION ...] [--ci] [--all]``.
 """
 
 from __future__ import annotations
 
-from vendor_sglang.fetch import (
+from pdguard.vendor_sglang.fetch import (
     EXTRACT_PATTERNS,
     FetchError,
     UnsafeWheelError,
@@ -25,7 +25,7 @@ from vendor_sglang.fetch import (
     fetch_unpinned,
     fetch_wheel,
 )
-from vendor_sglang.manifest import (
+from pdguard.vendor_sglang.manifest import (
     ManifestError,
     Release,
     UnknownReleaseError,

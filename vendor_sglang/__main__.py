@@ -1,4 +1,4 @@
-"""``python -m vendor_sglang``: list the pinned SGLang releases or fetch them into the cache."""
+"""``python -m pdguard.vendor_sglang``: list the pinned SGLang releases or fetch them."""
 
 from __future__ import annotations
 
@@ -6,15 +6,20 @@ import argparse
 import sys
 from collections.abc import Sequence
 
-from vendor_sglang.fetch import FetchError, fetch_release
-from vendor_sglang.manifest import ManifestError, UnknownReleaseError, get_release, load_manifest
+from pdguard.vendor_sglang.fetch import FetchError, fetch_release
+from pdguard.vendor_sglang.manifest import (
+    ManifestError,
+    UnknownReleaseError,
+    get_release,
+    load_manifest,
+)
 
 EXIT_ERROR = 2
 
 
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
-        prog="python -m vendor_sglang", description="Pinned SGLang releases for pdguard."
+        prog="python -m pdguard.vendor_sglang", description="Pinned SGLang releases for pdguard."
     )
     commands = parser.add_subparsers(dest="command", required=True)
     fetch = commands.add_parser("fetch", help="download and extract pinned releases")

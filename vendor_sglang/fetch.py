@@ -26,7 +26,7 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 
-from vendor_sglang.manifest import Release, UnknownReleaseError, get_release
+from pdguard.vendor_sglang.manifest import Release, UnknownReleaseError, get_release
 
 # Members extracted from a wheel: a trailing "/" means the whole directory.  Members that a
 # wheel lacks (old releases have no environ.py) are simply skipped.

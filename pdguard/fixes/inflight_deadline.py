@@ -6,14 +6,14 @@ import ast
 
 from libcst.codemod import CodemodContext
 
-from checks.inflight import analyse
-from checks.kv_senders import BASE_SENDER
-from codemods.anchors import AnchorError, has_marker
-from codemods.inflight_deadline import FIX, FUNCTION, HELPER, QUEUE, STAMP, TIMEOUT
-from codemods.inflight_deadline import InflightDeadline as InflightDeadlineCodemod
-from codemods.isort_imports import top_level_bindings
+from pdguard.checks.inflight import analyse
+from pdguard.checks.kv_senders import BASE_SENDER
+from pdguard.codemods.anchors import AnchorError, has_marker
+from pdguard.codemods.inflight_deadline import FIX, FUNCTION, HELPER, QUEUE, STAMP, TIMEOUT
+from pdguard.codemods.inflight_deadline import InflightDeadline as InflightDeadlineCodemod
+from pdguard.codemods.isort_imports import top_level_bindings
 
-from ..tree import PREFILL_PATH
+from ..sglang_names import PREFILL_PATH
 from ..workspace import Workspace
 from .base import Outcome, Status
 from .sender_index import sender_index

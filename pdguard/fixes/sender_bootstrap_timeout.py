@@ -13,14 +13,14 @@ from dataclasses import dataclass
 
 from libcst.codemod import CodemodContext
 
-from checks.kv_senders import BOOTSTRAP_TIMEOUT_ENV, ClassIndex, SenderFacts
-from codemods.anchors import AnchorError, has_marker
-from codemods.isort_imports import (
+from pdguard.checks.kv_senders import BOOTSTRAP_TIMEOUT_ENV, ClassIndex, SenderFacts
+from pdguard.codemods.anchors import AnchorError, has_marker
+from pdguard.codemods.isort_imports import (
     ImportRequest,
     reference_to,
     top_level_bindings,
 )
-from codemods.sender_bootstrap_timeout import FIX, SenderBootstrapTimeout
+from pdguard.codemods.sender_bootstrap_timeout import FIX, SenderBootstrapTimeout
 
 from ..workspace import Workspace
 from .base import Outcome, Status

@@ -2,17 +2,17 @@
 
 from __future__ import annotations
 
-from checks.kv_senders import ClassIndex
-from checks.project import Project
+from pdguard.checks.kv_senders import ClassIndex
+from pdguard.checks.project import Project
 
-from ..tree import DISAGGREGATION_DIR
+from ..sglang_names import DISAGGREGATION_DIR, SENDER_NEEDLES
 from ..workspace import Workspace
 
 
 def sender_index(workspace: Workspace) -> ClassIndex:
     """The checker's own index of sender and manager classes, built from the workspace's current
     texts (a text prefilter first: only those files are parsed)."""
-    rels = workspace.files_containing(DISAGGREGATION_DIR, "KVSender", "KVManager")
+    rels = workspace.files_containing(DISAGGREGATION_DIR, *SENDER_NEEDLES)
     for rel in rels:
         workspace.ast(rel)  # a file that does not parse: the workspace's file:line:col error
     return Project({rel: workspace.text(rel) for rel in rels}).classes

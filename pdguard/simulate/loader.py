@@ -29,14 +29,18 @@ from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from types import CodeType
 
-from ..tree import DISAGGREGATION_DIR, PREFILL_PATH, SourceTree
+from ..sglang_names import (
+    APPEND_FUNCTION,
+    INFLIGHT_FUNCTION,
+    NIXL_CONN_PATH,
+    NIXL_SENDER,
+    PREFILL_PATH,
+)
+from ..sglang_names import BOOTSTRAP_QUEUE_METHODS as BOOTSTRAP_ENTRIES
+from ..sglang_names import SENDER_METHODS as SENDER_ENTRIES
+from ..tree import SourceTree
 
-INFLIGHT_FUNCTION = "process_disagg_prefill_inflight_queue"
-APPEND_FUNCTION = "process_batch_result_disagg_prefill"
-BOOTSTRAP_ENTRIES = ("add", "pop_bootstrapped")
-NIXL_PATH = f"{DISAGGREGATION_DIR}/nixl/conn.py"
-NIXL_SENDER = "NixlKVSender"
-SENDER_ENTRIES = ("__init__", "poll", "init", "failure_exception", "clear", "abort")
+NIXL_PATH = NIXL_CONN_PATH
 
 _FLAGS = __future__.annotations.compiler_flag  # every SGLang module has the future import
 _BUILTINS = frozenset(dir(builtins))
@@ -137,7 +141,7 @@ def load(
     """
     loader = _Loader(tree, standin_keys)
     mixin = loader.class_defining(PREFILL_PATH, INFLIGHT_FUNCTION)
-    queue = loader.class_defining(PREFILL_PATH, "pop_bootstrapped")
+    queue = loader.class_defining(PREFILL_PATH, BOOTSTRAP_ENTRIES[-1])
     queue_plan = loader.plan_class(PREFILL_PATH, queue, BOOTSTRAP_ENTRIES)
     # The bootstrap queue calls scheduler methods through self.scheduler.X.
     via_scheduler = {

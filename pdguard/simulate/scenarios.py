@@ -12,12 +12,13 @@ import random
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from .. import sglang_names as names
 from .loader import Target
 from .standins import MissingStandIn
 from .world import EPS, Divergence, RequestSpec, Trace, WorldConfig
 
-TIMEOUT_ENV = "SGLANG_DISAGGREGATION_INFLIGHT_TIMEOUT"
-BOOTSTRAP_ENV = "SGLANG_DISAGGREGATION_BOOTSTRAP_TIMEOUT"
+TIMEOUT_ENV = names.INFLIGHT_TIMEOUT_ENV
+BOOTSTRAP_ENV = names.BOOTSTRAP_TIMEOUT_ENV
 DEFAULT_TIMEOUT = 300.0
 WEDGE_HORIZON = 2 * DEFAULT_TIMEOUT
 BOOTSTRAP_TIMEOUT = 30.0
@@ -252,7 +253,7 @@ def _bootstrap_wedge(trace: Trace) -> Outcome:
 
 
 def _has_nixl(target: Target) -> str | None:
-    return None if target.nixl_sender else "the target has no NixlKVSender"
+    return None if target.nixl_sender else f"the target has no {names.NIXL_SENDER}"
 
 
 # -- worlds ------------------------------------------------------------------------------------

@@ -24,6 +24,8 @@ import threading
 from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any, Protocol
 
+from .. import sglang_names as names
+
 if TYPE_CHECKING:
     from .world import RequestSpec
 
@@ -31,8 +33,8 @@ EPOCH = 1_700_000_000.0  # what time.time() reads at simulated second 0
 MONOTONIC_BASE = 50_000.0  # what time.monotonic() reads at simulated second 0
 FAKE_BOOTSTRAP_HOST = "2.2.2.2"
 ENV_DEFAULTS: dict[str, object] = {  # environ.py defaults for envs.X.get()
-    "SGLANG_DISAGGREGATION_BOOTSTRAP_TIMEOUT": 300,
-    "SGLANG_DISAGGREGATION_WAITING_TIMEOUT": 300,
+    names.BOOTSTRAP_TIMEOUT_ENV: 300,
+    names.WAITING_TIMEOUT_ENV: 300,
     "SGLANG_DISAGGREGATION_FORCE_QUERY_PREFILL_DP_RANK": False,
 }
 
@@ -137,15 +139,8 @@ class Config(Strict):
 # -- SGLang's constants and small types ------------------------------------------------------
 
 
-class KVPoll:
-    Failed = 0
-    Bootstrapping = 1
-    WaitingForInput = 2
-    Transferring = 3
-    Success = 4
-
-
-POLL_NAMES = {v: k for k, v in vars(KVPoll).items() if isinstance(v, int)}
+# SGLang's KVPoll is a plain class of ints; the target's code gets the same.
+KVPoll: Any = type(names.KVPOLL, (), {poll.name: poll.value for poll in names.KVPoll})
 
 
 class FINISH_LENGTH:
@@ -447,7 +442,7 @@ class SimKVManager(Strict):
 
     def __init__(self, ctx: Context) -> None:
         self._ctx = ctx
-        timeout = int(ctx.env.get("SGLANG_DISAGGREGATION_BOOTSTRAP_TIMEOUT", "300"))
+        timeout = int(ctx.env.get(names.BOOTSTRAP_TIMEOUT_ENV, "300"))
         self.bootstrap_timeout = timeout
         self.bootstrap_time_out = timeout  # its name in 0.4.7 - 0.4.9
         self.request_status: dict[int, int] = {}
@@ -750,7 +745,7 @@ REGISTRY: dict[str, Callable[[Context], object]] = {
     "get_int_env_var": _get_int_env_var,
     "logger": SimLogger,
     # polls and collectives
-    "KVPoll": _constant(KVPoll),
+    names.KVPOLL: _constant(KVPoll),
     "poll_and_all_reduce": _constant(poll_and_all_reduce),
     "poll_and_all_reduce_attn_cp_tp_group": _constant(poll_and_all_reduce_attn_cp_tp_group),
     "poll_and_all_reduce_pp": _constant(_pipeline_parallel),

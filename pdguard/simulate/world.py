@@ -27,6 +27,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from .. import sglang_names as names
 from . import standins
 from .loader import LoadError, Target
 from .standins import (
@@ -191,7 +192,7 @@ class Rank:
         spec = self.world.by_room[room]
         if spec.nixl:
             if self.built.nixl_sender is None:
-                raise standins.MissingStandIn("the target has no NixlKVSender")
+                raise standins.MissingStandIn(f"the target has no {names.NIXL_SENDER}")
             return self.built.nixl_sender(*args, **kwargs)
         return ScriptedSender(self, spec, *args, **kwargs)
 

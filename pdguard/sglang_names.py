@@ -1,0 +1,73 @@
+"""SGLang's vocabulary: every path, class, function, attribute and environment variable name of
+SGLang's PD-disaggregation code that pdguard reads, matches or writes.
+
+This is the one place those names are spelled. When upstream renames one, change it here and
+every analysis (checks), transform (codemods), fix and the simulator follow together.
+pdguard's *own* names (its helper, its stamp attribute, its markers) belong to the fix that
+writes them, not here.
+"""
+
+from __future__ import annotations
+
+from enum import IntEnum
+
+# --- Paths, relative to the directory that holds the ``sglang`` package -------------------
+PACKAGE = "sglang"
+DISAGGREGATION_DIR = "sglang/srt/disaggregation"
+PREFILL_PATH = f"{DISAGGREGATION_DIR}/prefill.py"
+NIXL_CONN_PATH = f"{DISAGGREGATION_DIR}/nixl/conn.py"
+BASE_CONN_PATH = f"{DISAGGREGATION_DIR}/base/conn.py"
+# setuptools-scm's ``_version.py`` (0.5.9+), then the older hand-kept ``version.py``.
+VERSION_PATHS = ("sglang/_version.py", "sglang/version.py")
+# Where a checkout keeps the package: ``python/sglang`` (SGLang's repository), or at its root.
+CHECKOUT_PREFIXES = ("python/", "")
+
+# --- The prefill scheduler mixin (``prefill.py``) -----------------------------------------
+INFLIGHT_FUNCTION = "process_disagg_prefill_inflight_queue"
+INFLIGHT_QUEUE = "disagg_prefill_inflight_queue"
+BOOTSTRAP_QUEUE = "disagg_prefill_bootstrap_queue"
+# Where finished prefills are appended to the inflight queue.
+APPEND_FUNCTION = "process_batch_result_disagg_prefill"
+# The bootstrap queue's methods the simulator runs.
+BOOTSTRAP_QUEUE_METHODS = ("add", "pop_bootstrapped")
+# ``Req`` attribute holding the request's KV sender.
+REQ_SENDER = "disagg_kv_sender"
+# ``poll_and_all_reduce``, ``poll_and_all_reduce_attn_cp_tp_group``, ``..._pp``: every name
+# that MIN-reduces senders' polls over the ranks starts with this.
+POLL_ALL_REDUCE_PREFIX = "poll_and_all_reduce"
+
+# --- KV senders and their managers (``*/conn.py``) ----------------------------------------
+BASE_SENDER = "BaseKVSender"
+NIXL_SENDER = "NixlKVSender"
+SENDER_METHODS = ("__init__", "poll", "init", "failure_exception", "clear", "abort")
+SENDER_INIT_TIME = "init_time"
+SENDER_BOOTSTRAP_TIMEOUT = "bootstrap_timeout"
+CHECK_BOOTSTRAP_TIMEOUT = "_check_bootstrap_timeout"  # 0.5.13+
+MANAGER_CHECK_STATUS = "check_status"
+MANAGER_UPDATE_STATUS = "update_status"
+MANAGER_RECORD_FAILURE = "record_failure"
+
+
+class KVPoll(IntEnum):
+    """``sglang.srt.disaggregation.base.conn.KVPoll``. The all-reduce takes the MIN over the
+    ranks, so ``Failed`` (0) on one rank is Failed everywhere."""
+
+    Failed = 0
+    Bootstrapping = 1
+    WaitingForInput = 2
+    Transferring = 3
+    Success = 4
+
+
+KVPOLL = "KVPoll"
+
+# --- Environment variables ----------------------------------------------------------------
+BOOTSTRAP_TIMEOUT_ENV = "SGLANG_DISAGGREGATION_BOOTSTRAP_TIMEOUT"
+WAITING_TIMEOUT_ENV = "SGLANG_DISAGGREGATION_WAITING_TIMEOUT"
+# The variable pdguard's inflight deadline reads (named as SGLang names its siblings).
+INFLIGHT_TIMEOUT_ENV = "SGLANG_DISAGGREGATION_INFLIGHT_TIMEOUT"
+
+# --- Text prefilter -----------------------------------------------------------------------
+# Only files under DISAGGREGATION_DIR holding one of these can matter to a rule or a fix.
+SENDER_NEEDLES = ("KVSender", "KVManager")
+NEEDLES = (*SENDER_NEEDLES, INFLIGHT_QUEUE)
