@@ -1,0 +1,351 @@
+"""Shapes no PyPI release has: hand-written fixes in other styles, fork shapes, hostile input.
+
+Every case is pdguard's own hand-written, SGLang-shaped code (no SGLang source). ``expect`` is
+the set of rule codes ``pdguard check`` must report on it: empty for a correct tree (any finding
+is a false positive), the codes of the hazard for an unsafe one (a missing code is a false
+negative). ``python -m tests.corpus`` prints the false positives and negatives.
+"""
+
+from __future__ import annotations
+
+import textwrap
+from dataclasses import dataclass, field
+
+PREFILL = "sglang/srt/disaggregation/prefill.py"
+BASE_CONN = "sglang/srt/disaggregation/base/conn.py"
+BACKEND_CONN = "sglang/srt/disaggregation/forkbackend/conn.py"
+
+_HEAD = """\
+from __future__ import annotations
+
+import logging
+{imports}
+from sglang.srt.disaggregation.base.conn import KVPoll
+from sglang.srt.disaggregation.utils import poll_and_all_reduce
+
+logger = logging.getLogger(__name__)
+INFLIGHT_TIMEOUT = 300.0
+
+
+class SchedulerDisaggregationPrefillMixin:
+"""
+
+# The entry point: finished prefills enter the inflight queue.
+_ENTER_APPEND = """
+    def process_batch_result_disagg_prefill(self, batch):
+        for req in batch.reqs:
+{stamp_before}            self.disagg_prefill_inflight_queue.append(req)
+{stamp_after}"""
+
+# A helper that fails overdue requests through their sender.
+_EXPIRE = """
+    def _expire_inflight(self):
+        now = time.monotonic()
+        for req in self.disagg_prefill_inflight_queue:
+            if now - req.{attr} > INFLIGHT_TIMEOUT:
+                req.disagg_kv_sender.abort()
+"""
+
+_INFLIGHT = """
+    def {function}(self):
+        if len(self.disagg_prefill_inflight_queue) == 0:
+            return []
+{before}        polls = poll_and_all_reduce(
+            [req.disagg_kv_sender for req in self.disagg_prefill_inflight_queue],
+            self.attn_tp_cpu_group,
+        )
+        done_reqs, undone_reqs = [], []
+        for req, poll in zip(self.disagg_prefill_inflight_queue, polls):
+            if poll in [KVPoll.WaitingForInput, KVPoll.Transferring]:
+                undone_reqs.append(req)
+            elif poll == KVPoll.Success:
+                done_reqs.append(req)
+            elif {failed_test}:
+                req.disagg_kv_sender.abort()
+                done_reqs.append(req)
+        self.disagg_prefill_inflight_queue = undone_reqs
+        return done_reqs
+"""
+
+# Stamped once: a request that is handed back keeps its first stamp (correct wherever nothing
+# takes a request out of the queue and back, as in every case here).
+STAMP_BEFORE = """\
+            if getattr(req, "entered_at", None) is None:
+                req.entered_at = time.monotonic()
+"""
+STAMP_AFTER = STAMP_BEFORE
+CALL_EXPIRE = "        self._expire_inflight()\n"
+
+
+def prefill(
+    *,
+    imports: str = "import time",
+    stamp_before: str = STAMP_BEFORE,
+    stamp_after: str = "",
+    enter: str | None = None,
+    expire: bool = True,
+    attr: str = "entered_at",
+    function: str = "process_disagg_prefill_inflight_queue",
+    before: str = CALL_EXPIRE,
+    failed_test: str = "poll == KVPoll.Failed",
+    extra: str = "",
+) -> str:
+    """A prefill.py whose holes are filled; the defaults give a correct deadline."""
+    text = _HEAD.format(imports=imports)
+    text += (
+        enter
+        if enter is not None
+        else _ENTER_APPEND.format(stamp_before=stamp_before, stamp_after=stamp_after)
+    )
+    if expire:
+        text += _EXPIRE.format(attr=attr)
+    text += _INFLIGHT.format(function=function, before=before, failed_test=failed_test)
+    return text + extra
+
+
+def _enter(body: str) -> str:
+    return "\n    def process_batch_result_disagg_prefill(self, batch):\n" + textwrap.indent(
+        textwrap.dedent(body), " " * 8
+    )
+
+
+_BASE = """\
+class KVPoll:
+    Failed = 0
+    Bootstrapping = 1
+    WaitingForInput = 2
+    Transferring = 3
+    Success = 4
+
+
+class BaseKVSender:
+    def poll(self): ...
+
+    def abort(self): ...
+"""
+
+# A fork's stand-in backend: Bootstrapping until init() is called, then Success. Its
+# ``init_time`` is a state flag that drives poll(), not a clock.
+_STATE_FLAG_SENDER = """\
+from sglang.srt.disaggregation.base.conn import BaseKVSender, KVPoll
+
+
+class CommonKVSender(BaseKVSender):
+    def __init__(self, mgr, bootstrap_addr, bootstrap_room):
+        self.kv_mgr = mgr
+        self.bootstrap_room = bootstrap_room
+        self.init_time = None
+
+    def init(self, num_kv_indices, aux_index=None):
+        self.init_time = num_kv_indices
+
+    def poll(self):
+        if self.init_time is None:
+            return KVPoll.Bootstrapping
+        return KVPoll.Success
+"""
+
+# A sender whose poll() reads the manager through an ``or``.
+_OR_POLL_SENDER = """\
+import time
+
+from sglang.srt.disaggregation.base.conn import BaseKVSender, KVPoll
+
+
+class ForkKVSender(BaseKVSender):
+    def __init__(self, mgr, bootstrap_addr, bootstrap_room):
+        self.kv_mgr = mgr
+        self.bootstrap_room = bootstrap_room
+        self.conclude_state = None
+        self.init_time = time.time()
+        self.kv_mgr.update_status(bootstrap_room, KVPoll.Bootstrapping)
+
+    def poll(self):
+        status = self.conclude_state or self.kv_mgr.check_status(self.bootstrap_room)
+        if status == KVPoll.Bootstrapping:
+            if time.time() - self.init_time > self.kv_mgr.bootstrap_timeout:
+                return KVPoll.Failed
+        return status
+"""
+
+
+@dataclass(frozen=True)
+class Case:
+    name: str
+    files: dict[str, str]
+    expect: frozenset[str] = field(default_factory=frozenset)  # rule codes check must report
+    why: str = ""
+
+    @property
+    def correct(self) -> bool:
+        return not self.expect
+
+
+def _case(name: str, prefill_text: str, expect: str = "", why: str = "", **more: str) -> Case:
+    files = {PREFILL: prefill_text, BASE_CONN: _BASE, **more}
+    return Case(name, files, frozenset(c for c in expect.split(",") if c), why)
+
+
+CASES: tuple[Case, ...] = (
+    # --- correct trees in styles no release has: any finding is a false positive ---------
+    _case("stamp-before-append", prefill(), why="the baseline: stamp, then append"),
+    _case(
+        "stamp-after-append",
+        prefill(stamp_before="", stamp_after=STAMP_AFTER),
+        why="nothing can poll the request between the append and the next line",
+    ),
+    _case(
+        "stamp-in-helper",
+        prefill(
+            stamp_before="            self._note_entry(req)\n",
+            extra="\n    def _note_entry(self, req):\n"
+            + "        if getattr(req, 'entered_at', None) is None:\n"
+            + "            req.entered_at = time.monotonic()\n",
+        ),
+    ),
+    _case(
+        "extend-stamped",
+        prefill(
+            enter=_enter(
+                """\
+                for req in batch.reqs:
+                    if getattr(req, "entered_at", None) is None:
+                        req.entered_at = time.monotonic()
+                self.disagg_prefill_inflight_queue.extend(batch.reqs)
+                """
+            )
+        ),
+        why="a batch stamped in a loop, then extended",
+    ),
+    _case(
+        "failed-or-abort",
+        prefill(failed_test="poll == KVPoll.Failed or req.to_abort"),
+        why="a fork's Failed branch that also takes aborted requests",
+    ),
+    _case(
+        "failed-in-tuple",
+        prefill(failed_test="poll in (KVPoll.Failed,)"),
+    ),
+    _case(
+        "perf-counter-alias",
+        prefill(imports="from time import perf_counter as now\nimport time"),
+        why="a clock imported under another name",
+    ),
+    _case(
+        "or-poll-sender",
+        prefill(),
+        why="a sender whose poll() reads check_status() behind an `or`, with its own timeout",
+        **{BACKEND_CONN: _OR_POLL_SENDER},
+    ),
+    # --- unsafe trees: a missing code is a false negative ---------------------------------
+    _case("no-deadline", prefill(expire=False, before=""), "PDG001"),
+    _case(
+        "renamed-function",
+        prefill(expire=False, before="", function="process_inflight_transfers"),
+        "PDG000",
+        why="the inflight function is renamed: pdguard cannot model it and must say so",
+    ),
+    _case(
+        "extend-unstamped",
+        prefill(
+            enter=_enter(
+                """\
+                for req in batch.reqs:
+                    if getattr(req, "entered_at", None) is None:
+                        req.entered_at = time.monotonic()
+                    self.disagg_prefill_inflight_queue.append(req)
+                self.disagg_prefill_inflight_queue.extend(batch.retried)
+                """
+            )
+        ),
+        "PDG001",
+        why="requests entering through extend() are never stamped: the deadline skips them",
+    ),
+    _case(
+        "insert-unstamped",
+        prefill(
+            enter=_enter(
+                """\
+                for req in batch.reqs:
+                    if getattr(req, "entered_at", None) is None:
+                        req.entered_at = time.monotonic()
+                    self.disagg_prefill_inflight_queue.append(req)
+                self.disagg_prefill_inflight_queue.insert(0, batch.urgent)
+                """
+            )
+        ),
+        "PDG001",
+    ),
+    _case(
+        "iadd-unstamped",
+        prefill(
+            enter=_enter(
+                """\
+                for req in batch.reqs:
+                    if getattr(req, "entered_at", None) is None:
+                        req.entered_at = time.monotonic()
+                    self.disagg_prefill_inflight_queue.append(req)
+                self.disagg_prefill_inflight_queue += batch.retried
+                """
+            )
+        ),
+        "PDG001",
+    ),
+    _case(
+        "datetime-time-shadow",
+        prefill(imports="import time\nfrom datetime import time"),
+        "PDG005",
+        why="`time` is datetime.time: time.monotonic() raises at runtime",
+    ),
+    _case(
+        "state-flag-init-time",
+        prefill(),
+        "PDG004",
+        why="init_time is a state flag driving poll(), not a clock: no timeout can fire",
+        **{BACKEND_CONN: _STATE_FLAG_SENDER},
+    ),
+    _case(
+        "deadline-after-all-reduce",
+        prefill(
+            before="",
+            extra="",
+        ).replace(
+            "        done_reqs, undone_reqs = [], []\n",
+            "        self._expire_inflight()\n        done_reqs, undone_reqs = [], []\n",
+        ),
+        "PDG001,PDG002",
+    ),
+)
+
+
+def verdicts(case: Case) -> set[str]:
+    """The rule codes ``pdguard check`` reports on ``case``."""
+    from pdguard.checks import CODES, Project, run
+
+    codes = [*CODES]
+    return {f.code for f in run(Project(case.files), codes)}
+
+
+def score() -> tuple[list[str], list[str]]:
+    """(false positives, false negatives) over the corpus, as "case: codes" lines."""
+    fps, fns = [], []
+    for case in CASES:
+        got = verdicts(case)
+        if case.correct and got:
+            fps.append(f"{case.name}: {', '.join(sorted(got))}")
+        missing = case.expect - got
+        if missing:
+            fns.append(f"{case.name}: missing {', '.join(sorted(missing))}")
+    return fps, fns
+
+
+if __name__ == "__main__":
+    fps, fns = score()
+    correct = sum(c.correct for c in CASES)
+    print(f"{len(CASES)} cases: {correct} correct, {len(CASES) - correct} unsafe")
+    print(f"false positives: {len(fps)}/{correct}")
+    for line in fps:
+        print("  " + line)
+    print(f"false negatives: {len(fns)}/{len(CASES) - correct}")
+    for line in fns:
+        print("  " + line)
