@@ -537,3 +537,82 @@ def test_signal_during_the_commit_waits_for_it(tmp_path: Path, sig: str, at: int
     for path, _, new in specs:
         assert path.read_bytes() == new
     assert _leftovers(tmp_path) == []
+
+
+def test_recovery_note_reaches_stderr_without_any_logging_setup(tmp_path: Path) -> None:
+    """The CLI sets up no logging: Python's last-resort handler must still print the note."""
+    specs = _files(tmp_path)
+    assert _run_child(specs, "SIGKILL", 1) == -signal.SIGKILL
+    script = (
+        "import json, sys\n"
+        "from pathlib import Path\n"
+        "from pdguard.writer import FileChange, write_all\n"
+        "write_all([FileChange(Path(p), bytes.fromhex(o), bytes.fromhex(n))"
+        " for p, o, n in json.loads(sys.stdin.read())])\n"
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", script],
+        input=json.dumps([(str(p), old.hex(), new.hex()) for p, old, new in specs]),
+        capture_output=True,
+        text=True,
+        env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)},
+        timeout=60,
+    )
+    assert proc.returncode == 0, proc.stderr
+    (line,) = proc.stderr.splitlines()
+    assert line.startswith("pdguard: an interrupted write (journal ")
+    assert "rolled back (1 file(s) restored" in line
+    for path, _, new in specs:
+        assert path.read_bytes() == new
+    assert _leftovers(tmp_path) == []
+
+
+def test_journal_killed_while_being_written_is_removed(tmp_path: Path) -> None:
+    """Killed while writing the journal itself: nothing was staged yet, only the .part goes."""
+    specs = _files(tmp_path)
+    part = tmp_path / ".pdguard-journal-x.json.part"
+    part.write_text('{"files": [{"tar')
+    (note,) = recover(tmp_path)
+    assert "incomplete journal" in note
+    for path, old, _ in specs:
+        assert path.read_bytes() == old
+    assert _leftovers(tmp_path) == []
+
+
+def test_pdguard_apply_killed_mid_write_is_repaired_by_the_next_apply(tmp_path: Path) -> None:
+    """End to end: `pdguard apply` SIGKILLed with everything staged; the next apply cleans up,
+    says so on stderr, and writes the same bytes as an uninterrupted apply."""
+    from pdguard.cli import main
+    from tests.snippets import make_tree, snapshot
+
+    tree, clean = make_tree(tmp_path / "tree"), make_tree(tmp_path / "clean")
+    assert main(["apply", str(clean)]) == 0
+    before = snapshot(tree)
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+    killed = (
+        "import os, signal, sys\n"
+        "from pdguard import writer\n"
+        "from pdguard.cli import main\n"
+        "writer._after_rename = lambda n: os.kill(os.getpid(), signal.SIGKILL)\n"
+        "sys.exit(main(sys.argv[1:]))\n"
+    )
+    cli = "import sys\nfrom pdguard.cli import main\nsys.exit(main(sys.argv[1:]))\n"
+    run = [sys.executable, "-c"]
+    proc = subprocess.run(
+        [*run, killed, "apply", str(tree)], env=env, timeout=120, capture_output=True
+    )
+    assert proc.returncode == -signal.SIGKILL
+    assert len(_journals(tree)) == 1
+    assert {k: v[0] for k, v in snapshot(tree).items() if "pdguard" not in k} == {
+        k: v[0] for k, v in before.items()
+    }
+    proc = subprocess.run(
+        [*run, cli, "apply", str(tree)], env=env, timeout=120, capture_output=True, text=True
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert "pdguard: an interrupted write" in proc.stderr
+    assert "cleaned up (no file had been replaced yet)" in proc.stderr
+    assert {k: v[0] for k, v in snapshot(tree).items()} == {
+        k: v[0] for k, v in snapshot(clean).items()
+    }
+    assert _leftovers(tree) == []
