@@ -20,7 +20,7 @@ from pdguard.writer import FileChange, WriteError, recover, write_all
 
 def _files(tmp_path: Path) -> list[tuple[Path, bytes, bytes]]:
     """Three files in two directories: (path, old bytes, new bytes)."""
-    (tmp_path / "a").mkdir()
+    (tmp_path / "a").mkdir(parents=True)
     (tmp_path / "b").mkdir()
     specs = [
         (tmp_path / "a" / "one.py", b"x = 1\n", b"x = 10\n"),
@@ -616,3 +616,17 @@ def test_pdguard_apply_killed_mid_write_is_repaired_by_the_next_apply(tmp_path: 
         k: v[0] for k, v in snapshot(clean).items()
     }
     assert _leftovers(tree) == []
+
+
+@pytest.mark.parametrize("where", ["below", "above"])
+def test_recover_finds_journals_below_and_above(tmp_path: Path, where: str) -> None:
+    """recover(tree root) finds a journal deep in the tree; recover(a subdirectory) finds one
+    in a parent directory."""
+    specs = _files(tmp_path / "tree")
+    assert _run_child(specs, "SIGKILL", 1) == -signal.SIGKILL
+    assert _journals(tmp_path)[0].parent == tmp_path / "tree"
+    (note,) = recover(tmp_path if where == "below" else tmp_path / "tree" / "b")
+    assert "rolled back" in note
+    for path, old, _ in specs:
+        assert path.read_bytes() == old
+    assert _leftovers(tmp_path) == []
