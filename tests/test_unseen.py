@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from pdguard.tree import TargetError, open_tree
+from tests.corpus import CASES, Case
 from tests.snippets import make_tree
 
 
@@ -124,3 +125,15 @@ def test_markers_and_strings_are_not_suppressions() -> None:
     text = 'x = 1  # pdguard: inflight-deadline\ns = "# pdguard: ignore"\n'
     found = parse(text, KNOWN)
     assert (found.by_line, found.warnings) == ({}, [])
+
+
+@pytest.mark.parametrize("case", CASES, ids=lambda c: c.name)
+def test_corpus_verdict(case: Case) -> None:
+    """A correct tree gets no finding; an unsafe one gets at least the hazard's codes."""
+    from tests.corpus import verdicts
+
+    got = verdicts(case)
+    if case.correct:
+        assert got == set(), f"false positive on {case.name}: {case.why}"
+    else:
+        assert case.expect <= got, f"false negative on {case.name}: {case.why}"
