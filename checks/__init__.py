@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from .model import Finding, Rule
+from .pdg000_unmodelled import Unmodelled
 from .pdg001_inflight_wait_forever import InflightWaitForever
 from .pdg002_deadline_per_rank import DeadlinePerRank
 from .pdg003_deadline_clock import DeadlineClock
@@ -17,6 +18,7 @@ from .pdg005_unbound_name import UnboundName
 from .project import Project
 
 RULES: tuple[Rule, ...] = (
+    Unmodelled(),
     InflightWaitForever(),
     DeadlinePerRank(),
     DeadlineClock(),

@@ -16,8 +16,9 @@ helper method or an inline loop.
 from __future__ import annotations
 
 import ast
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
+from functools import cached_property
 
 from pdguard.sglang_names import INFLIGHT_FUNCTION as FUNCTION
 from pdguard.sglang_names import INFLIGHT_QUEUE as QUEUE
@@ -62,6 +63,29 @@ class Stamp:
 
 
 @dataclass
+class Entry:
+    """A statement that puts requests into the inflight queue."""
+
+    stmt: ast.stmt
+    how: str  # "append()", "extend()", "insert()", "+=", "slice assignment", "reassignment"
+    element: ast.expr | None = None  # the one request (append, insert)
+    requests: ast.expr | None = None  # the requests (extend, +=, slices, reassignment)
+
+    @property
+    def line(self) -> int:
+        return self.stmt.lineno
+
+
+@dataclass
+class Unmodelled:
+    """Something pdguard cannot follow, so it cannot prove the property."""
+
+    line: int
+    col: int
+    message: str
+
+
+@dataclass
 class DeadlineCheck:
     attr: str  # the attribute the deadline measures from
     via_sender: bool  # read off the request's sender (e.g. sender.init_time)
@@ -78,11 +102,15 @@ class InflightModel:
     function: ast.FunctionDef
     poll_line: int
     keep_sites: list[ast.Call] = field(default_factory=list)
-    appends: list[ast.Call] = field(default_factory=list)
-    stamps: dict[int, Stamp | None] = field(default_factory=dict)  # id(append) -> stamp
+    entries: list[Entry] = field(default_factory=list)
+    stamps: dict[int, Stamp | None] = field(default_factory=dict)  # id(entry.stmt) -> stamp
+    unmodelled: list[Unmodelled] = field(default_factory=list)
     checks: list[DeadlineCheck] = field(default_factory=list)
     restamps: list[Stamp] = field(default_factory=list)  # stamps inside FUNCTION (on keep)
     assigned_attrs: set[str] = field(default_factory=set)  # attrs given a clock value anywhere
+
+    def unstamped(self) -> list[Entry]:
+        return [e for e in self.entries if self.stamps.get(id(e.stmt)) is None]
 
     def stamped_attrs(self) -> set[str]:
         """Attributes stamped at every append site."""
@@ -205,6 +233,26 @@ class _ModuleIndex:
         if id(function) not in self._scopes:
             self._scopes[id(function)] = _Scope(function, self.clocks)
         return self._scopes[id(function)]
+
+    @cached_property
+    def _blocks(self) -> tuple[dict[int, ast.AST], dict[int, tuple[list[ast.stmt], int]]]:
+        """(id(block) -> the node holding it, id(stmt) -> (its block, its position))."""
+        holders: dict[int, ast.AST] = {}
+        places: dict[int, tuple[list[ast.stmt], int]] = {}
+        for node in ast.walk(self.module):
+            for block in _own_blocks(node):
+                holders[id(block)] = node
+                for position, stmt in enumerate(block):
+                    places[id(stmt)] = (block, position)
+        return holders, places
+
+    def loop_of(self, block: list[ast.stmt]) -> ast.For | None:
+        """The ``for`` loop whose body ``block`` is."""
+        holder = self._blocks[0].get(id(block))
+        return holder if isinstance(holder, ast.For) and holder.body is block else None
+
+    def block_of(self, stmt: ast.stmt) -> tuple[list[ast.stmt] | None, int]:
+        return self._blocks[1].get(id(stmt), (None, 0))
 
     def self_calls(self, node: ast.AST) -> Iterator[ast.FunctionDef]:
         for call in ast.walk(node):
@@ -351,29 +399,279 @@ def _own_blocks(node: ast.AST) -> list[list[ast.stmt]]:
     return blocks
 
 
+# Methods of the queue that put requests into it, and what they take.
+_ENTRY_METHODS = {"append": 0, "appendleft": 0, "insert": 1, "extend": None, "extendleft": None}
+# Reads of the queue that neither add to it nor let it escape.
+_READERS = frozenset(
+    {"len", "list", "tuple", "zip", "enumerate", "iter", "reversed", "sorted", "any", "all", "bool"}
+)
+_QUEUE_METHODS = frozenset({"remove", "pop", "popleft", "clear", "index", "count", "copy", "sort"})
+
+
+def _is_queue(node: ast.AST | None) -> bool:
+    return node is not None and is_self_attr(node, QUEUE)
+
+
+def _empty(value: ast.expr) -> bool:
+    """``[]``, ``list()``, ``deque()``: a queue that starts (or restarts) empty."""
+    if isinstance(value, ast.List | ast.Tuple):
+        return not value.elts
+    return isinstance(value, ast.Call) and not value.args and not value.keywords
+
+
+def _entry(stmt: ast.stmt) -> Entry | None:
+    """The requests ``stmt`` puts into the queue, if it is an entry statement."""
+    if isinstance(stmt, ast.Expr) and isinstance(stmt.value, ast.Call):
+        call = stmt.value
+        func = call.func
+        if (
+            isinstance(func, ast.Attribute)
+            and _is_queue(func.value)
+            and func.attr in _ENTRY_METHODS
+        ):
+            position = _ENTRY_METHODS[func.attr]
+            how = f"{func.attr}()"
+            if position is None:
+                return Entry(stmt, how, requests=call.args[0] if call.args else None)
+            element = call.args[position] if len(call.args) > position else None
+            return Entry(stmt, how, element=element)
+    if isinstance(stmt, ast.AugAssign) and _is_queue(stmt.target) and isinstance(stmt.op, ast.Add):
+        return Entry(stmt, "+=", requests=stmt.value)
+    if isinstance(stmt, ast.Assign | ast.AnnAssign) and stmt.value is not None:
+        targets = stmt.targets if isinstance(stmt, ast.Assign) else [stmt.target]
+        for target in targets:
+            if isinstance(target, ast.Subscript) and _is_queue(target.value):
+                return Entry(stmt, "slice assignment", requests=stmt.value)
+            if _is_queue(target) and not _empty(stmt.value):
+                value = stmt.value
+                if isinstance(value, ast.BinOp) and isinstance(value.op, ast.Add):
+                    # self.queue = self.queue + new: the new ones enter
+                    if _is_queue(value.left):
+                        value = value.right
+                    elif _is_queue(value.right):
+                        value = value.left
+                return Entry(stmt, "reassignment", requests=value)
+    return None
+
+
+def _single(entry: Entry) -> ast.expr | None:
+    """The one request an entry adds (``append(req)``, ``+= [req]``), if it adds one."""
+    if entry.element is not None:
+        return entry.element
+    if isinstance(entry.requests, ast.List | ast.Tuple) and len(entry.requests.elts) == 1:
+        return entry.requests.elts[0]
+    return None
+
+
+class _Flow:
+    """What can happen between a request's entry and its stamp: a poll of the queue."""
+
+    def __init__(self, index: _ModuleIndex) -> None:
+        self.index = index
+        self._reaches: dict[str, bool] = {}
+
+    def reaches_poll(self, function: ast.FunctionDef) -> bool:
+        if function.name not in self._reaches:
+            self._reaches[function.name] = False  # recursion guard
+            self._reaches[function.name] = function.name == FUNCTION or self.may_poll(function)
+        return self._reaches[function.name]
+
+    def may_poll(self, node: ast.AST) -> bool:
+        """Can running ``node`` poll the queue (the inflight function, an all-reduce, or a
+        method that reaches one), or hand control away (``yield``/``await``)?"""
+        for inner in ast.walk(node):
+            if isinstance(inner, ast.Yield | ast.YieldFrom | ast.Await):
+                return True
+            if (
+                isinstance(inner, ast.Call)
+                and isinstance(inner.func, ast.Name)
+                and inner.func.id.startswith(POLL_ALL_REDUCE_PREFIX)
+            ):
+                return True
+        return any(self.reaches_poll(callee) for callee in self.index.self_calls(node))
+
+
+def _stamp_of(
+    index: _ModuleIndex, flow: _Flow, entry: Entry, block: list[ast.stmt], position: int
+) -> Stamp | None:
+    """The stamp that every request of ``entry`` carries before anything can poll it: set in
+    the statements before the entry, or after it with no possible poll in between."""
+    single = _single(entry)
+    if isinstance(single, ast.Name):
+        found = _stamp_around(
+            index, flow, block, position, lambda s: _stamps_in(index, s, single.id)
+        )
+        if found is not None:
+            return found
+        return _loop_stamp(index, flow, block, position, single.id)
+    if entry.requests is not None:
+        requests = entry.requests
+        return _stamp_around(
+            index, flow, block, position, lambda s: _collection_stamp(index, s, requests)
+        )
+    return None
+
+
+def _stamp_around(
+    index: _ModuleIndex,
+    flow: _Flow,
+    block: list[ast.stmt],
+    position: int,
+    find: Callable[[ast.stmt], Stamp | None],
+) -> Stamp | None:
+    stamp = None
+    for stmt in block[:position]:
+        stamp = find(stmt) or stamp
+    if stamp is not None:
+        return stamp
+    for stmt in block[position + 1 :]:
+        found = find(stmt)
+        if found is not None:
+            return found
+        if flow.may_poll(stmt):
+            return None
+    return None
+
+
+def _loop_stamp(
+    index: _ModuleIndex, flow: _Flow, block: list[ast.stmt], position: int, name: str
+) -> Stamp | None:
+    """``for req in reqs: queue.append(req)`` after a loop that stamped every one of ``reqs``."""
+    loop = index.loop_of(block)
+    if loop is None or not (isinstance(loop.target, ast.Name) and loop.target.id == name):
+        return None
+    outer, at = index.block_of(loop)
+    if outer is None:
+        return None
+    requests = loop.iter
+    return _stamp_around(index, flow, outer, at, lambda s: _collection_stamp(index, s, requests))
+
+
+def _same(a: ast.AST, b: ast.AST) -> bool:
+    return ast.dump(a) == ast.dump(b)
+
+
+def _collection_stamp(
+    index: _ModuleIndex, stmt: ast.stmt, requests: ast.expr, depth: int = 0
+) -> Stamp | None:
+    """A stamp ``stmt`` puts on every one of ``requests``: ``for r in requests: r.t = clock()``,
+    or a helper that does so with them."""
+    for node in ast.walk(stmt):
+        if (
+            isinstance(node, ast.For)
+            and _same(node.iter, requests)
+            and isinstance(node.target, ast.Name)
+        ):
+            for inner in node.body:
+                found = _stamps_in(index, inner, node.target.id)
+                if found is not None:
+                    return found
+        if isinstance(node, ast.Call) and depth < 2 and isinstance(requests, ast.Name):
+            for callee in index.self_calls(node):
+                params = [a.arg for a in callee.args.args[1:]]
+                args = [a.id if isinstance(a, ast.Name) else None for a in node.args]
+                if requests.id in args and args.index(requests.id) < len(params):
+                    inner_name = ast.Name(params[args.index(requests.id)], ast.Load())
+                    for inner_stmt in callee.body:
+                        found = _collection_stamp(index, inner_stmt, inner_name, depth + 1)
+                        if found is not None:
+                            return found
+    return None
+
+
+def _queued_names(function: ast.FunctionDef) -> tuple[set[str], set[str]]:
+    """In the inflight function: (names bound to requests taken from the queue, names of lists
+    that become the queue again). Entries of those are keeps, not new requests."""
+    taken: set[str] = set()
+    for node in ast.walk(function):
+        if isinstance(node, ast.For | ast.comprehension) and any(
+            _is_queue(n) for n in ast.walk(node.iter)
+        ):
+            taken |= {n.id for n in ast.walk(node.target) if isinstance(n, ast.Name)}
+    kept: set[str] = set()
+    for node in ast.walk(function):
+        entry = _entry(node) if isinstance(node, ast.stmt) else None
+        if entry is not None and isinstance(entry.requests, ast.Name):
+            kept.add(entry.requests.id)
+    return taken, kept
+
+
+def _keeps(entry: Entry, taken: set[str], kept: set[str]) -> bool:
+    single = _single(entry)
+    if isinstance(single, ast.Name) and single.id in taken:
+        return True
+    return isinstance(entry.requests, ast.Name) and entry.requests.id in kept
+
+
+def _escapes(module: ast.Module, entries: set[int]) -> Iterator[Unmodelled]:
+    """Uses of the queue that pdguard cannot follow: bound to another name, passed to a
+    function, or a method it does not know."""
+    parents = {id(c): n for n in ast.walk(module) for c in ast.iter_child_nodes(n)}
+    for node in ast.walk(module):
+        if not (
+            _is_queue(node) and isinstance(node, ast.Attribute) and isinstance(node.ctx, ast.Load)
+        ):
+            continue
+        parent = parents.get(id(node))
+        if isinstance(parent, ast.Attribute):
+            call = parents.get(id(parent))
+            if parent.attr in _QUEUE_METHODS or parent.attr in _ENTRY_METHODS:
+                continue
+            if isinstance(call, ast.Call) and call.func is parent:
+                yield Unmodelled(
+                    node.lineno,
+                    node.col_offset + 1,
+                    f"{QUEUE}.{parent.attr}() is a method pdguard does not know: it cannot tell "
+                    "whether it adds requests",
+                )
+            continue
+        if isinstance(parent, ast.Assign | ast.AnnAssign | ast.NamedExpr) and parent.value is node:
+            yield Unmodelled(
+                node.lineno,
+                node.col_offset + 1,
+                f"{QUEUE} is bound to another name here: pdguard cannot follow requests that "
+                "enter the queue through it",
+            )
+        elif isinstance(parent, ast.Call) and node in parent.args:
+            func = parent.func
+            name = func.id if isinstance(func, ast.Name) else None
+            if name in _READERS or (name or "").startswith(POLL_ALL_REDUCE_PREFIX):
+                continue
+            called = ast.unparse(func)
+            yield Unmodelled(
+                node.lineno,
+                node.col_offset + 1,
+                f"{QUEUE} is passed to {called}(): pdguard cannot follow what it does with it",
+            )
+
+
 def analyse(module: ast.Module) -> InflightModel | None:
     """The model of ``prefill.py``; None without ``process_disagg_prefill_inflight_queue``."""
     index = _ModuleIndex(module)
     function = index.methods.get(FUNCTION)
     if function is None:
         return None
-    polls = [
-        n
-        for n in ast.walk(function)
-        if isinstance(n, ast.Call)
-        and isinstance(n.func, ast.Name)
-        and n.func.id.startswith(POLL_ALL_REDUCE_PREFIX)
-    ]
-    poll = polls[0] if polls else None
-    model = InflightModel(index.owner[id(function)], function, poll.lineno if poll else 0)
+    flow = _Flow(index)
+    poll_position = next((i for i, stmt in enumerate(function.body) if flow.may_poll(stmt)), None)
+    model = InflightModel(index.owner[id(function)], function, 0)
+    if poll_position is None:
+        model.unmodelled.append(
+            Unmodelled(
+                function.lineno,
+                function.col_offset + 1,
+                f"{FUNCTION}() polls its requests in no way pdguard recognises (no "
+                f"{POLL_ALL_REDUCE_PREFIX}*() call, directly or in a method it calls)",
+            )
+        )
 
-    # Keep sites: appends to the list that becomes the new queue.
-    kept = {
+    # Keep sites: appends to the lists that become the queue again.
+    taken, kept = _queued_names(function)
+    kept |= {
         node.value.id
         for node in ast.walk(function)
         if isinstance(node, ast.Assign)
         and isinstance(node.value, ast.Name)
-        and any(is_self_attr(t, QUEUE) for t in node.targets)
+        and any(_is_queue(t) for t in node.targets)
     }
     model.keep_sites = [
         n
@@ -385,6 +683,15 @@ def analyse(module: ast.Module) -> InflightModel | None:
         and n.func.value.id in kept
     ]
     model.keep_sites.sort(key=lambda n: (n.lineno, n.col_offset))
+    if not model.keep_sites:
+        model.unmodelled.append(
+            Unmodelled(
+                function.lineno,
+                function.col_offset + 1,
+                f"{FUNCTION}() keeps waiting requests in no way pdguard recognises (no list "
+                f"that becomes {QUEUE} again)",
+            )
+        )
 
     # One walk of the module: its statement blocks (to find the entry points), and the clock
     # values given to attributes anywhere (to tell "stamped too early" from "never").
@@ -396,23 +703,16 @@ def analyse(module: ast.Module) -> InflightModel | None:
             model.assigned_attrs |= {t.attr for t in node.targets if isinstance(t, ast.Attribute)}
 
     # Entry points and their stamps.
+    inside = {id(n) for n in ast.walk(function)}
     for block in blocks:
         for position, stmt in enumerate(block):
-            if not (
-                isinstance(stmt, ast.Expr)
-                and isinstance(stmt.value, ast.Call)
-                and isinstance(stmt.value.func, ast.Attribute)
-                and stmt.value.func.attr == "append"
-                and is_self_attr(stmt.value.func.value, QUEUE)
-            ):
+            entry = _entry(stmt)
+            if entry is None or (id(stmt) in inside and _keeps(entry, taken, kept)):
                 continue
-            append = stmt.value
-            model.appends.append(append)
-            arg = append.args[0] if append.args else None
-            req = arg.id if isinstance(arg, ast.Name) else None
-            model.stamps[id(append)] = (
-                _stamp_before(index, append, block, position, req) if req else None
-            )
+            model.entries.append(entry)
+            model.stamps[id(stmt)] = _stamp_of(index, flow, entry, block, position)
+    model.entries.sort(key=lambda e: (e.stmt.lineno, e.stmt.col_offset))
+    model.unmodelled += _escapes(module, {id(e.stmt) for e in model.entries})
 
     for node in ast.walk(function):
         if isinstance(node, ast.Assign) and scope.is_clock(node.value):
@@ -421,7 +721,6 @@ def analyse(module: ast.Module) -> InflightModel | None:
                     model.restamps.append(Stamp(target.attr, node.lineno, node.col_offset, False))
 
     # Deadline checks, by where they run relative to the poll all-reduce.
-    poll_position = _enclosing_statement(function.body, poll) if poll is not None else None
     for position, stmt in enumerate(function.body):
         for check in _checks_in(index, function, stmt, {FUNCTION}):
             if poll_position is None or position >= poll_position:

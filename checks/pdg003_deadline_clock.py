@@ -58,8 +58,8 @@ class DeadlineClock(Rule):
                     f"request entered {QUEUE}: it counts prefill time too",
                 )
         measured = {c.attr for c in model.checks}
-        for append in model.appends:
-            stamp = model.stamps.get(id(append))
+        for entry in model.entries:
+            stamp = model.stamps.get(id(entry.stmt))
             if stamp is not None and not stamp.guarded and stamp.attr in measured:
                 yield self.finding(
                     PREFILL,

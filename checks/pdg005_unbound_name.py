@@ -1,9 +1,12 @@
-"""PDG005: a name the fix's code uses is not imported.
+"""PDG005: a name the fix's code uses is not imported, or is bound to something else.
 
 What it does
     In ``prefill.py`` and in every module defining a KV sender, reports a use of ``os``,
     ``time`` or of a clock function (``monotonic``, ``perf_counter``, ...) that nothing binds:
     no import at module level (imports under ``if TYPE_CHECKING:`` do not count), no local name.
+    It also reports a use as the module (``time.monotonic()``, ``os.environ``, ``monotonic()``)
+    where the binding in force is not that module: ``from datetime import time`` after
+    ``import time``, ``time = ...``, a local assignment that shadows the import.
 
 Why is this bad
     The deadline and the bootstrap timeout run only when a request is late, so a missing
@@ -29,6 +32,9 @@ from .model import PREFILL, Finding, Rule
 from .project import Project
 
 WATCHED = frozenset({"os", "time", "environ"} | CLOCK_FUNCTIONS)
+_MEANT = {"os": "os module", "environ": "`os.environ` mapping"} | {
+    name: f"`time.{name}` function" for name in CLOCK_FUNCTIONS - {"time"}
+}
 
 
 def _type_checking(node: ast.stmt) -> bool:
@@ -55,6 +61,11 @@ def _type_checking_only(tree: ast.Module) -> set[str]:
     return hidden - _imported([n for n in tree.body if not _type_checking(n)])
 
 
+# A statement that could bind a watched name inside a function (cheap text test first).
+_REBINDING = re.compile(
+    r"(?:\bas\s+|\bdef\s+|\bfor\s+|^\s*)(" + "|".join(sorted(WATCHED)) + r")\b\s*(?:[=:,(]|in\b|$)",
+    re.M,
+)
 _CANDIDATE = re.compile(r"(?<![\w.])(" + "|".join(sorted(WATCHED)) + r")\b")
 
 
@@ -107,6 +118,138 @@ def _unbound_uses(text: str, rel: str, hidden: set[str]) -> Iterator[tuple[str, 
             stack.append((child, child_name))
 
 
+def _binds(node: ast.stmt) -> Iterator[tuple[str, ast.stmt]]:
+    """(name, statement) for each name a simple module-level statement binds."""
+    if isinstance(node, ast.Import | ast.ImportFrom):
+        for alias in node.names:
+            yield (alias.asname or alias.name).split(".")[0], node
+    elif isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
+        yield node.name, node
+    elif isinstance(node, ast.Assign | ast.AnnAssign | ast.AugAssign | ast.For | ast.With):
+        if isinstance(node, ast.Assign):
+            targets: list[ast.AST] = list(node.targets)
+        elif isinstance(node, ast.With):
+            targets = [item.optional_vars for item in node.items if item.optional_vars]
+        else:
+            targets = [node.target]
+        for target in targets:
+            for name in ast.walk(target):
+                if isinstance(name, ast.Name):
+                    yield name.id, node
+
+
+def _bindings_in_force(body: list[ast.stmt]) -> dict[str, ast.stmt]:
+    """The statement whose binding of each name is in force after ``body`` runs: the last one
+    in source order, where an ``except`` handler does not override what its ``try`` bound (it
+    runs only when that failed). ``if TYPE_CHECKING:`` bodies bind nothing at run time."""
+    found: dict[str, ast.stmt] = {}
+    for node in body:
+        if _type_checking(node):
+            found.update(_bindings_in_force(node.orelse))  # type: ignore[attr-defined]
+        elif isinstance(node, ast.Try):
+            tried = _bindings_in_force(node.body + node.orelse)
+            for handler in node.handlers:
+                for name, stmt in _bindings_in_force(handler.body).items():
+                    tried.setdefault(name, stmt)
+            found.update(tried)
+            found.update(_bindings_in_force(node.finalbody))
+        elif isinstance(node, ast.If):
+            found.update(_bindings_in_force(node.body))
+            found.update(_bindings_in_force(node.orelse))
+        else:
+            found.update(dict(_binds(node)))
+    return found
+
+
+def _binds_module(name: str, stmt: ast.stmt) -> bool:
+    """Does ``stmt`` bind ``name`` to what pdguard's code means by it?"""
+    if isinstance(stmt, ast.Import):
+        return any(
+            (alias.asname or alias.name.split(".")[0]) == name
+            and alias.name.split(".")[0] == name
+            and (alias.asname is None or "." not in alias.name)
+            for alias in stmt.names
+        )
+    if isinstance(stmt, ast.ImportFrom) and stmt.level == 0:
+        for alias in stmt.names:
+            if (alias.asname or alias.name) != name:
+                continue
+            if stmt.module == "time" and alias.name in CLOCK_FUNCTIONS:
+                return True
+            if stmt.module == "os" and alias.name == "environ":
+                return True
+    return False
+
+
+def _describe(name: str, stmt: ast.stmt) -> str:
+    if isinstance(stmt, ast.ImportFrom):
+        alias = next(a for a in stmt.names if (a.asname or a.name) == name)
+        return f"`{'.' * stmt.level}{stmt.module or ''}.{alias.name}`"
+    if isinstance(stmt, ast.Import):
+        alias = next(a for a in stmt.names if (a.asname or a.name).split(".")[0] == name)
+        return f"module `{alias.name}`"
+    if isinstance(stmt, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
+        return f"the {'class' if isinstance(stmt, ast.ClassDef) else 'function'} defined there"
+    return "an assignment"
+
+
+def _used_as_module(node: ast.Name, parents: dict[int, ast.AST]) -> bool:
+    """``time.monotonic`` / ``os.environ`` (an attribute of it), or ``monotonic()``."""
+    parent = parents.get(id(node))
+    if node.id in CLOCK_FUNCTIONS and node.id != "time":
+        return isinstance(parent, ast.Call) and parent.func is node
+    return isinstance(parent, ast.Attribute | ast.Subscript) and parent.value is node
+
+
+def _shadowed_uses(tree: ast.Module, text: str, rel: str) -> Iterator[tuple[ast.Name, str]]:
+    """(use, why) for each use of a watched name as its module where the binding in force
+    (module-level, or a local assignment in the function) is not that module."""
+    in_force = _bindings_in_force(tree.body)
+    wrong = {
+        name: f"`{name}` is bound to {_describe(name, stmt)} (line {stmt.lineno})"
+        for name, stmt in in_force.items()
+        if name in WATCHED and not _binds_module(name, stmt)
+    }
+    if not wrong and not _REBINDING.search(text):
+        return  # the usual case: nothing binds a watched name to anything else
+    parents = {id(child): node for node in ast.walk(tree) for child in ast.iter_child_nodes(node)}
+    for function in ast.walk(tree):
+        if not isinstance(function, ast.FunctionDef | ast.AsyncFunctionDef):
+            continue
+        local = _bindings_in_force(function.body)
+        for node in ast.walk(function):
+            if isinstance(node, ast.Name) and node.id in WATCHED:
+                stmt = local.get(node.id)
+                if (
+                    stmt is not None
+                    and not _binds_module(node.id, stmt)
+                    and _used_as_module(node, parents)
+                ):
+                    yield (
+                        node,
+                        (
+                            f"`{node.id}` is bound to {_describe(node.id, stmt)} "
+                            f"(line {stmt.lineno}) in {function.name}()"
+                        ),
+                    )
+    if not wrong:
+        return
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Name) and node.id in wrong and _used_as_module(node, parents):
+            function = _enclosing_function(node, parents)
+            if function is not None and node.id in _bindings_in_force(function.body):
+                continue  # a local binding decides (reported above if wrong)
+            yield node, wrong[node.id]
+
+
+def _enclosing_function(node: ast.AST, parents: dict[int, ast.AST]) -> ast.AST | None:
+    while id(node) in parents:
+        node = parents[id(node)]
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+            return node
+    return None
+
+
 def _scope_node(tree: ast.Module, qualname: str) -> ast.AST:
     if qualname == "<module>":
         return ast.Module(
@@ -152,6 +295,15 @@ class UnboundName(Rule):
             if tree is None:
                 continue
             text = project.texts[rel]
+            for node, why in _shadowed_uses(tree, text, rel):
+                yield self.finding(
+                    rel,
+                    node.lineno,
+                    node.col_offset + 1,
+                    node.id,
+                    f"{why}, not the {_MEANT.get(node.id, 'time module')}: this use fails "
+                    "when it runs",
+                )
             candidates = set(_CANDIDATE.findall(text)) - _module_bound(tree)
             if not candidates:
                 continue  # the usual case: every watched name the module uses is imported

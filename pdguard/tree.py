@@ -163,11 +163,17 @@ def open_tree(target: str | os.PathLike[str]) -> DirectoryTree:
     candidates = [root, root / "python"]
     if root.absolute().name == "sglang":  # the package directory itself
         candidates.append(root.absolute().parent)
-    for base in candidates:
-        if (base / DISAGGREGATION_DIR).is_dir():
-            if not (base / PREFILL_PATH).is_file():
-                raise TargetError(f"{base / DISAGGREGATION_DIR}: has no prefill.py")
-            return DirectoryTree(root=root, base=base)
+    found = [base for base in candidates if (base / DISAGGREGATION_DIR).is_dir()]
+    if len(found) > 1:
+        # Patching one and leaving the other would let check pass on the wrong tree.
+        raise TargetError(
+            f"{root}: holds two SGLang trees, {found[0] / 'sglang'} and {found[1] / 'sglang'}; "
+            "name the one to use"
+        )
+    for base in found:
+        if not (base / PREFILL_PATH).is_file():
+            raise TargetError(f"{base / DISAGGREGATION_DIR}: has no prefill.py")
+        return DirectoryTree(root=root, base=base)
     raise TargetError(
         f"{root}: not an SGLang tree (no {DISAGGREGATION_DIR}/ here, under python/, "
         "or as a package directory)"

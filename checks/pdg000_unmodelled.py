@@ -1,0 +1,60 @@
+"""PDG000: code pdguard cannot model, so it cannot prove the property.
+
+What it does
+    Reports, in ``prefill.py``, what stops pdguard from following requests through the
+    inflight queue: ``process_disagg_prefill_inflight_queue`` missing (renamed or split), a
+    function that polls or keeps requests in a way pdguard does not recognise, and a queue that
+    escapes (bound to another name, passed to a function, a method pdguard does not know).
+
+Why is this bad
+    The other rules prove that no request waits without bound *in the code they understand*.
+    Where pdguard cannot follow the queue, silence would read as "all checks passed" for code
+    nobody checked. This rule makes that gap visible instead: review the code by hand, then
+    suppress the finding (``# pdguard: ignore[PDG000]``) with a comment saying why.
+
+Example
+    A fork that renamed the inflight function to ``process_inflight_transfers``, or that keeps
+    ``q = self.disagg_prefill_inflight_queue`` and appends to ``q``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+from .examples import PATCHED
+from .inflight import FUNCTION, QUEUE
+from .model import PREFILL, Finding, Rule
+from .project import Project
+
+
+class Unmodelled(Rule):
+    code = "PDG000"
+    name = "unmodelled-code"
+    VALID = (PATCHED,)
+    INVALID = (
+        PATCHED.replace(FUNCTION, "process_inflight_transfers"),
+        PATCHED.replace(
+            f"            self.{QUEUE}.append(req)",
+            f"            queue = self.{QUEUE}\n            queue.append(req)",
+        ),
+    )
+
+    def check(self, project: Project) -> Iterator[Finding]:
+        tree = project.tree(PREFILL)
+        if tree is None:
+            return
+        model = project.inflight
+        if model is None:
+            lines = project.texts[PREFILL].splitlines()
+            line = next((n for n, text in enumerate(lines, 1) if QUEUE in text), 1)
+            yield self.finding(
+                PREFILL,
+                line,
+                1,
+                "<module>",
+                f"no {FUNCTION}() in prefill.py (renamed or split?): pdguard cannot model the "
+                "inflight queue, so nothing proves that its requests are bounded",
+            )
+            return
+        for gap in model.unmodelled:
+            yield self.finding(PREFILL, gap.line, gap.col, model.class_name, gap.message)
