@@ -14,6 +14,7 @@ from .pdg002_deadline_per_rank import DeadlinePerRank
 from .pdg003_deadline_clock import DeadlineClock
 from .pdg004_sender_bootstrapping_forever import SenderBootstrappingForever
 from .pdg005_unbound_name import UnboundName
+from .pdg006_receiver_waits_forever import ReceiverWaitsForever
 from .project import Project
 
 RULES: tuple[Rule, ...] = (
@@ -22,6 +23,7 @@ RULES: tuple[Rule, ...] = (
     DeadlineClock(),
     SenderBootstrappingForever(),
     UnboundName(),
+    ReceiverWaitsForever(),
 )
 CODES = tuple(rule.code for rule in RULES)
 
