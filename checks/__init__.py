@@ -15,6 +15,7 @@ from .pdg003_deadline_clock import DeadlineClock
 from .pdg004_sender_bootstrapping_forever import SenderBootstrappingForever
 from .pdg005_unbound_name import UnboundName
 from .pdg006_receiver_waits_forever import ReceiverWaitsForever
+from .pdg007_decode_queue_waits_forever import DecodeQueueWaitsForever
 from .project import Project
 
 RULES: tuple[Rule, ...] = (
@@ -24,6 +25,7 @@ RULES: tuple[Rule, ...] = (
     SenderBootstrappingForever(),
     UnboundName(),
     ReceiverWaitsForever(),
+    DecodeQueueWaitsForever(),
 )
 CODES = tuple(rule.code for rule in RULES)
 
