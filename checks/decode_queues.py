@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import ast
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from pdguard.sglang_names import (
     KVPOLL,
@@ -151,10 +151,85 @@ class Requeue:
     method: str  # the method that rebuilds it
 
 
+@dataclass
+class _Facts:
+    """What one function does, from one walk of its own nodes."""
+
+    reduces: bool = False  # calls poll_and_all_reduce*
+    receiver: bool = False  # reads a request's kv_receiver
+    hands_on: bool = False  # calls <x>.kv_receiver.init() / send_metadata()
+    calls: list[tuple[str, bool]] = field(default_factory=list)  # self.m() / super().m()
+    queue_calls: list[ast.Call] = field(default_factory=list)  # self.<queue>.<m>()
+    returns: list[ast.Return] = field(default_factory=list)
+    rebuilt: list[tuple[str, str]] = field(default_factory=list)  # self.<attr> = <local>
+
+
+def _facts_of(func: ast.FunctionDef) -> _Facts:
+    facts = _Facts()
+    for node in _own_nodes(func):
+        if isinstance(node, ast.Call):
+            name = _call_name(node) or ""
+            facts.reduces |= name.startswith(POLL_ALL_REDUCE_PREFIX)
+            callee = node.func
+            if not isinstance(callee, ast.Attribute):
+                continue
+            value = callee.value
+            if isinstance(value, ast.Name) and value.id == "self":
+                facts.calls.append((callee.attr, False))
+            elif (
+                isinstance(value, ast.Call)
+                and isinstance(value.func, ast.Name)
+                and value.func.id == "super"
+            ):
+                facts.calls.append((callee.attr, True))
+            elif isinstance(value, ast.Attribute):
+                if value.attr == REQ_RECEIVER and callee.attr in RECEIVER_SEND_METHODS:
+                    facts.hands_on = True
+                if isinstance(value.value, ast.Name) and value.value.id == "self":
+                    facts.queue_calls.append(node)
+        elif isinstance(node, ast.Attribute) and node.attr == REQ_RECEIVER:
+            facts.receiver = True
+        elif isinstance(node, ast.Return):
+            facts.returns.append(node)
+        elif isinstance(node, ast.Assign) and isinstance(node.value, ast.Name):
+            for target in node.targets:
+                if isinstance(target, ast.Attribute) and getattr(target.value, "id", "") == "self":
+                    facts.rebuilt.append((target.attr, node.value.id))
+    return facts
+
+
 class DecodeQueueModel:
     def __init__(self, index: ClassIndex) -> None:
         self.index = index
         self._queues: dict[str, set[str]] | None = None
+        self._facts: dict[int, _Facts] = {}
+        self._reach: dict[tuple[str, str], list[ast.FunctionDef]] = {}
+
+    def facts(self, func: ast.FunctionDef) -> _Facts:
+        if id(func) not in self._facts:
+            self._facts[id(func)] = _facts_of(func)
+        return self._facts[id(func)]
+
+    def reached(self, cls: str, method: str) -> list[ast.FunctionDef]:
+        """The functions ``method`` of ``cls`` runs: itself and the ``self.*()`` and
+        ``super()`` methods it calls, transitively."""
+        key = (cls, method)
+        if key not in self._reach:
+            found: list[ast.FunctionDef] = []
+            seen: set[tuple[str, str]] = set()
+            stack: list[tuple[str, str | None]] = [(method, None)]
+            while stack:
+                meth, after = stack.pop()
+                owner = self.index.resolve(cls, meth, after)
+                if owner is None or (owner.name, meth) in seen:
+                    continue
+                seen.add((owner.name, meth))
+                func = owner.methods[meth]
+                found.append(func)
+                for name, via_super in self.facts(func).calls:
+                    stack.append((name, owner.name if via_super else None))
+            self._reach[key] = found
+        return self._reach[key]
 
     # -- queues and their poll methods --------------------------------------------------
 
@@ -170,13 +245,8 @@ class DecodeQueueModel:
         return self._queues
 
     def _reduces_receiver_polls(self, cls: str, method: str) -> bool:
-        reduces = mentions_receiver = False
-        for node in self.index.reached(cls, method):
-            if isinstance(node, ast.Call):
-                reduces |= (_call_name(node) or "").startswith(POLL_ALL_REDUCE_PREFIX)
-            elif isinstance(node, ast.Attribute) and node.attr == REQ_RECEIVER:
-                mentions_receiver = True
-        return reduces and mentions_receiver
+        facts = [self.facts(f) for f in self.reached(cls, method)]
+        return any(f.reduces for f in facts) and any(f.receiver for f in facts)
 
     def poll_methods(self) -> set[str]:
         return {m for polls in self.queues().values() for m in polls}
@@ -200,18 +270,12 @@ class DecodeQueueModel:
     def early_returns(self) -> Iterator[EarlyReturn]:
         polls = self.poll_methods()
         for rel, owner, func in self._functions():
-            calls = [
-                node
-                for node in _own_nodes(func)
-                if isinstance(node, ast.Call)
-                and isinstance(node.func, ast.Attribute)
-                and node.func.attr in polls
-                and isinstance(node.func.value, ast.Attribute)  # self.<queue>.<poll>()
-            ]
+            facts = self.facts(func)
+            calls = [c for c in facts.queue_calls if c.func.attr in polls]  # type: ignore[attr-defined]
             if not calls:
                 continue
             parents = _parents(func)
-            for ret in (n for n in _own_nodes(func) if isinstance(n, ast.Return)):
+            for ret in facts.returns:
                 skipped = sorted(
                     {ast.unparse(c.func) for c in calls if _before(ret, c)}
                     - {ast.unparse(c.func) for c in calls if _before(c, ret)}
@@ -231,26 +295,14 @@ class DecodeQueueModel:
         for cls in self.queues():
             info = self.index.classes[cls]
             for method, func in info.methods.items():
-                for attr, local in _rebuilt_lists(func):
-                    if not self._hands_on_receivers(cls, method):
+                for attr, local in self.facts(func).rebuilt:
+                    if not any(self.facts(f).hands_on for f in self.reached(cls, method)):
                         continue
                     if self._deadline_on_entries(cls):
                         continue
                     for site_func, site in self._sites(cls, func, local):
                         if not _bounded_in_loop(site_func, site):
                             yield Requeue(info, site_func, site, attr, method)
-
-    def _hands_on_receivers(self, cls: str, method: str) -> bool:
-        for node in self.index.reached(cls, method):
-            if (
-                isinstance(node, ast.Call)
-                and isinstance(node.func, ast.Attribute)
-                and node.func.attr in RECEIVER_SEND_METHODS
-                and isinstance(node.func.value, ast.Attribute)
-                and node.func.value.attr == REQ_RECEIVER
-            ):
-                return True
-        return False
 
     def _sites(
         self, cls: str, func: ast.FunctionDef, local: str
@@ -278,29 +330,24 @@ class DecodeQueueModel:
     def _deadline_on_entries(self, cls: str) -> bool:
         """A loop over a queue attribute, reached from a poll method, that fails an entry
         once the time since its stamp exceeds a limit."""
-        reached: set[int] = set()
-        for method in self.queues()[cls]:
-            reached |= {id(n) for n in self.index.reached(cls, method)}
-        for info in self.index.mro(cls):
-            for func in info.methods.values():
-                if id(func) not in reached:
+        reached = {id(f): f for m in self.queues()[cls] for f in self.reached(cls, m)}
+        for func in reached.values():
+            clocks = _clock_names(func)
+            for loop in (n for n in _own_nodes(func) if isinstance(n, ast.For)):
+                if not (
+                    isinstance(loop.iter, ast.Attribute)
+                    and getattr(loop.iter.value, "id", "") == "self"
+                    and isinstance(loop.target, ast.Name)
+                ):
                     continue
-                clocks = _clock_names(func)
-                for loop in (n for n in _own_nodes(func) if isinstance(n, ast.For)):
-                    if not (
-                        isinstance(loop.iter, ast.Attribute)
-                        and getattr(loop.iter.value, "id", "") == "self"
-                        and isinstance(loop.target, ast.Name)
-                    ):
-                        continue
-                    entry = loop.target.id
-                    for test_if in (n for n in ast.walk(loop) if isinstance(n, ast.If)):
-                        stamps = _elapsed_operands(test_if.test, clocks)
-                        on_entry = any(
-                            entry in {getattr(n, "id", None) for n in ast.walk(s)} for s in stamps
-                        )
-                        if on_entry and any(_fails(s) for s in test_if.body + test_if.orelse):
-                            return True
+                entry = loop.target.id
+                for test_if in (n for n in ast.walk(loop) if isinstance(n, ast.If)):
+                    stamps = _elapsed_operands(test_if.test, clocks)
+                    on_entry = any(
+                        entry in {getattr(n, "id", None) for n in ast.walk(s)} for s in stamps
+                    )
+                    if on_entry and any(_fails(s) for s in test_if.body + test_if.orelse):
+                        return True
         return False
 
 

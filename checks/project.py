@@ -11,6 +11,7 @@ from pdguard.sglang_names import (
     DISAGGREGATION_DIR,
     NEEDLES,
     RECEIVER_NEEDLES,
+    REQ_RECEIVER,
     SENDER_NEEDLES,
 )
 from pdguard.sglang_names import PREFILL_PATH as PREFILL
@@ -75,6 +76,8 @@ class Project:
         """The decode queues and the scheduler functions that poll them."""
         index = ClassIndex()
         for rel in sorted(self.texts):
-            if any(needle in self.texts[rel] for needle in DECODE_NEEDLES):
-                index.add_module(rel, self.tree(rel), self.texts[rel])  # type: ignore[arg-type]
+            text = self.texts[rel]
+            # a request's receiver, and a poll reduce or a decode queue of the scheduler
+            if REQ_RECEIVER in text and any(needle in text for needle in DECODE_NEEDLES):
+                index.add_module(rel, self.tree(rel), text)  # type: ignore[arg-type]
         return DecodeQueueModel(index)
