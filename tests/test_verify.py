@@ -308,7 +308,8 @@ def test_verify_exit_codes_and_formats(upstream: Upstream, capsys) -> None:
     assert main(["verify", "--repo", repo, *good, "--jobs", "1"]) == 0
     out = capsys.readouterr().out.splitlines()
     assert out[0].split() == ["REF", "COMMIT", "VERSION", *FIXES, "FINDINGS"]
-    assert out[1].split() == ["fork", upstream.sha("fork")[:12], "0.4.7", "carried", "carried", "0"]
+    # FINDINGS 2: PDG006 on 0.4.7's Mooncake and NIXL receivers (the fixes are prefill-side)
+    assert out[1].split() == ["fork", upstream.sha("fork")[:12], "0.4.7", "carried", "carried", "2"]
     assert len(out) == 3  # notes only for statuses that need a word
 
     assert main(["verify", "--repo", repo, "--tags", "v0.4.6", "--format", "github"]) == 1
