@@ -27,6 +27,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 from pdguard.sglang_names import (
+    DECODE_QUEUE_LIST,
     KVPOLL,
     POLL_ALL_REDUCE_PREFIX,
     PREPARE_ABORT,
@@ -375,7 +376,7 @@ def _only_probes_emptiness(test: ast.expr, targets: set[str]) -> bool:
         if isinstance(node, ast.Attribute):
             base = ast.unparse(node.value)
             if base in targets:
-                if node.attr != "queue":
+                if node.attr != DECODE_QUEUE_LIST:
                     return False
                 probed.add(base)
         elif isinstance(node, ast.Call) and _call_name(node) == "len" and node.args:

@@ -60,6 +60,8 @@ REQ_RECEIVER = "kv_receiver"
 # Scheduler attributes holding the decode queues (``SchedulerDisaggregationDecodeMixin``).
 DECODE_PREALLOC_QUEUE = "disagg_decode_prealloc_queue"
 DECODE_TRANSFER_QUEUE = "disagg_decode_transfer_queue"
+# The list of requests of each decode queue (``DecodePreallocQueue.queue``, ...).
+DECODE_QUEUE_LIST = "queue"
 # What fails a decode request: ``prepare_abort(req, ...)`` in the decode queues.
 PREPARE_ABORT = "prepare_abort"
 

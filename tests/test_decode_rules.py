@@ -339,3 +339,25 @@ def test_decode_rules_are_selectable() -> None:
     texts = {**decode(gate=RETRACTION_GATE), **_receivers(stamp="")}
     assert {f.code for f in checks.run(Project(texts))} == {"PDG006", "PDG007"}
     assert checks.run(Project(texts), ("PDG001", "PDG002", "PDG003", "PDG004", "PDG005")) == []
+
+
+def test_a_stamp_taken_at_construction_bounds_the_wait() -> None:
+    """A clock started in the constructor (as sgl-project/sglang#21477 proposed) also fires
+    once the indices were sent: the receiver does not wait forever (it may time out while
+    waiting for decode memory, which is another matter)."""
+    texts = _receivers(stamp="")
+    texts[_COMMON] = texts[_COMMON].replace(
+        "        self.init_time = None\n", "        self.init_time = time.time()\n"
+    )
+    assert _pdg006(texts) == set()
+
+
+def test_a_bare_return_before_the_stamp_is_judged() -> None:
+    """A send that returns early without failing the room leaves init_time None: reported."""
+    texts = _receivers()
+    texts[_MOONCAKE] = texts[_MOONCAKE].replace(
+        "        self.kv_mgr.send(self.bootstrap_room, kv_indices)\n",
+        "        if not kv_indices:\n            return\n"
+        "        self.kv_mgr.send(self.bootstrap_room, kv_indices)\n",
+    )
+    assert _pdg006(texts) == {"AscendKVReceiver.poll", "MooncakeKVReceiver.poll"}
