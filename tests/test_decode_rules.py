@@ -9,6 +9,7 @@ assert exactly which classes and places each reports.
 
 from __future__ import annotations
 
+import json
 import os
 
 import pytest
@@ -361,3 +362,17 @@ def test_a_bare_return_before_the_stamp_is_judged() -> None:
         "        self.kv_mgr.send(self.bootstrap_room, kv_indices)\n",
     )
     assert _pdg006(texts) == {"AscendKVReceiver.poll", "MooncakeKVReceiver.poll"}
+
+
+@pytest.mark.releases
+def test_check_cli_reports_the_decode_rules(capsys: pytest.CaptureFixture[str]) -> None:
+    from pdguard.cli import main
+
+    root = fetch_release("0.4.8")
+    assert main(["check", str(root), "--select", "PDG006,PDG007", "--format", "json"]) == 1
+    found = json.loads(capsys.readouterr().out)["findings"]
+    assert sorted((f["code"], f["symbol"]) for f in found) == sorted(expected("0.4.8"))
+    # the prefill fix alone: 0.4.8 has no inflight deadline, so PDG001 still fails it
+    assert main(["check", str(root), "--ignore", "PDG006,PDG007", "--format", "json"]) == 1
+    codes = {f["code"] for f in json.loads(capsys.readouterr().out)["findings"]}
+    assert codes and codes <= {"PDG001", "PDG002", "PDG003", "PDG004", "PDG005"}
