@@ -173,7 +173,6 @@ class PollVerdict:
     name: str
     uncovered: set[str] = field(default_factory=set)  # non-terminal KVPoll names left open
     returns_failed: bool = False
-    stamp_attrs: set[str] = field(default_factory=set)  # clock stamps set by the send methods
 
     @property
     def waits_forever(self) -> bool:
@@ -189,7 +188,6 @@ class _Interpreter:
         self.index = index
         self.cls = cls
         self.stack: list[tuple[str, str]] = []
-        self.sites: set[int] = set()  # every timeout check seen
         self.effective: set[int] = set()  # checks whose expired side fails the request
 
     # -- methods ---------------------------------------------------------------------
@@ -207,8 +205,10 @@ class _Interpreter:
             frame = state.frame()
             results = []
             for kind, out, value in self.block(func.body, frame, owner):
-                if kind in ("fall", "return"):
+                if kind == "return":
                     results.append(("return", out.frame(state.locals), value))
+                elif kind == "fall":  # off the end: returns None
+                    results.append(("return", out.frame(state.locals), frozenset({NONE})))
             return _cap(results, key=lambda o: (o[1], o[2]))
         finally:
             self.stack.pop()
@@ -313,7 +313,6 @@ class _Interpreter:
                 timed = _timeout_side(op, left, right)
                 if timed is not None:
                     site = id(node)
-                    self.sites.add(site)
                     (yes if timed else no).append(st2.note(site, True))
                     (no if timed else yes).append(st2.note(site, False))
                     continue
@@ -551,8 +550,6 @@ class ReceiverIndex:
         for st in states:
             outcomes += run.call_method("poll", State(st.attrs))
         verdict = PollVerdict(name)
-        for st in states:
-            verdict.stamp_attrs |= {a for a, v in st.attrs if v == frozenset({CLOCK})}
         for _, st, value in outcomes:
             if value & FAILED or st.marked_failed:
                 verdict.returns_failed = True
