@@ -386,15 +386,6 @@ def _only_probes_emptiness(test: ast.expr, targets: set[str]) -> bool:
     return probed == targets
 
 
-def _rebuilt_lists(func: ast.FunctionDef) -> Iterator[tuple[str, str]]:
-    """(attribute, local) for each ``self.<attribute> = <local>``."""
-    for node in _own_nodes(func):
-        if isinstance(node, ast.Assign) and isinstance(node.value, ast.Name):
-            for target in node.targets:
-                if isinstance(target, ast.Attribute) and getattr(target.value, "id", "") == "self":
-                    yield target.attr, node.value.id
-
-
 def _appends(func: ast.AST, local: str) -> list[ast.Call]:
     return [
         node
