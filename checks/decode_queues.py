@@ -104,16 +104,38 @@ def _is_clock(node: ast.AST, clocks: set[str]) -> bool:
     )
 
 
-def _elapsed_operands(test: ast.AST, clocks: set[str]) -> list[ast.expr]:
-    """The right operands of ``<clock> - <stamp>`` in ``test`` (also through a local assigned
-    from such a difference is not followed: SGLang compares them inline or one line up)."""
-    return [
-        node.right
-        for node in ast.walk(test)
-        if isinstance(node, ast.BinOp)
-        and isinstance(node.op, ast.Sub)
-        and _is_clock(node.left, clocks)
-    ]
+def _elapsed_locals(func: ast.AST, clocks: set[str]) -> dict[str, ast.expr]:
+    """Locals assigned ``<clock> - <stamp>`` in ``func``: name -> stamp."""
+    found = {}
+    for node in _own_nodes(func):
+        if isinstance(node, ast.Assign) and len(node.targets) == 1:
+            target, value = node.targets[0], node.value
+            if (
+                isinstance(target, ast.Name)
+                and isinstance(value, ast.BinOp)
+                and isinstance(value.op, ast.Sub)
+                and _is_clock(value.left, clocks)
+            ):
+                found[target.id] = value.right
+    return found
+
+
+def _elapsed_operands(
+    test: ast.AST, clocks: set[str], elapsed: dict[str, ast.expr] | None = None
+) -> list[ast.expr]:
+    """The stamps of the elapsed times ``test`` reads: ``<clock> - <stamp>`` inline, or a
+    local in ``elapsed`` (see ``_elapsed_locals``)."""
+    stamps = []
+    for node in ast.walk(test):
+        if (
+            isinstance(node, ast.BinOp)
+            and isinstance(node.op, ast.Sub)
+            and _is_clock(node.left, clocks)
+        ):
+            stamps.append(node.right)
+        elif isinstance(node, ast.Name) and elapsed and node.id in elapsed:
+            stamps.append(elapsed[node.id])
+    return stamps
 
 
 def _counters(func: ast.AST) -> set[str]:
@@ -334,6 +356,7 @@ class DecodeQueueModel:
         reached = {id(f): f for m in self.queues()[cls] for f in self.reached(cls, m)}
         for func in reached.values():
             clocks = _clock_names(func)
+            elapsed = _elapsed_locals(func, clocks)
             for loop in (n for n in _own_nodes(func) if isinstance(n, ast.For)):
                 if not (
                     isinstance(loop.iter, ast.Attribute)
@@ -343,7 +366,7 @@ class DecodeQueueModel:
                     continue
                 entry = loop.target.id
                 for test_if in (n for n in ast.walk(loop) if isinstance(n, ast.If)):
-                    stamps = _elapsed_operands(test_if.test, clocks)
+                    stamps = _elapsed_operands(test_if.test, clocks, elapsed)
                     on_entry = any(
                         entry in {getattr(n, "id", None) for n in ast.walk(s)} for s in stamps
                     )
@@ -430,6 +453,7 @@ def _bounded_in_loop(func: ast.FunctionDef, site: ast.Call) -> bool:
     if loop is None or isinstance(loop, ast.FunctionDef):
         return False
     counters, clocks = _counters(func), _clock_names(func)
+    elapsed = _elapsed_locals(func, clocks)
     for node in ast.walk(loop):
         if not isinstance(node, ast.If):
             continue
@@ -439,7 +463,7 @@ def _bounded_in_loop(func: ast.FunctionDef, site: ast.Call) -> bool:
             for compare in compares
             for part in ast.walk(compare)
             if isinstance(part, ast.Name | ast.Attribute | ast.Subscript)
-        ) or any(_elapsed_operands(compare, clocks) for compare in compares)
+        ) or any(_elapsed_operands(compare, clocks, elapsed) for compare in compares)
         if not bound:
             continue
         for branch in (node.body, node.orelse):

@@ -376,3 +376,20 @@ def test_check_cli_reports_the_decode_rules(capsys: pytest.CaptureFixture[str]) 
     assert main(["check", str(root), "--ignore", "PDG006,PDG007", "--format", "json"]) == 1
     codes = {f["code"] for f in json.loads(capsys.readouterr().out)["findings"]}
     assert codes and codes <= {"PDG001", "PDG002", "PDG003", "PDG004", "PDG005"}
+
+
+def test_elapsed_time_in_a_local_counts() -> None:
+    from pdguard.checks.pdg007_decode_queue_waits_forever import CALL_HELPER, HELPER, TIMED
+
+    waited = TIMED.replace(
+        "if time.monotonic() - decode_req.entered_at > TIMEOUT:",
+        "waited = time.monotonic() - decode_req.entered_at\n" + " " * 16 + "if waited > TIMEOUT:",
+    )
+    assert "waited = " in waited
+    assert _pdg007(decode(requeue=waited)) == []
+    helper = HELPER.replace(
+        "            if now - decode_req.entered_at > TIMEOUT:",
+        "            age = now - decode_req.entered_at\n            if age > TIMEOUT:",
+    )
+    assert "age = " in helper
+    assert _pdg007(decode(requeue=UNBOUNDED, helper=helper, call_helper=CALL_HELPER)) == []
