@@ -15,6 +15,8 @@ from .pdg002_deadline_per_rank import DeadlinePerRank
 from .pdg003_deadline_clock import DeadlineClock
 from .pdg004_sender_bootstrapping_forever import SenderBootstrappingForever
 from .pdg005_unbound_name import UnboundName
+from .pdg006_receiver_waits_forever import ReceiverWaitsForever
+from .pdg007_decode_queue_waits_forever import DecodeQueueWaitsForever
 from .project import Project
 
 RULES: tuple[Rule, ...] = (
@@ -24,6 +26,8 @@ RULES: tuple[Rule, ...] = (
     DeadlineClock(),
     SenderBootstrappingForever(),
     UnboundName(),
+    ReceiverWaitsForever(),
+    DecodeQueueWaitsForever(),
 )
 CODES = tuple(rule.code for rule in RULES)
 

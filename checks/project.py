@@ -6,10 +6,19 @@ import ast
 from collections.abc import Mapping
 from functools import cached_property, lru_cache
 
-from pdguard.sglang_names import DISAGGREGATION_DIR, NEEDLES, SENDER_NEEDLES
+from pdguard.sglang_names import (
+    DECODE_NEEDLES,
+    DISAGGREGATION_DIR,
+    NEEDLES,
+    RECEIVER_NEEDLES,
+    REQ_RECEIVER,
+    SENDER_NEEDLES,
+)
 from pdguard.sglang_names import PREFILL_PATH as PREFILL
 
+from .decode_queues import DecodeQueueModel
 from .inflight import InflightModel, analyse
+from .kv_receivers import ReceiverIndex
 from .kv_senders import ClassIndex
 
 
@@ -51,3 +60,24 @@ class Project:
             if any(needle in self.texts[rel] for needle in SENDER_NEEDLES):
                 index.add_module(rel, self.tree(rel), self.texts[rel])  # type: ignore[arg-type]
         return index
+
+    @cached_property
+    def receivers(self) -> ReceiverIndex:
+        """The ``BaseKVReceiver`` classes (a class index of their own: the sender rules read
+        ``classes`` only)."""
+        index = ClassIndex()
+        for rel in sorted(self.texts):
+            if any(needle in self.texts[rel] for needle in RECEIVER_NEEDLES):
+                index.add_module(rel, self.tree(rel), self.texts[rel])  # type: ignore[arg-type]
+        return ReceiverIndex(index)
+
+    @cached_property
+    def decode_queues(self) -> DecodeQueueModel:
+        """The decode queues and the scheduler functions that poll them."""
+        index = ClassIndex()
+        for rel in sorted(self.texts):
+            text = self.texts[rel]
+            # a request's receiver, and a poll reduce or a decode queue of the scheduler
+            if REQ_RECEIVER in text and any(needle in text for needle in DECODE_NEEDLES):
+                index.add_module(rel, self.tree(rel), text)  # type: ignore[arg-type]
+        return DecodeQueueModel(index)

@@ -47,6 +47,24 @@ MANAGER_CHECK_STATUS = "check_status"
 MANAGER_UPDATE_STATUS = "update_status"
 MANAGER_RECORD_FAILURE = "record_failure"
 
+# --- KV receivers (``*/conn.py``) and the decode queues (``decode.py``) ---------------------
+DECODE_PATH = f"{DISAGGREGATION_DIR}/decode.py"
+BASE_RECEIVER = "BaseKVReceiver"
+# The receiver methods that hand the KV indices to the prefill, in the order the decode queues
+# call them: ``init(kv_indices, aux_index)`` up to 0.5.9; ``init(prefill_dp_rank)`` and then
+# ``send_metadata(kv_indices, ...)`` from 0.5.10.
+RECEIVER_SEND_METHODS = ("init", "send_metadata")
+RECEIVER_ABORT = "abort"
+# ``DecodeRequest`` attribute holding the request's KV receiver.
+REQ_RECEIVER = "kv_receiver"
+# Scheduler attributes holding the decode queues (``SchedulerDisaggregationDecodeMixin``).
+DECODE_PREALLOC_QUEUE = "disagg_decode_prealloc_queue"
+DECODE_TRANSFER_QUEUE = "disagg_decode_transfer_queue"
+# The list of requests of each decode queue (``DecodePreallocQueue.queue``, ...).
+DECODE_QUEUE_LIST = "queue"
+# What fails a decode request: ``prepare_abort(req, ...)`` in the decode queues.
+PREPARE_ABORT = "prepare_abort"
+
 
 class KVPoll(IntEnum):
     """``sglang.srt.disaggregation.base.conn.KVPoll``. The all-reduce takes the MIN over the
@@ -70,4 +88,7 @@ INFLIGHT_TIMEOUT_ENV = "SGLANG_DISAGGREGATION_INFLIGHT_TIMEOUT"
 # --- Text prefilter -----------------------------------------------------------------------
 # Only files under DISAGGREGATION_DIR holding one of these can matter to a rule or a fix.
 SENDER_NEEDLES = ("KVSender", "KVManager")
-NEEDLES = (*SENDER_NEEDLES, INFLIGHT_QUEUE)
+RECEIVER_NEEDLES = ("KVReceiver",)
+# The decode rules read the files that name a request's ``kv_receiver`` and one of these.
+DECODE_NEEDLES = (DECODE_PREALLOC_QUEUE, DECODE_TRANSFER_QUEUE, POLL_ALL_REDUCE_PREFIX)
+NEEDLES = (*SENDER_NEEDLES, INFLIGHT_QUEUE, *RECEIVER_NEEDLES, REQ_RECEIVER)

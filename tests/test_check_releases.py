@@ -33,6 +33,11 @@ MOONCAKE_BROKEN = {
 }
 
 
+# The prefill rules. PDG006/PDG007 (decode side) still report unpatched decode code after
+# ``apply``, which fixes the prefill side only: tests/test_decode_rules.py asserts those.
+PREFILL_CODES = ("PDG001", "PDG002", "PDG003", "PDG004", "PDG005")
+
+
 def _codes_by_symbol(findings: list[checks.Finding]) -> set[tuple[str, str]]:
     return {(f.code, f.symbol) for f in findings}
 
@@ -46,7 +51,7 @@ def release_tree(request: pytest.FixtureRequest, tmp_path: Path):
 
 def test_unpatched_release_findings(release_tree) -> None:
     info, root = release_tree
-    findings = checks.run(load_project(open_tree(root)))
+    findings = checks.run(load_project(open_tree(root)), PREFILL_CODES)
     found = _codes_by_symbol(findings)
     # No release has an inflight deadline.
     assert any(code == "PDG001" for code, _ in found)
@@ -72,7 +77,7 @@ def patched(request: pytest.FixtureRequest, tmp_path: Path):
 
 def test_apply_then_check_is_clean(patched) -> None:
     _, texts = patched
-    assert checks.run(Project(texts)) == []
+    assert checks.run(Project(texts), PREFILL_CODES) == []
 
 
 @pytest.mark.parametrize("mutant", MUTANTS, ids=lambda m: m.name)
@@ -93,4 +98,4 @@ def test_correct_variant_is_clean(patched, name, variant) -> None:
     info, texts = patched
     changed = variant(texts)
     assert changed is not None, name
-    assert checks.run(Project(changed)) == [], f"{info.version}: {name}"
+    assert checks.run(Project(changed), PREFILL_CODES) == [], f"{info.version}: {name}"

@@ -133,6 +133,9 @@ def test_pre_commit_hooks_on_release(tmp_path: Path) -> None:
         f"    rev: {json.dumps(hook_rev)}\n"
         "    hooks:\n"
         "      - id: pdguard-check\n"
+        # The prefill rules: ``apply`` fixes the prefill side only, and the decode rules
+        # (PDG006/PDG007) still report 0.5.14's decode queues after it.
+        '        args: [".", "--select", "PDG001,PDG002,PDG003,PDG004,PDG005"]\n'
         "      - id: pdguard-apply\n"
         "        stages: [manual]\n"
     )

@@ -1,0 +1,473 @@
+"""The decode queues (``decode.py``) and the scheduler functions that poll them.
+
+Read-only analysis on ``ast``, over the modules that name a decode queue or a request's
+``kv_receiver`` (a ``ClassIndex`` of their own, so mixins resolve across files):
+
+- A *decode queue* is a class one of whose methods MIN-reduces its requests' receiver polls
+  (reaches a ``poll_and_all_reduce*`` call, itself or through ``self.*()`` helpers). Those
+  methods are its *poll methods* (``pop_preallocated``, ``pop_transferred``, ...).
+- A *polling function* is any other function that calls a poll method on an attribute
+  (``self.disagg_decode_transfer_queue.pop_transferred()``). An *early return* of one is a
+  ``return`` placed before some of its poll calls, unless its condition only asks whether the
+  queues it skips are empty.
+- A *pending list* is a queue attribute that a method rebuilds from a local list
+  (``self.pending_reqs = remaining``) while handing the other entries' receivers their
+  ``init()``/``send_metadata()``: the entries it keeps are waiting before their receiver's own
+  waiting clock starts. Each ``append``/``extend`` into that list (also inside a helper whose
+  returned list it is) is a *re-queue*. A re-queue is *bounded* when the loop around it also
+  fails requests under a retry counter or an elapsed-time comparison, or when the class
+  enforces a deadline on its entries (a loop over a queue attribute that compares an
+  elapsed time since an entry's stamp and fails the entry) in a method its poll methods reach.
+"""
+
+from __future__ import annotations
+
+import ast
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+
+from pdguard.sglang_names import (
+    DECODE_QUEUE_LIST,
+    KVPOLL,
+    POLL_ALL_REDUCE_PREFIX,
+    PREPARE_ABORT,
+    RECEIVER_ABORT,
+    RECEIVER_SEND_METHODS,
+    REQ_RECEIVER,
+    KVPoll,
+)
+
+from .kv_senders import ClassIndex, ClassInfo
+
+__all__ = ["DecodeQueueModel", "EarlyReturn", "Requeue"]
+
+CLOCKS = frozenset({"monotonic", "time", "perf_counter", "monotonic_ns", "time_ns"})
+
+
+def _call_name(call: ast.Call) -> str | None:
+    func = call.func
+    if isinstance(func, ast.Attribute):
+        return func.attr
+    if isinstance(func, ast.Name):
+        return func.id
+    return None
+
+
+def _own_nodes(func: ast.AST) -> Iterator[ast.AST]:
+    """The nodes of a function, not of the functions or lambdas nested in it."""
+    stack = list(ast.iter_child_nodes(func))
+    while stack:
+        node = stack.pop()
+        yield node
+        if not isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.Lambda):
+            stack.extend(ast.iter_child_nodes(node))
+
+
+def _parents(func: ast.AST) -> dict[ast.AST, ast.AST]:
+    parents: dict[ast.AST, ast.AST] = {}
+    for node in ast.walk(func):
+        for child in ast.iter_child_nodes(node):
+            parents[child] = node
+    return parents
+
+
+def _fails(node: ast.AST) -> bool:
+    """Does ``node`` fail a request: ``abort()``, ``prepare_abort(...)``, or store
+    ``KVPoll.Failed``?"""
+    for sub in ast.walk(node):
+        if isinstance(sub, ast.Call) and _call_name(sub) in (RECEIVER_ABORT, PREPARE_ABORT):
+            return True
+        if (
+            isinstance(sub, ast.Attribute)
+            and sub.attr == KVPoll.Failed.name
+            and getattr(sub.value, "id", getattr(sub.value, "attr", None)) == KVPOLL
+        ):
+            return True
+    return False
+
+
+def _clock_names(func: ast.AST) -> set[str]:
+    names = set()
+    for node in _own_nodes(func):
+        if (
+            isinstance(node, ast.Assign)
+            and isinstance(node.value, ast.Call)
+            and _call_name(node.value) in CLOCKS
+        ):
+            names |= {t.id for t in node.targets if isinstance(t, ast.Name)}
+    return names
+
+
+def _is_clock(node: ast.AST, clocks: set[str]) -> bool:
+    return (isinstance(node, ast.Call) and _call_name(node) in CLOCKS) or (
+        isinstance(node, ast.Name) and node.id in clocks
+    )
+
+
+def _elapsed_locals(func: ast.AST, clocks: set[str]) -> dict[str, ast.expr]:
+    """Locals assigned ``<clock> - <stamp>`` in ``func``: name -> stamp."""
+    found = {}
+    for node in _own_nodes(func):
+        if isinstance(node, ast.Assign) and len(node.targets) == 1:
+            target, value = node.targets[0], node.value
+            if (
+                isinstance(target, ast.Name)
+                and isinstance(value, ast.BinOp)
+                and isinstance(value.op, ast.Sub)
+                and _is_clock(value.left, clocks)
+            ):
+                found[target.id] = value.right
+    return found
+
+
+def _elapsed_operands(
+    test: ast.AST, clocks: set[str], elapsed: dict[str, ast.expr] | None = None
+) -> list[ast.expr]:
+    """The stamps of the elapsed times ``test`` reads: ``<clock> - <stamp>`` inline, or a
+    local in ``elapsed`` (see ``_elapsed_locals``)."""
+    stamps = []
+    for node in ast.walk(test):
+        if (
+            isinstance(node, ast.BinOp)
+            and isinstance(node.op, ast.Sub)
+            and _is_clock(node.left, clocks)
+        ):
+            stamps.append(node.right)
+        elif isinstance(node, ast.Name) and elapsed and node.id in elapsed:
+            stamps.append(elapsed[node.id])
+    return stamps
+
+
+def _counters(func: ast.AST) -> set[str]:
+    """Expressions (as source) that ``func`` increments: ``x += 1``, ``x = ... + 1``."""
+    found = set()
+    for node in _own_nodes(func):
+        if isinstance(node, ast.AugAssign) and isinstance(node.op, ast.Add):
+            found.add(ast.unparse(node.target))
+        elif (
+            isinstance(node, ast.Assign)
+            and isinstance(node.value, ast.BinOp)
+            and isinstance(node.value.op, ast.Add)
+            and isinstance(node.value.right, ast.Constant)
+            and node.value.right.value == 1
+        ):
+            found |= {ast.unparse(t) for t in node.targets}
+    return found
+
+
+@dataclass(frozen=True)
+class EarlyReturn:
+    rel: str
+    owner: ClassInfo | None
+    func: ast.FunctionDef
+    node: ast.Return
+    condition: str  # source of the test that leads to the return ("" if unconditional)
+    skipped: tuple[str, ...]  # "self.disagg_decode_transfer_queue.pop_transferred", ...
+
+
+@dataclass(frozen=True)
+class Requeue:
+    owner: ClassInfo
+    func: ast.FunctionDef  # where the append sits
+    node: ast.Call
+    attr: str  # the pending list, ``self.<attr>``
+    method: str  # the method that rebuilds it
+
+
+@dataclass
+class _Facts:
+    """What one function does, from one walk of its own nodes."""
+
+    reduces: bool = False  # calls poll_and_all_reduce*
+    receiver: bool = False  # reads a request's kv_receiver
+    hands_on: bool = False  # calls <x>.kv_receiver.init() / send_metadata()
+    calls: list[tuple[str, bool]] = field(default_factory=list)  # self.m() / super().m()
+    queue_calls: list[ast.Call] = field(default_factory=list)  # self.<queue>.<m>()
+    returns: list[ast.Return] = field(default_factory=list)
+    rebuilt: list[tuple[str, str]] = field(default_factory=list)  # self.<attr> = <local>
+
+
+def _facts_of(func: ast.FunctionDef) -> _Facts:
+    facts = _Facts()
+    for node in _own_nodes(func):
+        if isinstance(node, ast.Call):
+            name = _call_name(node) or ""
+            facts.reduces |= name.startswith(POLL_ALL_REDUCE_PREFIX)
+            callee = node.func
+            if not isinstance(callee, ast.Attribute):
+                continue
+            value = callee.value
+            if isinstance(value, ast.Name) and value.id == "self":
+                facts.calls.append((callee.attr, False))
+            elif (
+                isinstance(value, ast.Call)
+                and isinstance(value.func, ast.Name)
+                and value.func.id == "super"
+            ):
+                facts.calls.append((callee.attr, True))
+            elif isinstance(value, ast.Attribute):
+                if value.attr == REQ_RECEIVER and callee.attr in RECEIVER_SEND_METHODS:
+                    facts.hands_on = True
+                if isinstance(value.value, ast.Name) and value.value.id == "self":
+                    facts.queue_calls.append(node)
+        elif isinstance(node, ast.Attribute) and node.attr == REQ_RECEIVER:
+            facts.receiver = True
+        elif isinstance(node, ast.Return):
+            facts.returns.append(node)
+        elif isinstance(node, ast.Assign) and isinstance(node.value, ast.Name):
+            for target in node.targets:
+                if isinstance(target, ast.Attribute) and getattr(target.value, "id", "") == "self":
+                    facts.rebuilt.append((target.attr, node.value.id))
+    return facts
+
+
+class DecodeQueueModel:
+    def __init__(self, index: ClassIndex) -> None:
+        self.index = index
+        self._queues: dict[str, set[str]] | None = None
+        self._facts: dict[int, _Facts] = {}
+        self._reach: dict[tuple[str, str], list[ast.FunctionDef]] = {}
+
+    def facts(self, func: ast.FunctionDef) -> _Facts:
+        if id(func) not in self._facts:
+            self._facts[id(func)] = _facts_of(func)
+        return self._facts[id(func)]
+
+    def reached(self, cls: str, method: str) -> list[ast.FunctionDef]:
+        """The functions ``method`` of ``cls`` runs: itself and the ``self.*()`` and
+        ``super()`` methods it calls, transitively."""
+        key = (cls, method)
+        if key not in self._reach:
+            found: list[ast.FunctionDef] = []
+            seen: set[tuple[str, str]] = set()
+            stack: list[tuple[str, str | None]] = [(method, None)]
+            while stack:
+                meth, after = stack.pop()
+                owner = self.index.resolve(cls, meth, after)
+                if owner is None or (owner.name, meth) in seen:
+                    continue
+                seen.add((owner.name, meth))
+                func = owner.methods[meth]
+                found.append(func)
+                for name, via_super in self.facts(func).calls:
+                    stack.append((name, owner.name if via_super else None))
+            self._reach[key] = found
+        return self._reach[key]
+
+    # -- queues and their poll methods --------------------------------------------------
+
+    def queues(self) -> dict[str, set[str]]:
+        """Decode queue classes -> their poll methods (own or inherited)."""
+        if self._queues is None:
+            self._queues = {}
+            for name in sorted(self.index.classes):
+                methods = {m for c in self.index.mro(name) for m in c.methods}
+                polls = {m for m in methods if self._reduces_receiver_polls(name, m)}
+                if polls:
+                    self._queues[name] = polls
+        return self._queues
+
+    def _reduces_receiver_polls(self, cls: str, method: str) -> bool:
+        facts = [self.facts(f) for f in self.reached(cls, method)]
+        return any(f.reduces for f in facts) and any(f.receiver for f in facts)
+
+    def poll_methods(self) -> set[str]:
+        return {m for polls in self.queues().values() for m in polls}
+
+    # -- (b) polling functions that return before polling ------------------------------
+
+    def _functions(self) -> Iterator[tuple[str, ClassInfo | None, ast.FunctionDef]]:
+        queues = self.queues()
+        for rel, tree in sorted(self.index.modules.items()):
+            for node in tree.body:
+                if isinstance(node, ast.FunctionDef):
+                    yield rel, None, node
+                elif isinstance(node, ast.ClassDef) and node.name not in queues:
+                    info = self.index.classes.get(node.name)
+                    if info is None or info.rel != rel:
+                        continue
+                    for item in node.body:
+                        if isinstance(item, ast.FunctionDef):
+                            yield rel, info, item
+
+    def early_returns(self) -> Iterator[EarlyReturn]:
+        polls = self.poll_methods()
+        for rel, owner, func in self._functions():
+            facts = self.facts(func)
+            calls = [c for c in facts.queue_calls if c.func.attr in polls]  # type: ignore[attr-defined]
+            if not calls:
+                continue
+            parents = _parents(func)
+            for ret in facts.returns:
+                skipped = sorted(
+                    {ast.unparse(c.func) for c in calls if _before(ret, c)}
+                    - {ast.unparse(c.func) for c in calls if _before(c, ret)}
+                )
+                if not skipped:
+                    continue
+                test = _guard(ret, parents)
+                targets = {name.rsplit(".", 1)[0] for name in skipped}
+                if test is not None and _only_probes_emptiness(test, targets):
+                    continue
+                condition = ast.unparse(test) if test is not None else ""
+                yield EarlyReturn(rel, owner, func, ret, condition, tuple(skipped))
+
+    # -- (a) pending lists re-queued without a bound --------------------------------------
+
+    def requeues(self) -> Iterator[Requeue]:
+        for cls in self.queues():
+            info = self.index.classes[cls]
+            for method, func in info.methods.items():
+                for attr, local in self.facts(func).rebuilt:
+                    if not any(self.facts(f).hands_on for f in self.reached(cls, method)):
+                        continue
+                    if self._deadline_on_entries(cls):
+                        continue
+                    for site_func, site in self._sites(cls, func, local):
+                        if not _bounded_in_loop(site_func, site):
+                            yield Requeue(info, site_func, site, attr, method)
+
+    def _sites(
+        self, cls: str, func: ast.FunctionDef, local: str
+    ) -> Iterator[tuple[ast.FunctionDef, ast.Call]]:
+        yield from ((func, call) for call in _appends(func, local))
+        for node in _own_nodes(func):
+            if not (isinstance(node, ast.Assign) and isinstance(node.value, ast.Call)):
+                continue
+            callee = node.value.func
+            if not (
+                isinstance(callee, ast.Attribute) and getattr(callee.value, "id", "") == "self"
+            ):
+                continue
+            owner = self.index.resolve(cls, callee.attr)
+            if owner is None:
+                continue
+            helper = owner.methods[callee.attr]
+            for target in node.targets:
+                position = _position_of(target, local)
+                if position is None:
+                    continue
+                for returned in _returned_names(helper, position):
+                    yield from ((helper, call) for call in _appends(helper, returned))
+
+    def _deadline_on_entries(self, cls: str) -> bool:
+        """A loop over a queue attribute, reached from a poll method, that fails an entry
+        once the time since its stamp exceeds a limit."""
+        reached = {id(f): f for m in self.queues()[cls] for f in self.reached(cls, m)}
+        for func in reached.values():
+            clocks = _clock_names(func)
+            elapsed = _elapsed_locals(func, clocks)
+            for loop in (n for n in _own_nodes(func) if isinstance(n, ast.For)):
+                if not (
+                    isinstance(loop.iter, ast.Attribute)
+                    and getattr(loop.iter.value, "id", "") == "self"
+                    and isinstance(loop.target, ast.Name)
+                ):
+                    continue
+                entry = loop.target.id
+                for test_if in (n for n in ast.walk(loop) if isinstance(n, ast.If)):
+                    stamps = _elapsed_operands(test_if.test, clocks, elapsed)
+                    on_entry = any(
+                        entry in {getattr(n, "id", None) for n in ast.walk(s)} for s in stamps
+                    )
+                    if on_entry and any(_fails(s) for s in test_if.body + test_if.orelse):
+                        return True
+        return False
+
+
+def _before(a: ast.AST, b: ast.AST) -> bool:
+    return (a.lineno, a.col_offset) < (b.lineno, b.col_offset)  # type: ignore[attr-defined]
+
+
+def _guard(node: ast.AST, parents: dict[ast.AST, ast.AST]) -> ast.expr | None:
+    """The test of the innermost ``if`` around ``node`` (negated when in its ``else``)."""
+    child, parent = node, parents.get(node)
+    while parent is not None and not isinstance(parent, ast.FunctionDef):
+        if isinstance(parent, ast.If):
+            if child in parent.body:
+                return parent.test
+            return ast.UnaryOp(op=ast.Not(), operand=parent.test)
+        child, parent = parent, parents.get(parent)
+    return None
+
+
+def _only_probes_emptiness(test: ast.expr, targets: set[str]) -> bool:
+    """``test`` reads the skipped queues only through ``len(q)``, ``q.queue`` or ``len(q.queue)``,
+    and reads every one of them."""
+    probed: set[str] = set()
+    for node in ast.walk(test):
+        if isinstance(node, ast.Attribute):
+            base = ast.unparse(node.value)
+            if base in targets:
+                if node.attr != DECODE_QUEUE_LIST:
+                    return False
+                probed.add(base)
+        elif isinstance(node, ast.Call) and _call_name(node) == "len" and node.args:
+            arg = ast.unparse(node.args[0])
+            if arg in targets:
+                probed.add(arg)
+    return probed == targets
+
+
+def _appends(func: ast.AST, local: str) -> list[ast.Call]:
+    return [
+        node
+        for node in _own_nodes(func)
+        if isinstance(node, ast.Call)
+        and isinstance(node.func, ast.Attribute)
+        and node.func.attr in ("append", "extend", "insert")
+        and isinstance(node.func.value, ast.Name)
+        and node.func.value.id == local
+    ]
+
+
+def _position_of(target: ast.expr, local: str) -> int | None:
+    if isinstance(target, ast.Name) and target.id == local:
+        return -1
+    if isinstance(target, ast.Tuple):
+        for i, elt in enumerate(target.elts):
+            if isinstance(elt, ast.Name) and elt.id == local:
+                return i
+    return None
+
+
+def _returned_names(helper: ast.FunctionDef, position: int) -> set[str]:
+    names = set()
+    for node in _own_nodes(helper):
+        if isinstance(node, ast.Return) and node.value is not None:
+            value = node.value
+            if position >= 0 and isinstance(value, ast.Tuple) and position < len(value.elts):
+                value = value.elts[position]
+            if isinstance(value, ast.Name):
+                names.add(value.id)
+    return names
+
+
+def _bounded_in_loop(func: ast.FunctionDef, site: ast.Call) -> bool:
+    """The innermost loop around ``site`` also fails requests under a retry counter or an
+    elapsed-time comparison, on a branch that does not hold ``site``."""
+    parents = _parents(func)
+    loop = parents.get(site)
+    while loop is not None and not isinstance(loop, ast.For | ast.While | ast.FunctionDef):
+        loop = parents.get(loop)
+    if loop is None or isinstance(loop, ast.FunctionDef):
+        return False
+    counters, clocks = _counters(func), _clock_names(func)
+    elapsed = _elapsed_locals(func, clocks)
+    for node in ast.walk(loop):
+        if not isinstance(node, ast.If):
+            continue
+        compares = [n for n in ast.walk(node.test) if isinstance(n, ast.Compare)]
+        bound = any(
+            ast.unparse(part) in counters
+            for compare in compares
+            for part in ast.walk(compare)
+            if isinstance(part, ast.Name | ast.Attribute | ast.Subscript)
+        ) or any(_elapsed_operands(compare, clocks, elapsed) for compare in compares)
+        if not bound:
+            continue
+        for branch in (node.body, node.orelse):
+            holds_site = any(site is n for stmt in branch for n in ast.walk(stmt))
+            if not holds_site and any(_fails(stmt) for stmt in branch):
+                return True
+    return False

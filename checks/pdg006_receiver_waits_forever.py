@@ -1,0 +1,196 @@
+"""PDG006: a KV receiver can wait forever once its KV indices were sent to the prefill.
+
+What it does
+    For every subclass of ``BaseKVReceiver`` in the tree (resolved through inheritance across
+    files, and through the helper methods its ``poll()`` calls) whose ``poll`` and
+    index-sending methods are implemented, runs the receiver's life abstractly: the
+    constructor, then ``init()`` and ``send_metadata()`` (the calls that hand the KV indices to
+    the prefill), then ``poll()``. Reports a receiver whose ``poll()`` can then still return a
+    non-terminal ``KVPoll`` (WaitingForInput, Bootstrapping, Transferring, or a status read
+    from its manager) on a path that passed no waiting timeout that can fire: an elapsed time
+    since a clock stamp that is set by then, compared with a limit, whose expired side fails
+    the request (returns ``KVPoll.Failed`` or stores it, also through ``abort()``). It says so
+    when ``poll()`` has no path that returns Failed at all. A receiver that is always terminal
+    once the indices were sent (``FakeKVReceiver``) is not reported.
+
+Why is this bad
+    After the indices were sent the request sits in the decode transfer queue, holding its KV
+    pages, a request slot and a metadata buffer, until the receiver reports Success or Failed.
+    If the prefill dies, restarts, or drops the request (a client abort, its own bootstrap
+    timeout, pdguard's inflight deadline), no release tells the decode; only
+    ``SGLANG_DISAGGREGATION_WAITING_TIMEOUT`` frees it. Mooncake had none before 0.4.9.post1
+    and NIXL before 0.5.6: their stuck requests pile up until the decode admits nothing.
+
+Example
+    A NIXL receiver as in 0.4.8.post1 - 0.5.2: ``poll()`` returns WaitingForInput until the
+    transfer is done, and has no clock and no Failed path.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+from .model import Finding, Rule
+from .project import Project
+
+_BASE = """\
+from abc import ABC, abstractmethod
+
+
+class KVPoll:
+    Failed = 0
+    Bootstrapping = 1
+    WaitingForInput = 2
+    Transferring = 3
+    Success = 4
+
+
+class BaseKVReceiver(ABC):
+    @abstractmethod
+    def init(self, kv_indices, aux_index=None): ...
+
+    @abstractmethod
+    def poll(self) -> KVPoll: ...
+"""
+_RECEIVER = """\
+import time
+
+from sglang.srt.disaggregation.base.conn import BaseKVReceiver, KVPoll
+
+TIMEOUT = 300
+
+
+class NixlKVReceiver(BaseKVReceiver):
+    def __init__(self, mgr, bootstrap_addr, bootstrap_room=None):
+        self.kv_mgr = mgr
+        self.room = bootstrap_room
+        self.conclude_state = None
+        self.init_time = None
+        self.kv_mgr.update_status(self.room, KVPoll.Bootstrapping)
+        self.kv_mgr.update_status(self.room, KVPoll.WaitingForInput)
+
+    def init(self, kv_indices, aux_index=None):
+        self.kv_mgr.send(self.room, kv_indices)
+{stamp}
+    def poll(self) -> KVPoll:
+        if self.conclude_state is not None:
+            return self.conclude_state
+        status = self.kv_mgr.check_status(self.room)
+        if status in (KVPoll.Success, KVPoll.Failed):
+            self.conclude_state = status
+{check}        return status
+{helper}"""
+_STAMP = "        self.init_time = time.time()\n"
+_INLINE = """\
+        elif status == KVPoll.WaitingForInput and self.init_time is not None:
+            if time.time() - self.init_time > TIMEOUT:
+                self.conclude_state = KVPoll.Failed
+                return KVPoll.Failed
+"""
+# The same check in a helper, with other names and a monotonic clock.
+_CALL_HELPER = """\
+        else:
+            verdict = self._expire()
+            if verdict is not None:
+                return verdict
+"""
+_HELPER = """
+    def _expire(self):
+        if self.init_time is None:
+            return None
+        waited = time.monotonic() - self.init_time
+        if waited < TIMEOUT:
+            return None
+        self.abort()
+        return KVPoll.Failed
+
+    def abort(self):
+        self.conclude_state = KVPoll.Failed
+"""
+_FAKE = """\
+from sglang.srt.disaggregation.base.conn import BaseKVReceiver, KVPoll
+
+
+class FakeKVReceiver(BaseKVReceiver):
+    def __init__(self, mgr, bootstrap_addr, bootstrap_room=None):
+        self.has_init = False
+
+    def init(self, kv_indices, aux_index=None):
+        self.has_init = True
+
+    def poll(self) -> KVPoll:
+        if self.has_init is False:
+            return KVPoll.WaitingForInput
+        return KVPoll.Success
+"""
+# 0.4.8.post1 - 0.5.2 NIXL: no clock, no Failed path.
+_NO_FAILED = """\
+from sglang.srt.disaggregation.base.conn import BaseKVReceiver, KVPoll
+
+
+class NixlKVReceiver(BaseKVReceiver):
+    def __init__(self, mgr, bootstrap_addr, bootstrap_room=None):
+        self.kv_mgr = mgr
+        self.started_transfer = False
+
+    def init(self, kv_indices, aux_index=None):
+        self.started_transfer = True
+
+    def poll(self) -> KVPoll:
+        if not self.started_transfer:
+            return KVPoll.WaitingForInput
+        if self.kv_mgr.check_transfer_done():
+            return KVPoll.Success
+        return KVPoll.WaitingForInput
+"""
+
+
+def _tree(receiver: str, rel: str = "nixl/conn.py") -> dict[str, str]:
+    return {
+        "sglang/srt/disaggregation/base/conn.py": _BASE,
+        f"sglang/srt/disaggregation/{rel}": receiver,
+    }
+
+
+def _nixl(stamp: str = _STAMP, check: str = _INLINE, helper: str = "") -> dict[str, str]:
+    return _tree(_RECEIVER.format(stamp=stamp, check=check, helper=helper))
+
+
+class ReceiverWaitsForever(Rule):
+    code = "PDG006"
+    name = "receiver-waits-forever"
+    VALID = (
+        _nixl(),
+        _nixl(check=_CALL_HELPER, helper=_HELPER),
+        _tree(_FAKE, "fake/conn.py"),  # always terminal once init() ran
+    )
+    INVALID = (
+        _nixl(check=""),  # no waiting timeout
+        _nixl(stamp=""),  # init_time stays None: the check never fires
+        # expired, but nothing fails; then a helper that returns None once expired
+        _nixl(check=_INLINE.split("                self.conclude")[0] + " " * 16 + "pass\n"),
+        _nixl(check=_CALL_HELPER, helper=_HELPER.replace("waited < ", "waited > ")),
+        _tree(_NO_FAILED),
+    )
+
+    def check(self, project: Project) -> Iterator[Finding]:
+        receivers = project.receivers
+        for name in receivers.concrete():
+            verdict = receivers.verdict(name)
+            if not verdict.waits_forever:
+                continue
+            states = ", ".join(sorted(verdict.uncovered))
+            problems = [f"poll() can return {states} with no waiting timeout that can fire"]
+            if not verdict.returns_failed:
+                problems.append("poll() never returns Failed")
+            info = receivers.index.classes[name]
+            owner = receivers.index.resolve(name, "poll")
+            node = owner.methods["poll"] if owner is info else info.node  # type: ignore[union-attr]
+            yield self.finding(
+                info.rel,
+                node.lineno,
+                node.col_offset + 1,
+                f"{name}.poll",
+                f"{name} can wait forever after its KV indices were sent to the prefill: "
+                + "; ".join(problems),
+            )

@@ -1,0 +1,207 @@
+"""PDG007: a decode queue keeps a request that waits on the prefill, with no bound.
+
+What it does
+    Finds the decode queues (classes that MIN-reduce their requests' receiver polls) and
+    reports two places where a request can wait on the prefill for ever:
+
+    - a *re-queue without a bound*: a queue method rebuilds a list of requests whose receiver
+      it has not handed on yet (``self.pending_reqs = remaining``, while it calls
+      ``kv_receiver.init()`` for the others), and puts an entry back into it (``append`` or
+      ``extend``, also in a helper whose returned list it is) where nothing bounds the wait:
+      neither the loop around it (a retry counter or an elapsed-time comparison whose other
+      branch fails the request) nor a deadline the queue enforces on its entries (a loop over
+      the queue, reached from its poll methods, that fails an entry once the time since its
+      stamp exceeds a limit);
+    - an *early return that skips polling*: a function that polls the decode queues
+      (``process_decode_queue``) returns before some of its poll calls, on a condition other
+      than "the skipped queues are empty".
+
+Why is this bad
+    A receiver's own waiting timeout starts only when its KV indices are sent. A request whose
+    prefill DP rank never resolves (the prefill lost or rejected the room) is re-queued into
+    ``pending_reqs`` every step in SGLang 0.5.10 - 0.5.23, with no counter and no deadline: it
+    stays Bootstrapping until a heartbeat failure of the whole prefill or a client abort.
+    And while a retracted request waits for memory (0.4.7.post1 - 0.5.23),
+    ``process_decode_queue`` returns before polling either queue: timeouts, heartbeat
+    failures and aborts of the requests already waiting are not acted on and their KV is not
+    freed, so with the running batch drained nothing frees the memory the retracted request
+    waits for.
+
+Example
+    ``if len(self.disagg_decode_prealloc_queue.retracted_queue) > 0: return`` before
+    ``pop_preallocated()`` and ``pop_transferred()``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+from pdguard.sglang_names import DECODE_PATH
+
+from .model import Finding, Rule
+from .project import Project
+
+_DECODE = """\
+import time
+
+from sglang.srt.disaggregation.base.conn import KVPoll
+from sglang.srt.disaggregation.utils import poll_and_all_reduce
+
+MAX_RETRIES = 15
+TIMEOUT = 300
+
+
+class DecodePreallocQueue:
+    def __init__(self, kv_manager, gloo_group):
+        self.kv_manager = kv_manager
+        self.gloo_group = gloo_group
+        self.queue = []
+        self.pending_reqs = []
+        self.retracted_queue = []
+        self.retries = {{}}
+
+    def add(self, decode_req):
+        decode_req.entered_at = time.monotonic()
+        self.queue.append(decode_req)
+        self.pending_reqs.append(decode_req)
+
+    def _resolve_pending_reqs(self):
+        remaining = []
+        for decode_req in self.pending_reqs:
+            rank = self.kv_manager.lookup_rank(decode_req.req.bootstrap_room)
+            if rank is not None:
+                decode_req.kv_receiver.init(rank)
+            else:
+{requeue}
+        self.pending_reqs = remaining
+{helper}
+    def pop_preallocated(self):
+        self._resolve_pending_reqs()
+{call_helper}        receivers = [r.kv_receiver for r in self.queue]
+        polls = poll_and_all_reduce(receivers, self.gloo_group)
+        ready = [r for r, poll in zip(self.queue, polls) if poll == KVPoll.WaitingForInput]
+        self.queue = [r for r in self.queue if r not in ready]
+        return ready
+
+
+class DecodeTransferQueue:
+    def __init__(self, gloo_group):
+        self.gloo_group = gloo_group
+        self.queue = []
+
+    def extend(self, decode_reqs):
+        self.queue.extend(decode_reqs)
+
+    def pop_transferred(self):
+        polls = poll_and_all_reduce([r.kv_receiver for r in self.queue], self.gloo_group)
+        done = [r for r, poll in zip(self.queue, polls) if poll == KVPoll.Success]
+        self.queue = [r for r in self.queue if r not in done]
+        return [r.req for r in done]
+
+
+class SchedulerDisaggregationDecodeMixin:
+    def process_decode_queue(self):
+{gate}        req_conns = self.disagg_decode_prealloc_queue.pop_preallocated()
+        self.disagg_decode_transfer_queue.extend(req_conns)
+        alloc_reqs = self.disagg_decode_transfer_queue.pop_transferred()
+        self.waiting_queue.extend(alloc_reqs)
+{late_gate}"""
+_INDENT = " " * 16
+UNBOUNDED = _INDENT + "remaining.append(decode_req)\n"
+COUNTED = f"""\
+{_INDENT}count = self.retries.get(decode_req.req.rid, 0) + 1
+{_INDENT}self.retries[decode_req.req.rid] = count
+{_INDENT}if count >= MAX_RETRIES:
+{_INDENT}    decode_req.kv_receiver.abort()
+{_INDENT}else:
+{_INDENT}    remaining.append(decode_req)
+"""
+TIMED = f"""\
+{_INDENT}if time.monotonic() - decode_req.entered_at > TIMEOUT:
+{_INDENT}    decode_req.kv_receiver.abort()
+{_INDENT}else:
+{_INDENT}    remaining.append(decode_req)
+"""
+# A deadline the queue enforces on every entry before its poll.
+HELPER = """
+    def _expire_overdue(self):
+        now = time.monotonic()
+        for decode_req in self.queue:
+            if now - decode_req.entered_at > TIMEOUT:
+                decode_req.kv_receiver.abort()
+"""
+CALL_HELPER = "        self._expire_overdue()\n"
+RETRACTION_GATE = """\
+        if len(self.disagg_decode_prealloc_queue.retracted_queue) > 0:
+            return
+"""
+EMPTY_GATE = """\
+        if not self.disagg_decode_prealloc_queue.queue and not len(
+            self.disagg_decode_transfer_queue.queue
+        ):
+            return
+"""
+LATE_GATE = """\
+        if len(self.disagg_decode_prealloc_queue.retracted_queue) > 0:
+            return
+        self.admit_new_requests()
+"""
+
+
+def decode(
+    *,
+    requeue: str = COUNTED,
+    helper: str = "",
+    call_helper: str = "",
+    gate: str = "",
+    late_gate: str = "",
+) -> dict[str, str]:
+    text = _DECODE.format(
+        requeue=requeue, helper=helper, call_helper=call_helper, gate=gate, late_gate=late_gate
+    )
+    return {DECODE_PATH: text}
+
+
+class DecodeQueueWaitsForever(Rule):
+    code = "PDG007"
+    name = "decode-queue-waits-forever"
+    VALID = (
+        decode(),
+        decode(requeue=TIMED),
+        decode(requeue=UNBOUNDED, helper=HELPER, call_helper=CALL_HELPER),
+        decode(gate=EMPTY_GATE),
+        decode(late_gate=LATE_GATE),  # the gate comes after both polls
+    )
+    INVALID = (
+        decode(requeue=UNBOUNDED),
+        decode(requeue=UNBOUNDED, helper=HELPER),  # the deadline is never called
+        # counted, but reaching the limit fails nothing
+        decode(requeue=COUNTED.replace("decode_req.kv_receiver.abort()", "print(count)")),
+        decode(gate=RETRACTION_GATE),
+    )
+
+    def check(self, project: Project) -> Iterator[Finding]:
+        model = project.decode_queues
+        for requeue in model.requeues():
+            yield self.finding(
+                requeue.owner.rel,
+                requeue.node.lineno,
+                requeue.node.col_offset + 1,
+                f"{requeue.owner.name}.{requeue.func.name}",
+                f"a request is put back into self.{requeue.attr} (rebuilt by "
+                f"{requeue.method}, before its KV receiver is initialised) with no retry "
+                "counter or deadline: if the prefill never answers for it, it waits forever",
+            )
+        for early in model.early_returns():
+            where = f"{early.owner.name}.{early.func.name}" if early.owner else early.func.name
+            skipped = " and ".join(f"{name.removeprefix('self.')}()" for name in early.skipped)
+            condition = f" while `{early.condition}`" if early.condition else ""
+            yield self.finding(
+                early.rel,
+                early.node.lineno,
+                early.node.col_offset + 1,
+                where,
+                f"{where} returns before polling {skipped}{condition}: waiting timeouts, "
+                "heartbeat failures and aborts of the requests in those queues are not acted "
+                "on, and their KV is not freed, until the condition clears",
+            )

@@ -1,0 +1,395 @@
+"""The decode-side rules: PDG006 (receiver-waits-forever) and PDG007
+(decode-queue-waits-forever).
+
+Hand-written SGLang-shaped trees show what each rule judges; the release tests run both rules
+over real releases fetched through ``vendor_sglang``: one or two per decode shape family D1 -
+D13 (the families of the decode reference), all 62 with ``PDGUARD_ALL_RELEASES=1``, and
+assert exactly which classes and places each reports.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+
+import pytest
+
+from pdguard import checks
+from pdguard.checking import load_project
+from pdguard.checks.pdg006_receiver_waits_forever import ReceiverWaitsForever
+from pdguard.checks.pdg007_decode_queue_waits_forever import (
+    COUNTED,
+    RETRACTION_GATE,
+    UNBOUNDED,
+    DecodeQueueWaitsForever,
+    decode,
+)
+from pdguard.checks.project import Project
+from pdguard.tree import open_tree
+from pdguard.vendor_sglang import fetch_release, load_manifest
+
+DECODE_CODES = ("PDG006", "PDG007")
+VERSIONS = [r.version for r in load_manifest()]
+
+# Decode shape families (first and last release of each), as the decode reference names them.
+FAMILIES = {
+    "D1": ("0.4.6", "0.4.6.post4"),  # Failed raises in both queues
+    "D2": ("0.4.6.post5", "0.4.6.post5"),  # prepare_abort; no retraction gate
+    "D3": ("0.4.7", "0.4.7"),
+    "D4": ("0.4.7.post1", "0.4.8"),  # + retraction gate in process_decode_queue
+    "D5": ("0.4.8.post1", "0.4.9"),
+    "D6": ("0.4.9.post1", "0.5.2"),  # Mooncake waiting timeout (inline)
+    "D7": ("0.5.3", "0.5.5.post3"),  # NIXL: a Failed path, still no timeout
+    "D8": ("0.5.6", "0.5.9"),  # NIXL waiting timeout
+    "D9": ("0.5.10", "0.5.12.post1"),  # receiver lifecycle split: pending_reqs
+    "D10": ("0.5.13", "0.5.16"),  # _check_waiting_timeout helper
+    "D11": ("0.5.17", "0.5.19"),
+    "D12": ("0.5.20", "0.5.21"),
+    "D13": ("0.5.22", "0.5.23"),  # CommonKVReceiver._poll
+}
+# One release per family, plus the releases on either side of each verdict change.
+CI_RELEASES = (
+    "0.4.6",  # D1
+    "0.4.6.post5",  # D2
+    "0.4.7",  # D3, last without the retraction gate
+    "0.4.8",  # D4
+    "0.4.9",  # D5, last Mooncake without a waiting timeout
+    "0.4.9.post1",  # D6, first with it
+    "0.5.5.post3",  # D7, last NIXL without one
+    "0.5.6",  # D8, first NIXL with one
+    "0.5.10",  # D9, first with pending_reqs
+    "0.5.14",  # D10
+    "0.5.17",  # D11
+    "0.5.21",  # D12
+    "0.5.23",  # D13
+)
+RELEASES = VERSIONS if os.environ.get("PDGUARD_ALL_RELEASES") == "1" else list(CI_RELEASES)
+
+
+def _index(version: str) -> int:
+    return VERSIONS.index(version)
+
+
+def _within(version: str, first: str, last: str) -> bool:
+    return _index(first) <= _index(version) <= _index(last)
+
+
+def family(version: str) -> str:
+    return next(name for name, span in FAMILIES.items() if _within(version, *span))
+
+
+def expected(version: str) -> set[tuple[str, str]]:
+    """What the decode reference says each release must report (verified on all 62)."""
+    found = set()
+    if _within(version, "0.4.6", "0.4.9"):
+        found.add(("PDG006", "MooncakeKVReceiver.poll"))
+    if _within(version, "0.4.6", "0.5.5.post3"):
+        found.add(("PDG006", "NixlKVReceiver.poll"))
+    if _within(version, "0.5.10", "0.5.23"):
+        found.add(("PDG007", "DecodePreallocQueue._resolve_pending_reqs"))
+    if _within(version, "0.4.7.post1", "0.5.23"):
+        found.add(("PDG007", "SchedulerDisaggregationDecodeMixin.process_decode_queue"))
+    return found
+
+
+def test_families_cover_every_release_once() -> None:
+    assert [family(v) for v in VERSIONS] == sorted(
+        (family(v) for v in VERSIONS), key=lambda f: int(f[1:])
+    )
+    assert {family(v) for v in CI_RELEASES} == set(FAMILIES)
+
+
+@pytest.mark.releases
+@pytest.mark.parametrize("version", RELEASES)
+def test_decode_rules_on_release(version: str) -> None:
+    project = load_project(open_tree(fetch_release(version)))
+    findings = checks.run(project, DECODE_CODES)
+    found = [(f.code, f.symbol) for f in findings]
+    assert len(found) == len(set(found)), f"{version}: a place reported twice: {found}"
+    assert set(found) == expected(version), f"{version} ({family(version)})"
+    for finding in findings:
+        assert finding.path.startswith("sglang/srt/disaggregation/")
+        line = project.texts[finding.path].splitlines()[finding.line - 1]
+        if finding.symbol.endswith(".poll"):
+            assert line.lstrip().startswith("def poll"), line
+        elif finding.symbol.endswith("_resolve_pending_reqs"):
+            # the re-queue of a request whose prefill DP rank is not known
+            assert "remaining.append(" in line, line
+        else:
+            assert line.strip() == "return", line
+            assert "retracted_queue" in finding.message
+    # NIXL has no Failed path at all up to 0.5.2 (0.5.3 fails a room on a node failure).
+    nixl = [f.message for f in findings if f.symbol == "NixlKVReceiver.poll"]
+    if nixl:
+        assert ("never returns Failed" in nixl[0]) == _within(version, "0.4.6", "0.5.2")
+
+
+@pytest.mark.releases
+@pytest.mark.parametrize("version", RELEASES)
+def test_receivers_seen_on_release(version: str) -> None:
+    """The rule looks at every real receiver: Ascend through Mooncake, Mori from 0.5.9,
+    CommonKVReceiver once it has a whole poll path (0.5.23), and the fake one."""
+    receivers = load_project(open_tree(fetch_release(version))).receivers
+    concrete = set(receivers.concrete())
+    assert {"MooncakeKVReceiver", "NixlKVReceiver"} <= concrete
+    assert ("FakeKVReceiver" in concrete) == (version != "0.4.6")
+    assert ("AscendKVReceiver" in concrete) == _within(version, "0.4.9.post2", "0.5.23")
+    assert ("MoriKVReceiver" in concrete) == _within(version, "0.5.9", "0.5.23")
+    assert ("CommonKVReceiver" in concrete) == (version == "0.5.23")
+    if "FakeKVReceiver" in concrete:  # always terminal once init() ran: never reported
+        assert not receivers.verdict("FakeKVReceiver").waits_forever
+
+
+# --- hand-written trees ------------------------------------------------------------------
+
+_BASE = "sglang/srt/disaggregation/base/conn.py"
+_MOONCAKE = "sglang/srt/disaggregation/mooncake/conn.py"
+_ASCEND = "sglang/srt/disaggregation/ascend/conn.py"
+_COMMON = "sglang/srt/disaggregation/common/conn.py"
+
+BASE = """\
+from abc import ABC, abstractmethod
+
+
+class KVPoll:
+    Failed = 0
+    Bootstrapping = 1
+    WaitingForInput = 2
+    Transferring = 3
+    Success = 4
+
+
+class BaseKVReceiver(ABC):
+    @abstractmethod
+    def init(self, prefill_dp_rank): ...
+
+    @abstractmethod
+    def send_metadata(self, kv_indices, aux_index=None): ...
+
+    @abstractmethod
+    def poll(self) -> KVPoll: ...
+"""
+# The 0.5.10+ lifecycle: Bootstrapping at construction, WaitingForInput after init(), the
+# clock stamped in send_metadata(); the check in a helper of the common base.
+COMMON = """\
+import time
+
+from sglang.srt.disaggregation.base.conn import BaseKVReceiver, KVPoll
+
+
+class CommonKVReceiver(BaseKVReceiver):
+    def __init__(self, mgr, bootstrap_addr, bootstrap_room=None):
+        self.kv_mgr = mgr
+        self.bootstrap_room = bootstrap_room
+        self.conclude_state = None
+        self.init_time = None
+        self.kv_mgr.update_status(self.bootstrap_room, KVPoll.Bootstrapping)
+
+    def init(self, prefill_dp_rank):
+        if self.kv_mgr.lookup(prefill_dp_rank) is None:
+            self.conclude_state = KVPoll.Failed
+            self.kv_mgr.update_status(self.bootstrap_room, KVPoll.Failed)
+            return
+        self.kv_mgr.update_status(self.bootstrap_room, KVPoll.WaitingForInput)
+
+    def send_metadata(self, kv_indices, aux_index=None):
+        raise NotImplementedError
+
+    def _check_waiting_timeout(self):
+        if self.init_time is None:
+            return None
+        elapsed = time.time() - self.init_time
+        if elapsed < self.kv_mgr.waiting_timeout:
+            return None
+        self.conclude_state = KVPoll.Failed
+        return KVPoll.Failed
+"""
+MOONCAKE = """\
+import time
+
+from sglang.srt.disaggregation.common.conn import CommonKVReceiver
+from sglang.srt.disaggregation.base.conn import KVPoll
+
+
+class MooncakeKVReceiver(CommonKVReceiver):
+    def send_metadata(self, kv_indices, aux_index=None):
+        self.kv_mgr.send(self.bootstrap_room, kv_indices)
+{stamp}
+    def poll(self):
+        if self.conclude_state is not None:
+            return self.conclude_state
+        status = self.kv_mgr.check_status(self.bootstrap_room)
+        if status in (KVPoll.Success, KVPoll.Failed):
+            self.conclude_state = status
+        elif status == KVPoll.WaitingForInput:
+            timeout_result = self._check_waiting_timeout()
+            if timeout_result is not None:
+                return timeout_result
+        return status
+"""
+ASCEND = """\
+from sglang.srt.disaggregation.mooncake.conn import MooncakeKVReceiver
+
+
+class AscendKVReceiver(MooncakeKVReceiver):
+    pass
+"""
+STAMP = "        self.init_time = time.time()\n"
+
+
+def _receivers(stamp: str = STAMP) -> dict[str, str]:
+    return {
+        _BASE: BASE,
+        _COMMON: COMMON,
+        _MOONCAKE: MOONCAKE.format(stamp=stamp),
+        _ASCEND: ASCEND,
+    }
+
+
+def _pdg006(texts: dict[str, str]) -> set[str]:
+    return {f.symbol for f in ReceiverWaitsForever().check(Project(texts))}
+
+
+def test_receivers_resolve_across_files_and_through_helpers() -> None:
+    assert _pdg006(_receivers()) == set()
+    receivers = Project(_receivers()).receivers
+    # CommonKVReceiver's send_metadata raises NotImplementedError: a base, not a receiver.
+    assert set(receivers.concrete()) == {"AscendKVReceiver", "MooncakeKVReceiver"}
+
+
+def test_a_subclass_inherits_the_missing_stamp() -> None:
+    findings = list(ReceiverWaitsForever().check(Project(_receivers(stamp=""))))
+    assert {f.symbol for f in findings} == {"AscendKVReceiver.poll", "MooncakeKVReceiver.poll"}
+    ascend = next(f for f in findings if f.symbol == "AscendKVReceiver.poll")
+    # reported at the class that inherits the poll, in its own file
+    assert (ascend.path, ascend.line) == (_ASCEND, 4)
+    assert "WaitingForInput" in ascend.message and "never returns Failed" not in ascend.message
+
+
+def test_bootstrapping_is_waiting_for_input_by_the_time_indices_are_sent() -> None:
+    """The decode queue sends the indices only after poll() said WaitingForInput: a WFI-only
+    timeout covers a receiver that is still Bootstrapping right after init()."""
+    texts = _receivers()
+    texts[_COMMON] = texts[_COMMON].replace(
+        "        self.kv_mgr.update_status(self.bootstrap_room, KVPoll.WaitingForInput)\n", ""
+    )
+    assert _pdg006(texts) == set()
+
+
+def test_a_status_the_receiver_sets_after_the_send_is_judged() -> None:
+    texts = _receivers()
+    texts[_MOONCAKE] = texts[_MOONCAKE].replace(
+        STAMP,
+        STAMP + "        self.kv_mgr.update_status(self.bootstrap_room, KVPoll.Transferring)\n",
+    )
+    # Transferring is not covered by the WaitingForInput-only check
+    findings = list(ReceiverWaitsForever().check(Project(texts)))
+    assert findings and all("Transferring" in f.message for f in findings)
+
+
+def test_a_deadline_stamp_counts() -> None:
+    texts = _receivers()
+    texts[_COMMON] = texts[_COMMON].replace(
+        """        elapsed = time.time() - self.init_time
+        if elapsed < self.kv_mgr.waiting_timeout:""",
+        """        if time.time() < self.init_time + self.kv_mgr.waiting_timeout:""",
+    )
+    assert _pdg006(texts) == set()
+
+
+def _pdg007(texts: dict[str, str]) -> list[str]:
+    return [f.symbol for f in DecodeQueueWaitsForever().check(Project(texts))]
+
+
+def test_pending_requeue_needs_a_bound() -> None:
+    texts = decode(requeue=UNBOUNDED)
+    assert _pdg007(texts) == ["DecodePreallocQueue._resolve_pending_reqs"]
+    assert _pdg007(decode(requeue=COUNTED)) == []
+
+
+def test_retraction_gate_reported_once_per_return() -> None:
+    texts = decode(gate=RETRACTION_GATE)
+    [finding] = DecodeQueueWaitsForever().check(Project(texts))
+    assert finding.symbol == "SchedulerDisaggregationDecodeMixin.process_decode_queue"
+    assert "pop_preallocated() and disagg_decode_transfer_queue.pop_transferred()" in (
+        finding.message
+    )
+
+
+def test_a_gate_that_skips_only_the_prealloc_poll_is_still_reported() -> None:
+    texts = decode()
+    decode_py = next(iter(texts))
+    texts[decode_py] = texts[decode_py].replace(
+        """        req_conns = self.disagg_decode_prealloc_queue.pop_preallocated()
+        self.disagg_decode_transfer_queue.extend(req_conns)
+        alloc_reqs = self.disagg_decode_transfer_queue.pop_transferred()
+""",
+        """        alloc_reqs = self.disagg_decode_transfer_queue.pop_transferred()
+        if len(self.disagg_decode_prealloc_queue.retracted_queue) > 0:
+            return
+        req_conns = self.disagg_decode_prealloc_queue.pop_preallocated()
+        self.disagg_decode_transfer_queue.extend(req_conns)
+""",
+    )
+    [finding] = DecodeQueueWaitsForever().check(Project(texts))
+    assert "pop_transferred" not in finding.message and "pop_preallocated" in finding.message
+
+
+def test_decode_rules_are_selectable() -> None:
+    assert {"PDG006", "PDG007"} <= set(checks.CODES)
+    texts = {**decode(gate=RETRACTION_GATE), **_receivers(stamp="")}
+    assert {f.code for f in checks.run(Project(texts))} == {"PDG006", "PDG007"}
+    assert checks.run(Project(texts), ("PDG001", "PDG002", "PDG003", "PDG004", "PDG005")) == []
+
+
+def test_a_stamp_taken_at_construction_bounds_the_wait() -> None:
+    """A clock started in the constructor (as sgl-project/sglang#21477 proposed) also fires
+    once the indices were sent: the receiver does not wait forever (it may time out while
+    waiting for decode memory, which is another matter)."""
+    texts = _receivers(stamp="")
+    texts[_COMMON] = texts[_COMMON].replace(
+        "        self.init_time = None\n", "        self.init_time = time.time()\n"
+    )
+    assert _pdg006(texts) == set()
+
+
+def test_a_bare_return_before_the_stamp_is_judged() -> None:
+    """A send that returns early without failing the room leaves init_time None: reported."""
+    texts = _receivers()
+    texts[_MOONCAKE] = texts[_MOONCAKE].replace(
+        "        self.kv_mgr.send(self.bootstrap_room, kv_indices)\n",
+        "        if not kv_indices:\n            return\n"
+        "        self.kv_mgr.send(self.bootstrap_room, kv_indices)\n",
+    )
+    assert _pdg006(texts) == {"AscendKVReceiver.poll", "MooncakeKVReceiver.poll"}
+
+
+@pytest.mark.releases
+def test_check_cli_reports_the_decode_rules(capsys: pytest.CaptureFixture[str]) -> None:
+    from pdguard.cli import main
+
+    root = fetch_release("0.4.8")
+    assert main(["check", str(root), "--select", "PDG006,PDG007", "--format", "json"]) == 1
+    found = json.loads(capsys.readouterr().out)["findings"]
+    assert sorted((f["code"], f["symbol"]) for f in found) == sorted(expected("0.4.8"))
+    # the prefill fix alone: 0.4.8 has no inflight deadline, so PDG001 still fails it
+    assert main(["check", str(root), "--ignore", "PDG006,PDG007", "--format", "json"]) == 1
+    codes = {f["code"] for f in json.loads(capsys.readouterr().out)["findings"]}
+    assert codes and codes <= {"PDG001", "PDG002", "PDG003", "PDG004", "PDG005"}
+
+
+def test_elapsed_time_in_a_local_counts() -> None:
+    from pdguard.checks.pdg007_decode_queue_waits_forever import CALL_HELPER, HELPER, TIMED
+
+    waited = TIMED.replace(
+        "if time.monotonic() - decode_req.entered_at > TIMEOUT:",
+        "waited = time.monotonic() - decode_req.entered_at\n" + " " * 16 + "if waited > TIMEOUT:",
+    )
+    assert "waited = " in waited
+    assert _pdg007(decode(requeue=waited)) == []
+    helper = HELPER.replace(
+        "            if now - decode_req.entered_at > TIMEOUT:",
+        "            age = now - decode_req.entered_at\n            if age > TIMEOUT:",
+    )
+    assert "age = " in helper
+    assert _pdg007(decode(requeue=UNBOUNDED, helper=helper, call_helper=CALL_HELPER)) == []
