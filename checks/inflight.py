@@ -76,7 +76,6 @@ class DeadlineCheck:
 class InflightModel:
     class_name: str
     function: ast.FunctionDef
-    poll_line: int
     keep_sites: list[ast.Call] = field(default_factory=list)
     appends: list[ast.Call] = field(default_factory=list)
     stamps: dict[int, Stamp | None] = field(default_factory=dict)  # id(append) -> stamp
@@ -365,7 +364,7 @@ def analyse(module: ast.Module) -> InflightModel | None:
         and n.func.id.startswith(POLL_ALL_REDUCE_PREFIX)
     ]
     poll = polls[0] if polls else None
-    model = InflightModel(index.owner[id(function)], function, poll.lineno if poll else 0)
+    model = InflightModel(index.owner[id(function)], function)
 
     # Keep sites: appends to the list that becomes the new queue.
     kept = {

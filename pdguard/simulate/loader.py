@@ -77,7 +77,6 @@ class Built:
     mixin: type
     bootstrap_queue: type
     nixl_sender: type | None
-    namespaces: dict[str, dict[str, object]]
 
 
 @dataclass
@@ -125,7 +124,6 @@ class Target:
             mixin=cls(self.mixin),
             bootstrap_queue=cls(self.bootstrap_queue),
             nixl_sender=cls(self.nixl_sender) if self.nixl_sender else None,
-            namespaces=namespaces,
         )
 
 
