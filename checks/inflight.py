@@ -356,17 +356,20 @@ def analyse(module: ast.Module) -> InflightModel | None:
     function = index.methods.get(FUNCTION)
     if function is None:
         return None
-    polls = [
-        n
-        for n in ast.walk(function)
-        if isinstance(n, ast.Call)
-        and isinstance(n.func, ast.Name)
-        and n.func.id.startswith(POLL_ALL_REDUCE_PREFIX)
-    ]
-    poll = polls[0] if polls else None
+    scope = index.scope(function)
     model = InflightModel(index.owner[id(function)], function)
+    model.keep_sites = _keep_sites(function)
+    blocks, model.assigned_attrs = _blocks_and_clock_attrs(module, scope)
+    for append, block, position in _queue_appends(blocks):
+        model.appends.append(append)
+        model.stamps[id(append)] = _entry_stamp(index, append, block, position)
+    model.restamps = _restamps(function, scope)
+    model.checks = _positioned_checks(index, function)
+    return model
 
-    # Keep sites: appends to the list that becomes the new queue.
+
+def _keep_sites(function: ast.FunctionDef) -> list[ast.Call]:
+    """Appends to the list that becomes the new queue, in source order."""
     kept = {
         node.value.id
         for node in ast.walk(function)
@@ -374,7 +377,7 @@ def analyse(module: ast.Module) -> InflightModel | None:
         and isinstance(node.value, ast.Name)
         and any(is_self_attr(t, QUEUE) for t in node.targets)
     }
-    model.keep_sites = [
+    sites = [
         n
         for n in ast.walk(function)
         if isinstance(n, ast.Call)
@@ -383,44 +386,80 @@ def analyse(module: ast.Module) -> InflightModel | None:
         and isinstance(n.func.value, ast.Name)
         and n.func.value.id in kept
     ]
-    model.keep_sites.sort(key=lambda n: (n.lineno, n.col_offset))
+    sites.sort(key=lambda n: (n.lineno, n.col_offset))
+    return sites
 
-    # One walk of the module: its statement blocks (to find the entry points), and the clock
-    # values given to attributes anywhere (to tell "stamped too early" from "never").
-    scope = index.scope(function)
+
+def _blocks_and_clock_attrs(
+    module: ast.Module, scope: _Scope
+) -> tuple[list[list[ast.stmt]], set[str]]:
+    """One walk of the module: its statement blocks (to find the entry points), and the
+    attributes given a clock value anywhere (to tell "stamped too early" from "never")."""
     blocks = []
+    assigned_attrs: set[str] = set()
     for node in ast.walk(module):
         blocks += _own_blocks(node)
         if isinstance(node, ast.Assign) and scope.is_clock(node.value):
-            model.assigned_attrs |= {t.attr for t in node.targets if isinstance(t, ast.Attribute)}
+            assigned_attrs |= {t.attr for t in node.targets if isinstance(t, ast.Attribute)}
+    return blocks, assigned_attrs
 
-    # Entry points and their stamps.
+
+def _queue_appends(
+    blocks: list[list[ast.stmt]],
+) -> Iterator[tuple[ast.Call, list[ast.stmt], int]]:
+    """The entry points: each ``self.<queue>.append(...)`` statement's call, with its block and
+    its position there."""
     for block in blocks:
         for position, stmt in enumerate(block):
-            if not (
+            if (
                 isinstance(stmt, ast.Expr)
                 and isinstance(stmt.value, ast.Call)
                 and isinstance(stmt.value.func, ast.Attribute)
                 and stmt.value.func.attr == "append"
                 and is_self_attr(stmt.value.func.value, QUEUE)
             ):
-                continue
-            append = stmt.value
-            model.appends.append(append)
-            arg = append.args[0] if append.args else None
-            req = arg.id if isinstance(arg, ast.Name) else None
-            model.stamps[id(append)] = (
-                _stamp_before(index, append, block, position, req) if req else None
-            )
+                yield stmt.value, block, position
 
+
+def _entry_stamp(
+    index: _ModuleIndex, append: ast.Call, block: list[ast.stmt], position: int
+) -> Stamp | None:
+    """The stamp set on the request an entry point appends (None if it appends no name)."""
+    arg = append.args[0] if append.args else None
+    req = arg.id if isinstance(arg, ast.Name) else None
+    return _stamp_before(index, append, block, position, req) if req else None
+
+
+def _restamps(function: ast.FunctionDef, scope: _Scope) -> list[Stamp]:
+    """Clock values given to attributes inside ``function`` (a stamp rewritten on keep)."""
+    restamps = []
     for node in ast.walk(function):
         if isinstance(node, ast.Assign) and scope.is_clock(node.value):
             for target in node.targets:
                 if isinstance(target, ast.Attribute) and isinstance(target.value, ast.Name):
-                    model.restamps.append(Stamp(target.attr, node.lineno, node.col_offset, False))
+                    restamps.append(Stamp(target.attr, node.lineno, node.col_offset, False))
+    return restamps
 
-    # Deadline checks, by where they run relative to the poll all-reduce.
+
+def _poll_call(function: ast.FunctionDef) -> ast.Call | None:
+    """The first ``poll_and_all_reduce*()`` call in ``function``."""
+    return next(
+        (
+            n
+            for n in ast.walk(function)
+            if isinstance(n, ast.Call)
+            and isinstance(n.func, ast.Name)
+            and n.func.id.startswith(POLL_ALL_REDUCE_PREFIX)
+        ),
+        None,
+    )
+
+
+def _positioned_checks(index: _ModuleIndex, function: ast.FunctionDef) -> list[DeadlineCheck]:
+    """The deadline checks, each with where it runs relative to the poll all-reduce."""
+    poll = _poll_call(function)
     poll_position = _enclosing_statement(function.body, poll) if poll is not None else None
+    checks = []
     for position, stmt in enumerate(function.body):
         for check in _checks_in(index, function, stmt, {FUNCTION}):
             if poll_position is None or position >= poll_position:
@@ -429,5 +468,5 @@ def analyse(module: ast.Module) -> InflightModel | None:
                 check.position = "conditional"
             else:
                 check.position = "before"
-            model.checks.append(check)
-    return model
+            checks.append(check)
+    return checks
