@@ -100,7 +100,6 @@ class DeadlineCheck:
 class InflightModel:
     class_name: str
     function: ast.FunctionDef
-    poll_line: int
     keep_sites: list[ast.Call] = field(default_factory=list)
     entries: list[Entry] = field(default_factory=list)
     stamps: dict[int, Stamp | None] = field(default_factory=dict)  # id(entry.stmt) -> stamp
@@ -319,28 +318,9 @@ def _fails_sender(
     return False
 
 
-def _enclosing_statement(body: list[ast.stmt], node: ast.AST) -> int | None:
-    for position, stmt in enumerate(body):
-        if any(n is node for n in ast.walk(stmt)):
-            return position
-    return None
-
-
 def _conditional(stmt: ast.stmt) -> bool:
     """Does what ``stmt`` holds run behind a condition, rather than on every call?"""
     return isinstance(stmt, ast.If | ast.While | ast.Try | ast.With | ast.Match)
-
-
-def _stamp_before(
-    index: _ModuleIndex, append: ast.Call, block: list[ast.stmt], position: int, req: str
-) -> Stamp | None:
-    """The stamp set on ``req`` by the statements before ``append`` in its block."""
-    stamp = None
-    for stmt in block[:position]:
-        found = _stamps_in(index, stmt, req)
-        if found is not None:
-            stamp = found
-    return stamp
 
 
 def _stamps_in(index: _ModuleIndex, stmt: ast.stmt, req: str, depth: int = 0) -> Stamp | None:
@@ -603,7 +583,7 @@ def _keeps(entry: Entry, taken: set[str], kept: set[str]) -> bool:
     return isinstance(entry.requests, ast.Name) and entry.requests.id in kept
 
 
-def _escapes(module: ast.Module, entries: set[int]) -> Iterator[Unmodelled]:
+def _escapes(module: ast.Module) -> Iterator[Unmodelled]:
     """Uses of the queue that pdguard cannot follow: bound to another name, passed to a
     function, or a method it does not know."""
     parents = {id(c): n for n in ast.walk(module) for c in ast.iter_child_nodes(n)}
@@ -652,28 +632,35 @@ def analyse(module: ast.Module) -> InflightModel | None:
     if function is None:
         return None
     flow = _Flow(index)
-    poll_position = next((i for i, stmt in enumerate(function.body) if flow.may_poll(stmt)), None)
-    model = InflightModel(index.owner[id(function)], function, 0)
-    if poll_position is None:
-        model.unmodelled.append(
-            Unmodelled(
-                function.lineno,
-                function.col_offset + 1,
-                f"{FUNCTION}() polls its requests in no way pdguard recognises (no "
-                f"{POLL_ALL_REDUCE_PREFIX}*() call, directly or in a method it calls)",
-            )
-        )
-
-    # Keep sites: appends to the lists that become the queue again.
+    scope = index.scope(function)
+    poll_position = next((i for i, s in enumerate(function.body) if flow.may_poll(s)), None)
+    model = InflightModel(index.owner[id(function)], function)
     taken, kept = _queued_names(function)
-    kept |= {
+    model.keep_sites = _keep_sites(function, kept)
+    model.unmodelled += _unrecognised(function, poll_position, model.keep_sites)
+    blocks, model.assigned_attrs = _blocks_and_clock_attrs(module, scope)
+    inside = {id(n) for n in ast.walk(function)}
+    for entry, block, position in _queue_entries(blocks):
+        if id(entry.stmt) in inside and _keeps(entry, taken, kept):
+            continue  # a request taken from the queue goes back: not a new entry
+        model.entries.append(entry)
+        model.stamps[id(entry.stmt)] = _stamp_of(index, flow, entry, block, position)
+    model.unmodelled += _escapes(module)
+    model.restamps = _restamps(function, scope)
+    model.checks = _positioned_checks(index, function, poll_position)
+    return model
+
+
+def _keep_sites(function: ast.FunctionDef, kept: set[str]) -> list[ast.Call]:
+    """Appends to the lists that become the queue again, in source order."""
+    kept = kept | {
         node.value.id
         for node in ast.walk(function)
         if isinstance(node, ast.Assign)
         and isinstance(node.value, ast.Name)
         and any(_is_queue(t) for t in node.targets)
     }
-    model.keep_sites = [
+    sites = [
         n
         for n in ast.walk(function)
         if isinstance(n, ast.Call)
@@ -682,45 +669,70 @@ def analyse(module: ast.Module) -> InflightModel | None:
         and isinstance(n.func.value, ast.Name)
         and n.func.value.id in kept
     ]
-    model.keep_sites.sort(key=lambda n: (n.lineno, n.col_offset))
-    if not model.keep_sites:
-        model.unmodelled.append(
-            Unmodelled(
-                function.lineno,
-                function.col_offset + 1,
-                f"{FUNCTION}() keeps waiting requests in no way pdguard recognises (no list "
-                f"that becomes {QUEUE} again)",
-            )
+    sites.sort(key=lambda n: (n.lineno, n.col_offset))
+    return sites
+
+
+def _unrecognised(
+    function: ast.FunctionDef, poll_position: int | None, keep_sites: list[ast.Call]
+) -> Iterator[Unmodelled]:
+    """What pdguard does not recognise in the inflight function itself."""
+    where = (function.lineno, function.col_offset + 1)
+    if poll_position is None:
+        yield Unmodelled(
+            *where,
+            f"{FUNCTION}() polls its requests in no way pdguard recognises (no "
+            f"{POLL_ALL_REDUCE_PREFIX}*() call, directly or in a method it calls)",
+        )
+    if not keep_sites:
+        yield Unmodelled(
+            *where,
+            f"{FUNCTION}() keeps waiting requests in no way pdguard recognises (no list that "
+            f"becomes {QUEUE} again)",
         )
 
-    # One walk of the module: its statement blocks (to find the entry points), and the clock
-    # values given to attributes anywhere (to tell "stamped too early" from "never").
-    scope = index.scope(function)
+
+def _blocks_and_clock_attrs(
+    module: ast.Module, scope: _Scope
+) -> tuple[list[list[ast.stmt]], set[str]]:
+    """One walk of the module: its statement blocks (to find the entry points), and the
+    attributes given a clock value anywhere (to tell "stamped too early" from "never")."""
     blocks = []
+    assigned_attrs: set[str] = set()
     for node in ast.walk(module):
         blocks += _own_blocks(node)
         if isinstance(node, ast.Assign) and scope.is_clock(node.value):
-            model.assigned_attrs |= {t.attr for t in node.targets if isinstance(t, ast.Attribute)}
+            assigned_attrs |= {t.attr for t in node.targets if isinstance(t, ast.Attribute)}
+    return blocks, assigned_attrs
 
-    # Entry points and their stamps.
-    inside = {id(n) for n in ast.walk(function)}
+
+def _queue_entries(
+    blocks: list[list[ast.stmt]],
+) -> Iterator[tuple[Entry, list[ast.stmt], int]]:
+    """Every statement that puts requests into the queue, with its block and position."""
     for block in blocks:
         for position, stmt in enumerate(block):
             entry = _entry(stmt)
-            if entry is None or (id(stmt) in inside and _keeps(entry, taken, kept)):
-                continue
-            model.entries.append(entry)
-            model.stamps[id(stmt)] = _stamp_of(index, flow, entry, block, position)
-    model.entries.sort(key=lambda e: (e.stmt.lineno, e.stmt.col_offset))
-    model.unmodelled += _escapes(module, {id(e.stmt) for e in model.entries})
+            if entry is not None:
+                yield entry, block, position
 
+
+def _restamps(function: ast.FunctionDef, scope: _Scope) -> list[Stamp]:
+    """Clock values given to attributes inside ``function`` (a stamp rewritten on keep)."""
+    restamps = []
     for node in ast.walk(function):
         if isinstance(node, ast.Assign) and scope.is_clock(node.value):
             for target in node.targets:
                 if isinstance(target, ast.Attribute) and isinstance(target.value, ast.Name):
-                    model.restamps.append(Stamp(target.attr, node.lineno, node.col_offset, False))
+                    restamps.append(Stamp(target.attr, node.lineno, node.col_offset, False))
+    return restamps
 
-    # Deadline checks, by where they run relative to the poll all-reduce.
+
+def _positioned_checks(
+    index: _ModuleIndex, function: ast.FunctionDef, poll_position: int | None
+) -> list[DeadlineCheck]:
+    """The deadline checks, each with where it runs relative to the poll all-reduce."""
+    checks = []
     for position, stmt in enumerate(function.body):
         for check in _checks_in(index, function, stmt, {FUNCTION}):
             if poll_position is None or position >= poll_position:
@@ -729,5 +741,5 @@ def analyse(module: ast.Module) -> InflightModel | None:
                 check.position = "conditional"
             else:
                 check.position = "before"
-            model.checks.append(check)
-    return model
+            checks.append(check)
+    return checks

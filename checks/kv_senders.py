@@ -12,7 +12,14 @@ import ast
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
-from pdguard.sglang_names import BASE_SENDER, BOOTSTRAP_TIMEOUT_ENV
+from pdguard.sglang_names import (
+    BASE_SENDER,
+    BOOTSTRAP_TIMEOUT_ENV,
+    CHECK_BOOTSTRAP_TIMEOUT,
+    MANAGER_CHECK_STATUS,
+    MANAGER_UPDATE_STATUS,
+    SENDER_INIT_TIME,
+)
 
 __all__ = ["BASE_SENDER", "BOOTSTRAP_TIMEOUT_ENV", "ClassIndex", "SenderFacts", "is_self_attr"]
 
@@ -176,7 +183,7 @@ class ClassIndex:
                 targets, value = node.targets, node.value
             elif isinstance(node, ast.AnnAssign) and node.value is not None:
                 targets, value = [node.target], node.value
-            if any(is_self_attr(t, "init_time") for t in targets):
+            if any(is_self_attr(t, SENDER_INIT_TIME) for t in targets):
                 is_none = isinstance(value, ast.Constant) and value.value is None
                 state = "none" if is_none else "time"
         return state
@@ -185,10 +192,10 @@ class ClassIndex:
         poll_nodes = list(self.reached(name, "poll"))
         init_nodes = list(self.reached(name, "__init__"))
         reads_status = any(
-            isinstance(n, ast.Call) and _call_name(n) == "check_status" for n in poll_nodes
+            isinstance(n, ast.Call) and _call_name(n) == MANAGER_CHECK_STATUS for n in poll_nodes
         ) or any(
             # check_status passed as a callable: 0.5.22 _poll_with_status(kv_mgr.check_status)
-            isinstance(n, ast.Attribute) and n.attr == "check_status"
+            isinstance(n, ast.Attribute) and n.attr == MANAGER_CHECK_STATUS
             for n in poll_nodes
         )
         returns_bootstrapping = any(
@@ -199,15 +206,15 @@ class ClassIndex:
         )
         sets_bootstrapping = any(
             isinstance(n, ast.Call)
-            and _call_name(n) == "update_status"
+            and _call_name(n) == MANAGER_UPDATE_STATUS
             and n.args
             and isinstance(n.args[-1], ast.Attribute)
             and n.args[-1].attr == "Bootstrapping"
             for n in init_nodes
         )
         check_reached = any(
-            (isinstance(n, ast.Call) and _call_name(n) == "_check_bootstrap_timeout")
-            or (is_self_attr(n, "init_time") and isinstance(n.ctx, ast.Load))
+            (isinstance(n, ast.Call) and _call_name(n) == CHECK_BOOTSTRAP_TIMEOUT)
+            or (is_self_attr(n, SENDER_INIT_TIME) and isinstance(n.ctx, ast.Load))
             for n in poll_nodes
         )
         return SenderFacts(
@@ -218,7 +225,7 @@ class ClassIndex:
             can_bootstrap=returns_bootstrapping or (reads_status and sets_bootstrapping),
             init_time=self.init_time_state(name),
             check_reached=check_reached,
-            has_helper=self.resolve(name, "_check_bootstrap_timeout") is not None,
+            has_helper=self.resolve(name, CHECK_BOOTSTRAP_TIMEOUT) is not None,
         )
 
     # -- what the release offers to build a check from --------------------------------------

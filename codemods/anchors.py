@@ -10,11 +10,7 @@ MARKER_PREFIX = "# pdguard: "
 
 
 class AnchorError(Exception):
-    """The code does not have the shape a transform anchors on. ``line`` is 1-based or None."""
-
-    def __init__(self, message: str, line: int | None = None) -> None:
-        super().__init__(message)
-        self.line = line
+    """The code does not have the shape a transform anchors on."""
 
 
 def marker(fix: str) -> str:
@@ -53,10 +49,6 @@ def calls_named(node: cst.CSTNode, predicate) -> list[cst.Call]:
         if isinstance(name, str) and predicate(name):
             found.append(call)  # type: ignore[arg-type]
     return found
-
-
-def contains(node: cst.CSTNode, target: cst.CSTNode) -> bool:
-    return bool(m.findall(node, m.MatchIfTrue(lambda n: n is target)))
 
 
 def is_self_attr_call(expr: cst.BaseExpression, attr: str, method: str) -> bool:

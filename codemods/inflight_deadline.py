@@ -150,15 +150,17 @@ class InflightDeadline(SourceCodemod):
 
     def transform_module_impl(self, tree: cst.Module) -> cst.Module:
         # Every anchor is found on the original tree first; then one pass makes all edits.
-        _, function = find_method(tree, FUNCTION)
-        _poll_statement(function)
-        appends = _append_statements(tree)
-        if not appends:
-            raise AnchorError(f"no self.{QUEUE}.append(...) to stamp requests at")
-        if not any(_is_logger_assignment(stmt) for stmt in tree.body):
-            raise AnchorError("no module-level `logger = ...` to log with")
-        config = tree.config_for_parsing
-        # Reuse the module's own imports (``import time as _t``, ``from os import environ``).
+        function, appends, logger_stmt = _anchors(tree)
+        names, imports = self._names_for(tree, function)
+        edits = _edits(tree.config_for_parsing, names, function, appends, logger_stmt)
+        tree = apply_edits(tree, edits)
+        return AddIsortedImports(self.context, imports, self.isort_config).transform_module(tree)
+
+    def _names_for(
+        self, tree: cst.Module, function: cst.FunctionDef
+    ) -> tuple[dict[str, str], list[ImportRequest]]:
+        """The names the snippets are filled with, reusing the module's own imports (``import
+        time as _t``, ``from os import environ``), and the imports still missing."""
         monotonic = reference_to(tree, "time", "monotonic")
         environ = reference_to(tree, "os", "environ")
         imports = [ImportRequest("os")] if environ is None else []
@@ -172,26 +174,51 @@ class InflightDeadline(SourceCodemod):
             "monotonic": monotonic or "time.monotonic",
             "environ": environ or "os.environ",
         }
+        return names, imports
 
-        edits: list[tuple[cst.CSTNode, StatementEdit]] = []
-        for stmt in appends:
-            arg = stmt.body[0].value.args[0].value  # type: ignore[attr-defined]
-            if not isinstance(arg, cst.Name):
-                raise AnchorError(f"self.{QUEUE}.append() of a non-name expression")
-            stamp = parse_statements(_STAMP.format(**names, req=arg.value), config)
-            edits.append((stmt, StatementEdit(before=stamp)))
-        call = parse_statements(_CALL.format(**names), config)
-        edits.append((_poll_statement(function), StatementEdit(before=call)))
-        helper = parse_method(_HELPER.format(**names), config)
-        edits.append((function, StatementEdit(before=[helper])))
-        setting = parse_statements(_SETTING.format(**names), config)
-        setting[0] = setting[0].with_changes(
-            leading_lines=[cst.EmptyLine(indent=False), *setting[0].leading_lines]
-        )
-        logger_stmt = next(stmt for stmt in tree.body if _is_logger_assignment(stmt))
-        edits.append((logger_stmt, StatementEdit(after=setting)))
-        tree = apply_edits(tree, edits)
-        return AddIsortedImports(self.context, imports, self.isort_config).transform_module(tree)
+
+def _anchors(
+    tree: cst.Module,
+) -> tuple[cst.FunctionDef, list[cst.SimpleStatementLine], cst.BaseStatement]:
+    """The inflight function, the queue's append statements and the module's ``logger = ...``;
+    AnchorError when one is missing."""
+    _, function = find_method(tree, FUNCTION)
+    _poll_statement(function)
+    appends = _append_statements(tree)
+    if not appends:
+        raise AnchorError(f"no self.{QUEUE}.append(...) to stamp requests at")
+    logger_stmt = next((stmt for stmt in tree.body if _is_logger_assignment(stmt)), None)
+    if logger_stmt is None:
+        raise AnchorError("no module-level `logger = ...` to log with")
+    return function, appends, logger_stmt
+
+
+def _edits(
+    config: cst.PartialParserConfig,
+    names: dict[str, str],
+    function: cst.FunctionDef,
+    appends: list[cst.SimpleStatementLine],
+    logger_stmt: cst.BaseStatement,
+) -> list[tuple[cst.CSTNode, StatementEdit]]:
+    """Every insertion: a stamp before each append, the call before the poll statement, the
+    helper before the function and the setting after the logger."""
+    edits: list[tuple[cst.CSTNode, StatementEdit]] = []
+    for stmt in appends:
+        arg = stmt.body[0].value.args[0].value  # type: ignore[attr-defined]
+        if not isinstance(arg, cst.Name):
+            raise AnchorError(f"self.{QUEUE}.append() of a non-name expression")
+        stamp = parse_statements(_STAMP.format(**names, req=arg.value), config)
+        edits.append((stmt, StatementEdit(before=stamp)))
+    call = parse_statements(_CALL.format(**names), config)
+    edits.append((_poll_statement(function), StatementEdit(before=call)))
+    helper = parse_method(_HELPER.format(**names), config)
+    edits.append((function, StatementEdit(before=[helper])))
+    setting = parse_statements(_SETTING.format(**names), config)
+    setting[0] = setting[0].with_changes(
+        leading_lines=[cst.EmptyLine(indent=False), *setting[0].leading_lines]
+    )
+    edits.append((logger_stmt, StatementEdit(after=setting)))
+    return edits
 
 
 def _poll_statement(function: cst.FunctionDef) -> cst.BaseStatement:

@@ -131,6 +131,33 @@ def _sorts_before(new_line: str, existing: cst.SimpleStatementLine, config: isor
     return sorted_code.lstrip().startswith(new_line)
 
 
+def _already_bound(tree: cst.Module, request: ImportRequest) -> bool:
+    """Does the leading import block already bind what ``request`` would?"""
+    wanted_local = request.name or request.module.split(".")[0]
+    return top_level_bindings(tree).get(wanted_local) == (
+        request.module if request.name else wanted_local,
+        request.name,
+    )
+
+
+def _from_import_of(body: Sequence[cst.BaseStatement], block: list[int], module: str) -> int | None:
+    """The index of the first ``from <module> import ...`` statement of the block to merge a name
+    into (absolute, not ``*``, alone on its line)."""
+    for index in block:
+        stmt = body[index]
+        first = stmt.body[0]  # type: ignore[attr-defined]
+        if (
+            isinstance(first, cst.ImportFrom)
+            and len(stmt.body) == 1  # type: ignore[attr-defined]
+            and not first.relative
+            and first.module is not None
+            and _dotted(first.module) == module
+            and not isinstance(first.names, cst.ImportStar)
+        ):
+            return index
+    return None
+
+
 def _blank() -> cst.EmptyLine:
     return cst.EmptyLine(indent=False)
 
@@ -169,64 +196,65 @@ class AddIsortedImports(SourceCodemod):
         return tree
 
     def _add(self, tree: cst.Module, request: ImportRequest) -> cst.Module:
-        bound = top_level_bindings(tree)
-        wanted_local = request.name or request.module.split(".")[0]
-        if bound.get(wanted_local) == (
-            request.module if request.name else wanted_local,
-            request.name,
-        ):
+        if _already_bound(tree, request):
             return tree
         block = leading_import_block(tree)
         body = list(tree.body)
         if request.name is not None:
-            for index in block:
-                stmt = body[index]
-                first = stmt.body[0]  # type: ignore[attr-defined]
-                if (
-                    isinstance(first, cst.ImportFrom)
-                    and len(stmt.body) == 1  # type: ignore[attr-defined]
-                    and not first.relative
-                    and first.module is not None
-                    and _dotted(first.module) == request.module
-                    and not isinstance(first.names, cst.ImportStar)
-                ):
-                    body[index] = self._merge(stmt, request.name)  # type: ignore[arg-type]
-                    return tree.with_changes(body=body)
+            index = _from_import_of(body, block, request.module)
+            if index is not None:
+                body[index] = self._merge(body[index], request.name)  # type: ignore[arg-type]
+                return tree.with_changes(body=body)
         new_stmt = cst.parse_statement(request.line)
         section = isort.place_module(request.module, config=self.config)
-        sections = list(self.config.sections)
-        rank = {name: i for i, name in enumerate(sections)}
-        same = [
-            i
-            for i in block
-            if isort.place_module(_module_of(body[i]), config=self.config) == section  # type: ignore[arg-type]
-        ]
+        same = [i for i in block if self._section_of(body[i]) == section]  # type: ignore[arg-type]
         if same:
-            after = None
-            for i in same:
-                if _sorts_before(request.line, body[i], self.config):  # type: ignore[arg-type]
-                    break
-                after = i
-            if after is not None:
-                body.insert(after + 1, new_stmt.with_changes(leading_lines=[]))
-            else:
-                first = body[same[0]]
-                body[same[0]] = first.with_changes(leading_lines=[])
-                body.insert(same[0], new_stmt.with_changes(leading_lines=first.leading_lines))
-            return tree.with_changes(body=body)
-        # A new section: after the sections isort puts before it, before the ones after it.
+            self._insert_in_section(body, same, request.line, new_stmt)
+        else:
+            self._insert_new_section(body, block, section, new_stmt)
+        return tree.with_changes(body=body)
+
+    def _section_of(self, stmt: cst.SimpleStatementLine) -> str:
+        return isort.place_module(_module_of(stmt), config=self.config)
+
+    def _insert_in_section(
+        self, body: list[cst.BaseStatement], same: list[int], line: str, new_stmt: cst.BaseStatement
+    ) -> None:
+        """Insert ``new_stmt`` (``line``) into ``body`` among the statements of its own section
+        (indices ``same``), before the first one isort sorts after it."""
+        after = None
+        for i in same:
+            if _sorts_before(line, body[i], self.config):  # type: ignore[arg-type]
+                break
+            after = i
+        if after is not None:
+            body.insert(after + 1, new_stmt.with_changes(leading_lines=[]))
+        else:
+            first = body[same[0]]
+            body[same[0]] = first.with_changes(leading_lines=[])
+            body.insert(same[0], new_stmt.with_changes(leading_lines=first.leading_lines))
+
+    def _insert_new_section(
+        self,
+        body: list[cst.BaseStatement],
+        block: list[int],
+        section: str,
+        new_stmt: cst.BaseStatement,
+    ) -> None:
+        """Insert ``new_stmt`` into ``body`` as a section of its own: after the sections isort
+        puts before it, before the ones after it."""
+        rank = {name: i for i, name in enumerate(self.config.sections)}
         earlier = [
             i
             for i in block
-            if rank.get(isort.place_module(_module_of(body[i]), config=self.config), 0)  # type: ignore[arg-type]
-            < rank[section]
+            if rank.get(self._section_of(body[i]), 0) < rank[section]  # type: ignore[arg-type]
         ]
         later = [i for i in block if i not in earlier]
         if later and (not earlier or later[0] > earlier[-1]):
             first = body[later[0]]
             body[later[0]] = first.with_changes(leading_lines=[_blank()])
             body.insert(later[0], new_stmt.with_changes(leading_lines=first.leading_lines))
-            return tree.with_changes(body=body)
+            return
         at = earlier[-1] + 1 if earlier else 1 if body and _is_docstring(body[0]) else 0
         lead = [_blank()] if at > 0 else []
         if at < len(body):
@@ -236,7 +264,6 @@ class AddIsortedImports(SourceCodemod):
                     leading_lines=[_blank(), *following.leading_lines]
                 )
         body.insert(at, new_stmt.with_changes(leading_lines=lead))
-        return tree.with_changes(body=body)
 
     def _merge(self, stmt: cst.SimpleStatementLine, name: str) -> cst.SimpleStatementLine:
         imp = stmt.body[0]

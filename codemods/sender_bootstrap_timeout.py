@@ -27,6 +27,8 @@ import libcst as cst
 import libcst.matchers as m
 from libcst.codemod import CodemodContext
 
+from pdguard.sglang_names import MANAGER_CHECK_STATUS, MANAGER_UPDATE_STATUS, SENDER_INIT_TIME
+
 from .anchors import AnchorError, calls_named, find_method, marker
 from .command import SourceCodemod
 from .insertion import StatementEdit, apply_edits, parse_statements
@@ -88,11 +90,11 @@ _RECORD_FAILURE = """\
 
 
 def _is_check_status(expr: cst.CSTNode | None) -> bool:
-    return m.matches(expr, m.Call(func=m.Attribute(attr=m.Name("check_status"))))
+    return m.matches(expr, m.Call(func=m.Attribute(attr=m.Name(MANAGER_CHECK_STATUS))))
 
 
 def _sets_init_time_to_none(stmt: cst.CSTNode) -> bool:
-    init_time = m.Attribute(value=m.Name("self"), attr=m.Name("init_time"))
+    init_time = m.Attribute(value=m.Name("self"), attr=m.Name(SENDER_INIT_TIME))
     return m.matches(
         stmt,
         m.SimpleStatementLine(
@@ -193,7 +195,7 @@ class SenderBootstrapTimeout(SourceCodemod):
                 body,
                 lambda s: any(
                     m.matches(call.args[-1].value, m.Attribute(attr=m.Name("Bootstrapping")))
-                    for call in calls_named(s, lambda n: n == "update_status")
+                    for call in calls_named(s, lambda n: n == MANAGER_UPDATE_STATUS)
                     if call.args
                 ),
             )

@@ -15,10 +15,6 @@ from .source_file import SourceDecodeError, SourceFile
 from .tree import SourceTree, TargetError
 
 
-class ParseFailure(TargetError):
-    """A file pdguard needs does not parse."""
-
-
 @cache
 def _parse_cst(text: str) -> cst.Module:
     return cst.parse_module(text)
@@ -43,9 +39,6 @@ class Workspace:
                 raise TargetError(str(exc)) from exc
         return self.originals[rel]
 
-    def exists(self, rel: str) -> bool:
-        return self._load(rel) is not None
-
     def text(self, rel: str) -> str:
         source = self._load(rel)
         if source is None:
@@ -60,7 +53,7 @@ class Workspace:
             return parse_module(self.text(rel), rel)
         except SyntaxError as exc:
             where = f"{self.tree.display(rel)}:{exc.lineno or 0}:{exc.offset or 0}"
-            raise ParseFailure(f"{where}: does not parse: {exc.msg}") from exc
+            raise TargetError(f"{where}: does not parse: {exc.msg}") from exc
 
     def cst(self, rel: str) -> cst.Module:
         self.ast(rel)  # a clear error (file:line:col) for code that does not parse

@@ -149,8 +149,3 @@ def snapshot(root: Path) -> dict[str, tuple[bytes, int, int]]:
             st = path.stat()
             found[rel] = (path.read_bytes(), st.st_mtime_ns, st.st_mode)
     return found
-
-
-def file_bytes(root: Path) -> dict[str, bytes]:
-    """Every regular file's bytes below ``root`` (no mtimes), by relative path."""
-    return {rel: data for rel, (data, _, _) in snapshot(root).items()}

@@ -77,7 +77,6 @@ class Built:
     mixin: type
     bootstrap_queue: type
     nixl_sender: type | None
-    namespaces: dict[str, dict[str, object]]
 
 
 @dataclass
@@ -125,7 +124,6 @@ class Target:
             mixin=cls(self.mixin),
             bootstrap_queue=cls(self.bootstrap_queue),
             nixl_sender=cls(self.nixl_sender) if self.nixl_sender else None,
-            namespaces=namespaces,
         )
 
 
@@ -144,35 +142,14 @@ def load(
     queue = loader.class_defining(PREFILL_PATH, BOOTSTRAP_ENTRIES[-1])
     queue_plan = loader.plan_class(PREFILL_PATH, queue, BOOTSTRAP_ENTRIES)
     # The bootstrap queue calls scheduler methods through self.scheduler.X.
-    via_scheduler = {
-        node.attr
-        for method in _methods_of(queue_plan)
-        for node in ast.walk(method)
-        if isinstance(node, ast.Attribute) and _is_attr_of(node.value, "self", "scheduler")
-    }
-    mixin_entries = (INFLIGHT_FUNCTION, APPEND_FUNCTION, *sorted(via_scheduler))
+    mixin_entries = (INFLIGHT_FUNCTION, APPEND_FUNCTION, *sorted(_scheduler_attrs(queue_plan)))
     mixin_plan = loader.plan_class(PREFILL_PATH, mixin, mixin_entries, skip=scheduler_methods)
-    nixl = None
-    if tree.read_bytes(NIXL_PATH) is not None and NIXL_SENDER in loader.classes(NIXL_PATH):
-        loader.plan_class(NIXL_PATH, NIXL_SENDER, SENDER_ENTRIES)
-        nixl = (NIXL_PATH, NIXL_SENDER)
+    nixl = _plan_nixl_sender(loader)
     loader.resolve()
     self_reads = {
         mixin: _self_reads(_methods_of(mixin_plan)),
         queue: _self_reads(_methods_of(queue_plan)),
-        f"{queue}.scheduler": {
-            node.attr: method.name
-            for method in _methods_of(queue_plan)
-            for node in ast.walk(method)
-            if isinstance(node, ast.Attribute)
-            and isinstance(node.ctx, ast.Load)
-            and _is_attr_of(node.value, "self", "scheduler")
-        },
-    }
-    loaded = {
-        plan.node.name: list(plan.methods)
-        for module in loader.order
-        for plan in loader.modules[module].classes
+        f"{queue}.scheduler": _scheduler_reads(queue_plan),
     }
     return Target(
         label=tree.label,
@@ -182,9 +159,48 @@ def load(
         nixl_sender=nixl,
         modules=[loader.modules[rel] for rel in loader.order],
         self_reads=self_reads,
-        loaded=loaded,
+        loaded=_loaded_methods(loader),
         replaced=tuple(sorted(scheduler_methods & set(_class_methods(loader.node(mixin))))),
     )
+
+
+def _scheduler_attrs(plan: _ClassPlan) -> set[str]:
+    """Every X of ``self.scheduler.X`` in the plan's methods."""
+    return {
+        node.attr
+        for method in _methods_of(plan)
+        for node in ast.walk(method)
+        if isinstance(node, ast.Attribute) and _is_attr_of(node.value, "self", "scheduler")
+    }
+
+
+def _scheduler_reads(plan: _ClassPlan) -> dict[str, str]:
+    """``self.scheduler.X`` read by the plan's methods: X -> the last method reading it."""
+    return {
+        node.attr: method.name
+        for method in _methods_of(plan)
+        for node in ast.walk(method)
+        if isinstance(node, ast.Attribute)
+        and isinstance(node.ctx, ast.Load)
+        and _is_attr_of(node.value, "self", "scheduler")
+    }
+
+
+def _plan_nixl_sender(loader: _Loader) -> tuple[str, str] | None:
+    """Plan the release's NixlKVSender, if it has one: (module, class)."""
+    if loader.tree.read_bytes(NIXL_PATH) is None or NIXL_SENDER not in loader.classes(NIXL_PATH):
+        return None
+    loader.plan_class(NIXL_PATH, NIXL_SENDER, SENDER_ENTRIES)
+    return (NIXL_PATH, NIXL_SENDER)
+
+
+def _loaded_methods(loader: _Loader) -> dict[str, list[str]]:
+    """Each planned class -> the methods loaded from the target."""
+    return {
+        plan.node.name: list(plan.methods)
+        for module in loader.order
+        for plan in loader.modules[module].classes
+    }
 
 
 # -- planning --------------------------------------------------------------------------------

@@ -14,8 +14,9 @@ from dataclasses import dataclass
 
 from .. import sglang_names as names
 from .loader import Target
+from .spec import RequestSpec
 from .standins import MissingStandIn
-from .world import EPS, Divergence, RequestSpec, Trace, WorldConfig
+from .world import EPS, Divergence, Trace, WorldConfig
 
 TIMEOUT_ENV = names.INFLIGHT_TIMEOUT_ENV
 BOOTSTRAP_ENV = names.BOOTSTRAP_TIMEOUT_ENV

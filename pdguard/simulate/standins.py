@@ -22,12 +22,10 @@ import http
 import sys
 import threading
 from collections.abc import Callable, Iterable
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import Any, Protocol
 
 from .. import sglang_names as names
-
-if TYPE_CHECKING:
-    from .world import RequestSpec
+from .spec import RequestSpec
 
 EPOCH = 1_700_000_000.0  # what time.time() reads at simulated second 0
 MONOTONIC_BASE = 50_000.0  # what time.monotonic() reads at simulated second 0

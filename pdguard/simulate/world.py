@@ -30,6 +30,7 @@ from typing import Any
 from .. import sglang_names as names
 from . import standins
 from .loader import LoadError, Target
+from .spec import RequestSpec
 from .standins import (
     BootstrapQueueStandIn,
     Group,
@@ -41,21 +42,6 @@ from .standins import (
 
 EPS = 1e-6
 BARRIER_TIMEOUT = 60.0  # real seconds: a rank stuck this long is a bug in the simulation
-
-
-@dataclass(frozen=True)
-class RequestSpec:
-    """One request and the script its sender follows (simulated seconds)."""
-
-    rid: str
-    arrival: float = 0.0
-    prefill_s: float = 1.0
-    bootstrap_s: float = 0.0
-    transfer_s: float | None = 1.0  # None: the decode side is gone; WaitingForInput for ever
-    nixl: bool = False  # the target's NixlKVSender, with a kv_mgr stuck in Bootstrapping
-    # Taken out of the inflight queue and handed to the append site again this often while it
-    # waits there (a re-queue, as SGLang's optimistic prefill does); None: never.
-    requeue_every: float | None = None
 
 
 @dataclass(frozen=True)

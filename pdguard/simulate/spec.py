@@ -1,0 +1,20 @@
+"""What the scenarios ask of one simulated request: shared by the world and its stand-ins."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class RequestSpec:
+    """One request and the script its sender follows (simulated seconds)."""
+
+    rid: str
+    arrival: float = 0.0
+    prefill_s: float = 1.0
+    bootstrap_s: float = 0.0
+    transfer_s: float | None = 1.0  # None: the decode side is gone; WaitingForInput for ever
+    nixl: bool = False  # the target's NixlKVSender, with a kv_mgr stuck in Bootstrapping
+    # Taken out of the inflight queue and handed to the append site again this often while it
+    # waits there (a re-queue, as SGLang's optimistic prefill does); None: never.
+    requeue_every: float | None = None
