@@ -27,12 +27,12 @@ import libcst as cst
 import libcst.matchers as m
 from libcst.codemod import CodemodContext
 
+from pdguard.fixes.sender_bootstrap_timeout import FIX
+
 from .anchors import AnchorError, calls_named, find_method, marker
 from .command import SourceCodemod
 from .insertion import StatementEdit, apply_edits, parse_statements
 from .isort_imports import DEFAULT_ISORT_CONFIG, AddIsortedImports, ImportRequest, reference_to
-
-FIX = "sender-bootstrap-timeout"
 
 _INIT_TIME = """\
 {marker}: the bootstrap timeout counts from here.

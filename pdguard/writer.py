@@ -16,9 +16,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from .errors import WriteError
 
-class WriteError(OSError):
-    """Nothing was written (or everything written was rolled back)."""
+__all__ = ["FileChange", "WriteError", "write_all"]
 
 
 @dataclass(frozen=True)

@@ -1,4 +1,4 @@
-"""``verify``: for each upstream ref (or released wheel), where does each fix stand?
+"""``pdguard verify``: for each upstream ref (or released wheel), where does each fix stand?
 
 Every ref is read from git objects (``GitTree``), every fix planned on an in-memory workspace:
 
@@ -11,7 +11,9 @@ Every ref is read from git objects (``GitTree``), every fix planned on an in-mem
 
 from __future__ import annotations
 
+import argparse
 import fnmatch
+import json
 import os
 import sys
 from collections.abc import Callable, Sequence
@@ -21,17 +23,35 @@ from dataclasses import asdict, dataclass, field
 from pdguard import checks
 from pdguard.checks.project import Project
 
-from .checking import check_tree
-from .fixes.base import Status
-from .pipeline import FIXES
-from .tree import SourceTree, TargetError
-from .workspace import Workspace
+from ..errors import TargetError, UsageError
+from ..fixes import FIXES, Fix, Status
+from ..tree import SourceTree
+from .base import EXIT_CHANGES, EXIT_OK, add_format, positive
+from .check import check_tree
 
-# The rules that prove each fix.
-FIX_RULES = {
-    "inflight-deadline": ("PDG001", "PDG002", "PDG003", "PDG005"),
-    "sender-bootstrap-timeout": ("PDG004",),
-}
+NAME = "verify"
+HELP = "say, per upstream ref or release, whether each fix is carried, upstream, ..."
+DESCRIPTION = (
+    "Verify refs of a git repository (read from git objects: no checkout) or released wheels."
+)
+
+
+def epilog() -> str:
+    proofs = "\n".join(f"  {fix.name:<26}{', '.join(fix.rules)}" for fix in FIXES)
+    return f"""\
+statuses: carried (property holds, pdguard's marker there), upstream (holds without
+pdguard), applicable (does not hold; apply works in memory and check then passes),
+drifted (does not hold; apply cannot anchor: the note names what moved),
+not-applicable.
+
+the rules that prove each fix:
+{proofs}
+
+exit codes: 0 every ref carried/upstream/not-applicable for every fix; 1 any
+applicable or drifted; 2 error (unknown ref, not a git repo, no SGLang tree at a ref).
+"""
+
+
 GOOD = frozenset({"carried", "upstream", "not-applicable"})
 
 
@@ -68,8 +88,10 @@ def verify_tree(tree: SourceTree, ref: str, commit: str | None) -> RefReport:
     ]
     # All fixes on one in-memory workspace (they touch different files), then one check of
     # the result for the rules of the fixes that applied.
+    from ..workspace import Workspace
+
     workspace = Workspace(tree)
-    applied = []
+    applied: list[Fix] = []
     for fix in FIXES:
         try:
             outcome = fix.plan(workspace)
@@ -89,14 +111,15 @@ def verify_tree(tree: SourceTree, ref: str, commit: str | None) -> RefReport:
         if note:
             report.notes[fix.name] = note
         if outcome.status is Status.APPLIED:
-            applied.append(fix.name)
+            applied.append(fix)
     if applied:
         texts = dict(result.project.texts)
         texts.update({rel: new.text for rel, new in workspace.changed().items()})
-        codes = [code for name in applied for code in FIX_RULES[name]]
+        codes = [code for fix in applied for code in fix.rules]
         left = checks.run(Project(texts), codes)
-        for name in applied:
-            mine = [f for f in left if f.code in FIX_RULES[name]]
+        for fix in applied:
+            name = fix.name
+            mine = [f for f in left if f.code in fix.rules]
             if mine:
                 report.fixes[name] = "drifted"
                 report.notes[name] = "apply anchors but check still reports " + ", ".join(
@@ -106,7 +129,7 @@ def verify_tree(tree: SourceTree, ref: str, commit: str | None) -> RefReport:
 
 
 def _verify_git_ref(repo_path: str, ref: str) -> RefReport:
-    from .git_tree import open_git_tree, open_repo
+    from ..git_tree import open_git_tree, open_repo
 
     repo = open_repo(repo_path)
     tree = open_git_tree(repo, ref)
@@ -116,13 +139,13 @@ def _verify_git_ref(repo_path: str, ref: str) -> RefReport:
 def _verify_release(version: str) -> RefReport:
     from pdguard.vendor_sglang import fetch_release
 
-    from .tree import open_tree
+    from ..tree import open_tree
 
     return verify_tree(open_tree(fetch_release(version)), version, None)
 
 
 def select_tags(repo_path: str, pattern: str) -> list[str]:
-    from .git_tree import open_repo
+    from ..git_tree import open_repo
 
     repo = open_repo(repo_path)
     tags = sorted(t.name for t in repo.tags if fnmatch.fnmatchcase(t.name, pattern))
@@ -133,7 +156,7 @@ def select_tags(repo_path: str, pattern: str) -> list[str]:
 
 def check_refs(repo_path: str, refs: Sequence[str]) -> None:
     """Fail early (exit 2) on a ref that does not resolve or holds no SGLang tree."""
-    from .git_tree import open_git_tree, open_repo
+    from ..git_tree import open_git_tree, open_repo
 
     repo = open_repo(repo_path)
     for ref in refs:
@@ -183,3 +206,84 @@ def verify_git(
 
 def verify_pypi(versions: Sequence[str], processes: int | None = None) -> list[RefReport]:
     return run_parallel(_verify_release, [(v,) for v in versions], processes)
+
+
+# -- output ---------------------------------------------------------------------------------
+
+
+def text(reports: Sequence[RefReport]) -> str:
+    names = [fix.name for fix in FIXES]
+    header = ["REF", "COMMIT", "VERSION", *names, "FINDINGS"]
+    rows = [
+        [
+            r.ref,
+            (r.commit or "-")[:12],
+            r.sglang_version or "-",
+            *(r.fixes.get(n, "-") for n in names),
+            str(len(r.findings)),
+        ]
+        for r in reports
+    ]
+    widths = [max(len(row[i]) for row in [header, *rows]) for i in range(len(header))]
+    lines = [
+        "  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip()
+        for row in [header, *rows]
+    ]
+    for r in reports:
+        for name, note in r.notes.items():
+            if r.fixes.get(name) not in ("carried", "upstream"):
+                lines.append(f"{r.ref}: {name}: {note}")
+    return "\n".join(lines)
+
+
+def as_json(reports: Sequence[RefReport]) -> str:
+    return json.dumps([r.as_json() for r in reports], indent=2)
+
+
+def github(reports: Sequence[RefReport]) -> str:
+    lines = []
+    for r in reports:
+        for name, status in r.fixes.items():
+            if status in ("applicable", "drifted"):
+                level = "error" if status == "drifted" else "warning"
+                note = r.notes.get(name, "").replace("%", "%25").replace("\n", "%0A")
+                lines.append(f"::{level} title=pdguard verify {r.ref}::{name} {status}: {note}")
+    return "\n".join(lines)
+
+
+FORMATS = {"text": text, "json": as_json, "github": github}
+
+
+# -- the command ----------------------------------------------------------------------------
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    source = parser.add_mutually_exclusive_group(required=True)
+    source.add_argument("--repo", metavar="PATH", help="a git repository holding SGLang")
+    source.add_argument(
+        "--pypi", nargs="+", metavar="VERSION", help="released wheels (vendor_sglang)"
+    )
+    parser.add_argument("--ref", action="append", default=[], help="a ref to verify (repeat)")
+    parser.add_argument("--tags", metavar="PATTERN", help="every tag matching, e.g. 'v0.5.*'")
+    add_format(parser, FORMATS)
+    parser.add_argument(
+        "--jobs", type=positive, default=None, help="worker processes (default: CPUs)"
+    )
+
+
+def run(args: argparse.Namespace) -> int:
+    if args.repo:
+        refs = list(args.ref)
+        if args.tags:
+            refs += [t for t in select_tags(args.repo, args.tags) if t not in refs]
+        if not refs:
+            raise UsageError("verify --repo needs --ref REF or --tags PATTERN")
+        reports = verify_git(args.repo, refs, args.jobs)
+    else:
+        if args.ref or args.tags:
+            raise UsageError("--ref/--tags go with --repo, not --pypi")
+        reports = verify_pypi(args.pypi, args.jobs)
+    output = FORMATS[args.format](reports)
+    if output:
+        print(output)
+    return EXIT_OK if all(r.ok for r in reports) else EXIT_CHANGES
