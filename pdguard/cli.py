@@ -107,7 +107,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     args: argparse.Namespace | None = None
     try:
         args = build_parser().parse_args(argv)
-        return int(args.func(args))
+        code = int(args.func(args))
+        sys.stdout.flush()  # a closed pipe shows here, not in the interpreter's final flush
+        return code
     except PdguardError as exc:
         print(f"pdguard: error: {exc}", file=sys.stderr)
         return EXIT_ERROR
