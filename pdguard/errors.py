@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import ast
 
-ISSUES_URL = "https://github.com/pdguard/pdguard/issues"
+from . import ISSUES_URL
 
 EXIT_OK = 0  # done, nothing to do, no findings, every scenario passes
 EXIT_CHANGES = 1  # findings, a change needed (--check), a fix applicable/drifted, a scenario fails

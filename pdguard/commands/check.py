@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import quote
 
-from pdguard import __version__, checks
+from pdguard import HOMEPAGE, __version__, checks
 from pdguard.checks import Finding, Project
 from pdguard.checks.project import wanted
 
@@ -36,7 +36,7 @@ def epilog() -> str:
 rules:
 {rules}
 
-A finding on a line that carries `# pdguard: ignore[{checks.CODES[3]}]` (or a bare
+A finding on a line that carries `# pdguard: ignore[{checks.CODES[0]}]` (or a bare
 `# pdguard: ignore`) is suppressed.
 
 exit codes: 0 no findings; 1 findings; 2 error (not SGLang, a file that does not
@@ -165,7 +165,7 @@ def _tree_around(file: Path) -> DirectoryTree | None:
 # -- output ---------------------------------------------------------------------------------
 
 SARIF_SCHEMA = "https://json.schemastore.org/sarif-2.1.0.json"
-HELP_URI = "https://github.com/pdguard/pdguard#rules"
+HELP_URI = f"{HOMEPAGE}#rules"
 
 
 def _rows(results: Sequence[CheckResult]):  # type: ignore[no-untyped-def]
