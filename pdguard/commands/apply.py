@@ -63,7 +63,7 @@ class ApplyResult:
         return outcome.refusal(name, self.tree)
 
     def diff(self) -> str:
-        chunks = []
+        chunks: list[str] = []
         for rel, new in self.changes.items():
             chunks.extend(
                 difflib.unified_diff(
