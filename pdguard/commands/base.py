@@ -18,7 +18,7 @@ from collections.abc import Mapping
 
 from ..errors import EXIT_CHANGES, EXIT_ERROR, EXIT_OK
 
-__all__ = ["EXIT_CHANGES", "EXIT_ERROR", "EXIT_OK", "add_format", "positive"]
+__all__ = ["EXIT_CHANGES", "EXIT_ERROR", "EXIT_OK", "add_format", "github_escape", "positive"]
 
 # Old format names still accepted (not shown in --help): verify's and simulate's `table`.
 DEPRECATED_FORMATS = {"table": "text"}
@@ -50,3 +50,10 @@ def positive(value: str) -> int:
     if number < 1:
         raise argparse.ArgumentTypeError(f"expected a whole number >= 1, got {value!r}")
     return number
+
+
+def github_escape(value: str, *, prop: bool = False) -> str:
+    """A value in a GitHub workflow command: the message (``prop=False``) or a property such
+    as ``file=`` or ``title=`` (``prop=True``)."""
+    value = value.replace("%", "%25").replace("\r", "%0D").replace("\n", "%0A")
+    return value.replace(":", "%3A").replace(",", "%2C") if prop else value

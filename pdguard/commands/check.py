@@ -21,6 +21,7 @@ from ..sglang_names import DISAGGREGATION_DIR
 from ..source_file import SourceFile
 from ..tree import PREFILL_PATH, DirectoryTree, SourceTree, open_tree
 from .base import EXIT_CHANGES, EXIT_OK, add_format
+from .base import github_escape as _escape
 
 NAME = "check"
 HELP = "prove that every non-terminal poll path has a timeout"
@@ -187,18 +188,21 @@ def text(results: Sequence[CheckResult]) -> str:
     return "\n".join(lines)
 
 
+def finding_json(finding: Finding, path: str) -> dict[str, object]:
+    """A finding as JSON shows it (``check`` and ``verify``), with ``path`` as shown."""
+    f = finding
+    return {
+        "code": f.code,
+        "path": path,
+        "line": f.line,
+        "col": f.col,
+        "symbol": f.symbol,
+        "message": f.message,
+    }
+
+
 def as_json(results: Sequence[CheckResult]) -> str:
-    findings = [
-        {
-            "code": f.code,
-            "path": path,
-            "line": f.line,
-            "col": f.col,
-            "symbol": f.symbol,
-            "message": f.message,
-        }
-        for path, f in _rows(results)
-    ]
+    findings = [finding_json(f, path) for path, f in _rows(results)]
     return json.dumps({"findings": findings}, indent=2)
 
 
@@ -260,11 +264,6 @@ def sarif(results: Sequence[CheckResult]) -> str:
         ],
     }
     return json.dumps(log, indent=2)
-
-
-def _escape(value: str, *, prop: bool = False) -> str:
-    value = value.replace("%", "%25").replace("\r", "%0D").replace("\n", "%0A")
-    return value.replace(":", "%3A").replace(",", "%2C") if prop else value
 
 
 def github(results: Sequence[CheckResult]) -> str:

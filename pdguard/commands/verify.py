@@ -19,6 +19,7 @@ import sys
 from collections.abc import Callable, Sequence
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import asdict, dataclass, field
+from typing import TYPE_CHECKING
 
 from pdguard import checks
 from pdguard.checks.project import Project
@@ -26,8 +27,11 @@ from pdguard.checks.project import Project
 from ..errors import TargetError, UsageError
 from ..fixes import FIXES, Fix, Status
 from ..tree import SourceTree
-from .base import EXIT_CHANGES, EXIT_OK, add_format, positive
-from .check import check_tree
+
+if TYPE_CHECKING:
+    from ..workspace import Workspace
+from .base import EXIT_CHANGES, EXIT_OK, add_format, github_escape, positive
+from .check import check_tree, finding_json
 
 NAME = "verify"
 HELP = "say, per upstream ref or release, whether each fix is carried, upstream, ..."
@@ -72,25 +76,35 @@ class RefReport:
         return asdict(self)
 
 
+# What a fix's apply status means for a ref.
+_VERIFY_STATUS = {
+    Status.PRESENT: "carried",
+    Status.UPSTREAM: "upstream",
+    Status.NOT_APPLICABLE: "not-applicable",
+    Status.REFUSED: "drifted",
+    Status.APPLIED: "applicable",
+}
+
+
 def verify_tree(tree: SourceTree, ref: str, commit: str | None) -> RefReport:
-    result = check_tree(tree)
-    report = RefReport(ref, commit, tree.sglang_version())
-    report.findings = [
-        {
-            "code": f.code,
-            "path": f.path,
-            "line": f.line,
-            "col": f.col,
-            "symbol": f.symbol,
-            "message": f.message,
-        }
-        for f in result.findings
-    ]
-    # All fixes on one in-memory workspace (they touch different files), then one check of
-    # the result for the rules of the fixes that applied.
+    """All fixes on one in-memory workspace (they touch different files), then one check of
+    the result for the rules of the fixes that applied."""
     from ..workspace import Workspace
 
+    result = check_tree(tree)
+    report = RefReport(ref, commit, tree.sglang_version())
+    report.findings = [finding_json(f, f.path) for f in result.findings]
     workspace = Workspace(tree)
+    applied = _plan_fixes(tree, workspace, report)
+    if applied:
+        texts = dict(result.project.texts)
+        texts.update({rel: new.text for rel, new in workspace.changed().items()})
+        _recheck(Project(texts), applied, report)
+    return report
+
+
+def _plan_fixes(tree: SourceTree, workspace: Workspace, report: RefReport) -> list[Fix]:
+    """Each fix's status and note into ``report``; the fixes that apply."""
     applied: list[Fix] = []
     for fix in FIXES:
         try:
@@ -98,13 +112,7 @@ def verify_tree(tree: SourceTree, ref: str, commit: str | None) -> RefReport:
         except TargetError as exc:  # a file the fix needs vanished or does not parse
             report.fixes[fix.name], report.notes[fix.name] = "drifted", str(exc)
             continue
-        report.fixes[fix.name] = {
-            Status.PRESENT: "carried",
-            Status.UPSTREAM: "upstream",
-            Status.NOT_APPLICABLE: "not-applicable",
-            Status.REFUSED: "drifted",
-            Status.APPLIED: "applicable",
-        }[outcome.status]
+        report.fixes[fix.name] = _VERIFY_STATUS[outcome.status]
         note = outcome.note or ""
         if outcome.status is Status.REFUSED and outcome.where:
             note = f"{tree.display(outcome.where)}: {note}"
@@ -112,20 +120,20 @@ def verify_tree(tree: SourceTree, ref: str, commit: str | None) -> RefReport:
             report.notes[fix.name] = note
         if outcome.status is Status.APPLIED:
             applied.append(fix)
-    if applied:
-        texts = dict(result.project.texts)
-        texts.update({rel: new.text for rel, new in workspace.changed().items()})
-        codes = [code for fix in applied for code in fix.rules]
-        left = checks.run(Project(texts), codes)
-        for fix in applied:
-            name = fix.name
-            mine = [f for f in left if f.code in fix.rules]
-            if mine:
-                report.fixes[name] = "drifted"
-                report.notes[name] = "apply anchors but check still reports " + ", ".join(
-                    f"{f.code} {f.path}:{f.line}" for f in mine
-                )
-    return report
+    return applied
+
+
+def _recheck(patched: Project, applied: list[Fix], report: RefReport) -> None:
+    """A fix whose rules still report on the patched texts has drifted: apply anchors, but
+    the property does not hold."""
+    left = checks.run(patched, [code for fix in applied for code in fix.rules])
+    for fix in applied:
+        mine = [f for f in left if f.code in fix.rules]
+        if mine:
+            report.fixes[fix.name] = "drifted"
+            report.notes[fix.name] = "apply anchors but check still reports " + ", ".join(
+                f"{f.code} {f.path}:{f.line}" for f in mine
+            )
 
 
 def _verify_git_ref(repo_path: str, ref: str) -> RefReport:
@@ -246,8 +254,9 @@ def github(reports: Sequence[RefReport]) -> str:
         for name, status in r.fixes.items():
             if status in ("applicable", "drifted"):
                 level = "error" if status == "drifted" else "warning"
-                note = r.notes.get(name, "").replace("%", "%25").replace("\n", "%0A")
-                lines.append(f"::{level} title=pdguard verify {r.ref}::{name} {status}: {note}")
+                title = github_escape(f"pdguard verify {r.ref}", prop=True)
+                message = github_escape(f"{name} {status}: {r.notes.get(name, '')}")
+                lines.append(f"::{level} title={title}::{message}")
     return "\n".join(lines)
 
 
