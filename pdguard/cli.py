@@ -71,12 +71,11 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"pdguard {__version__}")
     subparsers = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for command in COMMANDS:
-        epilog = command.epilog() if hasattr(command, "epilog") else command.EPILOG
         sub = subparsers.add_parser(
             command.NAME,
             help=command.HELP,
             description=command.DESCRIPTION,
-            epilog=epilog,
+            epilog=command.epilog(),
             formatter_class=argparse.RawTextHelpFormatter,
             parents=[debug],
         )
@@ -111,7 +110,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         sys.stdout.flush()  # a closed pipe shows here, not in the interpreter's final flush
         return code
     except PdguardError as exc:
-        print(f"pdguard: error: {exc}", file=sys.stderr)
+        print(f"pdguard: error: {' '.join(str(exc).splitlines())}", file=sys.stderr)
         return EXIT_ERROR
     except KeyboardInterrupt:
         return EXIT_INTERRUPTED

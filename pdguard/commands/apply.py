@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 
 from ..errors import RefusedError
 from ..fixes import FIXES, Fix, Outcome, Status
+from ..sglang_names import DISAGGREGATION_DIR, INFLIGHT_TIMEOUT_ENV
 from ..source_file import SourceFile
 from ..tree import DirectoryTree, SourceTree, installed_tree, open_tree
 from .base import EXIT_CHANGES, EXIT_OK, add_format
@@ -27,17 +28,17 @@ fixes:
 {fixes}
 
 TARGET may be a checkout root (python/sglang/...), an `sglang` package directory, or
-any directory holding sglang/srt/disaggregation.
+any directory holding {DISAGGREGATION_DIR}.
 
-statuses: {", ".join(s.value for s in Status)} (present: pdguard's fix is already
-there; upstream: the release already does it; refused: the note says why, nothing is
-written).
+statuses: {", ".join(s.value for s in Status)}
+  (present: pdguard's fix is already there; upstream: the release already does it;
+  refused: the note says why, and nothing is written)
 
 exit codes: 0 done or nothing to do; 1 with --check when a change is needed;
 2 error (not SGLang, a file that does not parse, a refused fix): nothing is written.
 
 environment of the patched SGLang:
-  SGLANG_DISAGGREGATION_INFLIGHT_TIMEOUT  seconds in the inflight queue before a
+  {INFLIGHT_TIMEOUT_ENV}  seconds in the inflight queue before a
       request is failed (default 300; 0 turns the deadline off)
 """
 

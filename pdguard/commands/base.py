@@ -1,8 +1,8 @@
 """What every command module has, and the pieces they share.
 
 A command module (``pdguard/commands/<name>.py``) defines ``NAME``, ``HELP`` (one line),
-``DESCRIPTION``, ``EPILOG`` (or ``epilog()``), ``add_arguments(parser)``, ``run(args) -> exit
-code`` and ``FORMATS``, its ONE output registry: format name -> renderer. The same format name
+``DESCRIPTION``, ``epilog()``, ``add_arguments(parser)``, ``run(args) -> exit code`` and
+``FORMATS``, its ONE output registry: format name -> renderer. The same format name
 means the same thing in every command: ``text`` (for people), ``json``, ``sarif`` (SARIF 2.1.0),
 ``github`` (workflow annotations).
 

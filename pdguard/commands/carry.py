@@ -25,7 +25,10 @@ DESCRIPTION = (
     "Apply the fixes to the tree of --onto and commit it on a new branch (parent: that ref). "
     "The working tree, index and HEAD are not touched."
 )
-EPILOG = """\
+
+
+def epilog() -> str:
+    return """\
 exit codes: 0 committed, or the ref already carries every fix (nothing committed);
 2 error (not a git repo, unknown ref, an existing branch without --force, a refused fix).
 """

@@ -21,9 +21,12 @@ DESCRIPTION = (
     "temporary copy, print the diff and the report."
 )
 RELEASE = "0.5.14"
-EPILOG = None
 # The demo shows apply's report.
 FORMATS = apply.FORMATS
+
+
+def epilog() -> str | None:
+    return None
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

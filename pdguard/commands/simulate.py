@@ -9,6 +9,8 @@ import textwrap
 from typing import TYPE_CHECKING
 
 from ..errors import UsageError
+from ..fixes.inflight_deadline import FIX
+from ..sglang_names import INFLIGHT_FUNCTION
 from ..tree import open_tree
 from .base import EXIT_CHANGES, EXIT_OK, add_format
 
@@ -18,12 +20,15 @@ if TYPE_CHECKING:
 NAME = "simulate"
 HELP = "run the target's own inflight-queue code against a simulated scheduler"
 DESCRIPTION = (
-    "Load process_disagg_prefill_inflight_queue (and the code around it) from the target's "
+    f"Load {INFLIGHT_FUNCTION} (and the code around it) from the target's "
     "source, give it stand-ins for SGLang's runtime, and run named scenarios on N simulated "
     "ranks with a simulated clock."
 )
-EPILOG = """\
-Each scenario expects what the inflight-deadline fix should give; on an unpatched tree the
+
+
+def epilog() -> str:
+    return f"""\
+Each scenario expects what the {FIX} fix should give; on an unpatched tree the
 wedge rows fail and show the bug.
 
 exit codes: 0 every scenario passes (or does not apply); 1 any fails (e.g. an unpatched
