@@ -143,12 +143,11 @@ def test_closed_stdout_in_a_subprocess(tree: Path) -> None:
 def test_every_error_class_is_a_pdguard_error() -> None:
     from pdguard.simulate import LoadError, SimulationGap
     from pdguard.source_file import SourceDecodeError
-    from pdguard.tree import TargetError
     from pdguard.vendor_sglang import FetchError, UnknownReleaseError
     from pdguard.writer import WriteError
 
     for cls in (
-        TargetError,
+        errors.TargetError,
         WriteError,
         LoadError,
         SimulationGap,
