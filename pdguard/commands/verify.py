@@ -17,7 +17,6 @@ import json
 import os
 import sys
 from collections.abc import Callable, Sequence
-from concurrent.futures import ProcessPoolExecutor
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING
 
@@ -191,6 +190,8 @@ def run_parallel(
             reports.append(worker(*job))
             _progress(n, len(jobs))
         return reports
+    from concurrent.futures import ProcessPoolExecutor
+
     workers = min(len(jobs), processes or os.cpu_count() or 1)
     with ProcessPoolExecutor(max_workers=workers) as pool:
         futures = [pool.submit(worker, *job) for job in jobs]
