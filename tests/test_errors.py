@@ -112,6 +112,41 @@ def test_ctrl_c_exits_130_quietly(
     assert capsys.readouterr().err == ""
 
 
+_SLOW_VERIFY = """\
+import sys, time
+from pdguard.commands import verify
+
+def slow(version):
+    sys.stderr.write("started\\n")
+    sys.stderr.flush()
+    time.sleep(4)
+
+verify._verify_release = slow
+from pdguard.cli import main
+sys.exit(main(["verify", "--pypi", "1", "2", "--jobs", "2"]))
+"""
+
+
+def test_ctrl_c_during_parallel_verify_is_quiet() -> None:
+    """Ctrl-C reaches the whole process group: the workers leave it to pdguard, which exits
+    130 without a traceback from anyone."""
+    import signal
+
+    process = subprocess.Popen(
+        [sys.executable, "-c", _SLOW_VERIFY],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        start_new_session=True,
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+    )
+    assert process.stderr is not None
+    assert process.stderr.readline() == b"started\n"  # a worker runs: imports are done
+    os.killpg(process.pid, signal.SIGINT)
+    _, err = process.communicate(timeout=120)
+    assert process.returncode == 130
+    assert b"Traceback" not in err and b"KeyboardInterrupt" not in err, err
+
+
 def test_broken_pipe_exits_141_quietly(
     tree: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -193,11 +193,22 @@ def run_parallel(
     from concurrent.futures import ProcessPoolExecutor
 
     workers = min(len(jobs), processes or os.cpu_count() or 1)
-    with ProcessPoolExecutor(max_workers=workers) as pool:
+    with ProcessPoolExecutor(max_workers=workers, initializer=_ignore_ctrl_c) as pool:
         futures = [pool.submit(worker, *job) for job in jobs]
-        for n, _ in enumerate(_as_completed(futures), 1):
-            _progress(n, len(jobs))
+        try:
+            for n, _ in enumerate(_as_completed(futures), 1):
+                _progress(n, len(jobs))
+        except KeyboardInterrupt:  # pdguard exits 130; the refs not started never run
+            pool.shutdown(wait=False, cancel_futures=True)
+            raise
         return [future.result() for future in futures]
+
+
+def _ignore_ctrl_c() -> None:
+    """Workers leave Ctrl-C to the main process: one quiet exit 130, no worker tracebacks."""
+    import signal
+
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
 
 
 def _as_completed(futures):  # type: ignore[no-untyped-def]
