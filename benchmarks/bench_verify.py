@@ -59,11 +59,10 @@ def build_repo(repo: Path, versions: list[str]) -> None:
 def _steps(repo: Path, tag: str) -> list[tuple[str, float]]:
     """Wall time of each step ``verify_tree`` takes for one ref, replayed in this process."""
     from pdguard import checks
-    from pdguard.checking import check_tree, load_project
     from pdguard.checks.project import Project
+    from pdguard.commands.check import check_tree, load_project
+    from pdguard.fixes import FIXES
     from pdguard.git_tree import open_git_tree, open_repo
-    from pdguard.pipeline import FIXES
-    from pdguard.verifying import FIX_RULES
     from pdguard.workspace import Workspace
 
     steps = []
@@ -86,14 +85,14 @@ def _steps(repo: Path, tag: str) -> list[tuple[str, float]]:
         fix.plan(workspace)
         lap(f"{fix.name}: plan (apply in memory)")
         texts = {**base, **{rel: new.text for rel, new in workspace.changed().items()}}
-        checks.run(Project(texts), FIX_RULES[fix.name])
-        lap(f"{fix.name}: re-check {','.join(FIX_RULES[fix.name])} on the result")
+        checks.run(Project(texts), fix.rules)
+        lap(f"{fix.name}: re-check {','.join(fix.rules)} on the result")
     return steps
 
 
 def _profile(repo: Path, tag: str, top: int) -> str:
+    from pdguard.commands.verify import verify_tree
     from pdguard.git_tree import open_git_tree, open_repo
-    from pdguard.verifying import verify_tree
 
     tree = open_git_tree(open_repo(str(repo)), tag)
     profile = cProfile.Profile()

@@ -2,6 +2,11 @@
 
 Rules read a ``Project`` (the files that can matter, parsed with ``ast``) and yield
 ``Finding``s; they never open files.
+
+``RULES`` is the one registry: ``check``'s ``--select``/``--ignore``, its help, SARIF's rule
+metadata and the tests read it. Adding a rule: its module (a ``Rule`` subclass with ``code``,
+``name``, a docstring whose title is its one-line summary, and ``VALID``/``INVALID``
+examples) and one line here.
 """
 
 from __future__ import annotations

@@ -25,6 +25,7 @@ from pdguard.sglang_names import INFLIGHT_QUEUE as QUEUE
 from pdguard.sglang_names import POLL_ALL_REDUCE_PREFIX
 from pdguard.sglang_names import REQ_SENDER as SENDER
 
+from .classes import methods_of
 from .kv_senders import is_self_attr
 
 CLOCK_FUNCTIONS = frozenset({"monotonic", "time", "perf_counter", "monotonic_ns", "time_ns"})
@@ -222,10 +223,9 @@ class _ModuleIndex:
         self._scopes: dict[int, _Scope] = {}
         for cls in module.body:
             if isinstance(cls, ast.ClassDef):
-                for item in cls.body:
-                    if isinstance(item, ast.FunctionDef):
-                        self.methods.setdefault(item.name, item)
-                        self.owner[id(item)] = cls.name
+                for item in methods_of(cls).values():
+                    self.methods.setdefault(item.name, item)
+                    self.owner[id(item)] = cls.name
 
     def scope(self, function: ast.FunctionDef) -> _Scope:
         """The function's names, analysed once however many statements ask."""

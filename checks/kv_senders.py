@@ -21,6 +21,8 @@ from pdguard.sglang_names import (
     SENDER_INIT_TIME,
 )
 
+from .classes import find_method, methods_of
+
 __all__ = ["BASE_SENDER", "BOOTSTRAP_TIMEOUT_ENV", "ClassIndex", "SenderFacts", "is_self_attr"]
 
 
@@ -86,6 +88,12 @@ class SenderFacts:
     check_reached: bool
     has_helper: bool
 
+    @property
+    def healthy(self) -> bool:
+        """Its bootstrap timeout can fire whenever it reports Bootstrapping (or it never does):
+        what PDG004 checks and what the sender-bootstrap-timeout fix makes true."""
+        return not self.can_bootstrap or (self.init_time == "time" and self.check_reached)
+
 
 class ClassIndex:
     """Top-level classes of several modules, by name (the first definition of a name wins)."""
@@ -100,11 +108,8 @@ class ClassIndex:
         self.texts[rel] = text
         for node in tree.body:
             if isinstance(node, ast.ClassDef) and node.name not in self.classes:
-                info = ClassInfo(node.name, rel, node, [_base_name(b) for b in node.bases])
-                for item in node.body:
-                    if isinstance(item, ast.FunctionDef):
-                        info.methods[item.name] = item
-                self.classes[node.name] = info
+                bases = [_base_name(b) for b in node.bases]
+                self.classes[node.name] = ClassInfo(node.name, rel, node, bases, methods_of(node))
 
     def mro(self, name: str) -> list[ClassInfo]:
         order: list[ClassInfo] = []
@@ -128,7 +133,8 @@ class ClassIndex:
         if after is not None:
             names = [c.name for c in chain]
             chain = chain[names.index(after) + 1 :] if after in names else []
-        return next((c for c in chain if method in c.methods), None)
+        found = find_method(chain, method, lambda c: c.methods)
+        return found[0] if found is not None else None
 
     def senders(self) -> list[str]:
         return sorted(

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import ClassVar
@@ -29,8 +30,21 @@ class Rule:
 
     code: ClassVar[str]
     name: ClassVar[str]
+    # "What it does / Why is this bad / Example": the rule module's docstring, whose title
+    # ("PDG001: an inflight request can wait forever.") gives the one-line summary.
+    summary: ClassVar[str]
+    description: ClassVar[str]
     VALID: ClassVar[tuple[str | Mapping[str, str], ...]] = ()
     INVALID: ClassVar[tuple[str | Mapping[str, str], ...]] = ()
+
+    def __init_subclass__(cls, **kwargs: object) -> None:
+        super().__init_subclass__(**kwargs)
+        doc = sys.modules[cls.__module__].__doc__ or ""
+        title, _, body = doc.partition("\n")
+        if "summary" not in cls.__dict__:
+            cls.summary = title.split(":", 1)[-1].strip()
+        if "description" not in cls.__dict__:
+            cls.description = body.strip()
 
     def check(self, project: Project) -> Iterator[Finding]:
         raise NotImplementedError

@@ -86,7 +86,7 @@ class SenderBootstrappingForever(Rule):
         index = project.classes
         for name in index.senders():
             facts = index.facts(name)
-            if not facts.can_bootstrap or (facts.init_time == "time" and facts.check_reached):
+            if facts.healthy:
                 continue
             problems = []
             if facts.init_time != "time":

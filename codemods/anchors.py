@@ -6,19 +6,21 @@ from __future__ import annotations
 import libcst as cst
 import libcst.matchers as m
 
-MARKER_PREFIX = "# pdguard: "
+from pdguard.fixes.base import MARKER_PREFIX, has_marker, marker
+
+__all__ = [
+    "MARKER_PREFIX",
+    "AnchorError",
+    "calls_named",
+    "find_method",
+    "has_marker",
+    "is_self_attr_call",
+    "marker",
+]
 
 
 class AnchorError(Exception):
     """The code does not have the shape a transform anchors on."""
-
-
-def marker(fix: str) -> str:
-    return f"{MARKER_PREFIX}{fix}"
-
-
-def has_marker(code: str, fix: str) -> bool:
-    return marker(fix) in code
 
 
 def find_method(

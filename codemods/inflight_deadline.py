@@ -25,6 +25,7 @@ import libcst as cst
 import libcst.matchers as m
 from libcst.codemod import CodemodContext
 
+from pdguard.fixes.inflight_deadline import FIX, HELPER, STAMP, TIMEOUT
 from pdguard.sglang_names import INFLIGHT_FUNCTION as FUNCTION
 from pdguard.sglang_names import INFLIGHT_QUEUE as QUEUE
 from pdguard.sglang_names import INFLIGHT_TIMEOUT_ENV as ENV_VAR
@@ -40,11 +41,6 @@ from .insertion import (
     simple_statements,
 )
 from .isort_imports import DEFAULT_ISORT_CONFIG, AddIsortedImports, ImportRequest, reference_to
-
-FIX = "inflight-deadline"
-HELPER = "_fail_timed_out_inflight_reqs"
-STAMP = "inflight_queue_entry_time"
-TIMEOUT = "INFLIGHT_QUEUE_TIMEOUT"
 
 # How an overdue sender is failed, by what the release's senders offer.
 ABORT_CALLS = {

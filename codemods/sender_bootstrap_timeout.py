@@ -27,14 +27,13 @@ import libcst as cst
 import libcst.matchers as m
 from libcst.codemod import CodemodContext
 
+from pdguard.fixes.sender_bootstrap_timeout import FIX
 from pdguard.sglang_names import MANAGER_CHECK_STATUS, MANAGER_UPDATE_STATUS, SENDER_INIT_TIME
 
 from .anchors import AnchorError, calls_named, find_method, marker
 from .command import SourceCodemod
 from .insertion import StatementEdit, apply_edits, parse_statements
 from .isort_imports import DEFAULT_ISORT_CONFIG, AddIsortedImports, ImportRequest, reference_to
-
-FIX = "sender-bootstrap-timeout"
 
 _INIT_TIME = """\
 {marker}: the bootstrap timeout counts from here.

@@ -11,9 +11,10 @@ from pathlib import PurePosixPath
 import git
 from isort.settings import CONFIG_SOURCES
 
+from .errors import TargetError
 from .sglang_names import CHECKOUT_PREFIXES as PREFIXES
 from .sglang_names import DISAGGREGATION_DIR
-from .tree import SourceTree, TargetError
+from .tree import SourceTree
 
 # Where the ``sglang`` package sits in a repository: upstream keeps it under python/.
 

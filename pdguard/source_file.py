@@ -11,8 +11,10 @@ import io
 import tokenize
 from dataclasses import dataclass, replace
 
+from .errors import ParseError
 
-class SourceDecodeError(ValueError):
+
+class SourceDecodeError(ParseError, ValueError):
     """The bytes are not text in the encoding the file declares."""
 
 

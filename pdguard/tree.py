@@ -15,13 +15,10 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+from .errors import TargetError
 from .sglang_names import DISAGGREGATION_DIR, PREFILL_PATH, VERSION_PATHS
 
-__all__ = ["DISAGGREGATION_DIR", "PREFILL_PATH", "DirectoryTree", "SourceTree", "TargetError"]
-
-
-class TargetError(Exception):
-    """The target is not something pdguard can work on (exit code 2)."""
+__all__ = ["DISAGGREGATION_DIR", "PREFILL_PATH", "DirectoryTree", "SourceTree"]
 
 
 class SourceTree(ABC):

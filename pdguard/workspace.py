@@ -10,9 +10,10 @@ import libcst as cst
 
 from pdguard.checks.project import parse_module
 
+from .errors import TargetError, does_not_parse
 from .isort_config import isort_config_for
-from .source_file import SourceDecodeError, SourceFile
-from .tree import SourceTree, TargetError
+from .source_file import SourceFile
+from .tree import SourceTree
 
 
 @cache
@@ -33,10 +34,7 @@ class Workspace:
             data = self.tree.read_bytes(rel)
             if data is None:
                 return None
-            try:
-                self.originals[rel] = SourceFile.decode(rel, data)
-            except SourceDecodeError as exc:
-                raise TargetError(str(exc)) from exc
+            self.originals[rel] = SourceFile.decode(rel, data)  # or a ParseError
         return self.originals[rel]
 
     def text(self, rel: str) -> str:
@@ -49,11 +47,11 @@ class Workspace:
         self.current[rel] = text
 
     def ast(self, rel: str) -> ast.Module:
+        text = self.text(rel)
         try:
-            return parse_module(self.text(rel), rel)
-        except SyntaxError as exc:
-            where = f"{self.tree.display(rel)}:{exc.lineno or 0}:{exc.offset or 0}"
-            raise TargetError(f"{where}: does not parse: {exc.msg}") from exc
+            return parse_module(text, rel)
+        except (SyntaxError, ValueError) as exc:  # ValueError: a NUL byte, before 3.11.4
+            raise does_not_parse(self.tree.display(rel), exc, text) from exc
 
     def cst(self, rel: str) -> cst.Module:
         self.ast(rel)  # a clear error (file:line:col) for code that does not parse

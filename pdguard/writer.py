@@ -56,6 +56,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import NoReturn
 
+from .errors import WriteError
+
 try:
     import fcntl
 except ImportError:  # pragma: no cover - not POSIX
@@ -77,9 +79,7 @@ _DEFERRED_SIGNALS = frozenset(
 # so far after each rename. The signal and SIGKILL tests set it in a child process.
 _after_rename: Callable[[int], None] | None = None
 
-
-class WriteError(OSError):
-    """Nothing was written (or everything written was rolled back)."""
+__all__ = ["FileChange", "WriteError", "write_all"]
 
 
 @dataclass(frozen=True)

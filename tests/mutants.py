@@ -191,9 +191,10 @@ def main() -> None:
     import tempfile
     from pathlib import Path
 
-    from pdguard import checks, pipeline
-    from pdguard.checking import load_project
+    from pdguard import checks
     from pdguard.checks.project import Project
+    from pdguard.commands import apply
+    from pdguard.commands.check import load_project
     from pdguard.tree import open_tree
     from pdguard.vendor_sglang import fetch_release, load_manifest
 
@@ -205,7 +206,7 @@ def main() -> None:
         with tempfile.TemporaryDirectory() as tmp:
             root = Path(tmp) / "tree"
             shutil.copytree(fetch_release(release.version), root)
-            pipeline.write(pipeline.plan(open_tree(root)))
+            apply.write(apply.plan(open_tree(root)))
             texts = load_project(open_tree(root)).texts
         for mutant in MUTANTS:
             mutated = mutant.mutate(texts)

@@ -14,10 +14,10 @@ from pathlib import Path
 import jsonschema
 import pytest
 
-from pdguard import checking
-from pdguard.check_report import _escape
 from pdguard.cli import main
-from pdguard.tree import TargetError
+from pdguard.commands import check as checking
+from pdguard.commands.check import _escape
+from pdguard.errors import UsageError
 from tests.snippets import CONN_REL, PREFILL_REL, VERSION_REL, make_tree
 
 SCHEMA_PATH = Path(__file__).parent / "data" / "sarif-schema-2.1.0.json"
@@ -483,12 +483,12 @@ def test_select_codes(
 @pytest.mark.parametrize(("select", "ignore"), [([""], None), ([","], None), (["PDG00"], ["PDG0"])])
 def test_select_codes_rejects_an_empty_selection(select, ignore) -> None:
     # A CI step with an empty variable must not silently check nothing.
-    with pytest.raises(TargetError, match="no rule to run"):
+    with pytest.raises(UsageError, match="no rule to run"):
         checking.select_codes(select, ignore)
 
 
 def test_select_codes_rejects_unknown() -> None:
-    with pytest.raises(TargetError, match="unknown rule code 'PDG9'"):
+    with pytest.raises(UsageError, match="unknown rule code 'PDG9'"):
         checking.select_codes(["PDG001", "PDG9"], None)
 
 
@@ -636,9 +636,15 @@ def test_dot_inside_the_tree(
 
 
 def test_cli_format_choices_match_the_reporters() -> None:
-    from pdguard import check_report, cli
+    from pdguard import cli
+    from pdguard.commands import check
 
-    assert sorted(cli.CHECK_FORMATS) == sorted(check_report.FORMATS)
+    [action] = [
+        a
+        for a in cli.build_parser()._subparsers._group_actions[0].choices["check"]._actions
+        if a.dest == "format"
+    ]
+    assert sorted(action.choices) == sorted(check.FORMATS)
 
 
 def test_check_does_not_import_libcst() -> None:
@@ -648,7 +654,7 @@ def test_check_does_not_import_libcst() -> None:
     code = (
         "import sys; from pdguard.cli import main; "
         "main(['check', '--help']) if False else None; "
-        "import pdguard.checking, pdguard.check_report; "
+        "import pdguard.commands.check; "
         "print('libcst' in sys.modules)"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)

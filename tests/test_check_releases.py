@@ -9,9 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from pdguard import checks, pipeline
-from pdguard.checking import load_project
+from pdguard import checks
 from pdguard.checks.project import Project
+from pdguard.commands import apply
+from pdguard.commands.check import load_project
 from pdguard.tree import open_tree
 from pdguard.vendor_sglang import fetch_release
 from tests.mutants import MUTANTS, VARIANTS
@@ -69,9 +70,9 @@ def patched(request: pytest.FixtureRequest, tmp_path: Path):
     info = request.param
     root = tmp_path / f"sglang-{info.version}"
     shutil.copytree(fetch_release(info.version), root)
-    result = pipeline.plan(open_tree(root))
+    result = apply.plan(open_tree(root))
     assert not result.refused
-    pipeline.write(result)
+    apply.write(result)
     return info, load_project(open_tree(root)).texts
 
 

@@ -12,8 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from pdguard import pipeline, writer
+from pdguard import writer
 from pdguard.cli import main
+from pdguard.commands import apply
 from tests.snippets import (
     CONN_REL,
     PREFILL_REL,
@@ -352,7 +353,7 @@ def test_failed_write_exits_2_and_changes_nothing(
 def test_file_edited_during_the_run_is_not_overwritten(
     tree: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    real_plan = pipeline.plan
+    real_plan = apply.plan
     edited = prefill_text() + "# edited while pdguard was working\n"
 
     def plan_then_edit(source_tree):  # type: ignore[no-untyped-def]
@@ -360,7 +361,7 @@ def test_file_edited_during_the_run_is_not_overwritten(
         (tree / PREFILL_REL).write_text(edited)
         return result
 
-    monkeypatch.setattr(pipeline, "plan", plan_then_edit)
+    monkeypatch.setattr(apply, "plan", plan_then_edit)
     code, _, err = run(capsys, "apply", tree)
     assert code == 2
     assert "changed on disk" in assert_one_error_line(err)

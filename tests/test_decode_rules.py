@@ -15,7 +15,6 @@ import os
 import pytest
 
 from pdguard import checks
-from pdguard.checking import load_project
 from pdguard.checks.pdg006_receiver_waits_forever import ReceiverWaitsForever
 from pdguard.checks.pdg007_decode_queue_waits_forever import (
     COUNTED,
@@ -25,6 +24,7 @@ from pdguard.checks.pdg007_decode_queue_waits_forever import (
     decode,
 )
 from pdguard.checks.project import Project
+from pdguard.commands.check import load_project
 from pdguard.tree import open_tree
 from pdguard.vendor_sglang import fetch_release, load_manifest
 

@@ -17,8 +17,9 @@ from pathlib import Path
 
 import pytest
 
-from pdguard import pipeline, simulate
+from pdguard import simulate
 from pdguard.cli import main
+from pdguard.commands import apply
 from pdguard.simulate import scenarios, standins
 from pdguard.simulate.world import Divergence, _Collective
 from pdguard.tree import PREFILL_PATH, open_tree
@@ -35,7 +36,7 @@ def _toy(tmp_path: Path, text: str = TOY_PREFILL, patched: bool = False) -> Path
     (root / PREFILL_PATH).parent.mkdir(parents=True)
     (root / PREFILL_PATH).write_text(text)
     if patched:
-        pipeline.write(pipeline.plan(open_tree(root)))
+        apply.write(apply.plan(open_tree(root)))
     return root
 
 
@@ -189,9 +190,9 @@ NIXL_NEVER_BOOTSTRAPPING = {"F1", "F2"}
 
 def _patched_copy(version: str, root: Path) -> Path:
     shutil.copytree(fetch_release(version), root)
-    result = pipeline.plan(open_tree(root))
+    result = apply.plan(open_tree(root))
     assert not result.refused
-    pipeline.write(result)
+    apply.write(result)
     return root
 
 

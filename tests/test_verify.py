@@ -33,8 +33,8 @@ from pathlib import Path
 import pytest
 
 from pdguard import __version__
-from pdguard.checking import check_tree
 from pdguard.cli import main
+from pdguard.commands.check import check_tree
 from pdguard.tree import open_tree
 from pdguard.vendor_sglang import fetch_release
 from tests.test_releases import RELEASES

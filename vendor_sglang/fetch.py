@@ -26,6 +26,7 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 
+from pdguard.errors import PdguardError
 from pdguard.vendor_sglang.manifest import Release, UnknownReleaseError, get_release
 
 # Members extracted from a wheel: a trailing "/" means the whole directory.  Members that a
@@ -49,7 +50,7 @@ _FALLBACK_TAGS = ("cp311", "cp311", "manylinux_2_34_x86_64")
 _VERSION_RE = re.compile(r"[0-9][0-9A-Za-z.+!-]*")
 
 
-class FetchError(RuntimeError):
+class FetchError(PdguardError, RuntimeError):
     """A release could not be downloaded or extracted."""
 
 

@@ -8,13 +8,15 @@ from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 
+from pdguard.errors import PdguardError
+
 MANIFEST_PATH = Path(__file__).with_name("releases.toml")
 
 _VERSION_RE = re.compile(r"(\d+(?:\.\d+)*)(?:\.post(\d+))?")
 _SHA256_RE = re.compile(r"[0-9a-f]{64}")
 
 
-class UnknownReleaseError(ValueError):
+class UnknownReleaseError(PdguardError, ValueError):
     """The requested SGLang version is not pinned in the manifest."""
 
 

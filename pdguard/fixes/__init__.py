@@ -1,0 +1,20 @@
+"""pdguard's fixes: one module each (its name, marker, summary, the rules that prove it, its
+``plan``), with its codemod in ``codemods/``. ``FIXES`` is the one registry: ``apply``, ``verify``,
+``carry`` and the command line's help all read it.
+
+Adding a fix: its codemod in ``codemods/``, its module here (a ``Fix`` subclass), and one line
+in ``FIXES``.
+"""
+
+from __future__ import annotations
+
+from .base import Fix, Outcome, Status
+from .inflight_deadline import InflightDeadline
+from .sender_bootstrap_timeout import SenderBootstrapTimeoutFix
+
+FIXES: tuple[Fix, ...] = (
+    InflightDeadline(),
+    SenderBootstrapTimeoutFix(),
+)
+
+__all__ = ["FIXES", "Fix", "Outcome", "Status"]

@@ -1,12 +1,32 @@
-"""What a fix is: a unit that detects itself, applies itself, and says how it went."""
+"""What a fix is: a unit that owns its identity (name, marker, one-line summary), the rule codes
+that prove it, and its ``plan``: it detects itself, applies itself, and says how it went.
+
+A fix module imports nothing heavy at import time (no LibCST, no isort): the command line
+builds its help from ``FIXES``, and ``check`` never loads LibCST.
+"""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from enum import StrEnum
-from typing import Protocol
+from typing import TYPE_CHECKING, ClassVar
 
-from ..workspace import Workspace
+from ..errors import refusal
+
+if TYPE_CHECKING:
+    from ..tree import SourceTree
+    from ..workspace import Workspace
+
+MARKER_PREFIX = "# pdguard: "
+
+
+def marker(name: str) -> str:
+    """The comment every piece of code a fix writes carries: how a second run finds it."""
+    return f"{MARKER_PREFIX}{name}"
+
+
+def has_marker(code: str, name: str) -> bool:
+    return marker(name) in code
 
 
 class Status(StrEnum):
@@ -23,10 +43,22 @@ class Outcome:
     note: str | None = None
     where: str | None = None  # "rel:line" of the code a refusal is about
 
+    def refusal(self, name: str, tree: SourceTree) -> str:
+        """The refusal line for fix ``name``, naming the file as ``tree`` shows it."""
+        return refusal(name, self.note, tree.display(self.where) if self.where else None)
 
-class Fix(Protocol):
-    name: str
+
+class Fix:
+    """One fix. Subclasses set the class attributes and implement ``plan``."""
+
+    name: ClassVar[str]  # e.g. "inflight-deadline": statuses, reports, the marker
+    summary: ClassVar[str]  # one line for the command line's help
+    rules: ClassVar[tuple[str, ...]]  # the rule codes (checks.RULES) that prove it
+
+    @property
+    def marker(self) -> str:
+        return marker(self.name)
 
     def plan(self, workspace: Workspace) -> Outcome:
         """Decide the fix's status; when it applies, put the new texts into ``workspace``."""
-        ...
+        raise NotImplementedError

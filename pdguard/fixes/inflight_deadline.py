@@ -1,31 +1,43 @@
-"""The ``inflight-deadline`` fix: detection, the per-release choices, and the codemods to run."""
+"""The ``inflight-deadline`` fix: its identity, its proof (PDG001-PDG003, PDG005), detection,
+the per-release choices, and the codemod to run (``codemods/inflight_deadline.py``)."""
 
 from __future__ import annotations
 
 import ast
+from typing import TYPE_CHECKING
 
-from libcst.codemod import CodemodContext
-
+from pdguard.checks.classes import find_method
 from pdguard.checks.inflight import analyse
 from pdguard.checks.kv_senders import BASE_SENDER
-from pdguard.codemods.anchors import AnchorError, has_marker
-from pdguard.codemods.inflight_deadline import FIX, FUNCTION, HELPER, QUEUE, STAMP, TIMEOUT
-from pdguard.codemods.inflight_deadline import InflightDeadline as InflightDeadlineCodemod
-from pdguard.codemods.isort_imports import top_level_bindings
 
-from ..sglang_names import PREFILL_PATH
-from ..workspace import Workspace
-from .base import Outcome, Status
+from ..sglang_names import INFLIGHT_FUNCTION as FUNCTION
+from ..sglang_names import INFLIGHT_QUEUE as QUEUE
+from ..sglang_names import KVPOLL, PREFILL_PATH
+from .base import Fix, Outcome, Status, has_marker
 from .sender_index import sender_index
+
+if TYPE_CHECKING:
+    from ..workspace import Workspace
+
+FIX = "inflight-deadline"
+# pdguard's own names in the code it writes.
+HELPER = "_fail_timed_out_inflight_reqs"
+STAMP = "inflight_queue_entry_time"
+TIMEOUT = "INFLIGHT_QUEUE_TIMEOUT"
+
+# How an overdue sender is failed (the codemod's ``abort``), as the note says it.
+_HOW = {
+    "direct": "abort() and a Failed poll",
+    "guarded": "abort() where the sender has one, and a Failed poll",
+    "none": "a Failed poll",
+}
 
 
 def _function(tree: ast.Module, name: str) -> ast.FunctionDef | None:
-    for cls in tree.body:
-        if isinstance(cls, ast.ClassDef):
-            for item in cls.body:
-                if isinstance(item, ast.FunctionDef) and item.name == name:
-                    return item
-    return None
+    """Method ``name`` of the first top-level class that defines it."""
+    classes = (node for node in tree.body if isinstance(node, ast.ClassDef))
+    found = find_method(classes, name)
+    return found[1] if found is not None else None
 
 
 def _is_failed_test(test: ast.expr) -> bool:
@@ -82,34 +94,58 @@ def _missing_pieces(tree: ast.Module) -> list[str]:
     return missing
 
 
-class InflightDeadline:
+class InflightDeadline(Fix):
     name = FIX
+    summary = "a deadline for requests waiting in the prefill inflight queue (prefill.py)"
+    rules = ("PDG001", "PDG002", "PDG003", "PDG005")
 
     def plan(self, workspace: Workspace) -> Outcome:
-        text = workspace.text(PREFILL_PATH)
         tree = workspace.ast(PREFILL_PATH)
-        if has_marker(text, FIX):
-            missing = _missing_pieces(tree)
-            if missing:
-                return Outcome(
-                    Status.REFUSED,
-                    f"pdguard's marker is in {PREFILL_PATH} but not all of its fix: missing "
-                    + ", ".join(missing),
-                    PREFILL_PATH,
-                )
-            return Outcome(Status.PRESENT, f"marker and deadline found in {PREFILL_PATH}")
+        outcome = (
+            self._present(workspace.text(PREFILL_PATH), tree)
+            or self._upstream(tree)
+            or self._refused(tree)
+        )
+        if outcome is not None:
+            return outcome
+        return self._apply(workspace)
+
+    # -- the steps, in order: each returns an Outcome when it decides -----------------------
+
+    def _present(self, text: str, tree: ast.Module) -> Outcome | None:
+        """pdguard's marker is there: all of the fix (present), or a part (refused)."""
+        if not has_marker(text, FIX):
+            return None
+        missing = _missing_pieces(tree)
+        if missing:
+            return Outcome(
+                Status.REFUSED,
+                f"pdguard's marker is in {PREFILL_PATH} but not all of its fix: missing "
+                + ", ".join(missing),
+                PREFILL_PATH,
+            )
+        return Outcome(Status.PRESENT, f"marker and deadline found in {PREFILL_PATH}")
+
+    def _upstream(self, tree: ast.Module) -> Outcome | None:
+        """A deadline that the PDG001 model proves is already there (written by hand)."""
+        if _function(tree, FUNCTION) is None:
+            return None  # refused by the next step
+        model = analyse(tree)
+        valid = model.valid_checks() if model is not None else []
+        if not valid:
+            return None
+        check = valid[0]
+        return Outcome(
+            Status.UPSTREAM,
+            f"a deadline on `{check.attr}` already fails overdue senders before the poll "
+            f"all-reduce ({check.method}(), line {check.line})",
+        )
+
+    def _refused(self, tree: ast.Module) -> Outcome | None:
+        """The release has no Failed branch that cleans up a failed request without crashing."""
         function = _function(tree, FUNCTION)
         if function is None:
             return Outcome(Status.REFUSED, f"no {FUNCTION}() in {PREFILL_PATH}", PREFILL_PATH)
-        model = analyse(tree)
-        valid = model.valid_checks() if model is not None else []
-        if valid:
-            check = valid[0]
-            return Outcome(
-                Status.UPSTREAM,
-                f"a deadline on `{check.attr}` already fails overdue senders before the poll "
-                f"all-reduce ({check.method}(), line {check.line})",
-            )
         branches = _failed_branches(function)
         if not branches:
             return Outcome(
@@ -127,34 +163,44 @@ class InflightDeadline:
                     "at the deadline would crash the scheduler",
                     f"{PREFILL_PATH}:{raising.lineno}",
                 )
+        return None
 
-        module = workspace.cst(PREFILL_PATH)
-        if "KVPoll" not in top_level_bindings(module):
-            return Outcome(
-                Status.REFUSED, f"KVPoll is not imported in {PREFILL_PATH}", PREFILL_PATH
-            )
+    def _abort_style(self, workspace: Workspace) -> str:
+        """How an overdue sender can be aborted: "direct" (BaseKVSender has ``abort``),
+        "guarded" (only some senders do), "none"."""
         index = sender_index(workspace)
         if index.resolve(BASE_SENDER, "abort") is not None:
-            abort = "direct"
-        elif any(index.resolve(s, "abort") for s in index.senders()):
-            abort = "guarded"
-        else:
-            abort = "none"
-        context = CodemodContext(filename=PREFILL_PATH)
+            return "direct"
+        if any(index.resolve(s, "abort") for s in index.senders()):
+            return "guarded"
+        return "none"
+
+    def _apply(self, workspace: Workspace) -> Outcome:
+        """Run the codemod on ``prefill.py``."""
+        from libcst.codemod import CodemodContext
+
+        from pdguard.codemods.anchors import AnchorError
+        from pdguard.codemods.inflight_deadline import InflightDeadline as Codemod
+        from pdguard.codemods.isort_imports import top_level_bindings
+
+        module = workspace.cst(PREFILL_PATH)
+        if KVPOLL not in top_level_bindings(module):
+            return Outcome(
+                Status.REFUSED, f"{KVPOLL} is not imported in {PREFILL_PATH}", PREFILL_PATH
+            )
+        abort = self._abort_style(workspace)
+        codemod = Codemod(
+            CodemodContext(filename=PREFILL_PATH),
+            abort=abort,
+            isort_config=workspace.isort_config(PREFILL_PATH),
+        )
         try:
-            module = InflightDeadlineCodemod(
-                context, abort=abort, isort_config=workspace.isort_config(PREFILL_PATH)
-            ).transform_module(module)
+            module = codemod.transform_module(module)
         except AnchorError as exc:
             return Outcome(Status.REFUSED, str(exc), PREFILL_PATH)
         workspace.set_text(PREFILL_PATH, module.code)
-        how = {
-            "direct": "abort() and a Failed poll",
-            "guarded": "abort() where the sender has one, and a Failed poll",
-            "none": "a Failed poll",
-        }[abort]
         return Outcome(
             Status.APPLIED,
             f"stamp at the inflight-queue append, deadline before the poll all-reduce in "
-            f"{FUNCTION}(); overdue senders are failed with {how}",
+            f"{FUNCTION}(); overdue senders are failed with {_HOW[abort]}",
         )

@@ -10,21 +10,20 @@ from __future__ import annotations
 
 from collections import defaultdict
 from dataclasses import dataclass
-
-from libcst.codemod import CodemodContext
+from typing import TYPE_CHECKING
 
 from pdguard.checks.kv_senders import BOOTSTRAP_TIMEOUT_ENV, ClassIndex, SenderFacts
-from pdguard.codemods.anchors import AnchorError, has_marker
-from pdguard.codemods.isort_imports import (
-    ImportRequest,
-    reference_to,
-    top_level_bindings,
-)
-from pdguard.codemods.sender_bootstrap_timeout import FIX, SenderBootstrapTimeout
 
-from ..workspace import Workspace
-from .base import Outcome, Status
+from ..sglang_names import MANAGER_RECORD_FAILURE
+from .base import Fix, Outcome, Status, has_marker
 from .sender_index import sender_index
+
+if TYPE_CHECKING:
+    from pdguard.codemods.isort_imports import ImportRequest
+
+    from ..workspace import Workspace
+
+FIX = "sender-bootstrap-timeout"
 
 
 @dataclass
@@ -39,6 +38,11 @@ class _ClassEdit:
     record_failure: bool = True
     imports: tuple[ImportRequest, ...] = ()
 
+    def describe(self) -> str:
+        what = [w for w, on in (("init_time", self.set_init_time), ("check", self.add_check)) if on]
+        style = f" ({self.check_style})" if self.add_check else ""
+        return f"{self.class_name}: {' + '.join(what)}{style}"
+
 
 def _class_source(workspace: Workspace, index: ClassIndex, name: str) -> str:
     info = index.classes[name]
@@ -46,12 +50,18 @@ def _class_source(workspace: Workspace, index: ClassIndex, name: str) -> str:
     return "\n".join(lines[info.node.lineno - 1 : info.node.end_lineno])
 
 
-def _healthy(facts: SenderFacts) -> bool:
-    return not facts.can_bootstrap or (facts.init_time == "time" and facts.check_reached)
+class _Refused(Exception):
+    """A step's refusal (an ``AnchorError`` of a codemod, or a class it cannot anchor on)."""
+
+    def __init__(self, note: str, where: str | None = None) -> None:
+        super().__init__(note)
+        self.outcome = Outcome(Status.REFUSED, note, where)
 
 
-class SenderBootstrapTimeoutFix:
+class SenderBootstrapTimeoutFix(Fix):
     name = FIX
+    summary = "a bootstrap timeout that can fire in every *KVSender (NIXL 0.4.7 - 0.5.17, ...)"
+    rules = ("PDG004",)
 
     def plan(self, workspace: Workspace) -> Outcome:
         index = sender_index(workspace)
@@ -60,28 +70,43 @@ class SenderBootstrapTimeoutFix:
         if not bootstrapping:
             names = ", ".join(f.name for f in senders) or "none found"
             return Outcome(
-                Status.NOT_APPLICABLE,
-                f"no KV sender can report Bootstrapping ({names})",
+                Status.NOT_APPLICABLE, f"no KV sender can report Bootstrapping ({names})"
             )
-        broken = [f for f in bootstrapping if not _healthy(f)]
+        broken = [f for f in bootstrapping if not f.healthy]
         if not broken:
-            owners = {
-                owner.name
-                for f in bootstrapping
-                for owner in (f.poll_owner, f.init_owner)
-                if owner is not None
-            }
-            marked = sorted(
-                o for o in owners if has_marker(_class_source(workspace, index, o), FIX)
-            )
-            names = ", ".join(f.name for f in bootstrapping)
-            if marked:
-                return Outcome(Status.PRESENT, f"marker in {', '.join(marked)}; checked: {names}")
-            return Outcome(Status.UPSTREAM, f"bootstrap timeout already live in: {names}")
+            return self._already_live(workspace, index, bootstrapping)
         try:
             edits = self._edits(workspace, index, broken)
-        except AnchorError as exc:
-            return Outcome(Status.REFUSED, str(exc))
+            self._run_codemods(workspace, edits)
+        except _Refused as refused:
+            return refused.outcome
+        return self._proved(workspace, index, bootstrapping, edits)
+
+    # -- the steps ------------------------------------------------------------------------
+
+    def _already_live(
+        self, workspace: Workspace, index: ClassIndex, bootstrapping: list[SenderFacts]
+    ) -> Outcome:
+        """Every sender that can report Bootstrapping times out: pdguard's (present) or not."""
+        owners = {
+            owner.name
+            for f in bootstrapping
+            for owner in (f.poll_owner, f.init_owner)
+            if owner is not None
+        }
+        marked = sorted(o for o in owners if has_marker(_class_source(workspace, index, o), FIX))
+        names = ", ".join(f.name for f in bootstrapping)
+        if marked:
+            return Outcome(Status.PRESENT, f"marker in {', '.join(marked)}; checked: {names}")
+        return Outcome(Status.UPSTREAM, f"bootstrap timeout already live in: {names}")
+
+    def _run_codemods(self, workspace: Workspace, edits: dict[str, _ClassEdit]) -> None:
+        """The codemod once per class to fix, file by file, into ``workspace``."""
+        from libcst.codemod import CodemodContext
+
+        from pdguard.codemods.anchors import AnchorError
+        from pdguard.codemods.sender_bootstrap_timeout import SenderBootstrapTimeout
+
         by_file: dict[str, list[_ClassEdit]] = defaultdict(list)
         for edit in edits.values():
             by_file[edit.rel].append(edit)
@@ -103,23 +128,23 @@ class SenderBootstrapTimeoutFix:
                         isort_config=workspace.isort_config(rel),
                     ).transform_module(module)
             except AnchorError as exc:
-                return Outcome(Status.REFUSED, f"{rel}: {exc}", rel)
+                raise _Refused(f"{rel}: {exc}", rel) from exc
             workspace.set_text(rel, module.code)
 
-        still = [
-            f.name for f in map(sender_index(workspace).facts, index.senders()) if not _healthy(f)
-        ]
+    def _proved(
+        self,
+        workspace: Workspace,
+        index: ClassIndex,
+        bootstrapping: list[SenderFacts],
+        edits: dict[str, _ClassEdit],
+    ) -> Outcome:
+        """Re-check every sender on the new texts; the note says what was done."""
+        after = sender_index(workspace)
+        still = [name for name in index.senders() if not after.facts(name).healthy]
         if still:
             return Outcome(Status.REFUSED, f"the fix did not make the timeout live in {still}")
-        done = []
-        for edit in edits.values():
-            what = [
-                w for w, on in (("init_time", edit.set_init_time), ("check", edit.add_check)) if on
-            ]
-            style = f" ({edit.check_style})" if edit.add_check else ""
-            done.append(f"{edit.class_name}: {' + '.join(what)}{style}")
-        fine = [f.name for f in bootstrapping if _healthy(f)]
-        note = "; ".join(done)
+        note = "; ".join(edit.describe() for edit in edits.values())
+        fine = [f.name for f in bootstrapping if f.healthy]
         if fine:
             note += f"; already live: {', '.join(fine)}"
         return Outcome(Status.APPLIED, note)
@@ -127,6 +152,8 @@ class SenderBootstrapTimeoutFix:
     def _edits(
         self, workspace: Workspace, index: ClassIndex, broken: list[SenderFacts]
     ) -> dict[str, _ClassEdit]:
+        """What to change in which class: the fix goes into the class that defines the method
+        at fault (``__init__`` for ``init_time``, ``poll`` for the check)."""
         edits: dict[str, _ClassEdit] = {}
 
         def edit_for(owner_name: str) -> _ClassEdit:
@@ -136,11 +163,11 @@ class SenderBootstrapTimeoutFix:
         for facts in broken:
             if facts.init_time != "time":
                 if facts.init_owner is None:
-                    raise AnchorError(f"{facts.name} has no __init__ to start init_time in")
+                    raise _Refused(f"{facts.name} has no __init__ to start init_time in")
                 edit_for(facts.init_owner.name).set_init_time = True
             if not facts.check_reached:
                 if facts.poll_owner is None:
-                    raise AnchorError(f"{facts.name} has no poll() to check the timeout in")
+                    raise _Refused(f"{facts.name} has no poll() to check the timeout in")
                 edit = edit_for(facts.poll_owner.name)
                 edit.add_check = True
                 if not facts.has_helper:
@@ -152,15 +179,17 @@ class SenderBootstrapTimeoutFix:
     ) -> None:
         """Before 0.5.13 there is no ``_check_bootstrap_timeout``: check inline, with the
         timeout the way this release reads it."""
+        from pdguard.codemods.isort_imports import ImportRequest, reference_to, top_level_bindings
+
         edit.check_style = "inline"
         manager = index.manager_of(facts.name)
-        edit.record_failure = bool(manager) and index.manager_has(manager, "record_failure")
+        edit.record_failure = bool(manager) and index.manager_has(manager, MANAGER_RECORD_FAILURE)
         attr = index.manager_timeout_attr(manager) if manager else None
         if attr is not None:
             edit.timeout = f"self.kv_mgr.{attr}"
             return
         if not edit.set_init_time:
-            raise AnchorError(
+            raise _Refused(
                 f"{edit.class_name}: its manager has no bootstrap timeout and its __init__ "
                 "is not being patched to read one"
             )

@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from pdguard.checks.kv_senders import ClassIndex
 from pdguard.checks.project import Project
 
 from ..sglang_names import DISAGGREGATION_DIR, SENDER_NEEDLES
-from ..workspace import Workspace
+
+if TYPE_CHECKING:
+    from ..workspace import Workspace
 
 
 def sender_index(workspace: Workspace) -> ClassIndex:

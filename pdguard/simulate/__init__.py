@@ -12,10 +12,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
+from ..errors import LoadError, SimulationGap, UsageError
 from ..tree import SourceTree
 from . import loader, standins, world
-from .loader import LoadError
-from .scenarios import NAMES, SCENARIOS, SimulationGap
+from .scenarios import NAMES, SCENARIOS
 
 __all__ = ["NAMES", "LoadError", "Row", "SimulationGap", "SimulationReport", "load", "run"]
 
@@ -51,7 +51,7 @@ def run(tree: SourceTree, ranks: int = 2, names: Sequence[str] | None = None) ->
     """Run the scenarios (all, or those named) on ``tree``. Raises LoadError when the target's
     code cannot be loaded, SimulationGap when it reaches something with no stand-in."""
     if ranks < 1:
-        raise LoadError("--ranks must be at least 1")
+        raise UsageError("--ranks must be at least 1")
     target = load(tree)
     report = SimulationReport(
         target.label, target.version, ranks, loaded=dict(loader.describe(target))

@@ -29,6 +29,9 @@ from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from types import CodeType
 
+from ..checks.classes import find_method
+from ..checks.classes import methods_of as _class_methods
+from ..errors import LoadError, parse
 from ..sglang_names import (
     APPEND_FUNCTION,
     INFLIGHT_FUNCTION,
@@ -44,10 +47,6 @@ NIXL_PATH = NIXL_CONN_PATH
 
 _FLAGS = __future__.annotations.compiler_flag  # every SGLang module has the future import
 _BUILTINS = frozenset(dir(builtins))
-
-
-class LoadError(Exception):
-    """The target's code cannot be loaded into the simulation (exit code 2)."""
 
 
 @dataclass
@@ -222,19 +221,16 @@ class _Loader:
             data = self.tree.read_bytes(rel)
             if data is None:
                 raise LoadError(f"cannot load: {rel} is not in the tree")
-            try:
-                self._parsed[rel] = ast.parse(data, filename=rel)
-            except SyntaxError as exc:
-                raise LoadError(f"cannot load: {rel}:{exc.lineno}: {exc.msg}") from exc
+            self._parsed[rel] = parse(data, rel, self.tree.display(rel))
         return self._parsed[rel]
 
     def classes(self, rel: str) -> dict[str, ast.ClassDef]:
         return {n.name: n for n in self.parsed(rel).body if isinstance(n, ast.ClassDef)}
 
     def class_defining(self, rel: str, method: str) -> str:
-        for name, node in self.classes(rel).items():
-            if method in _class_methods(node):
-                return name
+        found = find_method(self.classes(rel).values(), method)
+        if found is not None:
+            return found[0].name
         raise LoadError(f"cannot load: no class in {rel} defines {method}()")
 
     def node(self, name: str) -> ast.ClassDef:
@@ -403,10 +399,6 @@ def _stored_names(code: CodeType) -> set[str]:
 
 
 # -- ast helpers -----------------------------------------------------------------------------
-
-
-def _class_methods(node: ast.ClassDef) -> dict[str, ast.FunctionDef]:
-    return {n.name: n for n in node.body if isinstance(n, ast.FunctionDef)}
 
 
 def _methods_of(plan: _ClassPlan) -> list[ast.FunctionDef]:

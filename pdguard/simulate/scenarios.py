@@ -13,6 +13,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from .. import sglang_names as names
+from ..errors import SimulationGap
 from .loader import Target
 from .spec import RequestSpec
 from .standins import MissingStandIn
@@ -24,10 +25,6 @@ DEFAULT_TIMEOUT = 300.0
 WEDGE_HORIZON = 2 * DEFAULT_TIMEOUT
 BOOTSTRAP_TIMEOUT = 30.0
 WEDGED = RequestSpec("wedged", arrival=0.0, prefill_s=1.0, transfer_s=None)
-
-
-class SimulationGap(Exception):
-    """The target's code reached something the simulated world has no stand-in for."""
 
 
 @dataclass(frozen=True)

@@ -28,8 +28,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .. import sglang_names as names
+from ..errors import LoadError
 from . import standins
-from .loader import LoadError, Target
+from .loader import Target
 from .spec import RequestSpec
 from .standins import (
     BootstrapQueueStandIn,

@@ -1,20 +1,37 @@
-"""``carry``: apply the fixes to the tree of a ref and commit the result on a new branch, with
-git objects only (a private index file; HEAD, the index and the working tree are untouched)."""
+"""``pdguard carry``: apply the fixes to the tree of a ref and commit the result on a new branch,
+with git objects only (a private index file; HEAD, the index and the working tree are
+untouched)."""
 
 from __future__ import annotations
 
+import argparse
 import io
 import os
 import tempfile
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-import git
-from gitdb.base import IStream
+from .. import __version__
+from ..errors import RefusedError, TargetError
+from .apply import ApplyResult, plan
+from .base import EXIT_OK
 
-from . import __version__
-from .git_tree import open_git_tree, open_repo
-from .pipeline import ApplyResult, plan
-from .tree import TargetError
+if TYPE_CHECKING:
+    import git
+
+NAME = "carry"
+HELP = "commit the fixed tree of a ref as a new branch (git objects only)"
+DESCRIPTION = (
+    "Apply the fixes to the tree of --onto and commit it on a new branch (parent: that ref). "
+    "The working tree, index and HEAD are not touched."
+)
+
+
+def epilog() -> str:
+    return """\
+exit codes: 0 committed, or the ref already carries every fix (nothing committed);
+2 error (not a git repo, unknown ref, an existing branch without --force, a refused fix).
+"""
 
 
 @dataclass
@@ -39,6 +56,10 @@ def _message(result: ApplyResult, onto: str, prefix: str = "") -> str:
 
 
 def carry(repo_path: str, onto: str, branch: str, *, force: bool = False) -> CarryResult:
+    import git
+
+    from ..git_tree import open_git_tree, open_repo
+
     repo = open_repo(repo_path)
     tree = open_git_tree(repo, onto)
     head_name = f"refs/heads/{branch}"
@@ -53,11 +74,11 @@ def carry(repo_path: str, onto: str, branch: str, *, force: bool = False) -> Car
         raise TargetError(f"branch {branch} is checked out; carry never moves the current branch")
     result = plan(tree)
     if result.refused:
-        name, outcome = next(iter(result.refused.items()))
-        where = f"{tree.display(outcome.where)}: " if outcome.where else ""
-        raise TargetError(f"{where}{name} refused: {outcome.note}")
+        raise RefusedError(result.refusal())
     if not result.changes:
         return CarryResult(result, branch, None)
+
+    from gitdb.base import IStream
 
     try:
         with tempfile.TemporaryDirectory(prefix="pdguard-carry-") as tmp:
@@ -93,6 +114,8 @@ def carry(repo_path: str, onto: str, branch: str, *, force: bool = False) -> Car
 
 
 def _identity(repo: git.Repo) -> dict[str, str]:
+    import git
+
     """A committer for machines with no git identity configured (CI); a configured one wins.
 
     Each of user.name and user.email is asked of git itself (so HOME, includes and
@@ -110,3 +133,28 @@ def _identity(repo: git.Repo) -> dict[str, str]:
             if f"GIT_{who}_{key.upper()}" not in os.environ:
                 env[f"GIT_{who}_{key.upper()}"] = fallback
     return env
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--repo", required=True, metavar="PATH")
+    parser.add_argument("--onto", required=True, metavar="REF")
+    parser.add_argument("--branch", required=True, metavar="NAME")
+    parser.add_argument("--force", action="store_true", help="move the branch if it exists")
+
+
+def text(done: CarryResult, onto: str) -> str:
+    if done.commit is None:
+        return f"{onto} already carries every fix: no commit"
+    return f"{done.branch} -> {done.commit[:12]} (on {onto}): " + ", ".join(
+        f"{n} {o.status.value}" for n, o in done.plan.outcomes.items()
+    )
+
+
+# carry prints one line: text is its only format (no --format option).
+FORMATS = {"text": text}
+
+
+def run(args: argparse.Namespace) -> int:
+    done = carry(args.repo, args.onto, args.branch, force=args.force)
+    print(FORMATS["text"](done, args.onto))
+    return EXIT_OK

@@ -1,0 +1,193 @@
+"""``pdguard apply``: run every fix on a tree, check the result, and (unless asked not to) write
+it. ``plan`` is also what ``verify``, ``carry`` and ``demo`` run."""
+
+from __future__ import annotations
+
+import argparse
+import difflib
+import json
+import sys
+from dataclasses import dataclass, field
+
+from ..errors import RefusedError
+from ..fixes import FIXES, Fix, Outcome, Status
+from ..sglang_names import DISAGGREGATION_DIR, INFLIGHT_TIMEOUT_ENV
+from ..source_file import SourceFile
+from ..tree import DirectoryTree, SourceTree, installed_tree, open_tree
+from .base import EXIT_CHANGES, EXIT_OK, add_format
+
+NAME = "apply"
+HELP = "apply the fixes to an SGLang tree"
+DESCRIPTION = "Apply pdguard's fixes to an SGLang tree."
+
+
+def epilog() -> str:
+    fixes = "\n".join(f"  {fix.name:<26}{fix.summary}" for fix in FIXES)
+    return f"""\
+fixes:
+{fixes}
+
+TARGET may be a checkout root (python/sglang/...), an `sglang` package directory, or
+any directory holding {DISAGGREGATION_DIR}.
+
+statuses: {", ".join(s.value for s in Status)}
+  (present: pdguard's fix is already there; upstream: the release already does it;
+  refused: the note says why, and nothing is written)
+
+exit codes: 0 done or nothing to do; 1 with --check when a change is needed;
+2 error (not SGLang, a file that does not parse, a refused fix): nothing is written.
+
+environment of the patched SGLang:
+  {INFLIGHT_TIMEOUT_ENV}  seconds in the inflight queue before a
+      request is failed (default 300; 0 turns the deadline off)
+"""
+
+
+# -- the plan -------------------------------------------------------------------------------
+
+
+@dataclass
+class ApplyResult:
+    tree: SourceTree
+    sglang_version: str | None
+    outcomes: dict[str, Outcome]
+    originals: dict[str, SourceFile] = field(default_factory=dict)
+    changes: dict[str, SourceFile] = field(default_factory=dict)
+
+    @property
+    def refused(self) -> dict[str, Outcome]:
+        return {n: o for n, o in self.outcomes.items() if o.status is Status.REFUSED}
+
+    def refusal(self) -> str:
+        """The refusal line of the first refused fix."""
+        name, outcome = next(iter(self.refused.items()))
+        return outcome.refusal(name, self.tree)
+
+    def diff(self) -> str:
+        chunks: list[str] = []
+        for rel, new in self.changes.items():
+            chunks.extend(
+                difflib.unified_diff(
+                    self.originals[rel].text.splitlines(keepends=True),
+                    new.text.splitlines(keepends=True),
+                    fromfile=f"a/{rel}",
+                    tofile=f"b/{rel}",
+                )
+            )
+        return "".join(chunks)
+
+
+def plan(tree: SourceTree, fixes: tuple[Fix, ...] = FIXES) -> ApplyResult:
+    """Every fix's outcome and every file's new content; nothing is written.
+
+    A refusal of any fix keeps every file as it is (``changes`` is then empty)."""
+    from ..workspace import Workspace
+
+    workspace = Workspace(tree)
+    outcomes = {fix.name: fix.plan(workspace) for fix in fixes}
+    result = ApplyResult(tree, tree.sglang_version(), outcomes, dict(workspace.originals))
+    if result.refused:
+        return result
+    changes = workspace.changed()
+    for rel, new in changes.items():
+        try:
+            compile(new.text, rel, "exec", dont_inherit=True)
+        except SyntaxError as exc:  # a bug in pdguard: never write it
+            name = next(n for n, o in outcomes.items() if o.status is Status.APPLIED)
+            outcomes[name] = Outcome(
+                Status.REFUSED, f"internal error: the patched file does not compile: {exc}", rel
+            )
+            return result
+    result.changes = changes
+    return result
+
+
+def write(result: ApplyResult) -> None:
+    """Write every changed file atomically, all or nothing (directory trees only)."""
+    from ..writer import FileChange, write_all
+
+    if not isinstance(result.tree, DirectoryTree):
+        raise TypeError(f"{result.tree.label}: only a directory tree can be written")
+    write_all(
+        [
+            FileChange(
+                path=result.tree.path(rel).resolve(),
+                old=result.originals[rel].encode(),
+                new=new.encode(),
+            )
+            for rel, new in result.changes.items()
+        ]
+    )
+
+
+# -- output ---------------------------------------------------------------------------------
+
+
+def as_json(result: ApplyResult, *, written: bool) -> str:
+    payload = {
+        "target": result.tree.label,
+        "sglang_version": result.sglang_version,
+        "files_changed": sorted(result.changes),
+        "written": written,
+        "fixes": {name: outcome.status.value for name, outcome in result.outcomes.items()},
+        "notes": {name: outcome.note for name, outcome in result.outcomes.items() if outcome.note},
+    }
+    return json.dumps(payload, indent=2)
+
+
+def text(result: ApplyResult, *, written: bool) -> str:
+    version = result.sglang_version or "version unknown"
+    lines = [f"{result.tree.label} (sglang {version})"]
+    width = max(len(name) for name in result.outcomes)
+    for name, outcome in result.outcomes.items():
+        status = outcome.status.value
+        if status == "applied" and not written:
+            status = "would apply"
+        note = f"  {outcome.note}" if outcome.note else ""
+        lines.append(f"  {name:<{width}}  {status}{note}")
+    if result.changes:
+        verb = "changed" if written else "would change"
+        lines.append(f"{len(result.changes)} file(s) {verb}: " + ", ".join(sorted(result.changes)))
+    elif not result.refused:
+        lines.append("nothing to change")
+    return "\n".join(lines)
+
+
+FORMATS = {"text": text, "json": as_json}
+
+
+# -- the command ----------------------------------------------------------------------------
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    where = parser.add_mutually_exclusive_group(required=True)
+    where.add_argument("target", nargs="?", metavar="TARGET", help="the SGLang tree to patch")
+    where.add_argument(
+        "--installed",
+        action="store_true",
+        help="patch the sglang importable by this Python (found without importing it)",
+    )
+    mode = parser.add_mutually_exclusive_group()
+    mode.add_argument("--diff", action="store_true", help="print a unified diff; write nothing")
+    mode.add_argument(
+        "--check", action="store_true", help="write nothing; exit 1 if anything would change"
+    )
+    add_format(parser, FORMATS)
+
+
+def run(args: argparse.Namespace) -> int:
+    tree = installed_tree() if args.installed else open_tree(args.target)
+    render = FORMATS[args.format]
+    result = plan(tree)
+    if result.refused:
+        print(render(result, written=False))
+        raise RefusedError(result.refusal())
+    dry_run = args.diff or args.check
+    if not dry_run and result.changes:
+        write(result)
+    if args.diff and result.changes:
+        sys.stdout.write(result.diff())
+    print(render(result, written=not dry_run))
+    if args.check and result.changes:
+        return EXIT_CHANGES
+    return EXIT_OK

@@ -1,0 +1,59 @@
+"""What every command module has, and the pieces they share.
+
+A command module (``pdguard/commands/<name>.py``) defines ``NAME``, ``HELP`` (one line),
+``DESCRIPTION``, ``epilog()``, ``add_arguments(parser)``, ``run(args) -> exit code`` and
+``FORMATS``, its ONE output registry: format name -> renderer. The same format name
+means the same thing in every command: ``text`` (for people), ``json``, ``sarif`` (SARIF 2.1.0),
+``github`` (workflow annotations).
+
+A command reports an error by raising a ``pdguard.errors.PdguardError``; the command line turns
+it into one line and exit 2. Each module imports what it needs when it runs (``check`` never
+loads LibCST), so building the parser stays cheap.
+"""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Mapping
+
+from ..errors import EXIT_CHANGES, EXIT_ERROR, EXIT_OK
+
+__all__ = ["EXIT_CHANGES", "EXIT_ERROR", "EXIT_OK", "add_format", "github_escape", "positive"]
+
+# Old format names still accepted (not shown in --help): verify's and simulate's `table`.
+DEPRECATED_FORMATS = {"table": "text"}
+
+
+def add_format(
+    parser: argparse.ArgumentParser, formats: Mapping[str, object], default: str = "text"
+) -> None:
+    """``--format``, its choices the keys of the command's output registry."""
+    names = list(formats)
+    aliases = {old: new for old, new in DEPRECATED_FORMATS.items() if new in formats}
+
+    def format_name(value: str) -> str:
+        return aliases.get(value, value)
+
+    parser.add_argument(
+        "--format",
+        type=format_name,
+        choices=names,
+        default=default,
+        metavar="{" + ",".join(names) + "}",
+        help=f"output format (default: {default})",
+    )
+
+
+def positive(value: str) -> int:
+    """An argparse type: a whole number >= 1."""
+    number = int(value) if value.isdigit() else 0
+    if number < 1:
+        raise argparse.ArgumentTypeError(f"expected a whole number >= 1, got {value!r}")
+    return number
+
+
+def github_escape(value: str, *, prop: bool = False) -> str:
+    """A value in a GitHub workflow command: the message (``prop=False``) or a property such
+    as ``file=`` or ``title=`` (``prop=True``)."""
+    value = value.replace("%", "%25").replace("\r", "%0D").replace("\n", "%0A")
+    return value.replace(":", "%3A").replace(",", "%2C") if prop else value

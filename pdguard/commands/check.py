@@ -1,0 +1,334 @@
+"""``pdguard check``: run the rules (``checks.RULES``) on a tree, keep the findings the user
+asked for, and show them: ruff-like text, JSON, SARIF 2.1.0, GitHub annotations."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from urllib.parse import quote
+
+from pdguard import HOMEPAGE, __version__, checks
+from pdguard.checks import Finding, Project
+from pdguard.checks.project import wanted
+
+from ..errors import TargetError, UsageError, does_not_parse
+from ..sglang_names import DISAGGREGATION_DIR
+from ..source_file import SourceFile
+from ..tree import PREFILL_PATH, DirectoryTree, SourceTree, open_tree
+from .base import EXIT_CHANGES, EXIT_OK, add_format
+from .base import github_escape as _escape
+
+NAME = "check"
+HELP = "prove that every non-terminal poll path has a timeout"
+_FIRST, _LAST = checks.CODES[0], checks.CODES[-1]
+DESCRIPTION = f"Check an SGLang tree for the liveness properties (rules {_FIRST}-{_LAST})."
+
+
+def epilog() -> str:
+    rules = "\n".join(
+        f"  {rule.code}  {rule.name:<30}{rule.summary.rstrip('.')}" for rule in checks.RULES
+    )
+    return f"""\
+rules:
+{rules}
+
+A finding on a line that carries `# pdguard: ignore[{checks.CODES[0]}]` (or a bare
+`# pdguard: ignore`) is suppressed.
+
+exit codes: 0 no findings; 1 findings; 2 error (not SGLang, a file that does not
+parse, an unknown rule code).
+"""
+
+
+# -- running the rules ----------------------------------------------------------------------
+
+# `# pdguard: ignore` (every code) or `# pdguard: ignore[PDG001, PDG004]` (those codes only);
+# `ignored`, `ignore-x` are no suppression, and a bracket of unknown codes suppresses nothing.
+_SUPPRESSION = re.compile(r"#\s*pdguard:\s*ignore(?![\w-])(?:\s*\[(?P<codes>[^\]]*)\])?", re.I)
+
+
+@dataclass
+class CheckResult:
+    tree: SourceTree
+    findings: list[Finding]
+    suppressed: int
+    project: Project
+
+    def display_path(self, finding: Finding) -> str:
+        path = self.tree.display(finding.path)
+        if not isinstance(self.tree, DirectoryTree):
+            return path
+        try:
+            return os.path.relpath(path)
+        except ValueError:
+            return path
+
+
+def load_project(tree: SourceTree) -> Project:
+    """The files the rules can need (text prefilter first), decoded."""
+    texts = {}
+    for rel in tree.python_files(DISAGGREGATION_DIR):
+        data = tree.read_bytes(rel)
+        if data is None:
+            continue
+        text = SourceFile.decode(rel, data).text  # or a ParseError
+        if rel == PREFILL_PATH or wanted(rel, text):
+            texts[rel] = text
+    return Project(texts)
+
+
+def _suppressed(finding: Finding, project: Project) -> bool:
+    lines = project.texts.get(finding.path, "").splitlines()
+    if not 0 < finding.line <= len(lines):
+        return False
+    for match in _SUPPRESSION.finditer(lines[finding.line - 1]):
+        codes = match.group("codes")
+        if codes is None or finding.code in {c.strip().upper() for c in codes.split(",")}:
+            return True
+    return False
+
+
+def _parse_all(tree: SourceTree, project: Project) -> None:
+    """Parse every file the rules may read, so that one that does not parse is an error
+    whatever rules are selected (and names its own file and line)."""
+    for rel, text in sorted(project.texts.items()):
+        try:
+            project.tree(rel)
+        except (SyntaxError, ValueError) as exc:  # ValueError: a NUL byte, before 3.11.4
+            raise does_not_parse(tree.display(rel), exc, text) from exc
+
+
+def check_tree(tree: SourceTree, codes: Iterable[str] = checks.CODES) -> CheckResult:
+    project = load_project(tree)
+    _parse_all(tree, project)
+    try:
+        found = checks.run(project, codes)
+    except SyntaxError as exc:
+        raise does_not_parse(tree.display(exc.filename or ""), exc) from exc
+    kept = [f for f in found if not _suppressed(f, project)]
+    return CheckResult(tree, kept, len(found) - len(kept), project)
+
+
+def select_codes(select: Sequence[str] | None, ignore: Sequence[str] | None) -> list[str]:
+    """The rule codes to run, from --select/--ignore (comma-separated, prefixes allowed)."""
+
+    def expand(values: Sequence[str]) -> set[str]:
+        wanted_codes: set[str] = set()
+        for value in values:
+            for part in filter(None, (p.strip().upper() for p in value.split(","))):
+                matches = {c for c in checks.CODES if c.startswith(part)}
+                if not matches:
+                    raise UsageError(
+                        f"unknown rule code {part!r} (known: {', '.join(checks.CODES)})"
+                    )
+                wanted_codes |= matches
+        return wanted_codes
+
+    chosen = expand(select) if select is not None else set(checks.CODES)
+    chosen -= expand(ignore) if ignore else set()
+    if not chosen:
+        raise UsageError("--select/--ignore leave no rule to run")
+    return [c for c in checks.CODES if c in chosen]
+
+
+def trees_for(paths: Sequence[str]) -> list[SourceTree]:
+    """The SGLang trees to check: a tree for each directory argument, and the tree around each
+    file argument (as pre-commit passes them). Files outside any SGLang tree are skipped."""
+    trees: dict[Path, SourceTree] = {}
+    for arg in paths:
+        path = Path(arg)
+        if path.is_dir():
+            tree = open_tree(path)
+        elif path.is_file():
+            tree = _tree_around(path)
+            if tree is None:
+                continue
+        else:
+            raise TargetError(f"{path}: no such file or directory")
+        trees.setdefault(tree.base.resolve(), tree)
+    if not trees:
+        raise TargetError(f"{', '.join(paths)}: not in an SGLang tree (no {PREFILL_PATH} above)")
+    return list(trees.values())
+
+
+def _tree_around(file: Path) -> DirectoryTree | None:
+    for parent in file.resolve().parents:
+        if (parent / PREFILL_PATH).is_file():
+            return DirectoryTree(root=parent, base=parent)
+    return None
+
+
+# -- output ---------------------------------------------------------------------------------
+
+SARIF_SCHEMA = "https://json.schemastore.org/sarif-2.1.0.json"
+HELP_URI = f"{HOMEPAGE}#rules"
+
+
+def _rows(results: Sequence[CheckResult]):  # type: ignore[no-untyped-def]
+    for result in results:
+        for finding in result.findings:
+            yield result.display_path(finding), finding
+
+
+def text(results: Sequence[CheckResult]) -> str:
+    lines = [f"{path}:{f.line}:{f.col}: {f.code} {f.message}" for path, f in _rows(results)]
+    count = len(lines)
+    suppressed = sum(r.suppressed for r in results)
+    tail = f" ({suppressed} suppressed)" if suppressed else ""
+    lines.append(
+        f"Found {count} finding{'s' if count != 1 else ''}{tail}."
+        if count
+        else f"All checks passed!{tail}"
+    )
+    return "\n".join(lines)
+
+
+def finding_json(finding: Finding, path: str) -> dict[str, object]:
+    """A finding as JSON shows it (``check`` and ``verify``), with ``path`` as shown."""
+    f = finding
+    return {
+        "code": f.code,
+        "path": path,
+        "line": f.line,
+        "col": f.col,
+        "symbol": f.symbol,
+        "message": f.message,
+    }
+
+
+def as_json(results: Sequence[CheckResult]) -> str:
+    findings = [finding_json(f, path) for path, f in _rows(results)]
+    return json.dumps({"findings": findings}, indent=2)
+
+
+def _uri(path: str) -> str:
+    """A relative URI reference for a display path: forward slashes, percent-encoded (a space
+    or a `#` in a directory name must not end up raw in a SARIF `uri`)."""
+    return quote(path.replace(os.sep, "/"))
+
+
+def sarif(results: Sequence[CheckResult]) -> str:
+    rules = []
+    for rule in checks.RULES:
+        title, body = rule.summary, rule.description
+        rules.append(
+            {
+                "id": rule.code,
+                "name": rule.name,
+                "shortDescription": {"text": title},
+                "fullDescription": {"text": body},
+                "help": {"text": body},
+                "helpUri": f"{HELP_URI}-{rule.code.lower()}",
+                "defaultConfiguration": {"level": "error"},
+            }
+        )
+    index = {rule.code: n for n, rule in enumerate(checks.RULES)}
+    sarif_results = [
+        {
+            "ruleId": f.code,
+            "ruleIndex": index[f.code],
+            "level": "error",
+            "message": {"text": f.message},
+            "locations": [
+                {
+                    "physicalLocation": {
+                        "artifactLocation": {"uri": _uri(path)},
+                        "region": {"startLine": f.line, "startColumn": f.col},
+                    },
+                    "logicalLocations": [{"fullyQualifiedName": f.symbol, "kind": "function"}],
+                }
+            ],
+        }
+        for path, f in _rows(results)
+    ]
+    log = {
+        "$schema": SARIF_SCHEMA,
+        "version": "2.1.0",
+        "runs": [
+            {
+                "tool": {
+                    "driver": {
+                        "name": "pdguard",
+                        "version": __version__,
+                        "informationUri": HELP_URI.split("#")[0],
+                        "rules": rules,
+                    }
+                },
+                "results": sarif_results,
+            }
+        ],
+    }
+    return json.dumps(log, indent=2)
+
+
+def github(results: Sequence[CheckResult]) -> str:
+    return "\n".join(
+        f"::error file={_escape(path, prop=True)},line={f.line},col={f.col},"
+        f"title={_escape(f.code, prop=True)}::{_escape(f'{f.code} {f.message}')}"
+        for path, f in _rows(results)
+    )
+
+
+FORMATS = {"text": text, "json": as_json, "sarif": sarif, "github": github}
+
+
+# -- the command ----------------------------------------------------------------------------
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "paths",
+        nargs="+",
+        metavar="PATH",
+        help="an SGLang tree (as for apply), or files inside one (as pre-commit passes them)",
+    )
+    add_format(parser, FORMATS)
+    parser.add_argument("--select", action="append", metavar="CODES", help="e.g. PDG001,PDG004")
+    parser.add_argument("--ignore", action="append", metavar="CODES", help="e.g. PDG004")
+    parser.add_argument(
+        "--simulate",
+        action="store_true",
+        help="also run `pdguard simulate`'s scenarios on the tree (text or json format)",
+    )
+
+
+def run(args: argparse.Namespace) -> int:
+    if args.simulate and args.format not in SIMULATE_FORMATS:
+        raise UsageError("--simulate reports in --format text or json")
+    codes = select_codes(args.select, args.ignore)
+    trees = trees_for(args.paths)
+    results = [check_tree(tree, codes) for tree in trees]
+    failed = any(r.findings for r in results)
+    output = FORMATS[args.format](results)
+    if args.simulate:
+        from ..simulate import run as simulate
+
+        simulations = [simulate(tree) for tree in trees]
+        failed = failed or not all(s.passed for s in simulations)
+        output = SIMULATE_FORMATS[args.format](output, simulations)
+    if output:
+        print(output)
+    return EXIT_CHANGES if failed else EXIT_OK
+
+
+def _with_simulation_json(output: str, simulations: Sequence[object]) -> str:
+    from . import simulate
+
+    payload = json.loads(output)
+    payload["simulation"] = [json.loads(simulate.as_json(s)) for s in simulations]  # type: ignore[arg-type]
+    return json.dumps(payload, indent=2)
+
+
+def _with_simulation_text(output: str, simulations: Sequence[object]) -> str:
+    from . import simulate
+
+    return "\n\n".join([output, *(simulate.text(s) for s in simulations)])  # type: ignore[arg-type]
+
+
+# ``check --simulate``: the check report with the simulation's joined in, by format.
+SIMULATE_FORMATS = {"text": _with_simulation_text, "json": _with_simulation_json}

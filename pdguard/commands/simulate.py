@@ -1,0 +1,114 @@
+"""``pdguard simulate``: run the target's own inflight-queue code against a simulated scheduler
+(``pdguard/simulate/``) and show the scenarios' verdicts."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import textwrap
+from typing import TYPE_CHECKING
+
+from ..errors import UsageError
+from ..fixes.inflight_deadline import FIX
+from ..sglang_names import INFLIGHT_FUNCTION
+from ..tree import open_tree
+from .base import EXIT_CHANGES, EXIT_OK, add_format
+
+if TYPE_CHECKING:
+    from ..simulate import SimulationReport
+
+NAME = "simulate"
+HELP = "run the target's own inflight-queue code against a simulated scheduler"
+DESCRIPTION = (
+    f"Load {INFLIGHT_FUNCTION} (and the code around it) from the target's "
+    "source, give it stand-ins for SGLang's runtime, and run named scenarios on N simulated "
+    "ranks with a simulated clock."
+)
+
+
+def epilog() -> str:
+    return f"""\
+Each scenario expects what the {FIX} fix should give; on an unpatched tree the
+wedge rows fail and show the bug.
+
+exit codes: 0 every scenario passes (or does not apply); 1 any fails (e.g. an unpatched
+tree); 2 the target's code cannot be loaded or reaches something with no stand-in (the
+message says which).
+"""
+
+
+# -- output ---------------------------------------------------------------------------------
+
+VERDICTS = {"pass": "PASS", "fail": "FAIL", "n/a": "n/a"}
+
+
+def text(report: SimulationReport, width: int = 100) -> str:
+    version = f"sglang {report.sglang_version}" if report.sglang_version else "sglang"
+    lines = [f"pdguard simulate: {report.target} ({version}), {report.ranks} rank(s)", ""]
+    name_width = max([len("scenario"), *(len(r.scenario) for r in report.rows)])
+    text_width = max(40, width - name_width - 20)
+    header = f"{'scenario':<{name_width}}  {'verdict':<7}  {'sim s':>7}  expected / observed"
+    lines += [header, "-" * len(header)]
+    for row in report.rows:
+        lead = f"{row.scenario:<{name_width}}  {VERDICTS[row.verdict]:<7}  {row.seconds:>7.2f}  "
+        pad = " " * len(lead)
+        expected = textwrap.wrap(f"expected: {row.expected}", text_width) or [""]
+        observed = textwrap.wrap(f"observed: {row.observed}", text_width) or [""]
+        lines.append(lead + expected[0])
+        lines += [pad + "  " + part for part in expected[1:]]
+        lines += [pad + observed[0]] + [pad + "  " + part for part in observed[1:]]
+    failed = sum(row.verdict == "fail" for row in report.rows)
+    lines += ["", f"{len(report.rows) - failed} passed, {failed} failed"]
+    return "\n".join(lines)
+
+
+def as_json(report: SimulationReport) -> str:
+    return json.dumps(
+        {
+            "target": report.target,
+            "sglang_version": report.sglang_version,
+            "ranks": report.ranks,
+            "passed": report.passed,
+            "scenarios": [
+                {
+                    "name": row.scenario,
+                    "expected": row.expected,
+                    "verdict": row.verdict,
+                    "observed": row.observed,
+                    "simulated_seconds": row.seconds,
+                }
+                for row in report.rows
+            ],
+            "loaded": report.loaded,
+        },
+        indent=2,
+    )
+
+
+FORMATS = {"text": text, "json": as_json}
+
+
+# -- the command ----------------------------------------------------------------------------
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("target", metavar="PATH", help="the SGLang tree (as for apply)")
+    parser.add_argument("--ranks", type=int, default=2, help="simulated TP ranks (default 2)")
+    add_format(parser, FORMATS)
+    parser.add_argument(
+        "--scenario", action="append", metavar="NAME", help="run only this scenario (repeat)"
+    )
+
+
+def run(args: argparse.Namespace) -> int:
+    from ..simulate import NAMES
+    from ..simulate import run as simulate
+
+    if args.ranks < 1:
+        raise UsageError(f"--ranks must be at least 1, got {args.ranks}")
+    unknown = sorted(set(args.scenario or ()) - set(NAMES))
+    if unknown:
+        raise UsageError(f"unknown scenario {unknown[0]!r}; the scenarios: {', '.join(NAMES)}")
+    result = simulate(open_tree(args.target), ranks=args.ranks, names=args.scenario)
+    print(FORMATS[args.format](result))
+    return EXIT_OK if result.passed else EXIT_CHANGES

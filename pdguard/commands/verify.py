@@ -1,0 +1,310 @@
+"""``pdguard verify``: for each upstream ref (or released wheel), where does each fix stand?
+
+Every ref is read from git objects (``GitTree``), every fix planned on an in-memory workspace:
+
+* ``carried``: the property holds and pdguard's marker is there;
+* ``upstream``: the property holds without pdguard's code;
+* ``applicable``: it does not hold; ``apply`` succeeds in memory and ``check`` then passes;
+* ``drifted``: it does not hold and ``apply`` cannot anchor (the note names what moved);
+* ``not-applicable``: nothing to do in this release.
+"""
+
+from __future__ import annotations
+
+import argparse
+import fnmatch
+import json
+import os
+import sys
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass, field
+from typing import TYPE_CHECKING
+
+from pdguard import checks
+from pdguard.checks.project import Project
+
+from ..errors import TargetError, UsageError
+from ..fixes import FIXES, Fix, Status
+from ..tree import SourceTree
+
+if TYPE_CHECKING:
+    from ..workspace import Workspace
+from .base import EXIT_CHANGES, EXIT_OK, add_format, github_escape, positive
+from .check import check_tree, finding_json
+
+NAME = "verify"
+HELP = "say, per upstream ref or release, whether each fix is carried, upstream, ..."
+DESCRIPTION = (
+    "Verify refs of a git repository (read from git objects: no checkout) or released wheels."
+)
+
+
+def epilog() -> str:
+    proofs = "\n".join(f"  {fix.name:<26}{', '.join(fix.rules)}" for fix in FIXES)
+    return f"""\
+statuses: carried (property holds, pdguard's marker there), upstream (holds without
+pdguard), applicable (does not hold; apply works in memory and check then passes),
+drifted (does not hold; apply cannot anchor: the note names what moved),
+not-applicable.
+
+the rules that prove each fix:
+{proofs}
+
+exit codes: 0 every ref carried/upstream/not-applicable for every fix; 1 any
+applicable or drifted; 2 error (unknown ref, not a git repo, no SGLang tree at a ref).
+"""
+
+
+GOOD = frozenset({"carried", "upstream", "not-applicable"})
+
+
+@dataclass
+class RefReport:
+    ref: str
+    commit: str | None
+    sglang_version: str | None
+    fixes: dict[str, str] = field(default_factory=dict)
+    notes: dict[str, str] = field(default_factory=dict)
+    findings: list[dict[str, object]] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return set(self.fixes.values()) <= GOOD
+
+    def as_json(self) -> dict[str, object]:
+        return asdict(self)
+
+
+# What a fix's apply status means for a ref.
+_VERIFY_STATUS = {
+    Status.PRESENT: "carried",
+    Status.UPSTREAM: "upstream",
+    Status.NOT_APPLICABLE: "not-applicable",
+    Status.REFUSED: "drifted",
+    Status.APPLIED: "applicable",
+}
+
+
+def verify_tree(tree: SourceTree, ref: str, commit: str | None) -> RefReport:
+    """All fixes on one in-memory workspace (they touch different files), then one check of
+    the result for the rules of the fixes that applied."""
+    from ..workspace import Workspace
+
+    result = check_tree(tree)
+    report = RefReport(ref, commit, tree.sglang_version())
+    report.findings = [finding_json(f, f.path) for f in result.findings]
+    workspace = Workspace(tree)
+    applied = _plan_fixes(tree, workspace, report)
+    if applied:
+        texts = dict(result.project.texts)
+        texts.update({rel: new.text for rel, new in workspace.changed().items()})
+        _recheck(Project(texts), applied, report)
+    return report
+
+
+def _plan_fixes(tree: SourceTree, workspace: Workspace, report: RefReport) -> list[Fix]:
+    """Each fix's status and note into ``report``; the fixes that apply."""
+    applied: list[Fix] = []
+    for fix in FIXES:
+        try:
+            outcome = fix.plan(workspace)
+        except TargetError as exc:  # a file the fix needs vanished or does not parse
+            report.fixes[fix.name], report.notes[fix.name] = "drifted", str(exc)
+            continue
+        report.fixes[fix.name] = _VERIFY_STATUS[outcome.status]
+        note = outcome.note or ""
+        if outcome.status is Status.REFUSED and outcome.where:
+            note = f"{tree.display(outcome.where)}: {note}"
+        if note:
+            report.notes[fix.name] = note
+        if outcome.status is Status.APPLIED:
+            applied.append(fix)
+    return applied
+
+
+def _recheck(patched: Project, applied: list[Fix], report: RefReport) -> None:
+    """A fix whose rules still report on the patched texts has drifted: apply anchors, but
+    the property does not hold."""
+    left = checks.run(patched, [code for fix in applied for code in fix.rules])
+    for fix in applied:
+        mine = [f for f in left if f.code in fix.rules]
+        if mine:
+            report.fixes[fix.name] = "drifted"
+            report.notes[fix.name] = "apply anchors but check still reports " + ", ".join(
+                f"{f.code} {f.path}:{f.line}" for f in mine
+            )
+
+
+def _verify_git_ref(repo_path: str, ref: str) -> RefReport:
+    from ..git_tree import open_git_tree, open_repo
+
+    repo = open_repo(repo_path)
+    tree = open_git_tree(repo, ref)
+    return verify_tree(tree, ref, tree.commit.hexsha)
+
+
+def _verify_release(version: str) -> RefReport:
+    from pdguard.vendor_sglang import fetch_release
+
+    from ..tree import open_tree
+
+    return verify_tree(open_tree(fetch_release(version)), version, None)
+
+
+def select_tags(repo_path: str, pattern: str) -> list[str]:
+    from ..git_tree import open_repo
+
+    repo = open_repo(repo_path)
+    tags = sorted(t.name for t in repo.tags if fnmatch.fnmatchcase(t.name, pattern))
+    if not tags:
+        raise TargetError(f"{repo_path}: no tag matches {pattern!r}")
+    return tags
+
+
+def check_refs(repo_path: str, refs: Sequence[str]) -> None:
+    """Fail early (exit 2) on a ref that does not resolve or holds no SGLang tree."""
+    from ..git_tree import open_git_tree, open_repo
+
+    repo = open_repo(repo_path)
+    for ref in refs:
+        open_git_tree(repo, ref)
+
+
+def _progress(done: int, total: int) -> None:
+    """A progress bar on stderr, only when stdout is a terminal (a person is watching)."""
+    if sys.stdout.isatty():
+        bar = "#" * (20 * done // total)
+        sys.stderr.write(f"\rverify [{bar:<20}] {done}/{total}")
+        if done == total:
+            sys.stderr.write("\n")
+        sys.stderr.flush()
+
+
+def run_parallel(
+    worker: Callable[..., RefReport], jobs: Sequence[tuple[object, ...]], processes: int | None
+) -> list[RefReport]:
+    """Run ``worker(*job)`` for every job in worker processes; results in job order."""
+    if len(jobs) == 1 or processes == 1:
+        reports = []
+        for n, job in enumerate(jobs, 1):
+            reports.append(worker(*job))
+            _progress(n, len(jobs))
+        return reports
+    from concurrent.futures import ProcessPoolExecutor
+
+    workers = min(len(jobs), processes or os.cpu_count() or 1)
+    with ProcessPoolExecutor(max_workers=workers, initializer=_ignore_ctrl_c) as pool:
+        futures = [pool.submit(worker, *job) for job in jobs]
+        try:
+            for n, _ in enumerate(_as_completed(futures), 1):
+                _progress(n, len(jobs))
+        except KeyboardInterrupt:  # pdguard exits 130; the refs not started never run
+            pool.shutdown(wait=False, cancel_futures=True)
+            raise
+        return [future.result() for future in futures]
+
+
+def _ignore_ctrl_c() -> None:
+    """Workers leave Ctrl-C to the main process: one quiet exit 130, no worker tracebacks."""
+    import signal
+
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
+def _as_completed(futures):  # type: ignore[no-untyped-def]
+    from concurrent.futures import as_completed
+
+    return as_completed(futures)
+
+
+def verify_git(
+    repo_path: str, refs: Sequence[str], processes: int | None = None
+) -> list[RefReport]:
+    check_refs(repo_path, refs)
+    return run_parallel(_verify_git_ref, [(repo_path, ref) for ref in refs], processes)
+
+
+def verify_pypi(versions: Sequence[str], processes: int | None = None) -> list[RefReport]:
+    return run_parallel(_verify_release, [(v,) for v in versions], processes)
+
+
+# -- output ---------------------------------------------------------------------------------
+
+
+def text(reports: Sequence[RefReport]) -> str:
+    names = [fix.name for fix in FIXES]
+    header = ["REF", "COMMIT", "VERSION", *names, "FINDINGS"]
+    rows = [
+        [
+            r.ref,
+            (r.commit or "-")[:12],
+            r.sglang_version or "-",
+            *(r.fixes.get(n, "-") for n in names),
+            str(len(r.findings)),
+        ]
+        for r in reports
+    ]
+    widths = [max(len(row[i]) for row in [header, *rows]) for i in range(len(header))]
+    lines = [
+        "  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip()
+        for row in [header, *rows]
+    ]
+    for r in reports:
+        for name, note in r.notes.items():
+            if r.fixes.get(name) not in ("carried", "upstream"):
+                lines.append(f"{r.ref}: {name}: {note}")
+    return "\n".join(lines)
+
+
+def as_json(reports: Sequence[RefReport]) -> str:
+    return json.dumps([r.as_json() for r in reports], indent=2)
+
+
+def github(reports: Sequence[RefReport]) -> str:
+    lines = []
+    for r in reports:
+        for name, status in r.fixes.items():
+            if status in ("applicable", "drifted"):
+                level = "error" if status == "drifted" else "warning"
+                title = github_escape(f"pdguard verify {r.ref}", prop=True)
+                message = github_escape(f"{name} {status}: {r.notes.get(name, '')}")
+                lines.append(f"::{level} title={title}::{message}")
+    return "\n".join(lines)
+
+
+FORMATS = {"text": text, "json": as_json, "github": github}
+
+
+# -- the command ----------------------------------------------------------------------------
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    source = parser.add_mutually_exclusive_group(required=True)
+    source.add_argument("--repo", metavar="PATH", help="a git repository holding SGLang")
+    source.add_argument(
+        "--pypi", nargs="+", metavar="VERSION", help="released wheels (vendor_sglang)"
+    )
+    parser.add_argument("--ref", action="append", default=[], help="a ref to verify (repeat)")
+    parser.add_argument("--tags", metavar="PATTERN", help="every tag matching, e.g. 'v0.5.*'")
+    add_format(parser, FORMATS)
+    parser.add_argument(
+        "--jobs", type=positive, default=None, help="worker processes (default: CPUs)"
+    )
+
+
+def run(args: argparse.Namespace) -> int:
+    if args.repo:
+        refs = list(args.ref)
+        if args.tags:
+            refs += [t for t in select_tags(args.repo, args.tags) if t not in refs]
+        if not refs:
+            raise UsageError("verify --repo needs --ref REF or --tags PATTERN")
+        reports = verify_git(args.repo, refs, args.jobs)
+    else:
+        if args.ref or args.tags:
+            raise UsageError("--ref/--tags go with --repo, not --pypi")
+        reports = verify_pypi(args.pypi, args.jobs)
+    output = FORMATS[args.format](reports)
+    if output:
+        print(output)
+    return EXIT_OK if all(r.ok for r in reports) else EXIT_CHANGES
