@@ -6,7 +6,7 @@ from __future__ import annotations
 import libcst as cst
 import libcst.matchers as m
 
-from pdguard.fixes.base import MARKER_PREFIX, has_marker, marker
+from pdguard.fix_names import MARKER_PREFIX, has_marker, marker
 
 __all__ = [
     "MARKER_PREFIX",

@@ -25,7 +25,10 @@ import libcst as cst
 import libcst.matchers as m
 from libcst.codemod import CodemodContext
 
-from pdguard.fixes.inflight_deadline import FIX, HELPER, STAMP, TIMEOUT
+from pdguard.fix_names import INFLIGHT_DEADLINE as FIX
+from pdguard.fix_names import INFLIGHT_HELPER as HELPER
+from pdguard.fix_names import INFLIGHT_STAMP as STAMP
+from pdguard.fix_names import INFLIGHT_TIMEOUT_SETTING as TIMEOUT
 from pdguard.sglang_names import INFLIGHT_FUNCTION as FUNCTION
 from pdguard.sglang_names import INFLIGHT_QUEUE as QUEUE
 from pdguard.sglang_names import INFLIGHT_TIMEOUT_ENV as ENV_VAR

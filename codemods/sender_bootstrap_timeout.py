@@ -27,7 +27,7 @@ import libcst as cst
 import libcst.matchers as m
 from libcst.codemod import CodemodContext
 
-from pdguard.fixes.sender_bootstrap_timeout import FIX
+from pdguard.fix_names import SENDER_BOOTSTRAP_TIMEOUT as FIX
 from pdguard.sglang_names import MANAGER_CHECK_STATUS, MANAGER_UPDATE_STATUS, SENDER_INIT_TIME
 
 from .anchors import AnchorError, calls_named, find_method, marker

@@ -46,7 +46,8 @@ def test_apply_and_top_level_help_list_the_fixes() -> None:
 def test_every_fix_is_proved_by_known_rules() -> None:
     assert len({f.name for f in FIXES}) == len(FIXES)
     proved = [code for fix in FIXES for code in fix.rules]
-    assert sorted(proved) == sorted(checks.CODES)  # every rule proves exactly one fix
+    assert set(proved) <= set(checks.CODES)  # every fix names known rules
+    assert len(proved) == len(set(proved))  # and no rule proves two fixes
     text = _help("verify")
     for fix in FIXES:
         assert f"{fix.name}" in text and ", ".join(fix.rules) in text

@@ -7,9 +7,10 @@ import argparse
 import difflib
 import json
 import sys
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from ..errors import RefusedError
+from ..errors import RefusedError, UsageError
 from ..fixes import FIXES, Fix, Outcome, Status
 from ..sglang_names import DISAGGREGATION_DIR, INFLIGHT_TIMEOUT_ENV
 from ..source_file import SourceFile
@@ -80,11 +81,17 @@ class ApplyResult:
 def plan(tree: SourceTree, fixes: tuple[Fix, ...] = FIXES) -> ApplyResult:
     """Every fix's outcome and every file's new content; nothing is written.
 
-    A refusal of any fix keeps every file as it is (``changes`` is then empty)."""
+    Fixes not in ``fixes`` are ``skipped``. A fix reports ``applied`` or ``present`` only when
+    the rules that prove it, run as ``pdguard check`` runs them, pass on the result; otherwise
+    it is refused and its note names what check still reports. A refusal of any fix keeps
+    every file as it is (``changes`` is then empty)."""
     from ..workspace import Workspace
 
     workspace = Workspace(tree)
-    outcomes = {fix.name: fix.plan(workspace) for fix in fixes}
+    outcomes = {
+        fix.name: fix.plan(workspace) if fix in fixes else Outcome(Status.SKIPPED, _LEFT_OUT)
+        for fix in FIXES
+    }
     result = ApplyResult(tree, tree.sglang_version(), outcomes, dict(workspace.originals))
     if result.refused:
         return result
@@ -98,8 +105,66 @@ def plan(tree: SourceTree, fixes: tuple[Fix, ...] = FIXES) -> ApplyResult:
                 Status.REFUSED, f"internal error: the patched file does not compile: {exc}", rel
             )
             return result
-    result.changes = changes
+    _recheck(tree, changes, [f for f in fixes if outcomes[f.name].status in _PROVEN], outcomes)
+    if not result.refused:
+        result.changes = changes
     return result
+
+
+_LEFT_OUT = "left out by --select/--ignore"
+# The statuses that claim the property holds: check must agree.
+_PROVEN = frozenset({Status.APPLIED, Status.PRESENT, Status.UPSTREAM})
+
+
+def _recheck(
+    tree: SourceTree,
+    changes: dict[str, SourceFile],
+    fixes: list[Fix],
+    outcomes: dict[str, Outcome],
+) -> None:
+    """Run each fix's rules on the result, through check's own code path; a fix whose rules
+    still report something is refused, naming the first finding."""
+    if not fixes:
+        return
+    from .check import check_project, load_project
+
+    project = load_project(tree)
+    if changes:
+        texts = dict(project.texts)
+        texts.update({rel: new.text for rel, new in changes.items()})
+        project = type(project)(texts)
+    codes = sorted({code for fix in fixes for code in fix.rules})
+    findings, _ = check_project(tree, project, codes)
+    for fix in fixes:
+        mine = [f for f in findings if f.code in fix.rules]
+        if not mine:
+            continue
+        first = mine[0]
+        more = f" (and {len(mine) - 1} more)" if len(mine) > 1 else ""
+        claim = outcomes[fix.name].status.value
+        outcomes[fix.name] = Outcome(
+            Status.REFUSED,
+            f"would be {claim}, but check still reports {first.code} {first.message}{more}",
+            f"{first.path}:{first.line}",
+        )
+
+
+def select_fixes(select: Sequence[str] | None, ignore: Sequence[str] | None) -> tuple[Fix, ...]:
+    """The fixes to run, from --select/--ignore (comma-separated fix names)."""
+    by_name = {fix.name: fix for fix in FIXES}
+
+    def names(values: Sequence[str]) -> set[str]:
+        found = {n.strip() for value in values for n in value.split(",") if n.strip()}
+        unknown = sorted(found - set(by_name))
+        if unknown:
+            raise UsageError(f"unknown fix {unknown[0]!r} (the fixes: {', '.join(by_name)})")
+        return found
+
+    chosen = names(select) if select is not None else set(by_name)
+    chosen -= names(ignore) if ignore else set()
+    if not chosen:
+        raise UsageError("--select/--ignore leave no fix to apply")
+    return tuple(fix for fix in FIXES if fix.name in chosen)
 
 
 def write(result: ApplyResult) -> None:
@@ -172,13 +237,21 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     mode.add_argument(
         "--check", action="store_true", help="write nothing; exit 1 if anything would change"
     )
+    names = ", ".join(fix.name for fix in FIXES)
+    parser.add_argument(
+        "--select",
+        action="append",
+        metavar="FIXES",
+        help=f"apply only these fixes (comma-separated; of: {names})",
+    )
+    parser.add_argument("--ignore", action="append", metavar="FIXES", help="leave these fixes out")
     add_format(parser, FORMATS)
 
 
 def run(args: argparse.Namespace) -> int:
     tree = installed_tree() if args.installed else open_tree(args.target)
     render = FORMATS[args.format]
-    result = plan(tree)
+    result = plan(tree, select_fixes(args.select, args.ignore))
     if result.refused:
         print(render(result, written=False))
         raise RefusedError(result.refusal())

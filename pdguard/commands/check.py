@@ -106,12 +106,21 @@ def _parse_all(tree: SourceTree, project: Project) -> None:
 def check_tree(tree: SourceTree, codes: Iterable[str] = checks.CODES) -> CheckResult:
     project = load_project(tree)
     _parse_all(tree, project)
+    found, suppressed = check_project(tree, project, codes)
+    return CheckResult(tree, found, suppressed, project)
+
+
+def check_project(
+    tree: SourceTree, project: Project, codes: Iterable[str] = checks.CODES
+) -> tuple[list[Finding], int]:
+    """The findings of the rules ``codes`` on ``project`` that no comment suppresses, and how
+    many were suppressed: what ``pdguard check`` reports, also for ``apply``'s re-check."""
     try:
         found = checks.run(project, codes)
     except SyntaxError as exc:
         raise does_not_parse(tree.display(exc.filename or ""), exc) from exc
     kept = [f for f in found if not _suppressed(f, project)]
-    return CheckResult(tree, kept, len(found) - len(kept), project)
+    return kept, len(found) - len(kept)
 
 
 def select_codes(select: Sequence[str] | None, ignore: Sequence[str] | None) -> list[str]:

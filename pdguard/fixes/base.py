@@ -12,21 +12,14 @@ from enum import StrEnum
 from typing import TYPE_CHECKING, ClassVar
 
 from ..errors import refusal
+from ..fix_names import MARKER_PREFIX, has_marker, marker
 
 if TYPE_CHECKING:
     from ..tree import SourceTree
     from ..workspace import Workspace
 
-MARKER_PREFIX = "# pdguard: "
 
-
-def marker(name: str) -> str:
-    """The comment every piece of code a fix writes carries: how a second run finds it."""
-    return f"{MARKER_PREFIX}{name}"
-
-
-def has_marker(code: str, name: str) -> bool:
-    return marker(name) in code
+__all__ = ["MARKER_PREFIX", "Fix", "Outcome", "Status", "has_marker", "marker"]
 
 
 class Status(StrEnum):
@@ -35,6 +28,7 @@ class Status(StrEnum):
     UPSTREAM = "upstream"  # the code already does what the fix does, without pdguard
     NOT_APPLICABLE = "not-applicable"  # nothing for this fix to do in this release
     REFUSED = "refused"  # pdguard will not apply it here; the note says why
+    SKIPPED = "skipped"  # left out by --select/--ignore
 
 
 @dataclass(frozen=True)

@@ -10,6 +10,7 @@ from pdguard.checks.classes import find_method
 from pdguard.checks.inflight import analyse
 from pdguard.checks.kv_senders import BASE_SENDER
 
+from .. import fix_names
 from ..sglang_names import INFLIGHT_FUNCTION as FUNCTION
 from ..sglang_names import INFLIGHT_QUEUE as QUEUE
 from ..sglang_names import KVPOLL, PREFILL_PATH
@@ -19,11 +20,11 @@ from .sender_index import sender_index
 if TYPE_CHECKING:
     from ..workspace import Workspace
 
-FIX = "inflight-deadline"
+FIX = fix_names.INFLIGHT_DEADLINE
 # pdguard's own names in the code it writes.
-HELPER = "_fail_timed_out_inflight_reqs"
-STAMP = "inflight_queue_entry_time"
-TIMEOUT = "INFLIGHT_QUEUE_TIMEOUT"
+HELPER = fix_names.INFLIGHT_HELPER
+STAMP = fix_names.INFLIGHT_STAMP
+TIMEOUT = fix_names.INFLIGHT_TIMEOUT_SETTING
 
 # How an overdue sender is failed (the codemod's ``abort``), as the note says it.
 _HOW = {
@@ -97,7 +98,7 @@ def _missing_pieces(tree: ast.Module) -> list[str]:
 class InflightDeadline(Fix):
     name = FIX
     summary = "a deadline for requests waiting in the prefill inflight queue (prefill.py)"
-    rules = ("PDG001", "PDG002", "PDG003", "PDG005")
+    rules = ("PDG000", "PDG001", "PDG002", "PDG003", "PDG005")
 
     def plan(self, workspace: Workspace) -> Outcome:
         tree = workspace.ast(PREFILL_PATH)

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING
 
 from pdguard.checks.kv_senders import BOOTSTRAP_TIMEOUT_ENV, ClassIndex, SenderFacts
 
+from .. import fix_names
 from ..sglang_names import MANAGER_RECORD_FAILURE
 from .base import Fix, Outcome, Status, has_marker
 from .sender_index import sender_index
@@ -23,7 +24,7 @@ if TYPE_CHECKING:
 
     from ..workspace import Workspace
 
-FIX = "sender-bootstrap-timeout"
+FIX = fix_names.SENDER_BOOTSTRAP_TIMEOUT
 
 
 @dataclass

@@ -1,0 +1,29 @@
+"""pdguard's own vocabulary: the name of each fix (its marker says it) and the names the fixes
+write into the target (a helper method, a stamp attribute, a module setting).
+
+A leaf module, as ``sglang_names`` is for SGLang's names: the fix modules declare their identity
+from it, and the codemods, which a fix runs, write the same names without importing the fix
+(data flows one way: fixes -> codemods).
+"""
+
+from __future__ import annotations
+
+MARKER_PREFIX = "# pdguard: "
+
+
+def marker(name: str) -> str:
+    """The comment every piece of code a fix writes carries: how a second run finds it."""
+    return f"{MARKER_PREFIX}{name}"
+
+
+def has_marker(code: str, name: str) -> bool:
+    return marker(name) in code
+
+
+INFLIGHT_DEADLINE = "inflight-deadline"
+SENDER_BOOTSTRAP_TIMEOUT = "sender-bootstrap-timeout"
+
+# inflight-deadline writes these into prefill.py.
+INFLIGHT_HELPER = "_fail_timed_out_inflight_reqs"
+INFLIGHT_STAMP = "inflight_queue_entry_time"
+INFLIGHT_TIMEOUT_SETTING = "INFLIGHT_QUEUE_TIMEOUT"
