@@ -26,9 +26,7 @@ from pdguard.sglang_names import POLL_ALL_REDUCE_PREFIX
 from pdguard.sglang_names import REQ_SENDER as SENDER
 
 from .classes import methods_of
-from .kv_senders import is_self_attr
-
-CLOCK_FUNCTIONS = frozenset({"monotonic", "time", "perf_counter", "monotonic_ns", "time_ns"})
+from .kv_senders import CLOCK_FUNCTIONS, is_self_attr
 
 
 def clock_names(module: ast.Module) -> set[str]:

@@ -85,14 +85,19 @@ class SenderFacts:
     init_owner: ClassInfo | None
     can_bootstrap: bool
     init_time: str  # "time" (set at construction), "none" (only None / later), "unset"
-    check_reached: bool
+    check_reached: bool  # an elapsed time since init_time is compared with a timeout
     has_helper: bool
+    # A test of init_time that decides poll()'s result (``if self.init_time is None: return
+    # KVPoll.Bootstrapping``): init_time is a state flag there, not a clock. Its line, or 0.
+    init_time_flag: int = 0
 
     @property
     def healthy(self) -> bool:
         """Its bootstrap timeout can fire whenever it reports Bootstrapping (or it never does):
         what PDG004 checks and what the sender-bootstrap-timeout fix makes true."""
-        return not self.can_bootstrap or (self.init_time == "time" and self.check_reached)
+        return not self.can_bootstrap or (
+            self.init_time == "time" and self.check_reached and not self.init_time_flag
+        )
 
 
 class ClassIndex:
@@ -218,11 +223,7 @@ class ClassIndex:
             and n.args[-1].attr == "Bootstrapping"
             for n in init_nodes
         )
-        check_reached = any(
-            (isinstance(n, ast.Call) and _call_name(n) == CHECK_BOOTSTRAP_TIMEOUT)
-            or (is_self_attr(n, SENDER_INIT_TIME) and isinstance(n.ctx, ast.Load))
-            for n in poll_nodes
-        )
+        check_reached = _elapsed_checked(poll_nodes)
         return SenderFacts(
             name=name,
             rel=self.classes[name].rel,
@@ -231,6 +232,7 @@ class ClassIndex:
             can_bootstrap=returns_bootstrapping or (reads_status and sets_bootstrapping),
             init_time=self.init_time_state(name),
             check_reached=check_reached,
+            init_time_flag=_init_time_flag(poll_nodes),
             has_helper=self.resolve(name, CHECK_BOOTSTRAP_TIMEOUT) is not None,
         )
 
@@ -274,6 +276,70 @@ class ClassIndex:
                     if origin is not None and source is not None:
                         return source, origin[0], origin[1]
         return None
+
+
+CLOCK_FUNCTIONS = frozenset({"monotonic", "time", "perf_counter", "monotonic_ns", "time_ns"})
+
+
+def _is_clock_call(node: ast.AST) -> bool:
+    """``time.time()``, ``_t.monotonic()``, ``monotonic()``."""
+    if not isinstance(node, ast.Call):
+        return False
+    func = node.func
+    if isinstance(func, ast.Attribute):
+        return func.attr in CLOCK_FUNCTIONS
+    return isinstance(func, ast.Name) and func.id in CLOCK_FUNCTIONS
+
+
+def _reads_init_time(node: ast.AST) -> bool:
+    return is_self_attr(node, SENDER_INIT_TIME) and isinstance(getattr(node, "ctx", None), ast.Load)
+
+
+def _elapsed_checked(nodes: list[ast.AST]) -> bool:
+    """Is an elapsed time since ``init_time`` (a clock reading minus it, directly or through
+    local names) compared with something, among ``nodes``? A mere read of ``init_time`` (a
+    ``None`` test, a log line) is no timeout."""
+    values: dict[str, ast.expr] = {}
+    for node in nodes:
+        if isinstance(node, ast.Assign) and len(node.targets) == 1:
+            target = node.targets[0]
+            if isinstance(target, ast.Name):
+                values[target.id] = node.value
+
+    def expanded(expr: ast.AST, depth: int = 3) -> list[ast.AST]:
+        found = list(ast.walk(expr))
+        if depth:
+            for name in [n for n in found if isinstance(n, ast.Name) and n.id in values]:
+                found += expanded(values[name.id], depth - 1)
+        return found
+
+    for node in nodes:
+        if isinstance(node, ast.Compare):
+            parts = expanded(node)
+            if any(_is_clock_call(n) for n in parts) and any(_reads_init_time(n) for n in parts):
+                return True
+    return False
+
+
+def _init_time_flag(nodes: list[ast.AST]) -> int:
+    """The line of an ``if`` on ``init_time`` (no clock in its test) whose own branch returns
+    a poll state other than Failed: ``init_time`` then decides what poll() reports."""
+    for node in nodes:
+        if not isinstance(node, ast.If):
+            continue
+        test = list(ast.walk(node.test))
+        if not any(_reads_init_time(n) for n in test) or any(_is_clock_call(n) for n in test):
+            continue
+        for stmt in [*node.body, *node.orelse]:
+            if (
+                isinstance(stmt, ast.Return)
+                and isinstance(stmt.value, ast.Attribute)
+                and stmt.value.attr != "Failed"
+                and isinstance(stmt.value.value, ast.Name)
+                and stmt.value.value.id == "KVPoll"
+            ):
+                return node.lineno
+    return 0
 
 
 def _in_source_order(node: ast.AST) -> list[ast.AST]:

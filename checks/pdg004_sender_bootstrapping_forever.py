@@ -89,6 +89,11 @@ class SenderBootstrappingForever(Rule):
             if facts.healthy:
                 continue
             problems = []
+            if facts.init_time_flag:
+                problems.append(
+                    f"init_time decides what poll() reports (line {facts.init_time_flag}): it "
+                    "is a state flag there, not a clock"
+                )
             if facts.init_time != "time":
                 problems.append(
                     "init_time is never set to a time before or during Bootstrapping"
@@ -96,7 +101,9 @@ class SenderBootstrappingForever(Rule):
                     else "init_time is None while Bootstrapping (set only later, if at all)"
                 )
             if not facts.check_reached:
-                problems.append("poll() never checks the bootstrap timeout")
+                problems.append(
+                    "poll() never compares the time since init_time with a bootstrap timeout"
+                )
             info = index.classes[name]
             owner = facts.poll_owner if facts.poll_owner is not None else info
             node = owner.methods.get("poll", info.node) if owner is info else info.node

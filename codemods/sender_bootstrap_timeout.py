@@ -89,7 +89,12 @@ _RECORD_FAILURE = """\
 
 
 def _is_check_status(expr: cst.CSTNode | None) -> bool:
-    return m.matches(expr, m.Call(func=m.Attribute(attr=m.Name(MANAGER_CHECK_STATUS))))
+    """Does ``expr`` read the manager's status (``check_status(...)`` anywhere in it, e.g.
+    ``self.conclude_state or self.kv_mgr.check_status(room)``)? Its value is then the status."""
+    if expr is None:
+        return False
+    call = m.Call(func=m.Attribute(attr=m.Name(MANAGER_CHECK_STATUS)))
+    return m.matches(expr, call) or bool(m.findall(expr, call))
 
 
 def _sets_init_time_to_none(stmt: cst.CSTNode) -> bool:

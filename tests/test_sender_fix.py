@@ -45,6 +45,8 @@ COMMON = """
         def _check_bootstrap_timeout(self):
             if self.init_time is None:
                 return None
+            if time.time() - self.init_time > self.kv_mgr.bootstrap_timeout:
+                return KVPoll.Failed
             return None
 """
 
@@ -222,6 +224,8 @@ def test_inline_check_uses_the_managers_timeout_attribute(tmp_path: Path) -> Non
         "        def _check_bootstrap_timeout(self):\n"
         "            if self.init_time is None:\n"
         "                return None\n"
+        "            if time.time() - self.init_time > self.kv_mgr.bootstrap_timeout:\n"
+        "                return KVPoll.Failed\n"
         "            return None\n",
         "",
     )
@@ -237,10 +241,61 @@ def test_inline_check_uses_the_managers_timeout_attribute(tmp_path: Path) -> Non
 def test_unanchorable_poll_is_refused_and_nothing_changes(tmp_path: Path) -> None:
     nixl = NIXL_BROKEN.replace(
         "status = self.kv_mgr.check_status(self.bootstrap_room)\n            return status",
-        "return self.kv_mgr.check_status(1) or self.kv_mgr.check_status(2)",
+        # two reads of the status: which one is the status the check guards?
+        "first = self.kv_mgr.check_status(1)\n"
+        "            second = self.kv_mgr.check_status(2)\n"
+        "            return first or second",
     )
     workspace = _tree(tmp_path, common=COMMON, nixl=nixl)
     outcome = SenderBootstrapTimeoutFix().plan(workspace)
     assert outcome.status is Status.REFUSED
     assert "check_status" in outcome.note
     assert workspace.changed() == {}
+
+
+def test_status_read_behind_an_or_is_anchored(tmp_path: Path) -> None:
+    """A fork's poll() that reads the status as ``self.conclude_state or check_status(...)``:
+    the whole expression is the status, and the check goes right after it."""
+    nixl = NIXL_BROKEN.replace(
+        "status = self.kv_mgr.check_status(self.bootstrap_room)",
+        "status = self.conclude_state or self.kv_mgr.check_status(self.bootstrap_room)",
+    )
+    assert nixl != NIXL_BROKEN
+    workspace = _tree(tmp_path, common=COMMON, nixl=nixl)
+    outcome = SenderBootstrapTimeoutFix().plan(workspace)
+    assert outcome.status is Status.APPLIED, outcome.note
+    text = workspace.text("sglang/srt/disaggregation/nixl/conn.py")
+    read = text.index("status = self.conclude_state or self.kv_mgr.check_status(")
+    assert read < text.index("self._check_bootstrap_timeout()")
+
+
+# A fork's stand-in backend: Bootstrapping until init() is called, then Success. Its
+# ``init_time`` is a state flag that drives poll(), not a clock.
+STATE_FLAG = """
+    from sglang.srt.disaggregation.base.conn import BaseKVSender, KVPoll
+
+
+    class NixlKVSender(BaseKVSender):
+        def __init__(self, mgr, room):
+            self.kv_mgr = mgr
+            self.init_time = None
+
+        def init(self, num_kv_indices, aux_index=None):
+            self.init_time = num_kv_indices
+
+        def poll(self):
+            if self.init_time is None:
+                return KVPoll.Bootstrapping
+            return KVPoll.Success
+"""
+
+
+def test_init_time_as_a_state_flag_is_refused_and_reported(tmp_path: Path) -> None:
+    workspace = _tree(tmp_path, nixl=STATE_FLAG)
+    outcome = SenderBootstrapTimeoutFix().plan(workspace)
+    assert outcome.status is Status.REFUSED
+    assert "state flag" in (outcome.note or "")
+    assert outcome.where == "sglang/srt/disaggregation/nixl/conn.py:14"
+    assert workspace.changed() == {}
+    facts = sender_index(workspace).facts("NixlKVSender")
+    assert facts.init_time_flag == 14 and not facts.healthy

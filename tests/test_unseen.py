@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from pdguard.tree import TargetError, open_tree
-from tests.corpus import CASES, Case
+from tests.corpus import CASES, PREFILL, Case
 from tests.snippets import make_tree
 
 
@@ -137,3 +137,99 @@ def test_corpus_verdict(case: Case) -> None:
         assert got == set(), f"false positive on {case.name}: {case.why}"
     else:
         assert case.expect <= got, f"false negative on {case.name}: {case.why}"
+
+
+# -- apply on fork shapes: it agrees with check, and one backend does not block the rest ---------
+
+
+def _write(root: Path, files: dict[str, str]) -> Path:
+    for rel, text in files.items():
+        path = root / rel
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+    (root / "sglang" / "version.py").write_text('__version__ = "0.0.1-fork"\n')
+    return root
+
+
+def _apply(capsys: pytest.CaptureFixture[str], *args: str | Path) -> tuple[int, str, str]:
+    import json
+
+    from pdguard.cli import main
+
+    code = main(["apply", *map(str, args), "--format", "json"])
+    out, err = capsys.readouterr()
+    return code, json.loads(out)["fixes"] if out.strip().startswith("{") else out, err
+
+
+def _unpatched(case: str) -> dict[str, str]:
+    """The corpus case's files with its deadline taken out (what a fork starts from)."""
+    from tests.corpus import CASES
+
+    files = dict(next(c for c in CASES if c.name == case).files)
+    files[PREFILL] = files[PREFILL].replace("        self._expire_inflight()\n", "")
+    return files
+
+
+@pytest.mark.parametrize("case", ["failed-or-abort", "failed-in-tuple", "or-poll-sender"])
+def test_apply_fixes_fork_shapes_and_check_agrees(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], case: str
+) -> None:
+    from pdguard.commands.check import check_tree
+
+    root = _write(tmp_path, _unpatched(case))
+    code, fixes, err = _apply(capsys, root)
+    assert code == 0, err
+    assert fixes["inflight-deadline"] == "applied"
+    prefill_codes = {"PDG000", "PDG001", "PDG002", "PDG003", "PDG004", "PDG005"}
+    assert [f for f in check_tree(open_tree(root)).findings if f.code in prefill_codes] == []
+
+
+def test_a_sender_pdguard_cannot_fix_is_refused_and_can_be_left_out(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from pdguard.commands.check import check_tree
+
+    root = _write(tmp_path, _unpatched("state-flag-init-time"))
+    before = {p: p.read_bytes() for p in root.rglob("*.py")}
+    code, _, err = _apply(capsys, root)
+    assert code == 2
+    assert "forkbackend/conn.py:14: sender-bootstrap-timeout refused" in err
+    assert "state flag" in err
+    assert {p: p.read_bytes() for p in root.rglob("*.py")} == before  # nothing written
+
+    code, fixes, err = _apply(capsys, root, "--ignore", "sender-bootstrap-timeout")
+    assert code == 0, err
+    assert fixes == {"inflight-deadline": "applied", "sender-bootstrap-timeout": "skipped"}
+    codes = {f.code for f in check_tree(open_tree(root)).findings}
+    assert "PDG001" not in codes and "PDG004" in codes  # the sender is still reported
+
+
+def test_apply_select_names_unknown_fixes(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    from pdguard.cli import main
+
+    _write(tmp_path, _unpatched("failed-or-abort"))
+    assert main(["apply", str(tmp_path), "--select", "inflight-deadlin"]) == 2
+    err = capsys.readouterr().err
+    assert "unknown fix 'inflight-deadlin'" in err and len(err.strip().splitlines()) == 1
+
+
+def test_apply_refuses_what_check_would_reject(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The deadline anchors, but a request also enters the queue through a helper pdguard
+    cannot follow: check reports PDG000, so apply must not say applied."""
+    files = _unpatched("stamp-before-append")
+    files[PREFILL] = files[PREFILL].replace(
+        "            self.disagg_prefill_inflight_queue.append(req)\n",
+        "            self.disagg_prefill_inflight_queue.append(req)\n"
+        "        register(self.disagg_prefill_inflight_queue)\n",
+        1,
+    )
+    root = _write(tmp_path, files)
+    before = {p: p.read_bytes() for p in root.rglob("*.py")}
+    code, _, err = _apply(capsys, root)
+    assert code == 2
+    assert "inflight-deadline refused: would be applied, but check still reports PDG000" in err
+    assert {p: p.read_bytes() for p in root.rglob("*.py")} == before

@@ -14,6 +14,7 @@ from .. import fix_names
 from ..sglang_names import INFLIGHT_FUNCTION as FUNCTION
 from ..sglang_names import INFLIGHT_QUEUE as QUEUE
 from ..sglang_names import KVPOLL, PREFILL_PATH
+from ..sglang_names import KVPoll as KVPollState
 from .base import Fix, Outcome, Status, has_marker
 from .sender_index import sender_index
 
@@ -41,18 +42,144 @@ def _function(tree: ast.Module, name: str) -> ast.FunctionDef | None:
     return found[1] if found is not None else None
 
 
-def _is_failed_test(test: ast.expr) -> bool:
-    return (
-        isinstance(test, ast.Compare)
-        and len(test.ops) == 1
-        and isinstance(test.ops[0], ast.Eq | ast.Is)
-        and isinstance(test.comparators[0], ast.Attribute)
-        and test.comparators[0].attr == "Failed"
-    )
+_POLL_VALUES = {state.name: state.value for state in KVPollState}
+_FAILED = KVPollState.Failed.value
 
 
-def _failed_branches(function: ast.FunctionDef) -> list[ast.If]:
-    return [n for n in ast.walk(function) if isinstance(n, ast.If) and _is_failed_test(n.test)]
+def _poll_value(node: ast.expr) -> int | None:
+    """``KVPoll.X`` as its value."""
+    if isinstance(node, ast.Attribute) and node.attr in _POLL_VALUES:
+        return _POLL_VALUES[node.attr]
+    return None
+
+
+def _when_failed(
+    test: ast.expr, helpers: dict[str, ast.FunctionDef], depth: int = 0
+) -> bool | None:
+    """Is ``test`` true when the (reduced) poll it looks at is Failed? True, False, or None
+    when it depends on something else (``req.to_abort``) or pdguard cannot tell."""
+    if isinstance(test, ast.BoolOp):
+        values = [_when_failed(v, helpers, depth) for v in test.values]
+        if isinstance(test.op, ast.Or):
+            return True if True in values else (False if all(v is False for v in values) else None)
+        return False if False in values else (True if all(v is True for v in values) else None)
+    if isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not):
+        value = _when_failed(test.operand, helpers, depth)
+        return None if value is None else not value
+    if isinstance(test, ast.Compare) and len(test.ops) == 1:
+        return _compare_when_failed(test.left, test.ops[0], test.comparators[0])
+    if isinstance(test, ast.Call) and depth < 2:
+        # a helper predicate: self._is_failed(poll) whose body is `return <test>`
+        func = test.func
+        name = func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", None)
+        helper = helpers.get(name or "")
+        if helper is not None and len(helper.body) == 1 and isinstance(helper.body[0], ast.Return):
+            returned = helper.body[0].value
+            return _when_failed(returned, helpers, depth + 1) if returned is not None else None
+    return None
+
+
+def _compare_when_failed(left: ast.expr, op: ast.cmpop, right: ast.expr) -> bool | None:
+    value = _poll_value(right)
+    states = _states(right)
+    if value is None and states is None:
+        value, states, left = _poll_value(left), _states(left), right  # KVPoll.X == poll
+        op = {ast.Lt: ast.Gt(), ast.Gt: ast.Lt(), ast.LtE: ast.GtE(), ast.GtE: ast.LtE()}.get(
+            type(op), op
+        )
+    if _poll_value(left) is not None:
+        return None  # KVPoll.X against KVPoll.Y: not about the poll
+    if states is not None and isinstance(op, ast.In | ast.NotIn):
+        inside = _FAILED in states
+        return inside if isinstance(op, ast.In) else not inside
+    if value is None:
+        return None
+    outcome = {
+        ast.Eq: value == _FAILED,
+        ast.Is: value == _FAILED,
+        ast.NotEq: value != _FAILED,
+        ast.IsNot: value != _FAILED,
+        ast.Lt: value > _FAILED,
+        ast.LtE: value >= _FAILED,
+        ast.Gt: value < _FAILED,
+        ast.GtE: value <= _FAILED,
+    }
+    return outcome.get(type(op))
+
+
+def _states(node: ast.expr) -> set[int] | None:
+    """``[KVPoll.A, KVPoll.B]`` (a list, tuple or set of poll states) as their values."""
+    if isinstance(node, ast.List | ast.Tuple | ast.Set):
+        values = [_poll_value(e) for e in node.elts]
+        if values and all(v is not None for v in values):
+            return {v for v in values if v is not None}
+    return None
+
+
+def _chain_tests_poll(node: ast.If) -> bool:
+    """Does any test of the ``if``/``elif`` chain starting at ``node`` look at a poll state?"""
+    while True:
+        if any(isinstance(n, ast.expr) and _poll_value(n) is not None for n in ast.walk(node.test)):
+            return True
+        if len(node.orelse) == 1 and isinstance(node.orelse[0], ast.If):
+            node = node.orelse[0]
+            continue
+        return False
+
+
+def _failed_branches(
+    function: ast.FunctionDef, helpers: dict[str, ast.FunctionDef]
+) -> list[list[ast.stmt]]:
+    """The statements that run when the reduced poll is Failed: in every ``if``/``elif``/
+    ``else`` chain and ``match`` on a poll state, the first branch whose test holds for Failed
+    (``poll == KVPoll.Failed``, ``... or req.to_abort``, ``poll in (...)``, a helper
+    predicate, ``else`` after tests that all fail, ``case KVPoll.Failed``)."""
+    branches: list[list[ast.stmt]] = []
+    nested = {
+        id(n.orelse[0])
+        for n in ast.walk(function)
+        if isinstance(n, ast.If) and len(n.orelse) == 1 and isinstance(n.orelse[0], ast.If)
+    }
+    for node in ast.walk(function):
+        if isinstance(node, ast.If) and id(node) not in nested and _chain_tests_poll(node):
+            branches += _chain_branches(node, helpers)
+        elif isinstance(node, ast.Match):
+            branch = _match_branch(node)
+            if branch:
+                branches.append(branch)
+    return branches
+
+
+def _chain_branches(node: ast.If, helpers: dict[str, ast.FunctionDef]) -> list[list[ast.stmt]]:
+    """The branches of an ``if``/``elif``/``else`` chain that can run for a Failed poll: the
+    first whose test holds, and before it each whose test depends on something else."""
+    found: list[list[ast.stmt]] = []
+    current: ast.If = node
+    while True:
+        holds = _when_failed(current.test, helpers)
+        if holds is not False:
+            found.append(current.body)
+            if holds:
+                return found
+        if len(current.orelse) == 1 and isinstance(current.orelse[0], ast.If):
+            current = current.orelse[0]
+            continue
+        if current.orelse:
+            found.append(current.orelse)
+        return found
+
+
+def _match_branch(node: ast.Match) -> list[ast.stmt] | None:
+    for case in node.cases:
+        patterns = (
+            case.pattern.patterns if isinstance(case.pattern, ast.MatchOr) else [case.pattern]
+        )
+        for pattern in patterns:
+            if isinstance(pattern, ast.MatchValue) and _poll_value(pattern.value) == _FAILED:
+                return case.body
+            if isinstance(pattern, ast.MatchAs) and pattern.pattern is None and case.guard is None:
+                return case.body  # `case _:` after cases that do not match Failed
+    return None
 
 
 def _missing_pieces(tree: ast.Module) -> list[str]:
@@ -147,7 +274,14 @@ class InflightDeadline(Fix):
         function = _function(tree, FUNCTION)
         if function is None:
             return Outcome(Status.REFUSED, f"no {FUNCTION}() in {PREFILL_PATH}", PREFILL_PATH)
-        branches = _failed_branches(function)
+        helpers = {
+            item.name: item
+            for cls in tree.body
+            if isinstance(cls, ast.ClassDef)
+            for item in cls.body
+            if isinstance(item, ast.FunctionDef)
+        }
+        branches = _failed_branches(function, helpers)
         if not branches:
             return Outcome(
                 Status.REFUSED,
@@ -155,7 +289,7 @@ class InflightDeadline(Fix):
                 f"{PREFILL_PATH}:{function.lineno}",
             )
         for branch in branches:
-            raising = next((s for s in branch.body if isinstance(s, ast.Raise)), None)
+            raising = next((s for s in branch if isinstance(s, ast.Raise)), None)
             if raising is not None:
                 return Outcome(
                     Status.REFUSED,

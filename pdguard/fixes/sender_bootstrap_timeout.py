@@ -162,6 +162,16 @@ class SenderBootstrapTimeoutFix(Fix):
             return edits.setdefault(owner_name, _ClassEdit(info.rel, owner_name))
 
         for facts in broken:
+            if facts.init_time_flag:
+                owner = facts.poll_owner.name if facts.poll_owner else facts.name
+                rel = facts.poll_owner.rel if facts.poll_owner else facts.rel
+                raise _Refused(
+                    f"{owner}.poll() decides its result on init_time: it is a state flag there, "
+                    "not a clock, and setting it at construction would report a state the "
+                    "sender never reached (leave this fix out with --ignore "
+                    f"{FIX} to apply the others)",
+                    f"{rel}:{facts.init_time_flag}",
+                )
             if facts.init_time != "time":
                 if facts.init_owner is None:
                     raise _Refused(f"{facts.name} has no __init__ to start init_time in")
