@@ -26,6 +26,8 @@ import re
 import symtable
 from collections.abc import Iterator
 
+from .bindings import bindings_in_force as _bindings_in_force
+from .bindings import type_checking as _type_checking
 from .examples import PATCHED
 from .inflight import CLOCK_FUNCTIONS
 from .model import PREFILL, Finding, Rule
@@ -35,15 +37,6 @@ WATCHED = frozenset({"os", "time", "environ"} | CLOCK_FUNCTIONS)
 _MEANT = {"os": "os module", "environ": "`os.environ` mapping"} | {
     name: f"`time.{name}` function" for name in CLOCK_FUNCTIONS - {"time"}
 }
-
-
-def _type_checking(node: ast.stmt) -> bool:
-    if not isinstance(node, ast.If):
-        return False
-    test = node.test
-    return (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING") or (
-        isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING"
-    )
 
 
 def _imported(stmts: list[ast.stmt]) -> set[str]:
@@ -116,49 +109,6 @@ def _unbound_uses(text: str, rel: str, hidden: set[str]) -> Iterator[tuple[str, 
         for child in scope.get_children():
             child_name = f"{qualname}.{child.get_name()}" if qualname else child.get_name()
             stack.append((child, child_name))
-
-
-def _binds(node: ast.stmt) -> Iterator[tuple[str, ast.stmt]]:
-    """(name, statement) for each name a simple module-level statement binds."""
-    if isinstance(node, ast.Import | ast.ImportFrom):
-        for alias in node.names:
-            yield (alias.asname or alias.name).split(".")[0], node
-    elif isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
-        yield node.name, node
-    elif isinstance(node, ast.Assign | ast.AnnAssign | ast.AugAssign | ast.For | ast.With):
-        if isinstance(node, ast.Assign):
-            targets: list[ast.AST] = list(node.targets)
-        elif isinstance(node, ast.With):
-            targets = [item.optional_vars for item in node.items if item.optional_vars]
-        else:
-            targets = [node.target]
-        for target in targets:
-            for name in ast.walk(target):
-                if isinstance(name, ast.Name):
-                    yield name.id, node
-
-
-def _bindings_in_force(body: list[ast.stmt]) -> dict[str, ast.stmt]:
-    """The statement whose binding of each name is in force after ``body`` runs: the last one
-    in source order, where an ``except`` handler does not override what its ``try`` bound (it
-    runs only when that failed). ``if TYPE_CHECKING:`` bodies bind nothing at run time."""
-    found: dict[str, ast.stmt] = {}
-    for node in body:
-        if _type_checking(node):
-            found.update(_bindings_in_force(node.orelse))  # type: ignore[attr-defined]
-        elif isinstance(node, ast.Try):
-            tried = _bindings_in_force(node.body + node.orelse)
-            for handler in node.handlers:
-                for name, stmt in _bindings_in_force(handler.body).items():
-                    tried.setdefault(name, stmt)
-            found.update(tried)
-            found.update(_bindings_in_force(node.finalbody))
-        elif isinstance(node, ast.If):
-            found.update(_bindings_in_force(node.body))
-            found.update(_bindings_in_force(node.orelse))
-        else:
-            found.update(dict(_binds(node)))
-    return found
 
 
 def _binds_module(name: str, stmt: ast.stmt) -> bool:

@@ -43,7 +43,7 @@ from .insertion import (
     parse_statements,
     simple_statements,
 )
-from .isort_imports import DEFAULT_ISORT_CONFIG, AddIsortedImports, ImportRequest, reference_to
+from .isort_imports import DEFAULT_ISORT_CONFIG, AddIsortedImports, ImportRequest, spelling
 
 # How an overdue sender is failed, by what the release's senders offer.
 ABORT_CALLS = {
@@ -160,18 +160,17 @@ class InflightDeadline(SourceCodemod):
     ) -> tuple[dict[str, str], list[ImportRequest]]:
         """The names the snippets are filled with, reusing the module's own imports (``import
         time as _t``, ``from os import environ``), and the imports still missing."""
-        monotonic = reference_to(tree, "time", "monotonic")
-        environ = reference_to(tree, "os", "environ")
-        imports = [ImportRequest("os")] if environ is None else []
-        imports += [ImportRequest("time")] if monotonic is None else []
+        monotonic, time_import = spelling(tree, "time", "monotonic")
+        environ, os_import = spelling(tree, "os", "environ")
+        imports = [request for request in (os_import, time_import) if request is not None]
         self_param = cst.Module(body=[]).code_for_node(
             function.params.params[0].with_changes(comma=cst.MaybeSentinel.DEFAULT)
         )
         names = {
             **self.names,
             "self_param": self_param,
-            "monotonic": monotonic or "time.monotonic",
-            "environ": environ or "os.environ",
+            "monotonic": monotonic,
+            "environ": environ,
         }
         return names, imports
 

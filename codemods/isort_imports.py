@@ -14,13 +14,18 @@ isort's business), and a module or name that is already bound there is never imp
 from __future__ import annotations
 
 import argparse
+import ast
 from collections.abc import Sequence
 from dataclasses import dataclass
+from functools import lru_cache
 
 import isort
 import libcst as cst
 from libcst.codemod import CodemodContext
 
+from pdguard.checks.bindings import bindings_in_force, imported_as
+
+from .anchors import AnchorError
 from .command import SourceCodemod
 
 DEFAULT_ISORT_CONFIG = isort.Config(profile="black", known_first_party=frozenset({"sglang"}))
@@ -28,16 +33,24 @@ DEFAULT_ISORT_CONFIG = isort.Config(profile="black", known_first_party=frozenset
 
 @dataclass(frozen=True)
 class ImportRequest:
-    """``import module`` (``name`` is None) or ``from module import name``."""
+    """``import module [as asname]`` (``name`` is None) or ``from module import name [as
+    asname]``."""
 
     module: str
     name: str | None = None
+    asname: str | None = None
+
+    @property
+    def local(self) -> str:
+        """The name the import binds."""
+        return self.asname or self.name or self.module.split(".")[0]
 
     @property
     def line(self) -> str:
+        alias = f" as {self.asname}" if self.asname else ""
         if self.name is None:
-            return f"import {self.module}"
-        return f"from {self.module} import {self.name}"
+            return f"import {self.module}{alias}"
+        return f"from {self.module} import {self.name}{alias}"
 
 
 def _dotted(node: cst.BaseExpression) -> str:
@@ -114,15 +127,62 @@ def reference_to(module: cst.Module, module_name: str, attr: str) -> str | None:
     """How code in ``module`` can spell ``module_name.attr`` with the imports it has, if any.
 
     ``import time`` gives ``time.monotonic``, ``import time as _t`` gives ``_t.monotonic`` and
-    ``from time import monotonic as mono`` gives ``mono``.
+    ``from time import monotonic as mono`` gives ``mono``. Only a binding still in force at
+    module level counts: after ``import time`` and then ``from datetime import time``, ``time``
+    is datetime's.
     """
-    for local, (mod, name) in top_level_bindings(module).items():
-        if mod == module_name and name == attr:
+    in_force = _in_force(module)
+    found = None
+    for local, stmt in in_force.items():
+        bound = imported_as(local, stmt)
+        if bound == (module_name, attr):
             return local
-    for local, (mod, name) in top_level_bindings(module).items():
-        if mod == module_name and name is None:
-            return f"{local}.{attr}"
-    return None
+        if bound == (module_name, None) and found is None:
+            found = f"{local}.{attr}"
+    return found
+
+
+def spelling(module: cst.Module, module_name: str, attr: str) -> tuple[str, ImportRequest | None]:
+    """How to spell ``module_name.attr`` in ``module``, and the import to add for it, if any:
+    a binding in force is reused; otherwise ``import module_name``, or, where that name is
+    already bound to something else (``from datetime import time``), an import under a free
+    alias (``import time as _time``), so that neither the module's code nor ours breaks."""
+    existing = reference_to(module, module_name, attr)
+    if existing is not None:
+        return existing, None
+    local = module_name.split(".")[0]
+    taken = _names_used(module)
+    if local not in taken:
+        return f"{module_name}.{attr}", ImportRequest(module_name)
+    for alias in (f"_{local}", f"_{local}_module", f"_pdguard_{local}"):
+        if alias not in taken:
+            return f"{alias}.{attr}", ImportRequest(module_name, asname=alias)
+    raise AnchorError(f"no free name to import {module_name} under")
+
+
+def _in_force(module: cst.Module) -> dict[str, ast.stmt]:
+    return bindings_in_force(_ast_of(module.code).body)
+
+
+def _names_used(module: cst.Module) -> set[str]:
+    """Every identifier the module binds or reads anywhere (a name we bind must clash with
+    none of them)."""
+    names: set[str] = set()
+    for node in ast.walk(_ast_of(module.code)):
+        if isinstance(node, ast.Name):
+            names.add(node.id)
+        elif isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
+            names.add(node.name)
+        elif isinstance(node, ast.arg):
+            names.add(node.arg)
+        elif isinstance(node, ast.alias):
+            names.add((node.asname or node.name).split(".")[0])
+    return names
+
+
+@lru_cache(maxsize=16)
+def _ast_of(code: str) -> ast.Module:
+    return ast.parse(code)
 
 
 def _sorts_before(new_line: str, existing: cst.SimpleStatementLine, config: isort.Config) -> bool:
@@ -133,11 +193,8 @@ def _sorts_before(new_line: str, existing: cst.SimpleStatementLine, config: isor
 
 def _already_bound(tree: cst.Module, request: ImportRequest) -> bool:
     """Does the leading import block already bind what ``request`` would?"""
-    wanted_local = request.name or request.module.split(".")[0]
-    return top_level_bindings(tree).get(wanted_local) == (
-        request.module if request.name else wanted_local,
-        request.name,
-    )
+    wanted = (request.module if request.name or request.asname else request.local, request.name)
+    return top_level_bindings(tree).get(request.local) == wanted
 
 
 def _from_import_of(body: Sequence[cst.BaseStatement], block: list[int], module: str) -> int | None:
@@ -200,7 +257,7 @@ class AddIsortedImports(SourceCodemod):
             return tree
         block = leading_import_block(tree)
         body = list(tree.body)
-        if request.name is not None:
+        if request.name is not None and request.asname is None:
             index = _from_import_of(body, block, request.module)
             if index is not None:
                 body[index] = self._merge(body[index], request.name)  # type: ignore[arg-type]

@@ -33,7 +33,7 @@ from pdguard.sglang_names import MANAGER_CHECK_STATUS, MANAGER_UPDATE_STATUS, SE
 from .anchors import AnchorError, calls_named, find_method, marker
 from .command import SourceCodemod
 from .insertion import StatementEdit, apply_edits, parse_statements
-from .isort_imports import DEFAULT_ISORT_CONFIG, AddIsortedImports, ImportRequest, reference_to
+from .isort_imports import DEFAULT_ISORT_CONFIG, AddIsortedImports, ImportRequest, spelling
 
 _INIT_TIME = """\
 {marker}: the bootstrap timeout counts from here.
@@ -166,9 +166,8 @@ class SenderBootstrapTimeout(SourceCodemod):
     def transform_module_impl(self, tree: cst.Module) -> cst.Module:
         # time.time(), as _check_bootstrap_timeout() and Mooncake measure it; reuse the
         # module's own spelling of it.
-        clock = reference_to(tree, "time", "time")
-        self.clock = clock or "time.time"
-        imports = [*self.imports, *([] if clock else [ImportRequest("time")])]
+        self.clock, time_import = spelling(tree, "time", "time")
+        imports = [*self.imports, *([time_import] if time_import else [])]
         edits: list[tuple[cst.CSTNode, StatementEdit]] = []
         if self.add_check:
             edits.append(self._add_check(tree))

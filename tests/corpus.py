@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import logging
 {imports}
+
 from sglang.srt.disaggregation.base.conn import KVPoll
 from sglang.srt.disaggregation.utils import poll_and_all_reduce
 

@@ -41,7 +41,7 @@ def _pdg005(prefill_text: str) -> list[tuple[int, str]]:
         (
             "import time",
             ("now = time.monotonic()", "time = 5\n        now = time.monotonic()"),
-            "`time` is bound to an assignment (line 21) in _expire_inflight()",
+            "`time` is bound to an assignment (line 22) in _expire_inflight()",
         ),
     ],
 )
@@ -233,3 +233,47 @@ def test_apply_refuses_what_check_would_reject(
     assert code == 2
     assert "inflight-deadline refused: would be applied, but check still reports PDG000" in err
     assert {p: p.read_bytes() for p in root.rglob("*.py")} == before
+
+
+@pytest.mark.parametrize(
+    ("imports", "spelled"),
+    [
+        ("from datetime import time", "_time.monotonic()"),  # time is datetime's
+        ("import time\nfrom datetime import time", "_time.monotonic()"),  # rebound after
+        ("import time as t", "t.monotonic()"),  # a right binding is reused
+        ("from time import monotonic as now", "now()"),
+    ],
+)
+def test_apply_binds_time_to_the_time_module(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], imports: str, spelled: str
+) -> None:
+    import isort
+
+    from pdguard.commands.check import check_tree
+    from tests.corpus import prefill
+
+    text = prefill(imports=imports, expire=False, before="", stamp_before="")
+    root = _write(tmp_path, {PREFILL: text, "sglang/srt/disaggregation/base/conn.py": ""})
+    code, fixes, err = _apply(capsys, root)
+    assert code == 0, err
+    assert fixes["inflight-deadline"] == "applied"
+    patched = (root / PREFILL).read_text()
+    assert spelled in patched
+    assert [f for f in check_tree(open_tree(root)).findings if f.code == "PDG005"] == []
+    config = isort.Config(profile="black", known_first_party=frozenset({"sglang"}))
+    assert isort.code(patched, config=config) == patched  # isort shows nothing new
+    namespace: dict[str, object] = {}
+    exec(
+        compile(
+            "\n".join(
+                line for line in patched.splitlines() if "import" in line and "sglang" not in line
+            ),
+            "p",
+            "exec",
+        ),
+        namespace,
+    )
+    import time
+
+    bound = namespace.get(spelled.split(".")[0].rstrip("()"))
+    assert bound is time or bound is time.monotonic  # the time module's, not datetime's

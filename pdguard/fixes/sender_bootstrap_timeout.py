@@ -190,7 +190,7 @@ class SenderBootstrapTimeoutFix(Fix):
     ) -> None:
         """Before 0.5.13 there is no ``_check_bootstrap_timeout``: check inline, with the
         timeout the way this release reads it."""
-        from pdguard.codemods.isort_imports import ImportRequest, reference_to, top_level_bindings
+        from pdguard.codemods.isort_imports import ImportRequest, spelling, top_level_bindings
 
         edit.check_style = "inline"
         manager = index.manager_of(facts.name)
@@ -208,11 +208,9 @@ class SenderBootstrapTimeoutFix(Fix):
         module = workspace.cst(edit.rel)
         reader = index.timeout_reader()
         if reader is None:
-            environ = reference_to(module, "os", "environ")
-            edit.timeout_setting = (
-                f'int({environ or "os.environ"}.get("{BOOTSTRAP_TIMEOUT_ENV}", "300"))'
-            )
-            edit.imports = () if environ else (ImportRequest("os"),)
+            environ, os_import = spelling(module, "os", "environ")
+            edit.timeout_setting = f'int({environ}.get("{BOOTSTRAP_TIMEOUT_ENV}", "300"))'
+            edit.imports = (os_import,) if os_import else ()
             return
         expression, origin, name = reader
         edit.timeout_setting = expression
