@@ -1,7 +1,7 @@
 """``pdguard simulate``: the target's own inflight-queue code, run against a simulated scheduler.
 
-A toy tree (written here, in the shape pdguard expects; not SGLang's code) covers the machinery
-without the network. The ``releases`` tests run every CI release (all 62 with
+A toy tree (tests/snippets.py, in the shape pdguard expects; not SGLang's code) covers the
+machinery without the network. The ``releases`` tests run every CI release (all 62 with
 ``PDGUARD_ALL_RELEASES=1``) unpatched, patched, and with hand-broken variants of the patch.
 """
 
@@ -9,8 +9,6 @@ from __future__ import annotations
 
 import ast
 import json
-import os
-import shutil
 import sys
 import threading
 from pathlib import Path
@@ -22,9 +20,10 @@ from pdguard.cli import main
 from pdguard.simulate import scenarios, standins
 from pdguard.simulate.world import Divergence, _Collective
 from pdguard.tree import PREFILL_PATH, open_tree
-from pdguard.vendor_sglang import fetch_release, load_manifest
+from pdguard.vendor_sglang import fetch_release
+from tests.helpers import NIXL_NEVER_BOOTSTRAPPING, NIXL_STUCK, RELEASES, patched_copy
 from tests.mutants import unguarded_stamp
-from tests.simulate_toy import TOY_PREFILL
+from tests.snippets import TOY_PREFILL
 
 # fail without an inflight deadline
 WEDGE_ROWS = {"wedge", "requeued-wedge", "skewed-ranks", "deadline-120s"}
@@ -181,19 +180,6 @@ def test_stand_ins_are_strict() -> None:
 
 # -- real releases -----------------------------------------------------------------------------
 
-RELEASES = [r for r in load_manifest() if r.ci or os.environ.get("PDGUARD_ALL_RELEASES") == "1"]
-PATCHABLE = [r for r in RELEASES if r.family != "F1"]  # apply refuses F1
-NIXL_STUCK = {"F3", "F4", "F5", "F6", "F7", "F8", "F9"}  # NIXL: no bootstrap timeout upstream
-NIXL_NEVER_BOOTSTRAPPING = {"F1", "F2"}
-
-
-def _patched_copy(version: str, root: Path) -> Path:
-    shutil.copytree(fetch_release(version), root)
-    result = pipeline.plan(open_tree(root))
-    assert not result.refused
-    pipeline.write(result)
-    return root
-
 
 def _function_lines(text: str, cls_method: str, name: str) -> tuple[int, int]:
     """(first, last) line of ``name`` in the class that defines ``cls_method``."""
@@ -292,11 +278,8 @@ def test_unpatched_release_shows_the_wedge(release, capsys: pytest.CaptureFixtur
 
 
 @pytest.mark.releases
-@pytest.mark.parametrize("release", PATCHABLE, ids=lambda r: r.version)
-def test_patched_release_passes(
-    release, tmp_path: Path, capsys: pytest.CaptureFixture[str]
-) -> None:
-    root = _patched_copy(release.version, tmp_path / "sglang")
+def test_patched_release_passes(patched_release, capsys: pytest.CaptureFixture[str]) -> None:
+    release, root = patched_release
     code = main(["simulate", str(root), "--format", "json"])
     rows = {s["name"]: s for s in json.loads(capsys.readouterr().out)["scenarios"]}
     assert code == 0, {name: row["observed"] for name, row in rows.items()}
@@ -306,9 +289,8 @@ def test_patched_release_passes(
 
 
 @pytest.mark.releases
-@pytest.mark.parametrize("release", PATCHABLE, ids=lambda r: r.version)
-def test_stamp_at_sender_creation_fails_long_prefill(release, tmp_path: Path) -> None:
-    root = _patched_copy(release.version, tmp_path / "sglang")
+def test_stamp_at_sender_creation_fails_long_prefill(patched_release) -> None:
+    _, root = patched_release
     prefill = root / PREFILL_PATH
     prefill.write_text(_stamp_at_sender_creation(prefill.read_text()))
     report = simulate.run(
@@ -325,9 +307,8 @@ def test_stamp_at_sender_creation_fails_long_prefill(release, tmp_path: Path) ->
 
 
 @pytest.mark.releases
-@pytest.mark.parametrize("release", PATCHABLE, ids=lambda r: r.version)
-def test_stamp_rewritten_on_requeue_fails_requeued_wedge(release, tmp_path: Path) -> None:
-    root = _patched_copy(release.version, tmp_path / "sglang")
+def test_stamp_rewritten_on_requeue_fails_requeued_wedge(patched_release) -> None:
+    _, root = patched_release
     prefill = root / PREFILL_PATH
     unguarded = unguarded_stamp({PREFILL_PATH: prefill.read_text()})
     assert unguarded is not None
@@ -340,9 +321,8 @@ def test_stamp_rewritten_on_requeue_fails_requeued_wedge(release, tmp_path: Path
 
 
 @pytest.mark.releases
-@pytest.mark.parametrize("release", PATCHABLE, ids=lambda r: r.version)
-def test_deadline_after_all_reduce_fails_skewed_ranks(release, tmp_path: Path) -> None:
-    root = _patched_copy(release.version, tmp_path / "sglang")
+def test_deadline_after_all_reduce_fails_skewed_ranks(patched_release) -> None:
+    _, root = patched_release
     prefill = root / PREFILL_PATH
     prefill.write_text(_deadline_after_all_reduce(prefill.read_text()))
     report = simulate.run(open_tree(root), names=["skewed-ranks", "healthy-traffic"])
@@ -355,7 +335,7 @@ def test_deadline_after_all_reduce_fails_skewed_ranks(release, tmp_path: Path) -
 @pytest.mark.releases
 @pytest.mark.parametrize("version", ["0.4.7", "0.5.23"])
 def test_a_per_rank_deadline_diverges(version: str, tmp_path: Path) -> None:
-    root = _patched_copy(version, tmp_path / "sglang")
+    root = patched_copy(version, tmp_path / "sglang")
     prefill = root / PREFILL_PATH
     prefill.write_text(_deadline_drops_locally(prefill.read_text()))
     report = simulate.run(open_tree(root), ranks=2, names=["skewed-ranks"])
@@ -366,7 +346,7 @@ def test_a_per_rank_deadline_diverges(version: str, tmp_path: Path) -> None:
 
 @pytest.mark.releases
 def test_more_ranks_and_a_nixl_sender_with_its_own_code(tmp_path: Path) -> None:
-    root = _patched_copy("0.5.14", tmp_path / "sglang")
+    root = patched_copy("0.5.14", tmp_path / "sglang")
     report = simulate.run(open_tree(root), ranks=4)
     assert report.passed
     bootstrap = _row(report, "bootstrap-wedge")

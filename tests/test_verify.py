@@ -1,7 +1,7 @@
 """``pdguard verify`` and ``pdguard carry`` on a real git repository built from real releases.
 
 The repository is laid out as upstream SGLang (``python/sglang/``): one commit and one annotated
-tag ``v<version>`` per release of ``tests.test_releases.RELEASES`` (the ``ci = true`` ones, one
+tag ``v<version>`` per release of ``tests.helpers.RELEASES`` (the ``ci = true`` ones, one
 per shape family; all 62 with ``PDGUARD_ALL_RELEASES=1``), plus the refs a fork has:
 
 * ``fork``: the fix carried onto v0.4.7 (``pdguard carry``);
@@ -37,7 +37,7 @@ from pdguard.checking import check_tree
 from pdguard.cli import main
 from pdguard.tree import open_tree
 from pdguard.vendor_sglang import fetch_release
-from tests.test_releases import RELEASES
+from tests.helpers import RELEASES
 
 pytestmark = pytest.mark.releases
 
