@@ -2,12 +2,12 @@
 
 A toy tree (tests/snippets.py, in the shape pdguard expects; not SGLang's code) covers the
 machinery without the network. The ``releases`` tests run every CI release (all 62 with
-``PDGUARD_ALL_RELEASES=1``) unpatched, patched, and with hand-broken variants of the patch.
+``PDGUARD_ALL_RELEASES=1``) unpatched, patched, and with hand-broken variants of the patch (the
+mutants of tests/mutants.py).
 """
 
 from __future__ import annotations
 
-import ast
 import json
 import sys
 import threading
@@ -22,7 +22,7 @@ from pdguard.simulate.world import Divergence, _Collective
 from pdguard.tree import PREFILL_PATH, open_tree
 from pdguard.vendor_sglang import fetch_release
 from tests.helpers import NIXL_NEVER_BOOTSTRAPPING, NIXL_STUCK, RELEASES, patched_copy
-from tests.mutants import unguarded_stamp
+from tests.mutants import MUTANT, mutate_tree
 from tests.snippets import TOY_PREFILL
 
 # fail without an inflight deadline
@@ -181,81 +181,6 @@ def test_stand_ins_are_strict() -> None:
 # -- real releases -----------------------------------------------------------------------------
 
 
-def _function_lines(text: str, cls_method: str, name: str) -> tuple[int, int]:
-    """(first, last) line of ``name`` in the class that defines ``cls_method``."""
-    for node in ast.parse(text).body:
-        if isinstance(node, ast.ClassDef):
-            methods = {f.name: f for f in node.body if isinstance(f, ast.FunctionDef)}
-            if cls_method in methods and name in methods:
-                function = methods[name]
-                assert function.end_lineno is not None
-                return function.lineno, function.end_lineno
-    raise AssertionError(f"no {name}")
-
-
-def _deadline_after_all_reduce(text: str) -> str:
-    """Move ``self._fail_timed_out_inflight_reqs()`` to right after the ``polls =
-    poll_and_all_reduce*(...)`` statement of process_disagg_prefill_inflight_queue."""
-    function = "process_disagg_prefill_inflight_queue"
-    first, last = _function_lines(text, function, function)
-    lines = text.splitlines(keepends=True)
-    body = ast.parse(text)
-    polls = [
-        node
-        for node in ast.walk(body)
-        if isinstance(node, ast.Assign)
-        and first <= node.lineno <= last
-        and isinstance(node.value, ast.Call)
-        and isinstance(node.value.func, ast.Name)
-        and node.value.func.id.startswith("poll_and_all_reduce")
-    ]
-    assert len(polls) == 1
-    call = next(
-        i
-        for i in range(first - 1, last)
-        if lines[i].strip() == "self._fail_timed_out_inflight_reqs()"
-    )
-    indent = lines[call][: len(lines[call]) - len(lines[call].lstrip())]
-    after = polls[0].end_lineno
-    assert after is not None and after > call
-    moved = [*lines[:after], f"{indent}self._fail_timed_out_inflight_reqs()\n", *lines[after:]]
-    del moved[call]
-    return "".join(moved)
-
-
-def _stamp_at_sender_creation(text: str) -> str:
-    """Remove the stamp before the inflight-queue append; stamp where the bootstrap queue
-    creates the request's sender instead (before the prefill)."""
-    guard = '        if getattr(req, "inflight_queue_entry_time", None) is None:\n'
-    lines = text.splitlines(keepends=True)
-    at = next(i for i, line in enumerate(lines) if line.endswith(guard.lstrip()) and "if " in line)
-    del lines[at : at + 2]
-    text = "".join(lines)
-    tree = ast.parse(text)
-    assign = next(
-        node
-        for node in ast.walk(tree)
-        if isinstance(node, ast.Assign)
-        and isinstance(node.targets[0], ast.Attribute)
-        and node.targets[0].attr == "disagg_kv_sender"
-    )
-    lines = text.splitlines(keepends=True)
-    indent = " " * assign.col_offset
-    stamp = f"{indent}req.inflight_queue_entry_time = time.monotonic()\n"
-    return "".join([*lines[: assign.lineno - 1], stamp, *lines[assign.lineno - 1 :]])
-
-
-def _deadline_drops_locally(text: str) -> str:
-    """The deadline helper drops the overdue request from this rank's queue instead of
-    failing its sender: a per-rank decision."""
-    pinned = "            sender.poll = lambda: KVPoll.Failed\n"
-    assert pinned in text
-    return text.replace(
-        pinned,
-        "            self.disagg_prefill_inflight_queue.remove(req)\n            break\n",
-    )
-
-
 @pytest.mark.releases
 @pytest.mark.parametrize("release", RELEASES, ids=lambda r: r.version)
 def test_unpatched_release_shows_the_wedge(release, capsys: pytest.CaptureFixture[str]) -> None:
@@ -291,8 +216,7 @@ def test_patched_release_passes(patched_release, capsys: pytest.CaptureFixture[s
 @pytest.mark.releases
 def test_stamp_at_sender_creation_fails_long_prefill(patched_release) -> None:
     _, root = patched_release
-    prefill = root / PREFILL_PATH
-    prefill.write_text(_stamp_at_sender_creation(prefill.read_text()))
+    mutate_tree(root, MUTANT["stamp moved to sender creation"])
     report = simulate.run(
         open_tree(root), names=["wedge", "long-prefill", "long-prefill-60s-deadline"]
     )
@@ -309,10 +233,7 @@ def test_stamp_at_sender_creation_fails_long_prefill(patched_release) -> None:
 @pytest.mark.releases
 def test_stamp_rewritten_on_requeue_fails_requeued_wedge(patched_release) -> None:
     _, root = patched_release
-    prefill = root / PREFILL_PATH
-    unguarded = unguarded_stamp({PREFILL_PATH: prefill.read_text()})
-    assert unguarded is not None
-    prefill.write_text(unguarded[PREFILL_PATH])
+    mutate_tree(root, MUTANT["stamp rewritten on re-queue"])
     report = simulate.run(open_tree(root), names=["wedge", "requeued-wedge"])
     verdicts = _verdicts(report)
     assert verdicts["wedge"] == "pass"  # without a re-queue the stamp is still right
@@ -323,8 +244,7 @@ def test_stamp_rewritten_on_requeue_fails_requeued_wedge(patched_release) -> Non
 @pytest.mark.releases
 def test_deadline_after_all_reduce_fails_skewed_ranks(patched_release) -> None:
     _, root = patched_release
-    prefill = root / PREFILL_PATH
-    prefill.write_text(_deadline_after_all_reduce(prefill.read_text()))
+    mutate_tree(root, MUTANT["deadline moved after the all-reduce"])
     report = simulate.run(open_tree(root), names=["skewed-ranks", "healthy-traffic"])
     skewed = _row(report, "skewed-ranks")
     assert skewed.verdict == "fail"
@@ -336,8 +256,7 @@ def test_deadline_after_all_reduce_fails_skewed_ranks(patched_release) -> None:
 @pytest.mark.parametrize("version", ["0.4.7", "0.5.23"])
 def test_a_per_rank_deadline_diverges(version: str, tmp_path: Path) -> None:
     root = patched_copy(version, tmp_path / "sglang")
-    prefill = root / PREFILL_PATH
-    prefill.write_text(_deadline_drops_locally(prefill.read_text()))
+    mutate_tree(root, MUTANT["deadline drops the request locally"])
     report = simulate.run(open_tree(root), ranks=2, names=["skewed-ranks"])
     row = _row(report, "skewed-ranks")
     assert row.verdict == "fail"
