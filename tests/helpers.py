@@ -43,6 +43,17 @@ MOONCAKE_STUCK = frozenset(  # Mooncake starts its bootstrap clock only in init(
 )
 
 
+# What ``pdguard apply`` does to an unpatched release, per shape family: the status of each fix,
+# inflight-deadline then sender-bootstrap-timeout. F1's Failed branch raises (refused); NIXL and
+# Mooncake need the sender fix up to 0.5.17 (F2 - F9), 0.5.18 on has it upstream (F10 - F12).
+FIXES = ("inflight-deadline", "sender-bootstrap-timeout")
+APPLY_STATUSES = {
+    "F1": ("refused", "applied"),
+    **{f"F{n}": ("applied", "applied") for n in range(2, 10)},
+    **{f"F{n}": ("applied", "upstream") for n in range(10, 13)},
+}
+
+
 def copy_release(version: str, dest: Path) -> Path:
     """A writable copy of a release's tree at ``dest``."""
     shutil.copytree(fetch_release(version), dest)
@@ -56,6 +67,17 @@ def patched_copy(version: str, dest: Path) -> Path:
     assert not result.refused
     pipeline.write(result)
     return dest
+
+
+def copy_as_checkout(version: str, checkout: Path) -> Path:
+    """The release's ``sglang`` package at ``checkout/python/sglang``, as upstream lays it out
+    (replacing the package already there); returns the package directory."""
+    package = checkout / "python" / "sglang"
+    shutil.rmtree(package, ignore_errors=True)
+    shutil.copytree(
+        fetch_release(version) / "sglang", package, ignore=shutil.ignore_patterns("__pycache__")
+    )
+    return package
 
 
 def snapshot(root: Path) -> dict[str, tuple[bytes, int, int]]:

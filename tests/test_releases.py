@@ -13,22 +13,14 @@ from pathlib import Path
 import pytest
 
 from pdguard.cli import main
-from tests.helpers import NIXL_STUCK, file_bytes
+from tests.helpers import APPLY_STATUSES, FIXES, NIXL_STUCK, file_bytes
 from tests.quality import black_complaints, isort_complaints, ruff_findings
 
 pytestmark = pytest.mark.releases
 
 # Expected report per shape family (see README "Release families").
 EXPECTED = {
-    "F1": {"inflight-deadline": "refused", "sender-bootstrap-timeout": "applied"},
-    **{
-        fam: {"inflight-deadline": "applied", "sender-bootstrap-timeout": "applied"}
-        for fam in ("F2", "F3", "F4", "F5", "F6", "F7", "F8", "F9")
-    },
-    **{
-        fam: {"inflight-deadline": "applied", "sender-bootstrap-timeout": "upstream"}
-        for fam in ("F10", "F11", "F12")
-    },
+    family: dict(zip(FIXES, statuses, strict=True)) for family, statuses in APPLY_STATUSES.items()
 }
 
 

@@ -22,7 +22,6 @@ import json
 import os
 import pty
 import re
-import shutil
 import subprocess
 import sys
 import tarfile
@@ -37,21 +36,21 @@ from pdguard.checking import check_tree
 from pdguard.cli import main
 from pdguard.tree import open_tree
 from pdguard.vendor_sglang import fetch_release
-from tests.helpers import RELEASES
+from tests.helpers import APPLY_STATUSES, FIXES, RELEASES, copy_as_checkout
 
 pytestmark = pytest.mark.releases
 
-FIXES = ("inflight-deadline", "sender-bootstrap-timeout")
 STATUSES = {"carried", "upstream", "applicable", "drifted", "not-applicable"}
 FINDING_KEYS = {"code", "path", "line", "col", "symbol", "message"}
 PREFILL = "python/sglang/srt/disaggregation/prefill.py"
 INFLIGHT = "process_disagg_prefill_inflight_queue"
 
-# What an unpatched release is, per shape family (README, "Release families").
+# What an unpatched release is, per shape family (README, "Release families"): what apply
+# would do, in verify's words (F1, 0.4.6 - 0.4.6.post4: the Failed branch raises: drifted).
+VERIFY_STATUS = {"refused": "drifted", "applied": "applicable", "upstream": "upstream"}
 EXPECTED = {
-    "F1": ("drifted", "applicable"),  # 0.4.6 - 0.4.6.post4: the Failed branch raises
-    **{f"F{n}": ("applicable", "applicable") for n in range(2, 10)},
-    **{f"F{n}": ("applicable", "upstream") for n in range(10, 13)},
+    family: tuple(VERIFY_STATUS[status] for status in statuses)
+    for family, statuses in APPLY_STATUSES.items()
 }
 TAGS = {f"v{r.version}": r for r in RELEASES}
 for needed in ("0.4.6", "0.4.7", "0.5.14", "0.5.17", "0.5.18", "0.5.23"):
@@ -113,13 +112,7 @@ class Upstream:
 def _release_commits(repo: Path) -> None:
     (repo / "README.md").write_text("SGLang, as upstream lays it out (python/sglang/)\n")
     for release in RELEASES:
-        package = repo / "python/sglang"
-        shutil.rmtree(package, ignore_errors=True)
-        shutil.copytree(
-            fetch_release(release.version) / "sglang",
-            package,
-            ignore=shutil.ignore_patterns("__pycache__"),
-        )
+        copy_as_checkout(release.version, repo)
         git(repo, "add", "-A")
         git(repo, "commit", "-q", "-m", f"sglang {release.version}")
         git(repo, "tag", "-a", "-m", f"release {release.version}", f"v{release.version}")
