@@ -336,3 +336,10 @@ class SchedulerDisaggregationPrefillMixin:
     def send_kv_chunk(self, req, last_chunk=False):
         raise NotImplementedError  # the KV data path: replaced by the simulated scheduler
 '''
+
+
+def make_toy(root: Path, text: str = TOY_PREFILL) -> Path:
+    """A tree at ``root`` (created) holding only ``text`` as its prefill.py; returns ``root``."""
+    (root / PREFILL_REL).parent.mkdir(parents=True)
+    (root / PREFILL_REL).write_text(text)
+    return root

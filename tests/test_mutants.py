@@ -14,16 +14,14 @@ from pdguard.checking import load_project
 from pdguard.checks.project import PREFILL, Project
 from pdguard.tree import open_tree
 from tests.mutants import MUTANTS, NIXL, VARIANTS, mutate_tree
-from tests.snippets import TOY_PREFILL
+from tests.snippets import make_toy
 
 PREFILL_MUTANTS = [m for m in MUTANTS if m.expected != "PDG004"]  # PDG004's act on NIXL's sender
 
 
 @pytest.fixture
 def toy(tmp_path: Path) -> Path:
-    root = tmp_path / "toy"
-    (root / PREFILL).parent.mkdir(parents=True)
-    (root / PREFILL).write_text(TOY_PREFILL)
+    root = make_toy(tmp_path / "toy")
     pipeline.write(pipeline.plan(open_tree(root)))
     return root
 

@@ -19,20 +19,18 @@ from pdguard import pipeline, simulate
 from pdguard.cli import main
 from pdguard.simulate import scenarios, standins
 from pdguard.simulate.world import Divergence, _Collective
-from pdguard.tree import PREFILL_PATH, open_tree
+from pdguard.tree import open_tree
 from pdguard.vendor_sglang import fetch_release
 from tests.helpers import NIXL_NEVER_BOOTSTRAPPING, NIXL_STUCK, RELEASES, patched_copy
 from tests.mutants import MUTANT, mutate_tree
-from tests.snippets import TOY_PREFILL
+from tests.snippets import TOY_PREFILL, make_toy
 
 # fail without an inflight deadline
 WEDGE_ROWS = {"wedge", "requeued-wedge", "skewed-ranks", "deadline-120s"}
 
 
 def _toy(tmp_path: Path, text: str = TOY_PREFILL, patched: bool = False) -> Path:
-    root = tmp_path / ("toy-patched" if patched else "toy")
-    (root / PREFILL_PATH).parent.mkdir(parents=True)
-    (root / PREFILL_PATH).write_text(text)
+    root = make_toy(tmp_path / ("toy-patched" if patched else "toy"), text)
     if patched:
         pipeline.write(pipeline.plan(open_tree(root)))
     return root
