@@ -5,11 +5,11 @@ from __future__ import annotations
 import sys
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
-from typing import ClassVar
+from typing import ClassVar, NamedTuple
 
 from .project import PREFILL, Project
 
-__all__ = ["PREFILL", "Finding", "Rule"]
+__all__ = ["PREFILL", "Example", "Expected", "Finding", "Invalid", "Rule"]
 
 
 @dataclass(frozen=True, order=True)
@@ -22,11 +22,35 @@ class Finding:
     message: str
 
 
+Example = str | Mapping[str, str]  # a tree (relative path -> source); a string is prefill.py
+
+
+class Expected(NamedTuple):
+    """One finding an INVALID example must give: where, and its exact message."""
+
+    line: int
+    col: int
+    message: str
+    path: str = PREFILL
+
+
+@dataclass(frozen=True)
+class Invalid:
+    """An INVALID example and every finding the rule must give on it, no more, no less (as
+    Fixit's ``Invalid(code, line=, column=, expected_message=)``)."""
+
+    code: Example
+    expected: tuple[Expected, ...]
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "expected", tuple(Expected(*e) for e in self.expected))
+
+
 class Rule:
     """A property of the PD-disaggregation code. The docstring of a rule says what it checks
-    and why; ``VALID`` and ``INVALID`` are example trees (relative path -> source) that the
-    tests run: every valid one must give no finding of the rule, every invalid one at least one.
-    A single string stands for ``prefill.py``."""
+    and why; ``VALID`` and ``INVALID`` are examples that the tests run. A valid example is a
+    tree (relative path -> source; a single string stands for ``prefill.py``) that must give no
+    finding of the rule; an ``Invalid`` one must give exactly its ``expected`` findings."""
 
     code: ClassVar[str]
     name: ClassVar[str]
@@ -34,8 +58,8 @@ class Rule:
     # ("PDG001: an inflight request can wait forever.") gives the one-line summary.
     summary: ClassVar[str]
     description: ClassVar[str]
-    VALID: ClassVar[tuple[str | Mapping[str, str], ...]] = ()
-    INVALID: ClassVar[tuple[str | Mapping[str, str], ...]] = ()
+    VALID: ClassVar[tuple[Example, ...]] = ()
+    INVALID: ClassVar[tuple[Invalid, ...]] = ()
 
     def __init_subclass__(cls, **kwargs: object) -> None:
         super().__init_subclass__(**kwargs)

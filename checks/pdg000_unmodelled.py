@@ -23,7 +23,7 @@ from collections.abc import Iterator
 
 from .examples import PATCHED
 from .inflight import FUNCTION, QUEUE
-from .model import PREFILL, Finding, Rule
+from .model import PREFILL, Finding, Invalid, Rule
 from .project import Project
 
 
@@ -32,10 +32,35 @@ class Unmodelled(Rule):
     name = "unmodelled-code"
     VALID = (PATCHED,)
     INVALID = (
-        PATCHED.replace(FUNCTION, "process_inflight_transfers"),
-        PATCHED.replace(
-            f"            self.{QUEUE}.append(req)",
-            f"            queue = self.{QUEUE}\n            queue.append(req)",
+        Invalid(
+            PATCHED.replace(FUNCTION, "process_inflight_transfers"),
+            [
+                (
+                    16,
+                    1,
+                    (
+                        "no process_disagg_prefill_inflight_queue() in prefill.py (renamed or "
+                        "split?): pdguard cannot model the inflight queue, so nothing proves "
+                        "that its requests are bounded"
+                    ),
+                )
+            ],
+        ),
+        Invalid(
+            PATCHED.replace(
+                f"            self.{QUEUE}.append(req)",
+                f"            queue = self.{QUEUE}\n            queue.append(req)",
+            ),
+            [
+                (
+                    16,
+                    21,
+                    (
+                        "disagg_prefill_inflight_queue is bound to another name here: pdguard "
+                        "cannot follow requests that enter the queue through it"
+                    ),
+                )
+            ],
         ),
     )
 

@@ -24,7 +24,7 @@ from collections.abc import Iterator
 
 from .examples import CALL_HELPER, HELPER, INLINE_DEADLINE, PATCHED, STAMP_ONCE, prefill
 from .inflight import FUNCTION, QUEUE
-from .model import PREFILL, Finding, Rule
+from .model import PREFILL, Finding, Invalid, Rule
 from .project import Project
 
 
@@ -36,14 +36,54 @@ class InflightWaitForever(Rule):
         prefill(stamp=STAMP_ONCE, before=INLINE_DEADLINE),
     )
     INVALID = (
-        prefill(),  # no deadline at all
-        prefill(helper=HELPER, before=CALL_HELPER),  # enforced, never stamped
-        prefill(stamp=STAMP_ONCE, helper=HELPER),  # helper defined but not called
-        prefill(
-            stamp=STAMP_ONCE,
-            helper=HELPER,
-            before="        if self.tp_rank == 0:\n            self._expire_inflight()\n",
-        ),  # not on every call
+        Invalid(
+            prefill(),  # no deadline at all
+            [
+                (
+                    26,
+                    17,
+                    "request kept in the inflight queue with no deadline: "
+                    "nothing fails a request that waits too long",
+                )
+            ],
+        ),
+        Invalid(
+            prefill(helper=HELPER, before=CALL_HELPER),  # enforced, never stamped
+            [
+                (
+                    33,
+                    17,
+                    "request kept in the inflight queue with no deadline: "
+                    "requests are not stamped where they enter disagg_prefill_inflight_queue",
+                )
+            ],
+        ),
+        Invalid(
+            prefill(stamp=STAMP_ONCE, helper=HELPER),  # helper defined but not called
+            [
+                (
+                    34,
+                    17,
+                    "request kept in the inflight queue with no deadline: "
+                    "nothing fails a request that waits too long",
+                )
+            ],
+        ),
+        Invalid(
+            prefill(
+                stamp=STAMP_ONCE,
+                helper=HELPER,
+                before="        if self.tp_rank == 0:\n            self._expire_inflight()\n",
+            ),  # not on every call
+            [
+                (
+                    36,
+                    17,
+                    "request kept in the inflight queue with no deadline: "
+                    "the deadline does not run before the poll all-reduce on every call",
+                )
+            ],
+        ),
     )
 
     def check(self, project: Project) -> Iterator[Finding]:

@@ -22,7 +22,7 @@ from collections.abc import Iterator
 
 from .examples import CALL_HELPER, HELPER, PATCHED, STAMP_ONCE, prefill
 from .inflight import FUNCTION
-from .model import PREFILL, Finding, Rule
+from .model import PREFILL, Finding, Invalid, Rule
 from .project import Project
 
 AFTER_REDUCE = """\
@@ -44,8 +44,28 @@ class DeadlinePerRank(Rule):
         prefill(stamp=STAMP_ONCE, helper=HELPER, before=CALL_HELPER),
     )
     INVALID = (
-        prefill(stamp=STAMP_ONCE, after=AFTER_REDUCE),
-        prefill(stamp=STAMP_ONCE, before=DROP_BEFORE_REDUCE),
+        Invalid(
+            prefill(stamp=STAMP_ONCE, after=AFTER_REDUCE),
+            [
+                (
+                    27,
+                    16,
+                    "inflight deadline decided after the poll all-reduce: ranks can disagree; "
+                    "fail the request's sender before the all-reduce",
+                )
+            ],
+        ),
+        Invalid(
+            prefill(stamp=STAMP_ONCE, before=DROP_BEFORE_REDUCE),
+            [
+                (
+                    22,
+                    16,
+                    "inflight deadline does not fail the request's sender: the reduced poll "
+                    "will not say Failed on every rank",
+                )
+            ],
+        ),
     )
 
     def check(self, project: Project) -> Iterator[Finding]:

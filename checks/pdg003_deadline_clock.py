@@ -22,7 +22,7 @@ from collections.abc import Iterator
 
 from .examples import CALL_HELPER, HELPER, PATCHED, STAMP_ALWAYS, STAMP_ONCE, prefill
 from .inflight import FUNCTION, QUEUE
-from .model import PREFILL, Finding, Rule
+from .model import PREFILL, Finding, Invalid, Rule
 from .project import Project
 
 FROM_SENDER_CREATION = HELPER.replace("req.entered_at", "req.disagg_kv_sender.init_time")
@@ -34,9 +34,39 @@ class DeadlineClock(Rule):
     name = "deadline-clock"
     VALID = (PATCHED,)
     INVALID = (
-        prefill(stamp=STAMP_ONCE, helper=FROM_SENDER_CREATION, before=CALL_HELPER),
-        prefill(stamp=STAMP_ALWAYS, helper=HELPER, before=CALL_HELPER),
-        prefill(stamp=STAMP_ONCE, helper=HELPER, before=CALL_HELPER, keep=RESTAMP_ON_KEEP),
+        Invalid(
+            prefill(stamp=STAMP_ONCE, helper=FROM_SENDER_CREATION, before=CALL_HELPER),
+            [
+                (
+                    21,
+                    16,
+                    "inflight deadline measured from the sender's `init_time`, set before the "
+                    "request entered disagg_prefill_inflight_queue: it counts prefill time too",
+                )
+            ],
+        ),
+        Invalid(
+            prefill(stamp=STAMP_ALWAYS, helper=HELPER, before=CALL_HELPER),
+            [
+                (
+                    14,
+                    13,
+                    "`entered_at` is stamped again whenever a request is (re-)queued: the "
+                    "deadline restarts; stamp only when it is not set yet",
+                )
+            ],
+        ),
+        Invalid(
+            prefill(stamp=STAMP_ONCE, helper=HELPER, before=CALL_HELPER, keep=RESTAMP_ON_KEEP),
+            [
+                (
+                    35,
+                    17,
+                    "`entered_at` is rewritten while the request waits in the inflight queue: "
+                    "the deadline restarts and never fires",
+                )
+            ],
+        ),
     )
 
     def check(self, project: Project) -> Iterator[Finding]:

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-from .model import Finding, Rule
+from .model import Finding, Invalid, Rule
 from .project import Project
 
 _BASE = """\
@@ -58,12 +58,13 @@ _CHECK = """\
                 return KVPoll.Failed
 """
 _LATE_INIT = "\n    def init(self, n):\n        self.init_time = time.time()\n"
+_NIXL = "sglang/srt/disaggregation/nixl/conn.py"
 
 
 def _tree(sender: str) -> dict[str, str]:
     return {
         "sglang/srt/disaggregation/base/conn.py": _BASE,
-        "sglang/srt/disaggregation/nixl/conn.py": sender,
+        _NIXL: sender,
     }
 
 
@@ -76,10 +77,57 @@ class SenderBootstrappingForever(Rule):
         _tree(_SENDER.format(init="", check="").replace("KVPoll.Bootstrapping)", "2)")),
     )
     INVALID = (
-        _tree(_SENDER.format(init="", check="")),
-        _tree(_SENDER.format(init="", check=_CHECK)),  # init_time never set
-        _tree(_SENDER.format(init=_INIT_TIME, check="")),  # check never reached
-        _tree(_SENDER.format(init="        self.init_time = None\n" + _LATE_INIT, check=_CHECK)),
+        Invalid(
+            _tree(_SENDER.format(init="", check="")),
+            [
+                (
+                    11,
+                    5,
+                    "NixlKVSender can stay in Bootstrapping forever: init_time is never set to a "
+                    "time before or during Bootstrapping; poll() never checks the bootstrap "
+                    "timeout",
+                    _NIXL,
+                )
+            ],
+        ),
+        Invalid(
+            _tree(_SENDER.format(init="", check=_CHECK)),  # init_time never set
+            [
+                (
+                    11,
+                    5,
+                    "NixlKVSender can stay in Bootstrapping forever: init_time is never set to a "
+                    "time before or during Bootstrapping",
+                    _NIXL,
+                )
+            ],
+        ),
+        Invalid(
+            _tree(_SENDER.format(init=_INIT_TIME, check="")),  # check never reached
+            [
+                (
+                    12,
+                    5,
+                    "NixlKVSender can stay in Bootstrapping forever: "
+                    "poll() never checks the bootstrap timeout",
+                    _NIXL,
+                )
+            ],
+        ),
+        Invalid(
+            _tree(
+                _SENDER.format(init="        self.init_time = None\n" + _LATE_INIT, check=_CHECK)
+            ),
+            [
+                (
+                    15,
+                    5,
+                    "NixlKVSender can stay in Bootstrapping forever: "
+                    "init_time is None while Bootstrapping (set only later, if at all)",
+                    _NIXL,
+                )
+            ],
+        ),
     )
 
     def check(self, project: Project) -> Iterator[Finding]:

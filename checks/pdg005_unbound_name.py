@@ -30,7 +30,7 @@ from .bindings import bindings_in_force as _bindings_in_force
 from .bindings import type_checking as _type_checking
 from .examples import PATCHED
 from .inflight import CLOCK_FUNCTIONS
-from .model import PREFILL, Finding, Rule
+from .model import PREFILL, Finding, Invalid, Rule
 from .project import Project
 
 WATCHED = frozenset({"os", "time", "environ"} | CLOCK_FUNCTIONS)
@@ -231,10 +231,22 @@ class UnboundName(Rule):
         PATCHED.replace("import time\n", "import time as time\n"),
     )
     INVALID = (
-        PATCHED.replace("import time\n", ""),
-        PATCHED.replace(
-            "import time\n",
-            "from typing import TYPE_CHECKING\n\nif TYPE_CHECKING:\n    import time\n",
+        Invalid(
+            PATCHED.replace("import time\n", ""),
+            [
+                (14, 34, "`time` is used but not imported (NameError when this runs)"),
+                (18, 15, "`time` is used but not imported (NameError when this runs)"),
+            ],
+        ),
+        Invalid(
+            PATCHED.replace(
+                "import time\n",
+                "from typing import TYPE_CHECKING\n\nif TYPE_CHECKING:\n    import time\n",
+            ),
+            [
+                (18, 34, "`time` is used but not imported (NameError when this runs)"),
+                (22, 15, "`time` is used but not imported (NameError when this runs)"),
+            ],
         ),
     )
 

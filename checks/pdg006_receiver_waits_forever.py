@@ -30,7 +30,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-from .model import Finding, Rule
+from .model import Finding, Invalid, Rule
 from .project import Project
 
 _BASE = """\
@@ -165,12 +165,82 @@ class ReceiverWaitsForever(Rule):
         _tree(_FAKE, "fake/conn.py"),  # always terminal once init() ran
     )
     INVALID = (
-        _nixl(check=""),  # no waiting timeout
-        _nixl(stamp=""),  # init_time stays None: the check never fires
+        Invalid(
+            _nixl(check=""),
+            [
+                (
+                    21,
+                    5,
+                    (
+                        "NixlKVReceiver can wait forever after its KV indices were sent to the "
+                        "prefill: poll() can return WaitingForInput with no waiting timeout "
+                        "that can fire"
+                    ),
+                    "sglang/srt/disaggregation/nixl/conn.py",
+                )
+            ],
+        ),  # no waiting timeout
+        Invalid(
+            _nixl(stamp=""),
+            [
+                (
+                    20,
+                    5,
+                    (
+                        "NixlKVReceiver can wait forever after its KV indices were sent to the "
+                        "prefill: poll() can return WaitingForInput with no waiting timeout "
+                        "that can fire"
+                    ),
+                    "sglang/srt/disaggregation/nixl/conn.py",
+                )
+            ],
+        ),  # init_time stays None: the check never fires
         # expired, but nothing fails; then a helper that returns None once expired
-        _nixl(check=_INLINE.split("                self.conclude")[0] + " " * 16 + "pass\n"),
-        _nixl(check=_CALL_HELPER, helper=_HELPER.replace("waited < ", "waited > ")),
-        _tree(_NO_FAILED),
+        Invalid(
+            _nixl(check=_INLINE.split("                self.conclude")[0] + " " * 16 + "pass\n"),
+            [
+                (
+                    21,
+                    5,
+                    (
+                        "NixlKVReceiver can wait forever after its KV indices were sent to the "
+                        "prefill: poll() can return WaitingForInput with no waiting timeout "
+                        "that can fire"
+                    ),
+                    "sglang/srt/disaggregation/nixl/conn.py",
+                )
+            ],
+        ),
+        Invalid(
+            _nixl(check=_CALL_HELPER, helper=_HELPER.replace("waited < ", "waited > ")),
+            [
+                (
+                    21,
+                    5,
+                    (
+                        "NixlKVReceiver can wait forever after its KV indices were sent to the "
+                        "prefill: poll() can return WaitingForInput with no waiting timeout "
+                        "that can fire"
+                    ),
+                    "sglang/srt/disaggregation/nixl/conn.py",
+                )
+            ],
+        ),
+        Invalid(
+            _tree(_NO_FAILED),
+            [
+                (
+                    12,
+                    5,
+                    (
+                        "NixlKVReceiver can wait forever after its KV indices were sent to the "
+                        "prefill: poll() can return WaitingForInput with no waiting timeout "
+                        "that can fire; poll() never returns Failed"
+                    ),
+                    "sglang/srt/disaggregation/nixl/conn.py",
+                )
+            ],
+        ),
     )
 
     def check(self, project: Project) -> Iterator[Finding]:

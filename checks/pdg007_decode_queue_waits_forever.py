@@ -38,7 +38,7 @@ from collections.abc import Iterator
 
 from pdguard.sglang_names import DECODE_PATH
 
-from .model import Finding, Rule
+from .model import Finding, Invalid, Rule
 from .project import Project
 
 _DECODE = """\
@@ -173,11 +173,74 @@ class DecodeQueueWaitsForever(Rule):
         decode(late_gate=LATE_GATE),  # the gate comes after both polls
     )
     INVALID = (
-        decode(requeue=UNBOUNDED),
-        decode(requeue=UNBOUNDED, helper=HELPER),  # the deadline is never called
+        Invalid(
+            decode(requeue=UNBOUNDED),
+            [
+                (
+                    31,
+                    17,
+                    (
+                        "a request is put back into self.pending_reqs (rebuilt by "
+                        "_resolve_pending_reqs, before its KV receiver is initialised) with no "
+                        "retry counter or deadline: if the prefill never answers for it, it "
+                        "waits forever"
+                    ),
+                    "sglang/srt/disaggregation/decode.py",
+                )
+            ],
+        ),
+        Invalid(
+            decode(requeue=UNBOUNDED, helper=HELPER),
+            [
+                (
+                    31,
+                    17,
+                    (
+                        "a request is put back into self.pending_reqs (rebuilt by "
+                        "_resolve_pending_reqs, before its KV receiver is initialised) with no "
+                        "retry counter or deadline: if the prefill never answers for it, it "
+                        "waits forever"
+                    ),
+                    "sglang/srt/disaggregation/decode.py",
+                )
+            ],
+        ),  # the deadline is never called
         # counted, but reaching the limit fails nothing
-        decode(requeue=COUNTED.replace("decode_req.kv_receiver.abort()", "print(count)")),
-        decode(gate=RETRACTION_GATE),
+        Invalid(
+            decode(requeue=COUNTED.replace("decode_req.kv_receiver.abort()", "print(count)")),
+            [
+                (
+                    36,
+                    21,
+                    (
+                        "a request is put back into self.pending_reqs (rebuilt by "
+                        "_resolve_pending_reqs, before its KV receiver is initialised) with no "
+                        "retry counter or deadline: if the prefill never answers for it, it "
+                        "waits forever"
+                    ),
+                    "sglang/srt/disaggregation/decode.py",
+                )
+            ],
+        ),
+        Invalid(
+            decode(gate=RETRACTION_GATE),
+            [
+                (
+                    67,
+                    13,
+                    (
+                        "SchedulerDisaggregationDecodeMixin.process_decode_queue returns before"
+                        " polling disagg_decode_prealloc_queue.pop_preallocated() and "
+                        "disagg_decode_transfer_queue.pop_transferred() while "
+                        "`len(self.disagg_decode_prealloc_queue.retracted_queue) > 0`: waiting "
+                        "timeouts, heartbeat failures and aborts of the requests in those "
+                        "queues are not acted on, and their KV is not freed, until the "
+                        "condition clears"
+                    ),
+                    "sglang/srt/disaggregation/decode.py",
+                )
+            ],
+        ),
     )
 
     def check(self, project: Project) -> Iterator[Finding]:

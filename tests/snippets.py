@@ -1,4 +1,7 @@
-"""A minimal, hand-written, SGLang-shaped tree for the tests (no SGLang source is copied).
+"""Hand-written, SGLang-shaped code for the tests (no SGLang source is copied).
+
+The rules' own VALID/INVALID examples live beside each rule (checks/examples.py); the LibCST
+codemod tests keep their before/after pairs inline, next to what they assert.
 
 ``make_tree`` writes ``sglang/srt/disaggregation/prefill.py``, ``.../base/conn.py`` and
 ``sglang/version.py``: just enough for the ``inflight-deadline`` fix to apply, and for the
@@ -136,16 +139,209 @@ def make_tree(
     return root
 
 
-def snapshot(root: Path) -> dict[str, tuple[bytes, int, int]]:
-    """Every file below ``root``: its bytes, mtime (ns) and mode, by relative path.
+# -- keep sites: where make_tree's inflight loop keeps a request for another step --------------
 
-    Symlinks are recorded by their target, not followed."""
-    found: dict[str, tuple[bytes, int, int]] = {}
-    for path in sorted(root.rglob("*")):
-        rel = path.relative_to(root).as_posix()
-        if path.is_symlink():
-            found[rel] = (str(path.readlink()).encode(), 0, 0)
-        elif path.is_file():
-            st = path.stat()
-            found[rel] = (path.read_bytes(), st.st_mtime_ns, st.st_mode)
-    return found
+KEEP = "undone_reqs.append(req)"
+# A second keep site: requests in an unexpected poll state are kept too.
+SECOND_KEEP = """\
+                done_reqs.append(req)
+            else:
+                undone_reqs.append(req)
+"""
+
+
+def keep_sites(root: Path) -> list[tuple[int, int]]:
+    """(line, col) of every keep site in the tree's prefill.py, 1-based."""
+    lines = (root / PREFILL_REL).read_text().splitlines()
+    return [(n, line.index(KEEP) + 1) for n, line in enumerate(lines, 1) if KEEP in line]
+
+
+def add_second_keep_site(root: Path) -> Path:
+    prefill = root / PREFILL_REL
+    text = prefill.read_text()
+    assert text.count("                done_reqs.append(req)\n") == 2
+    head, _, tail = text.rpartition("                done_reqs.append(req)\n")
+    prefill.write_text(head + SECOND_KEEP + tail)
+    assert len(keep_sites(root)) == 2
+    return root
+
+
+# -- KV sender hierarchies (indented: ``textwrap.dedent`` them), as in tests/test_sender_fix.py --
+
+# base/conn.py: KVPoll and BaseKVSender.
+SENDER_BASE = """
+    class KVPoll:
+        Failed = 0
+        Bootstrapping = 1
+        WaitingForInput = 2
+
+
+    class BaseKVSender:
+        def poll(self): ...
+"""
+
+SENDER_COMMON = """
+    import time
+
+    from sglang.srt.disaggregation.base.conn import BaseKVSender, KVPoll
+
+
+    class CommonKVManager:
+        def __init__(self):
+            self.bootstrap_timeout = envs.SGLANG_DISAGGREGATION_BOOTSTRAP_TIMEOUT.get()
+
+        def record_failure(self, room, reason): ...
+
+
+    class CommonKVSender(BaseKVSender):
+        def __init__(self, mgr: CommonKVManager, room):
+            self.kv_mgr = mgr
+            self.init_time = None
+            self.kv_mgr.update_status(room, KVPoll.Bootstrapping)
+
+        def _check_bootstrap_timeout(self):
+            if self.init_time is None:
+                return None
+            if time.time() - self.init_time > self.kv_mgr.bootstrap_timeout:
+                return KVPoll.Failed
+            return None
+"""
+
+# A NIXL sender as in 0.5.13 - 0.5.17: init_time stays None, poll never checks.
+NIXL_BROKEN = """
+    import time
+
+    from sglang.srt.disaggregation.common.conn import CommonKVManager, CommonKVSender, KVPoll
+
+
+    class NixlKVManager(CommonKVManager):
+        pass
+
+
+    class NixlKVSender(CommonKVSender):
+        def __init__(self, mgr: NixlKVManager, room):
+            super().__init__(mgr, room)
+            self.has_sent = False
+
+        def poll(self):
+            status = self.kv_mgr.check_status(self.bootstrap_room)
+            return status
+"""
+
+# As in 0.5.22: the check sits in a helper that poll() calls.
+NIXL_VIA_HELPER = """
+    import time
+
+    from sglang.srt.disaggregation.common.conn import CommonKVManager, CommonKVSender, KVPoll
+
+
+    class NixlKVSender(CommonKVSender):
+        def __init__(self, mgr: CommonKVManager, room):
+            super().__init__(mgr, room)
+            self.init_time = time.time()
+
+        def poll(self):
+            return self._poll_with_status(self.kv_mgr.check_status)
+
+        def _poll_with_status(self, check_status):
+            status = check_status(self.bootstrap_room)
+            if status == KVPoll.Bootstrapping:
+                timeout_result = self._check_bootstrap_timeout()
+                if timeout_result is not None:
+                    return timeout_result
+            return status
+"""
+
+# A sender that never reports Bootstrapping (like NIXL in 0.4.6).
+NIXL_NEVER_BOOTSTRAPS = """
+    from sglang.srt.disaggregation.base.conn import BaseKVSender, KVPoll
+
+
+    class NixlKVSender(BaseKVSender):
+        def __init__(self, mgr, room):
+            self.has_sent = False
+
+        def poll(self):
+            if not self.has_sent:
+                return KVPoll.WaitingForInput
+            return KVPoll.Success
+"""
+
+
+# -- the toy prefill module of the simulate tests ----------------------------------------------
+
+# ``pdguard simulate`` loads the scheduler code it needs from prefill.py: the bootstrap queue's
+# sender creation, the append site, the inflight queue's poll.
+TOY_PREFILL = '''\
+"""A toy prefill module in the shape pdguard expects (not SGLang's code)."""
+
+from __future__ import annotations
+
+import logging
+
+from sglang.srt.disaggregation.base import KVPoll
+from sglang.srt.disaggregation.utils import (
+    KVClassType,
+    get_kv_class,
+    poll_and_all_reduce,
+    prepare_abort,
+)
+from sglang.srt.managers.schedule_batch import FINISH_LENGTH
+
+logger = logging.getLogger(__name__)
+
+
+class PrefillBootstrapQueue:
+    def add(self, req):
+        sender_class = get_kv_class(self.transfer_backend, KVClassType.SENDER)
+        req.disagg_kv_sender = sender_class(
+            mgr=self.kv_manager, bootstrap_addr="toy", bootstrap_room=req.bootstrap_room
+        )
+        self.queue.append(req)
+
+    def pop_bootstrapped(self):
+        if not self.queue:
+            return []
+        polls = poll_and_all_reduce([r.disagg_kv_sender for r in self.queue], self.gloo_group)
+        ready = [r for r, p in zip(self.queue, polls) if p == KVPoll.WaitingForInput]
+        self.queue = [r for r in self.queue if r not in ready]
+        return ready
+
+
+class SchedulerDisaggregationPrefillMixin:
+    def process_batch_result_disagg_prefill(self, batch, result):
+        for req in batch.reqs:
+            self.tree_cache.cache_unfinished_req(req)
+            self.disagg_prefill_inflight_queue.append(req)
+            self.send_kv_chunk(req, last_chunk=True)
+
+    def process_disagg_prefill_inflight_queue(self):
+        polls = poll_and_all_reduce(
+            [req.disagg_kv_sender for req in self.disagg_prefill_inflight_queue],
+            self.attn_tp_cpu_group,
+        )
+        undone, done = [], []
+        for req, poll in zip(self.disagg_prefill_inflight_queue, polls):
+            if poll in (KVPoll.WaitingForInput, KVPoll.Transferring):
+                undone.append(req)
+            elif poll == KVPoll.Success:
+                self.tree_cache.cache_finished_req(req)
+                req.finished_reason = FINISH_LENGTH(length=0)
+                done.append(req)
+            elif poll == KVPoll.Failed:
+                self.tree_cache.cache_finished_req(req)
+                prepare_abort(req, "transfer failed")
+                done.append(req)
+        self.stream_output(done, False)
+        self.disagg_prefill_inflight_queue = undone
+
+    def send_kv_chunk(self, req, last_chunk=False):
+        raise NotImplementedError  # the KV data path: replaced by the simulated scheduler
+'''
+
+
+def make_toy(root: Path, text: str = TOY_PREFILL) -> Path:
+    """A tree at ``root`` (created) holding only ``text`` as its prefill.py; returns ``root``."""
+    (root / PREFILL_REL).parent.mkdir(parents=True)
+    (root / PREFILL_REL).write_text(text)
+    return root

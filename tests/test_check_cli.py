@@ -2,7 +2,8 @@
 
 ``make_tree`` has no inflight deadline, so ``check`` reports PDG001 at its keep site (the
 ``undone_reqs.append(req)`` of the inflight loop); after ``pdguard apply`` it is clean. Every
-test runs from ``tmp_path`` (``monkeypatch.chdir``), so the reported paths start with ``tree/``.
+test runs from ``tmp_path`` (``monkeypatch.chdir``, as the ``tree`` fixture of tests/conftest.py
+does), so the reported paths start with ``tree/``.
 """
 
 from __future__ import annotations
@@ -18,14 +19,21 @@ from pdguard.cli import main
 from pdguard.commands import check as checking
 from pdguard.commands.check import _escape
 from pdguard.errors import UsageError
-from tests.snippets import CONN_REL, PREFILL_REL, VERSION_REL, make_tree
+from tests.helpers import one_error_line, run_main
+from tests.snippets import (
+    CONN_REL,
+    PREFILL_REL,
+    VERSION_REL,
+    add_second_keep_site,
+    keep_sites,
+    make_tree,
+)
 
 SCHEMA_PATH = Path(__file__).parent / "data" / "sarif-schema-2.1.0.json"
 # Every rule, in registry order (PDG000 says what pdguard cannot model; PDG006/PDG007 check
 # the decode side).
 CODES = ("PDG000", "PDG001", "PDG002", "PDG003", "PDG004", "PDG005", "PDG006", "PDG007")
 SYMBOL = "SchedulerDisaggregationPrefillMixin.process_disagg_prefill_inflight_queue"
-KEEP = "undone_reqs.append(req)"
 CLEAN = "All checks passed!"
 TEXT_LINE = re.compile(
     r"^(?P<path>[^:]+):(?P<line>\d+):(?P<col>\d+): (?P<code>PDG\d{3}) (?P<message>\S.*)$"
@@ -34,46 +42,15 @@ GITHUB_LINE = re.compile(
     r"^::error file=(?P<file>[^,]+),line=(?P<line>\d+),col=(?P<col>\d+),"
     r"title=(?P<title>PDG\d{3})::(?P<message>(?P<code>PDG\d{3}) \S.*)$"
 )
-# A second keep site: requests in an unexpected poll state are kept too.
-SECOND_KEEP = """\
-                done_reqs.append(req)
-            else:
-                undone_reqs.append(req)
-"""
 
 
 def run(capsys: pytest.CaptureFixture[str], *args: str | Path) -> tuple[int, str, str]:
-    code = main(["check", *(str(a) for a in args)])
-    out, err = capsys.readouterr()
-    return code, out, err
+    return run_main(capsys, "check", *args)
 
 
 def apply(capsys: pytest.CaptureFixture[str], target: Path) -> None:
     assert main(["apply", str(target)]) == 0
     capsys.readouterr()
-
-
-def one_error_line(err: str) -> str:
-    lines = err.splitlines()
-    assert len(lines) == 1, err
-    assert lines[0].startswith("pdguard: error: "), err
-    return lines[0]
-
-
-def keep_sites(root: Path) -> list[tuple[int, int]]:
-    """(line, col) of every keep site in the tree's prefill.py, 1-based."""
-    lines = (root / PREFILL_REL).read_text().splitlines()
-    return [(n, line.index(KEEP) + 1) for n, line in enumerate(lines, 1) if KEEP in line]
-
-
-def add_second_keep_site(root: Path) -> Path:
-    prefill = root / PREFILL_REL
-    text = prefill.read_text()
-    assert text.count("                done_reqs.append(req)\n") == 2
-    head, _, tail = text.rpartition("                done_reqs.append(req)\n")
-    prefill.write_text(head + SECOND_KEEP + tail)
-    assert len(keep_sites(root)) == 2
-    return root
 
 
 def comment_line(root: Path, line: int, comment: str) -> None:
@@ -99,12 +76,6 @@ def parse_text(out: str) -> tuple[list[dict[str, str]], str]:
         assert match, line
         found.append(match.groupdict())
     return found, last
-
-
-@pytest.fixture
-def tree(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    monkeypatch.chdir(tmp_path)
-    return make_tree(tmp_path / "tree")
 
 
 @pytest.fixture

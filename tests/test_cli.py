@@ -1,4 +1,5 @@
-"""``pdguard apply`` end to end, in-process on the hand-written tree of tests/snippets.py."""
+"""``pdguard apply`` end to end, in-process on the hand-written tree of tests/snippets.py (the
+``tree`` fixture of tests/conftest.py)."""
 
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ import pytest
 from pdguard import writer
 from pdguard.cli import main
 from pdguard.commands import apply
+from tests.helpers import one_error_line, run_main, snapshot
 from tests.snippets import (
     CONN_REL,
     PREFILL_REL,
@@ -22,18 +24,11 @@ from tests.snippets import (
     VERSION_REL,
     make_tree,
     prefill_text,
-    snapshot,
 )
 
 INFLIGHT = "inflight-deadline"
 SENDER = "sender-bootstrap-timeout"
 BOM = b"\xef\xbb\xbf"
-
-
-def run(capsys: pytest.CaptureFixture[str], *args: str | Path) -> tuple[int, str, str]:
-    code = main([str(a) for a in args])
-    out, err = capsys.readouterr()
-    return code, out, err
 
 
 def statuses(report: str) -> dict[str, str]:
@@ -46,24 +41,12 @@ def statuses(report: str) -> dict[str, str]:
     return found
 
 
-def assert_one_error_line(err: str) -> str:
-    lines = err.splitlines()
-    assert len(lines) == 1, err
-    assert lines[0].startswith("pdguard: error: "), err
-    return lines[0]
-
-
-@pytest.fixture
-def tree(tmp_path: Path) -> Path:
-    return make_tree(tmp_path / "tree")
-
-
 # --- apply, re-apply -----------------------------------------------------------------------
 
 
 def test_apply_writes_and_reports_applied(tree: Path, capsys: pytest.CaptureFixture[str]) -> None:
     before = snapshot(tree)
-    code, out, err = run(capsys, "apply", tree)
+    code, out, err = run_main(capsys, "apply", tree)
     assert (code, err) == (0, "")
     assert statuses(out) == {INFLIGHT: "applied", SENDER: "not-applicable"}
     assert f"1 file(s) changed: {PREFILL_REL}" in out
@@ -81,9 +64,9 @@ def test_apply_writes_and_reports_applied(tree: Path, capsys: pytest.CaptureFixt
 def test_second_apply_is_present_and_changes_no_byte(
     tree: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    assert run(capsys, "apply", tree)[0] == 0
+    assert run_main(capsys, "apply", tree)[0] == 0
     before = snapshot(tree)
-    code, out, err = run(capsys, "apply", tree)
+    code, out, err = run_main(capsys, "apply", tree)
     assert (code, err) == (0, "")
     assert statuses(out) == {INFLIGHT: "present", SENDER: "not-applicable"}
     assert "nothing to change" in out
@@ -92,15 +75,15 @@ def test_second_apply_is_present_and_changes_no_byte(
 
 def test_check_exits_1_before_and_0_after(tree: Path, capsys: pytest.CaptureFixture[str]) -> None:
     before = snapshot(tree)
-    code, out, err = run(capsys, "apply", "--check", tree)
+    code, out, err = run_main(capsys, "apply", "--check", tree)
     assert (code, err) == (1, "")
     assert statuses(out)[INFLIGHT] == "would apply"
     assert f"1 file(s) would change: {PREFILL_REL}" in out
     assert snapshot(tree) == before
 
-    assert run(capsys, "apply", tree)[0] == 0
+    assert run_main(capsys, "apply", tree)[0] == 0
     applied = snapshot(tree)
-    code, out, _ = run(capsys, "apply", "--check", tree)
+    code, out, _ = run_main(capsys, "apply", "--check", tree)
     assert code == 0
     assert statuses(out)[INFLIGHT] == "present"
     assert snapshot(tree) == applied
@@ -110,7 +93,7 @@ def test_diff_prints_a_unified_diff_and_writes_nothing(
     tree: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     before = snapshot(tree)
-    code, out, err = run(capsys, "apply", "--diff", tree)
+    code, out, err = run_main(capsys, "apply", "--diff", tree)
     assert (code, err) == (0, "")
     assert snapshot(tree) == before
     assert f"--- a/{PREFILL_REL}\n" in out
@@ -121,7 +104,7 @@ def test_diff_prints_a_unified_diff_and_writes_nothing(
 
     # the diff is the change apply makes: its added lines are in the applied file
     other = make_tree(tmp_path / "other")
-    assert run(capsys, "apply", other)[0] == 0
+    assert run_main(capsys, "apply", other)[0] == 0
     applied = (other / PREFILL_REL).read_text().splitlines()
     added = [
         line[1:] for line in out.splitlines() if line.startswith("+") and not line.startswith("++")
@@ -131,8 +114,8 @@ def test_diff_prints_a_unified_diff_and_writes_nothing(
 
 
 def test_diff_after_apply_prints_no_diff(tree: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    run(capsys, "apply", tree)
-    code, out, _ = run(capsys, "apply", "--diff", tree)
+    run_main(capsys, "apply", tree)
+    code, out, _ = run_main(capsys, "apply", "--diff", tree)
     assert code == 0
     assert "--- a/" not in out
     assert "nothing to change" in out
@@ -142,7 +125,7 @@ def test_diff_after_apply_prints_no_diff(tree: Path, capsys: pytest.CaptureFixtu
 def test_json_report(
     tree: Path, capsys: pytest.CaptureFixture[str], flags: tuple[str, ...], written: bool
 ) -> None:
-    code, out, err = run(capsys, "apply", *flags, "--format", "json", tree)
+    code, out, err = run_main(capsys, "apply", *flags, "--format", "json", tree)
     assert code == (0 if written else 1)
     assert err == ""
     payload = json.loads(out)
@@ -164,8 +147,8 @@ def test_json_report(
 
 
 def test_json_report_after_apply(tree: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    run(capsys, "apply", tree)
-    code, out, _ = run(capsys, "apply", "--format", "json", tree)
+    run_main(capsys, "apply", tree)
+    code, out, _ = run_main(capsys, "apply", "--format", "json", tree)
     assert code == 0
     payload = json.loads(out)
     assert payload["fixes"] == {INFLIGHT: "present", SENDER: "not-applicable"}
@@ -185,14 +168,14 @@ def test_target_forms(tmp_path: Path, capsys: pytest.CaptureFixture[str], form: 
         base = make_tree(tmp_path / "tree")
         target = base / "sglang" if form == "sglang package" else base
     original = (base / PREFILL_REL).read_bytes()
-    code, out, err = run(capsys, "apply", "--format", "json", target)
+    code, out, err = run_main(capsys, "apply", "--format", "json", target)
     assert (code, err) == (0, "")
     payload = json.loads(out)
     assert payload["target"] == str(target)
     assert payload["sglang_version"] == VERSION
     assert payload["fixes"][INFLIGHT] == "applied"
     assert (base / PREFILL_REL).read_bytes() != original
-    code, out, _ = run(capsys, "apply", "--check", target)
+    code, out, _ = run_main(capsys, "apply", "--check", target)
     assert code == 0
 
 
@@ -201,17 +184,17 @@ def test_target_forms(tmp_path: Path, capsys: pytest.CaptureFixture[str], form: 
 
 def test_nonexistent_target(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     missing = tmp_path / "nowhere"
-    code, _, err = run(capsys, "apply", missing)
+    code, _, err = run_main(capsys, "apply", missing)
     assert code == 2
-    assert str(missing) in assert_one_error_line(err)
+    assert str(missing) in one_error_line(err)
     assert not missing.exists()
 
 
 def test_target_is_a_file(tree: Path, capsys: pytest.CaptureFixture[str]) -> None:
     before = snapshot(tree)
-    code, _, err = run(capsys, "apply", tree / PREFILL_REL)
+    code, _, err = run_main(capsys, "apply", tree / PREFILL_REL)
     assert code == 2
-    assert_one_error_line(err)
+    one_error_line(err)
     assert snapshot(tree) == before
 
 
@@ -220,9 +203,9 @@ def test_not_sglang(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     (other / "pkg").mkdir(parents=True)
     (other / "pkg" / "prefill.py").write_text("x = 1\n")
     before = snapshot(other)
-    code, out, err = run(capsys, "apply", other)
+    code, out, err = run_main(capsys, "apply", other)
     assert code == 2
-    assert "not an SGLang tree" in assert_one_error_line(err)
+    assert "not an SGLang tree" in one_error_line(err)
     assert out == ""
     assert snapshot(other) == before
 
@@ -230,9 +213,9 @@ def test_not_sglang(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
 def test_disaggregation_without_prefill(tree: Path, capsys: pytest.CaptureFixture[str]) -> None:
     (tree / PREFILL_REL).unlink()
     before = snapshot(tree)
-    code, _, err = run(capsys, "apply", tree)
+    code, _, err = run_main(capsys, "apply", tree)
     assert code == 2
-    assert "prefill.py" in assert_one_error_line(err)
+    assert "prefill.py" in one_error_line(err)
     assert snapshot(tree) == before
 
 
@@ -245,9 +228,9 @@ def test_prefill_syntax_error(
     lines.insert(broken_line - 1, "    def broken(self:\n")
     (tree / PREFILL_REL).write_text("".join(lines))
     before = snapshot(tree)
-    code, _, err = run(capsys, "apply", *mode, tree)
+    code, _, err = run_main(capsys, "apply", *mode, tree)
     assert code == 2
-    line = assert_one_error_line(err)
+    line = one_error_line(err)
     assert re.search(rf"prefill\.py:{broken_line}:", line), line
     assert snapshot(tree) == before
 
@@ -256,9 +239,9 @@ def test_conn_syntax_error(tree: Path, capsys: pytest.CaptureFixture[str]) -> No
     conn = tree / CONN_REL
     conn.write_text(conn.read_text() + "def (:\n")
     before = snapshot(tree)
-    code, _, err = run(capsys, "apply", tree)
+    code, _, err = run_main(capsys, "apply", tree)
     assert code == 2
-    assert re.search(r"conn\.py:\d+:", assert_one_error_line(err))
+    assert re.search(r"conn\.py:\d+:", one_error_line(err))
     assert snapshot(tree) == before
 
 
@@ -266,9 +249,9 @@ def test_undecodable_prefill(tree: Path, capsys: pytest.CaptureFixture[str]) -> 
     prefill = tree / PREFILL_REL
     prefill.write_bytes(prefill.read_bytes() + b"x = '\xff\xfe'\n")
     before = snapshot(tree)
-    code, _, err = run(capsys, "apply", tree)
+    code, _, err = run_main(capsys, "apply", tree)
     assert code == 2
-    assert "prefill.py" in assert_one_error_line(err)
+    assert "prefill.py" in one_error_line(err)
     assert snapshot(tree) == before
 
 
@@ -276,9 +259,9 @@ def test_undecodable_prefill(tree: Path, capsys: pytest.CaptureFixture[str]) -> 
 def test_refused_fix(tmp_path: Path, capsys: pytest.CaptureFixture[str], mode) -> None:
     tree = make_tree(tmp_path / "tree", failed_branch_raises=True)
     before = snapshot(tree)
-    code, out, err = run(capsys, "apply", *mode, tree)
+    code, out, err = run_main(capsys, "apply", *mode, tree)
     assert code == 2
-    line = assert_one_error_line(err)
+    line = one_error_line(err)
     assert "refused" in line
     assert re.search(r"prefill\.py:\d+: ", line), line
     raise_line = (
@@ -294,9 +277,9 @@ def test_refused_fix(tmp_path: Path, capsys: pytest.CaptureFixture[str], mode) -
 
 def test_refused_fix_json(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     tree = make_tree(tmp_path / "tree", failed_branch_raises=True)
-    code, out, err = run(capsys, "apply", "--format", "json", tree)
+    code, out, err = run_main(capsys, "apply", "--format", "json", tree)
     assert code == 2
-    assert_one_error_line(err)
+    one_error_line(err)
     payload = json.loads(out)
     assert payload["fixes"][INFLIGHT] == "refused"
     assert payload["written"] is False
@@ -311,9 +294,9 @@ def test_symlink_loop_in_the_tree(
     loop = tree / "sglang" / "srt" / "disaggregation" / "loop.py"
     loop.symlink_to("loop.py")
     before = snapshot(tree)
-    code, _, err = run(capsys, "apply", *mode, tree)
+    code, _, err = run_main(capsys, "apply", *mode, tree)
     assert code == 2  # not a traceback (exit 1, which --check reads as "changes needed")
-    assert "loop.py" in assert_one_error_line(err)
+    assert "loop.py" in one_error_line(err)
     assert snapshot(tree) == before
 
 
@@ -321,9 +304,9 @@ def test_unreadable_file_in_the_tree(tree: Path, capsys: pytest.CaptureFixture[s
     (tree / VERSION_REL).unlink()
     (tree / VERSION_REL).mkdir()
     before = snapshot(tree)
-    code, _, err = run(capsys, "apply", tree)
+    code, _, err = run_main(capsys, "apply", tree)
     assert code == 2
-    assert "version.py" in assert_one_error_line(err)
+    assert "version.py" in one_error_line(err)
     assert snapshot(tree) == before
 
 
@@ -343,9 +326,9 @@ def test_failed_write_exits_2_and_changes_nothing(
         raise PermissionError(13, "Permission denied", str(dst))
 
     monkeypatch.setattr(writer.os, "replace", failing_replace)
-    code, _, err = run(capsys, "apply", tree)
+    code, _, err = run_main(capsys, "apply", tree)
     assert code == 2
-    assert "Permission denied" in assert_one_error_line(err)
+    assert "Permission denied" in one_error_line(err)
     assert snapshot(tree) == before
     assert list(tree.rglob("*.pdguard")) == []
 
@@ -362,9 +345,9 @@ def test_file_edited_during_the_run_is_not_overwritten(
         return result
 
     monkeypatch.setattr(apply, "plan", plan_then_edit)
-    code, _, err = run(capsys, "apply", tree)
+    code, _, err = run_main(capsys, "apply", tree)
     assert code == 2
-    assert "changed on disk" in assert_one_error_line(err)
+    assert "changed on disk" in one_error_line(err)
     assert (tree / PREFILL_REL).read_text() == edited
     assert list(tree.rglob("*.pdguard")) == []
 
@@ -373,13 +356,13 @@ def test_file_edited_during_the_run_is_not_overwritten(
 
 
 def _apply_and_check_again(tree: Path, capsys: pytest.CaptureFixture[str]) -> bytes:
-    code, out, err = run(capsys, "apply", tree)
+    code, out, err = run_main(capsys, "apply", tree)
     assert (code, err) == (0, ""), out
     assert statuses(out)[INFLIGHT] == "applied"
     data = (tree / PREFILL_REL).read_bytes()
     compile(data, PREFILL_REL, "exec", dont_inherit=True)
     before = snapshot(tree)
-    code, out, _ = run(capsys, "apply", tree)
+    code, out, _ = run_main(capsys, "apply", tree)
     assert code == 0
     assert statuses(out)[INFLIGHT] == "present"
     assert snapshot(tree) == before
@@ -410,7 +393,7 @@ def test_crlf_tree(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
 
 def test_crlf_tree_has_no_lone_lf(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     tree = make_tree(tmp_path / "tree", newline="\r\n")
-    assert run(capsys, "apply", tree)[0] == 0
+    assert run_main(capsys, "apply", tree)[0] == 0
     data = (tree / PREFILL_REL).read_bytes()
     assert data.endswith(b"\r\n")
     lone = [n for n, line in enumerate(data.split(b"\n")[:-1], 1) if not line.endswith(b"\r")]
@@ -449,9 +432,9 @@ def test_symlink_out_of_the_tree_is_refused(
     outside_before = snapshot(outside)
     tree_before = snapshot(tree)
     for mode in ((), ("--check",), ("--diff",)):
-        code, _, err = run(capsys, "apply", *mode, tree)
+        code, _, err = run_main(capsys, "apply", *mode, tree)
         assert code == 2
-        assert "outside" in assert_one_error_line(err)
+        assert "outside" in one_error_line(err)
     assert snapshot(outside) == outside_before
     assert snapshot(tree) == tree_before
     assert link.is_symlink()
@@ -465,9 +448,9 @@ def test_symlinked_package_dir_out_of_the_tree_is_refused(
     tree.mkdir()
     (tree / "sglang").symlink_to(outside / "sglang", target_is_directory=True)
     before = snapshot(outside)
-    code, _, err = run(capsys, "apply", tree)
+    code, _, err = run_main(capsys, "apply", tree)
     assert code == 2
-    assert_one_error_line(err)
+    one_error_line(err)
     assert snapshot(outside) == before
 
 
@@ -479,7 +462,7 @@ def test_symlink_within_the_tree_is_followed_and_kept(
     link = tree / PREFILL_REL
     link.rename(real)
     link.symlink_to(os.path.relpath(real, link.parent))
-    code, out, err = run(capsys, "apply", tree)
+    code, out, err = run_main(capsys, "apply", tree)
     assert (code, err) == (0, "")
     assert statuses(out)[INFLIGHT] == "applied"
     assert link.is_symlink()

@@ -26,7 +26,7 @@ from pathlib import Path
 import git
 import pytest
 
-from pdguard.vendor_sglang import fetch_release
+from tests.helpers import copy_as_checkout
 
 pytestmark = pytest.mark.releases
 
@@ -121,9 +121,7 @@ def test_pre_commit_hooks_on_release(tmp_path: Path) -> None:
     hook_rev = _hook_repo(tmp_path / "pdguard-hooks")
 
     checkout = tmp_path / "sglang"
-    shutil.copytree(
-        fetch_release(RELEASE), checkout / "python", ignore=shutil.ignore_patterns(".complete")
-    )
+    copy_as_checkout(RELEASE, checkout)
     prefill = checkout / "python/sglang/srt/disaggregation/prefill.py"
     assert prefill.is_file()
     # JSON strings are YAML strings: no quoting surprises from the temporary path.

@@ -19,7 +19,8 @@ from hypothesis import strategies as st
 
 from pdguard.cli import main
 from pdguard.source_file import SourceFile
-from tests.snippets import PREFILL_REL, make_tree, snapshot
+from tests.helpers import snapshot
+from tests.snippets import PREFILL_REL, make_tree
 
 BOM = b"\xef\xbb\xbf"
 

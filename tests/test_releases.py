@@ -1,42 +1,27 @@
 """``pdguard apply`` on real SGLang releases, fetched from PyPI through vendor_sglang.
 
 Every release pinned with ``ci = true`` (at least one per shape family) runs on every CI run;
-``PDGUARD_ALL_RELEASES=1`` runs all 62 pinned releases 0.4.6 - 0.5.23.
+``PDGUARD_ALL_RELEASES=1`` runs all 62 pinned releases 0.4.6 - 0.5.23 (``tests.helpers.RELEASES``,
+copied by the ``release_copy`` fixture of tests/conftest.py).
 """
 
 from __future__ import annotations
 
 import json
-import os
-import shutil
 from pathlib import Path
 
 import pytest
 
 from pdguard.cli import main
-from pdguard.vendor_sglang import fetch_release, load_manifest
+from tests.helpers import APPLY_STATUSES, FIXES, NIXL_STUCK, file_bytes
 from tests.quality import black_complaints, isort_complaints, ruff_findings
 
 pytestmark = pytest.mark.releases
 
-RELEASES = [r for r in load_manifest() if r.ci or os.environ.get("PDGUARD_ALL_RELEASES") == "1"]
-
 # Expected report per shape family (see README "Release families").
 EXPECTED = {
-    "F1": {"inflight-deadline": "refused", "sender-bootstrap-timeout": "applied"},
-    **{
-        fam: {"inflight-deadline": "applied", "sender-bootstrap-timeout": "applied"}
-        for fam in ("F2", "F3", "F4", "F5", "F6", "F7", "F8", "F9")
-    },
-    **{
-        fam: {"inflight-deadline": "applied", "sender-bootstrap-timeout": "upstream"}
-        for fam in ("F10", "F11", "F12")
-    },
+    family: dict(zip(FIXES, statuses, strict=True)) for family, statuses in APPLY_STATUSES.items()
 }
-
-
-def _snapshot(root: Path) -> dict[str, bytes]:
-    return {p.relative_to(root).as_posix(): p.read_bytes() for p in root.rglob("*") if p.is_file()}
 
 
 def _apply_json(root: Path, capsys: pytest.CaptureFixture[str], *extra: str) -> tuple[int, dict]:
@@ -45,16 +30,9 @@ def _apply_json(root: Path, capsys: pytest.CaptureFixture[str], *extra: str) -> 
     return code, json.loads(out[out.index("{") :])
 
 
-@pytest.fixture(params=RELEASES, ids=lambda r: r.version)
-def release(request: pytest.FixtureRequest, tmp_path: Path):
-    copy = tmp_path / f"sglang-{request.param.version}"
-    shutil.copytree(fetch_release(request.param.version), copy)
-    return request.param, copy
-
-
-def test_apply_release(release, capsys: pytest.CaptureFixture[str]) -> None:
-    info, root = release
-    before = _snapshot(root)
+def test_apply_release(release_copy, capsys: pytest.CaptureFixture[str]) -> None:
+    info, root = release_copy
+    before = file_bytes(root)
     code, report = _apply_json(root, capsys)
 
     assert report["sglang_version"] == info.version
@@ -64,15 +42,14 @@ def test_apply_release(release, capsys: pytest.CaptureFixture[str]) -> None:
         assert code == 2
         assert "raises" in report["notes"]["inflight-deadline"]
         assert report["files_changed"] == []
-        assert _snapshot(root) == before
+        assert file_bytes(root) == before
         return
     assert code == 0
     changed = report["files_changed"]
     assert "sglang/srt/disaggregation/prefill.py" in changed
     # NIXL's sender needs the bootstrap timeout from 0.4.7 (F3) until 0.5.18 (F10) fixed it.
-    nixl_fixed = info.family in ("F3", "F4", "F5", "F6", "F7", "F8", "F9")
-    assert ("sglang/srt/disaggregation/nixl/conn.py" in changed) == nixl_fixed
-    after = _snapshot(root)
+    assert ("sglang/srt/disaggregation/nixl/conn.py" in changed) == (info.family in NIXL_STUCK)
+    after = file_bytes(root)
     assert {rel for rel in after if after[rel] != before[rel]} == set(changed)
 
     for rel in changed:
@@ -88,20 +65,20 @@ def test_apply_release(release, capsys: pytest.CaptureFixture[str]) -> None:
     code, again = _apply_json(root, capsys)
     assert code == 0
     assert again["files_changed"] == []
-    assert _snapshot(root) == after
+    assert file_bytes(root) == after
     assert again["fixes"] == {
         name: "present" if status == "applied" else status
         for name, status in report["fixes"].items()
     }
 
 
-def test_check_and_diff_write_nothing(release, capsys: pytest.CaptureFixture[str]) -> None:
-    info, root = release
-    before = _snapshot(root)
+def test_check_and_diff_write_nothing(release_copy, capsys: pytest.CaptureFixture[str]) -> None:
+    info, root = release_copy
+    before = file_bytes(root)
     expected = 2 if info.family == "F1" else 1
     assert main(["apply", str(root), "--check"]) == expected
     assert main(["apply", str(root), "--diff"]) == (2 if info.family == "F1" else 0)
     out = capsys.readouterr().out
     if info.family != "F1":
         assert "+++ b/sglang/srt/disaggregation/prefill.py" in out
-    assert _snapshot(root) == before
+    assert file_bytes(root) == before

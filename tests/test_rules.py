@@ -2,13 +2,11 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-
 import pytest
 
 from pdguard import checks
 from pdguard.checks.examples import CALL_HELPER, HELPER, STAMP_ONCE, prefill
-from pdguard.checks.model import PREFILL, Rule
+from pdguard.checks.model import PREFILL, Example, Invalid, Rule
 from pdguard.checks.project import Project
 from pdguard.fixes.base import Status
 from pdguard.fixes.inflight_deadline import InflightDeadline
@@ -16,11 +14,11 @@ from pdguard.tree import open_tree
 from pdguard.workspace import Workspace
 
 
-def _project(example: str | Mapping[str, str]) -> Project:
+def _project(example: Example) -> Project:
     return Project({PREFILL: example} if isinstance(example, str) else example)
 
 
-def _cases(kind: str) -> list[tuple[Rule, int, str | Mapping[str, str]]]:
+def _cases(kind: str) -> list:  # of pytest.param(rule, example)
     return [
         pytest.param(rule, example, id=f"{rule.code}-{kind}-{n}")
         for rule in checks.RULES
@@ -34,10 +32,14 @@ def test_valid_examples_have_no_finding(rule: Rule, example) -> None:
 
 
 @pytest.mark.parametrize(("rule", "example"), _cases("INVALID"))
-def test_invalid_examples_are_reported(rule: Rule, example) -> None:
-    findings = list(rule.check(_project(example)))
-    assert findings, f"{rule.code} missed:\n{example}"
+def test_invalid_examples_are_reported(rule: Rule, example: Invalid) -> None:
+    findings = list(rule.check(_project(example.code)))
+    assert findings, f"{rule.code} missed:\n{example.code}"
     assert {f.code for f in findings} == {rule.code}
+    # exactly the expected findings: where (line, column, file) and the whole message
+    assert sorted((f.path, f.line, f.col, f.message) for f in findings) == sorted(
+        (e.path, e.line, e.col, e.message) for e in example.expected
+    ), f"{rule.code}:\n{example.code}"
 
 
 @pytest.mark.parametrize("rule", checks.RULES, ids=lambda r: r.code)

@@ -1,5 +1,5 @@
 """The ``sender-bootstrap-timeout`` fix on hand-written sender hierarchies (several files,
-inheritance, helpers), and its statuses."""
+inheritance, helpers; the shared ones in tests/snippets.py), and its statuses."""
 
 from __future__ import annotations
 
@@ -11,111 +11,20 @@ from pdguard.fixes.sender_bootstrap_timeout import SenderBootstrapTimeoutFix
 from pdguard.fixes.sender_index import sender_index
 from pdguard.tree import open_tree
 from pdguard.workspace import Workspace
-
-BASE = """
-    class KVPoll:
-        Failed = 0
-        Bootstrapping = 1
-        WaitingForInput = 2
-
-
-    class BaseKVSender:
-        def poll(self): ...
-"""
-
-COMMON = """
-    import time
-
-    from sglang.srt.disaggregation.base.conn import BaseKVSender, KVPoll
-
-
-    class CommonKVManager:
-        def __init__(self):
-            self.bootstrap_timeout = envs.SGLANG_DISAGGREGATION_BOOTSTRAP_TIMEOUT.get()
-
-        def record_failure(self, room, reason): ...
-
-
-    class CommonKVSender(BaseKVSender):
-        def __init__(self, mgr: CommonKVManager, room):
-            self.kv_mgr = mgr
-            self.init_time = None
-            self.kv_mgr.update_status(room, KVPoll.Bootstrapping)
-
-        def _check_bootstrap_timeout(self):
-            if self.init_time is None:
-                return None
-            if time.time() - self.init_time > self.kv_mgr.bootstrap_timeout:
-                return KVPoll.Failed
-            return None
-"""
-
-# A NIXL sender as in 0.5.13 - 0.5.17: init_time stays None, poll never checks.
-NIXL_BROKEN = """
-    import time
-
-    from sglang.srt.disaggregation.common.conn import CommonKVManager, CommonKVSender, KVPoll
-
-
-    class NixlKVManager(CommonKVManager):
-        pass
-
-
-    class NixlKVSender(CommonKVSender):
-        def __init__(self, mgr: NixlKVManager, room):
-            super().__init__(mgr, room)
-            self.has_sent = False
-
-        def poll(self):
-            status = self.kv_mgr.check_status(self.bootstrap_room)
-            return status
-"""
-
-# As in 0.5.22: the check sits in a helper that poll() calls.
-NIXL_VIA_HELPER = """
-    import time
-
-    from sglang.srt.disaggregation.common.conn import CommonKVManager, CommonKVSender, KVPoll
-
-
-    class NixlKVSender(CommonKVSender):
-        def __init__(self, mgr: CommonKVManager, room):
-            super().__init__(mgr, room)
-            self.init_time = time.time()
-
-        def poll(self):
-            return self._poll_with_status(self.kv_mgr.check_status)
-
-        def _poll_with_status(self, check_status):
-            status = check_status(self.bootstrap_room)
-            if status == KVPoll.Bootstrapping:
-                timeout_result = self._check_bootstrap_timeout()
-                if timeout_result is not None:
-                    return timeout_result
-            return status
-"""
-
-# A sender that never reports Bootstrapping (like NIXL in 0.4.6).
-NEVER_BOOTSTRAPS = """
-    from sglang.srt.disaggregation.base.conn import BaseKVSender, KVPoll
-
-
-    class NixlKVSender(BaseKVSender):
-        def __init__(self, mgr, room):
-            self.has_sent = False
-
-        def poll(self):
-            if not self.has_sent:
-                return KVPoll.WaitingForInput
-            return KVPoll.Success
-"""
+from tests.snippets import (
+    NIXL_BROKEN,
+    NIXL_NEVER_BOOTSTRAPS,
+    NIXL_VIA_HELPER,
+    SENDER_BASE,
+    SENDER_COMMON,
+)
 
 
 def _tree(tmp_path: Path, **files: str) -> Workspace:
     disagg = tmp_path / "sglang" / "srt" / "disaggregation"
     (disagg / "base").mkdir(parents=True)
     (disagg / "prefill.py").write_text("")
-    (disagg / "base" / "conn.py").write_text(textwrap.dedent(BASE))
+    (disagg / "base" / "conn.py").write_text(textwrap.dedent(SENDER_BASE))
     for name, text in files.items():
         path = disagg / name / "conn.py"
         path.parent.mkdir(exist_ok=True)
@@ -124,7 +33,7 @@ def _tree(tmp_path: Path, **files: str) -> Workspace:
 
 
 def test_broken_sender_is_fixed_in_its_own_class(tmp_path: Path) -> None:
-    workspace = _tree(tmp_path, common=COMMON, nixl=NIXL_BROKEN)
+    workspace = _tree(tmp_path, common=SENDER_COMMON, nixl=NIXL_BROKEN)
     outcome = SenderBootstrapTimeoutFix().plan(workspace)
     assert outcome.status is Status.APPLIED, outcome.note
     assert outcome.note.startswith("NixlKVSender: init_time + check (helper)")
@@ -144,7 +53,7 @@ def _tree_again(tmp_path: Path) -> Workspace:
 
 
 def test_check_through_a_helper_method_is_upstream(tmp_path: Path) -> None:
-    workspace = _tree(tmp_path, common=COMMON, nixl=NIXL_VIA_HELPER)
+    workspace = _tree(tmp_path, common=SENDER_COMMON, nixl=NIXL_VIA_HELPER)
     outcome = SenderBootstrapTimeoutFix().plan(workspace)
     assert outcome.status is Status.UPSTREAM, outcome.note
     assert workspace.changed() == {}
@@ -152,7 +61,7 @@ def test_check_through_a_helper_method_is_upstream(tmp_path: Path) -> None:
 
 def test_inherited_everything_is_upstream(tmp_path: Path) -> None:
     # As in 0.5.23: `class NixlKVSender(CommonKVSender): pass`, Common does it all.
-    common = COMMON.replace("self.init_time = None", "self.init_time = time.time()") + (
+    common = SENDER_COMMON.replace("self.init_time = None", "self.init_time = time.time()") + (
         "\n        def poll(self):\n"
         "            status = self.kv_mgr.check_status(self.bootstrap_room)\n"
         "            if status == KVPoll.Bootstrapping:\n"
@@ -173,7 +82,7 @@ def test_inherited_everything_is_upstream(tmp_path: Path) -> None:
 
 
 def test_sender_that_never_bootstraps_is_not_applicable(tmp_path: Path) -> None:
-    workspace = _tree(tmp_path, nixl=NEVER_BOOTSTRAPS)
+    workspace = _tree(tmp_path, nixl=NIXL_NEVER_BOOTSTRAPS)
     outcome = SenderBootstrapTimeoutFix().plan(workspace)
     assert outcome.status is Status.NOT_APPLICABLE
     assert "no KV sender can report Bootstrapping" in outcome.note
@@ -220,7 +129,7 @@ def test_init_time_set_only_in_init_is_fixed(tmp_path: Path) -> None:
 
 
 def test_inline_check_uses_the_managers_timeout_attribute(tmp_path: Path) -> None:
-    common = COMMON.replace(
+    common = SENDER_COMMON.replace(
         "        def _check_bootstrap_timeout(self):\n"
         "            if self.init_time is None:\n"
         "                return None\n"
@@ -246,7 +155,7 @@ def test_unanchorable_poll_is_refused_and_nothing_changes(tmp_path: Path) -> Non
         "            second = self.kv_mgr.check_status(2)\n"
         "            return first or second",
     )
-    workspace = _tree(tmp_path, common=COMMON, nixl=nixl)
+    workspace = _tree(tmp_path, common=SENDER_COMMON, nixl=nixl)
     outcome = SenderBootstrapTimeoutFix().plan(workspace)
     assert outcome.status is Status.REFUSED
     assert "check_status" in outcome.note
@@ -261,7 +170,7 @@ def test_status_read_behind_an_or_is_anchored(tmp_path: Path) -> None:
         "status = self.conclude_state or self.kv_mgr.check_status(self.bootstrap_room)",
     )
     assert nixl != NIXL_BROKEN
-    workspace = _tree(tmp_path, common=COMMON, nixl=nixl)
+    workspace = _tree(tmp_path, common=SENDER_COMMON, nixl=nixl)
     outcome = SenderBootstrapTimeoutFix().plan(workspace)
     assert outcome.status is Status.APPLIED, outcome.note
     text = workspace.text("sglang/srt/disaggregation/nixl/conn.py")

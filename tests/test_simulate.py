@@ -1,16 +1,14 @@
 """``pdguard simulate``: the target's own inflight-queue code, run against a simulated scheduler.
 
-A toy tree (written here, in the shape pdguard expects; not SGLang's code) covers the machinery
-without the network. The ``releases`` tests run every CI release (all 62 with
-``PDGUARD_ALL_RELEASES=1``) unpatched, patched, and with hand-broken variants of the patch.
+A toy tree (tests/snippets.py, in the shape pdguard expects; not SGLang's code) covers the
+machinery without the network. The ``releases`` tests run every CI release (all 62 with
+``PDGUARD_ALL_RELEASES=1``) unpatched, patched, and with hand-broken variants of the patch (the
+mutants of tests/mutants.py).
 """
 
 from __future__ import annotations
 
-import ast
 import json
-import os
-import shutil
 import sys
 import threading
 from pathlib import Path
@@ -22,19 +20,18 @@ from pdguard.cli import main
 from pdguard.commands import apply
 from pdguard.simulate import scenarios, standins
 from pdguard.simulate.world import Divergence, _Collective
-from pdguard.tree import PREFILL_PATH, open_tree
-from pdguard.vendor_sglang import fetch_release, load_manifest
-from tests.mutants import unguarded_stamp
-from tests.simulate_toy import TOY_PREFILL
+from pdguard.tree import open_tree
+from pdguard.vendor_sglang import fetch_release
+from tests.helpers import NIXL_NEVER_BOOTSTRAPPING, NIXL_STUCK, RELEASES, patched_copy
+from tests.mutants import MUTANT, mutate_tree
+from tests.snippets import TOY_PREFILL, make_toy
 
 # fail without an inflight deadline
 WEDGE_ROWS = {"wedge", "requeued-wedge", "skewed-ranks", "deadline-120s"}
 
 
 def _toy(tmp_path: Path, text: str = TOY_PREFILL, patched: bool = False) -> Path:
-    root = tmp_path / ("toy-patched" if patched else "toy")
-    (root / PREFILL_PATH).parent.mkdir(parents=True)
-    (root / PREFILL_PATH).write_text(text)
+    root = make_toy(tmp_path / ("toy-patched" if patched else "toy"), text)
     if patched:
         apply.write(apply.plan(open_tree(root)))
     return root
@@ -182,94 +179,6 @@ def test_stand_ins_are_strict() -> None:
 
 # -- real releases -----------------------------------------------------------------------------
 
-RELEASES = [r for r in load_manifest() if r.ci or os.environ.get("PDGUARD_ALL_RELEASES") == "1"]
-PATCHABLE = [r for r in RELEASES if r.family != "F1"]  # apply refuses F1
-NIXL_STUCK = {"F3", "F4", "F5", "F6", "F7", "F8", "F9"}  # NIXL: no bootstrap timeout upstream
-NIXL_NEVER_BOOTSTRAPPING = {"F1", "F2"}
-
-
-def _patched_copy(version: str, root: Path) -> Path:
-    shutil.copytree(fetch_release(version), root)
-    result = apply.plan(open_tree(root))
-    assert not result.refused
-    apply.write(result)
-    return root
-
-
-def _function_lines(text: str, cls_method: str, name: str) -> tuple[int, int]:
-    """(first, last) line of ``name`` in the class that defines ``cls_method``."""
-    for node in ast.parse(text).body:
-        if isinstance(node, ast.ClassDef):
-            methods = {f.name: f for f in node.body if isinstance(f, ast.FunctionDef)}
-            if cls_method in methods and name in methods:
-                function = methods[name]
-                assert function.end_lineno is not None
-                return function.lineno, function.end_lineno
-    raise AssertionError(f"no {name}")
-
-
-def _deadline_after_all_reduce(text: str) -> str:
-    """Move ``self._fail_timed_out_inflight_reqs()`` to right after the ``polls =
-    poll_and_all_reduce*(...)`` statement of process_disagg_prefill_inflight_queue."""
-    function = "process_disagg_prefill_inflight_queue"
-    first, last = _function_lines(text, function, function)
-    lines = text.splitlines(keepends=True)
-    body = ast.parse(text)
-    polls = [
-        node
-        for node in ast.walk(body)
-        if isinstance(node, ast.Assign)
-        and first <= node.lineno <= last
-        and isinstance(node.value, ast.Call)
-        and isinstance(node.value.func, ast.Name)
-        and node.value.func.id.startswith("poll_and_all_reduce")
-    ]
-    assert len(polls) == 1
-    call = next(
-        i
-        for i in range(first - 1, last)
-        if lines[i].strip() == "self._fail_timed_out_inflight_reqs()"
-    )
-    indent = lines[call][: len(lines[call]) - len(lines[call].lstrip())]
-    after = polls[0].end_lineno
-    assert after is not None and after > call
-    moved = [*lines[:after], f"{indent}self._fail_timed_out_inflight_reqs()\n", *lines[after:]]
-    del moved[call]
-    return "".join(moved)
-
-
-def _stamp_at_sender_creation(text: str) -> str:
-    """Remove the stamp before the inflight-queue append; stamp where the bootstrap queue
-    creates the request's sender instead (before the prefill)."""
-    guard = '        if getattr(req, "inflight_queue_entry_time", None) is None:\n'
-    lines = text.splitlines(keepends=True)
-    at = next(i for i, line in enumerate(lines) if line.endswith(guard.lstrip()) and "if " in line)
-    del lines[at : at + 2]
-    text = "".join(lines)
-    tree = ast.parse(text)
-    assign = next(
-        node
-        for node in ast.walk(tree)
-        if isinstance(node, ast.Assign)
-        and isinstance(node.targets[0], ast.Attribute)
-        and node.targets[0].attr == "disagg_kv_sender"
-    )
-    lines = text.splitlines(keepends=True)
-    indent = " " * assign.col_offset
-    stamp = f"{indent}req.inflight_queue_entry_time = time.monotonic()\n"
-    return "".join([*lines[: assign.lineno - 1], stamp, *lines[assign.lineno - 1 :]])
-
-
-def _deadline_drops_locally(text: str) -> str:
-    """The deadline helper drops the overdue request from this rank's queue instead of
-    failing its sender: a per-rank decision."""
-    pinned = "            sender.poll = lambda: KVPoll.Failed\n"
-    assert pinned in text
-    return text.replace(
-        pinned,
-        "            self.disagg_prefill_inflight_queue.remove(req)\n            break\n",
-    )
-
 
 @pytest.mark.releases
 @pytest.mark.parametrize("release", RELEASES, ids=lambda r: r.version)
@@ -293,11 +202,8 @@ def test_unpatched_release_shows_the_wedge(release, capsys: pytest.CaptureFixtur
 
 
 @pytest.mark.releases
-@pytest.mark.parametrize("release", PATCHABLE, ids=lambda r: r.version)
-def test_patched_release_passes(
-    release, tmp_path: Path, capsys: pytest.CaptureFixture[str]
-) -> None:
-    root = _patched_copy(release.version, tmp_path / "sglang")
+def test_patched_release_passes(patched_release, capsys: pytest.CaptureFixture[str]) -> None:
+    release, root = patched_release
     code = main(["simulate", str(root), "--format", "json"])
     rows = {s["name"]: s for s in json.loads(capsys.readouterr().out)["scenarios"]}
     assert code == 0, {name: row["observed"] for name, row in rows.items()}
@@ -307,11 +213,9 @@ def test_patched_release_passes(
 
 
 @pytest.mark.releases
-@pytest.mark.parametrize("release", PATCHABLE, ids=lambda r: r.version)
-def test_stamp_at_sender_creation_fails_long_prefill(release, tmp_path: Path) -> None:
-    root = _patched_copy(release.version, tmp_path / "sglang")
-    prefill = root / PREFILL_PATH
-    prefill.write_text(_stamp_at_sender_creation(prefill.read_text()))
+def test_stamp_at_sender_creation_fails_long_prefill(patched_release) -> None:
+    _, root = patched_release
+    mutate_tree(root, MUTANT["stamp moved to sender creation"])
     report = simulate.run(
         open_tree(root), names=["wedge", "long-prefill", "long-prefill-60s-deadline"]
     )
@@ -326,13 +230,9 @@ def test_stamp_at_sender_creation_fails_long_prefill(release, tmp_path: Path) ->
 
 
 @pytest.mark.releases
-@pytest.mark.parametrize("release", PATCHABLE, ids=lambda r: r.version)
-def test_stamp_rewritten_on_requeue_fails_requeued_wedge(release, tmp_path: Path) -> None:
-    root = _patched_copy(release.version, tmp_path / "sglang")
-    prefill = root / PREFILL_PATH
-    unguarded = unguarded_stamp({PREFILL_PATH: prefill.read_text()})
-    assert unguarded is not None
-    prefill.write_text(unguarded[PREFILL_PATH])
+def test_stamp_rewritten_on_requeue_fails_requeued_wedge(patched_release) -> None:
+    _, root = patched_release
+    mutate_tree(root, MUTANT["stamp rewritten on re-queue"])
     report = simulate.run(open_tree(root), names=["wedge", "requeued-wedge"])
     verdicts = _verdicts(report)
     assert verdicts["wedge"] == "pass"  # without a re-queue the stamp is still right
@@ -341,11 +241,9 @@ def test_stamp_rewritten_on_requeue_fails_requeued_wedge(release, tmp_path: Path
 
 
 @pytest.mark.releases
-@pytest.mark.parametrize("release", PATCHABLE, ids=lambda r: r.version)
-def test_deadline_after_all_reduce_fails_skewed_ranks(release, tmp_path: Path) -> None:
-    root = _patched_copy(release.version, tmp_path / "sglang")
-    prefill = root / PREFILL_PATH
-    prefill.write_text(_deadline_after_all_reduce(prefill.read_text()))
+def test_deadline_after_all_reduce_fails_skewed_ranks(patched_release) -> None:
+    _, root = patched_release
+    mutate_tree(root, MUTANT["deadline moved after the all-reduce"])
     report = simulate.run(open_tree(root), names=["skewed-ranks", "healthy-traffic"])
     skewed = _row(report, "skewed-ranks")
     assert skewed.verdict == "fail"
@@ -356,9 +254,8 @@ def test_deadline_after_all_reduce_fails_skewed_ranks(release, tmp_path: Path) -
 @pytest.mark.releases
 @pytest.mark.parametrize("version", ["0.4.7", "0.5.23"])
 def test_a_per_rank_deadline_diverges(version: str, tmp_path: Path) -> None:
-    root = _patched_copy(version, tmp_path / "sglang")
-    prefill = root / PREFILL_PATH
-    prefill.write_text(_deadline_drops_locally(prefill.read_text()))
+    root = patched_copy(version, tmp_path / "sglang")
+    mutate_tree(root, MUTANT["deadline drops the request locally"])
     report = simulate.run(open_tree(root), ranks=2, names=["skewed-ranks"])
     row = _row(report, "skewed-ranks")
     assert row.verdict == "fail"
@@ -367,7 +264,7 @@ def test_a_per_rank_deadline_diverges(version: str, tmp_path: Path) -> None:
 
 @pytest.mark.releases
 def test_more_ranks_and_a_nixl_sender_with_its_own_code(tmp_path: Path) -> None:
-    root = _patched_copy("0.5.14", tmp_path / "sglang")
+    root = patched_copy("0.5.14", tmp_path / "sglang")
     report = simulate.run(open_tree(root), ranks=4)
     assert report.passed
     bootstrap = _row(report, "bootstrap-wedge")

@@ -7,7 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from pdguard.tree import TargetError, open_tree
+from pdguard.errors import TargetError
+from pdguard.tree import open_tree
 from tests.corpus import CASES, PREFILL, Case
 from tests.snippets import make_tree
 

@@ -1,7 +1,7 @@
 """``pdguard verify`` and ``pdguard carry`` on a real git repository built from real releases.
 
 The repository is laid out as upstream SGLang (``python/sglang/``): one commit and one annotated
-tag ``v<version>`` per release of ``tests.test_releases.RELEASES`` (the ``ci = true`` ones, one
+tag ``v<version>`` per release of ``tests.helpers.RELEASES`` (the ``ci = true`` ones, one
 per shape family; all 62 with ``PDGUARD_ALL_RELEASES=1``), plus the refs a fork has:
 
 * ``fork``: the fix carried onto v0.4.7 (``pdguard carry``);
@@ -22,7 +22,6 @@ import json
 import os
 import pty
 import re
-import shutil
 import subprocess
 import sys
 import tarfile
@@ -37,11 +36,10 @@ from pdguard.cli import main
 from pdguard.commands.check import check_tree
 from pdguard.tree import open_tree
 from pdguard.vendor_sglang import fetch_release
-from tests.test_releases import RELEASES
+from tests.helpers import APPLY_STATUSES, FIXES, RELEASES, copy_as_checkout
 
 pytestmark = pytest.mark.releases
 
-FIXES = ("inflight-deadline", "sender-bootstrap-timeout")
 STATUSES = {"carried", "upstream", "applicable", "drifted", "not-applicable"}
 FINDING_KEYS = {"code", "path", "line", "col", "symbol", "message"}
 # The prefill rules, which the fixes verify and carry are about. The decode rules (PDG006,
@@ -56,11 +54,12 @@ def _prefill_findings(report: dict) -> list[dict]:
 PREFILL = "python/sglang/srt/disaggregation/prefill.py"
 INFLIGHT = "process_disagg_prefill_inflight_queue"
 
-# What an unpatched release is, per shape family (README, "Release families").
+# What an unpatched release is, per shape family (README, "Release families"): what apply
+# would do, in verify's words (F1, 0.4.6 - 0.4.6.post4: the Failed branch raises: drifted).
+VERIFY_STATUS = {"refused": "drifted", "applied": "applicable", "upstream": "upstream"}
 EXPECTED = {
-    "F1": ("drifted", "applicable"),  # 0.4.6 - 0.4.6.post4: the Failed branch raises
-    **{f"F{n}": ("applicable", "applicable") for n in range(2, 10)},
-    **{f"F{n}": ("applicable", "upstream") for n in range(10, 13)},
+    family: tuple(VERIFY_STATUS[status] for status in statuses)
+    for family, statuses in APPLY_STATUSES.items()
 }
 TAGS = {f"v{r.version}": r for r in RELEASES}
 for needed in ("0.4.6", "0.4.7", "0.5.14", "0.5.17", "0.5.18", "0.5.23"):
@@ -122,13 +121,7 @@ class Upstream:
 def _release_commits(repo: Path) -> None:
     (repo / "README.md").write_text("SGLang, as upstream lays it out (python/sglang/)\n")
     for release in RELEASES:
-        package = repo / "python/sglang"
-        shutil.rmtree(package, ignore_errors=True)
-        shutil.copytree(
-            fetch_release(release.version) / "sglang",
-            package,
-            ignore=shutil.ignore_patterns("__pycache__"),
-        )
+        copy_as_checkout(release.version, repo)
         git(repo, "add", "-A")
         git(repo, "commit", "-q", "-m", f"sglang {release.version}")
         git(repo, "tag", "-a", "-m", f"release {release.version}", f"v{release.version}")

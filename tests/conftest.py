@@ -1,0 +1,34 @@
+"""Fixtures shared by the test modules (plain helpers and constants are in tests/helpers.py,
+hand-written SGLang-shaped snippets in tests/snippets.py)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from tests.helpers import PATCHABLE, RELEASES, copy_release, patched_copy
+from tests.snippets import make_tree
+
+
+@pytest.fixture
+def tree(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """The hand-written tree of tests/snippets.py at ``tmp_path/tree``, run from ``tmp_path``
+    (so that reported paths start with ``tree/``)."""
+    monkeypatch.chdir(tmp_path)
+    return make_tree(tmp_path / "tree")
+
+
+@pytest.fixture(params=RELEASES, ids=lambda r: r.version)
+def release_copy(request: pytest.FixtureRequest, tmp_path: Path):
+    """(release, a writable copy of its tree) for every release of ``helpers.RELEASES``."""
+    info = request.param
+    return info, copy_release(info.version, tmp_path / f"sglang-{info.version}")
+
+
+@pytest.fixture(params=PATCHABLE, ids=lambda r: r.version)
+def patched_release(request: pytest.FixtureRequest, tmp_path: Path):
+    """(release, a copy of its tree patched by ``pdguard apply``) for every release that apply
+    patches (``helpers.PATCHABLE``)."""
+    info = request.param
+    return info, patched_copy(info.version, tmp_path / f"sglang-{info.version}")

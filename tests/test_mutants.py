@@ -1,0 +1,57 @@
+"""The mutant generator of tests/mutants.py on the patched toy prefill of tests/snippets.py, no
+network needed: every prefill mutant applies, still compiles, and ``pdguard check`` reports it
+with its code; the correct variants check clean. (tests/test_check_releases.py does the same on
+real releases.)"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from pdguard import checks
+from pdguard.checks.project import PREFILL, Project
+from pdguard.commands import apply as pipeline
+from pdguard.commands.check import load_project
+from pdguard.tree import open_tree
+from tests.mutants import MUTANTS, NIXL, VARIANTS, mutate_tree
+from tests.snippets import make_toy
+
+PREFILL_MUTANTS = [m for m in MUTANTS if m.expected != "PDG004"]  # PDG004's act on NIXL's sender
+
+
+@pytest.fixture
+def toy(tmp_path: Path) -> Path:
+    root = make_toy(tmp_path / "toy")
+    pipeline.write(pipeline.plan(open_tree(root)))
+    return root
+
+
+@pytest.mark.parametrize("mutant", PREFILL_MUTANTS, ids=lambda m: m.name)
+def test_mutant_is_reported_on_the_toy(toy: Path, mutant) -> None:
+    before = (toy / PREFILL).read_text()
+    mutate_tree(toy, mutant)
+    after = (toy / PREFILL).read_text()
+    assert after != before
+    compile(after, PREFILL, "exec")
+    codes = {f.code for f in checks.run(load_project(open_tree(toy)))}
+    assert mutant.expected in codes, codes
+
+
+def test_sender_mutants_need_a_sender(toy: Path) -> None:
+    texts = load_project(open_tree(toy)).texts
+    assert NIXL not in texts
+    assert [m.name for m in MUTANTS if m.mutate(texts) is None] == [
+        "init_time removed",
+        "bootstrap check removed",
+    ]
+
+
+@pytest.mark.parametrize(("name", "variant"), VARIANTS, ids=[n for n, _ in VARIANTS])
+def test_correct_variant_is_clean_on_the_toy(toy: Path, name: str, variant) -> None:
+    texts = load_project(open_tree(toy)).texts
+    assert checks.run(Project(texts)) == []
+    changed = variant(texts)
+    assert changed is not None, name
+    compile(changed[PREFILL], PREFILL, "exec")
+    assert checks.run(Project(changed)) == [], name
