@@ -84,8 +84,8 @@ class SenderBootstrappingForever(Rule):
                     11,
                     5,
                     "NixlKVSender can stay in Bootstrapping forever: init_time is never set to a "
-                    "time before or during Bootstrapping; poll() never checks the bootstrap "
-                    "timeout",
+                    "time before or during Bootstrapping; poll() never compares the time since "
+                    "init_time with a bootstrap timeout",
                     _NIXL,
                 )
             ],
@@ -108,8 +108,8 @@ class SenderBootstrappingForever(Rule):
                 (
                     12,
                     5,
-                    "NixlKVSender can stay in Bootstrapping forever: "
-                    "poll() never checks the bootstrap timeout",
+                    "NixlKVSender can stay in Bootstrapping forever: poll() never compares "
+                    "the time since init_time with a bootstrap timeout",
                     _NIXL,
                 )
             ],
