@@ -14,7 +14,8 @@ import pytest
 from pdguard import cli, errors
 from pdguard.cli import main
 from pdguard.commands import COMMANDS, apply, check, simulate, verify
-from tests.snippets import PREFILL_REL, make_tree, snapshot
+from tests.helpers import snapshot
+from tests.snippets import PREFILL_REL, make_tree
 
 SHARED_FORMATS = {"text", "json", "sarif", "github"}
 
@@ -274,7 +275,7 @@ def test_table_is_a_hidden_alias_of_text(command: str) -> None:
 
 def test_simulate_table_alias_runs(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     from pdguard.tree import PREFILL_PATH
-    from tests.simulate_toy import TOY_PREFILL
+    from tests.snippets import TOY_PREFILL
 
     root = tmp_path / "toy"
     (root / PREFILL_PATH).parent.mkdir(parents=True)

@@ -583,7 +583,8 @@ def test_pdguard_apply_killed_mid_write_is_repaired_by_the_next_apply(tmp_path: 
     """End to end: `pdguard apply` SIGKILLed with everything staged; the next apply cleans up,
     says so on stderr, and writes the same bytes as an uninterrupted apply."""
     from pdguard.cli import main
-    from tests.snippets import make_tree, snapshot
+    from tests.helpers import snapshot
+    from tests.snippets import make_tree
 
     tree, clean = make_tree(tmp_path / "tree"), make_tree(tmp_path / "clean")
     assert main(["apply", str(clean)]) == 0
