@@ -321,14 +321,17 @@ def _conditional(stmt: ast.stmt) -> bool:
     return isinstance(stmt, ast.If | ast.While | ast.Try | ast.With | ast.Match)
 
 
-def _stamps_in(index: _ModuleIndex, stmt: ast.stmt, req: str, depth: int = 0) -> Stamp | None:
+def _stamps_in(
+    index: _ModuleIndex, stmt: ast.stmt, req: str | ast.expr, depth: int = 0
+) -> Stamp | None:
+    """The stamp ``stmt`` sets on ``req`` (a name, or an expression such as ``batch.urgent``),
+    directly or through a helper method it passes the request to."""
     for node in ast.walk(stmt):
         if isinstance(node, ast.Assign):
             for target in node.targets:
                 if (
                     isinstance(target, ast.Attribute)
-                    and isinstance(target.value, ast.Name)
-                    and target.value.id == req
+                    and _is_request(target.value, req)
                     and is_clock(node.value, index.clocks)
                 ):
                     guarded = _guarded(stmt, node, target.attr) or any(
@@ -337,7 +340,7 @@ def _stamps_in(index: _ModuleIndex, stmt: ast.stmt, req: str, depth: int = 0) ->
                         for n in ast.walk(node.value)
                     )
                     return Stamp(target.attr, node.lineno, node.col_offset, guarded)
-        if isinstance(node, ast.Call) and depth < 2:
+        if isinstance(node, ast.Call) and depth < 2 and isinstance(req, str):
             # A helper that stamps its argument: self._stamp(req)
             for callee in index.self_calls(node):
                 params = [a.arg for a in callee.args.args[1:]]
@@ -349,6 +352,12 @@ def _stamps_in(index: _ModuleIndex, stmt: ast.stmt, req: str, depth: int = 0) ->
                         if found is not None:
                             return found
     return None
+
+
+def _is_request(node: ast.AST, req: str | ast.expr) -> bool:
+    if isinstance(req, str):
+        return isinstance(node, ast.Name) and node.id == req
+    return _same(node, req)
 
 
 def _guarded(stmt: ast.stmt, assign: ast.Assign, attr: str) -> bool:
@@ -428,11 +437,13 @@ def _entry(stmt: ast.stmt) -> Entry | None:
                         value = value.right
                     elif _is_queue(value.right):
                         value = value.left
+                elif any(_is_queue(n) for n in ast.walk(value)):
+                    return None  # rebuilt from its own requests (a filter): nothing enters
                 return Entry(stmt, "reassignment", requests=value)
     return None
 
 
-def _single(entry: Entry) -> ast.expr | None:
+def single_request(entry: Entry) -> ast.expr | None:
     """The one request an entry adds (``append(req)``, ``+= [req]``), if it adds one."""
     if entry.element is not None:
         return entry.element
@@ -474,7 +485,7 @@ def _stamp_of(
 ) -> Stamp | None:
     """The stamp that every request of ``entry`` carries before anything can poll it: set in
     the statements before the entry, or after it with no possible poll in between."""
-    single = _single(entry)
+    single = single_request(entry)
     if isinstance(single, ast.Name):
         found = _stamp_around(
             index, flow, block, position, lambda s: _stamps_in(index, s, single.id)
@@ -482,6 +493,9 @@ def _stamp_of(
         if found is not None:
             return found
         return _loop_stamp(index, flow, block, position, single.id)
+    if single is not None:  # one request named by an expression: batch.urgent
+        request = single
+        return _stamp_around(index, flow, block, position, lambda s: _stamps_in(index, s, request))
     if entry.requests is not None:
         requests = entry.requests
         return _stamp_around(
@@ -575,7 +589,7 @@ def _queued_names(function: ast.FunctionDef) -> tuple[set[str], set[str]]:
 
 
 def _keeps(entry: Entry, taken: set[str], kept: set[str]) -> bool:
-    single = _single(entry)
+    single = single_request(entry)
     if isinstance(single, ast.Name) and single.id in taken:
         return True
     return isinstance(entry.requests, ast.Name) and entry.requests.id in kept

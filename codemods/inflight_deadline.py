@@ -19,12 +19,14 @@ Every inserted piece carries the marker comment ``# pdguard: inflight-deadline``
 from __future__ import annotations
 
 import argparse
+import ast
 
 import isort
 import libcst as cst
 import libcst.matchers as m
 from libcst.codemod import CodemodContext
 
+from pdguard.checks.inflight import Entry, analyse, single_request
 from pdguard.fix_names import INFLIGHT_DEADLINE as FIX
 from pdguard.fix_names import INFLIGHT_HELPER as HELPER
 from pdguard.fix_names import INFLIGHT_STAMP as STAMP
@@ -33,7 +35,7 @@ from pdguard.sglang_names import INFLIGHT_FUNCTION as FUNCTION
 from pdguard.sglang_names import INFLIGHT_QUEUE as QUEUE
 from pdguard.sglang_names import INFLIGHT_TIMEOUT_ENV as ENV_VAR
 
-from .anchors import AnchorError, calls_named, find_method, is_self_attr_call, marker
+from .anchors import AnchorError, calls_named, find_method, marker
 from .command import SourceCodemod
 from .insertion import (
     StatementEdit,
@@ -41,7 +43,6 @@ from .insertion import (
     enclosing_statement,
     parse_method,
     parse_statements,
-    simple_statements,
 )
 from .isort_imports import DEFAULT_ISORT_CONFIG, AddIsortedImports, ImportRequest, spelling
 
@@ -75,6 +76,14 @@ _STAMP = """\
 # counts KV transfer time (not prefill) and a re-queue does not restart it.
 if getattr({req}, "{stamp}", None) is None:
     {req}.{stamp} = {monotonic}()
+"""
+
+_STAMP_ALL = """\
+{marker}: stamp on first entry only, so that the deadline
+# counts KV transfer time (not prefill) and a re-queue does not restart it.
+for {var} in {requests}:
+    if getattr({var}, "{stamp}", None) is None:
+        {var}.{stamp} = {monotonic}()
 """
 
 _HELPER = '''\
@@ -149,9 +158,9 @@ class InflightDeadline(SourceCodemod):
 
     def transform_module_impl(self, tree: cst.Module) -> cst.Module:
         # Every anchor is found on the original tree first; then one pass makes all edits.
-        function, appends, logger_stmt = _anchors(tree)
+        function, entries, logger_stmt = _anchors(tree)
         names, imports = self._names_for(tree, function)
-        edits = _edits(tree.config_for_parsing, names, function, appends, logger_stmt)
+        edits = _edits(tree.config_for_parsing, names, function, entries, logger_stmt)
         tree = apply_edits(tree, edits)
         return AddIsortedImports(self.context, imports, self.isort_config).transform_module(tree)
 
@@ -177,36 +186,35 @@ class InflightDeadline(SourceCodemod):
 
 def _anchors(
     tree: cst.Module,
-) -> tuple[cst.FunctionDef, list[cst.SimpleStatementLine], cst.BaseStatement]:
-    """The inflight function, the queue's append statements and the module's ``logger = ...``;
-    AnchorError when one is missing."""
+) -> tuple[cst.FunctionDef, list[tuple[cst.SimpleStatementLine, Entry]], cst.BaseStatement]:
+    """The inflight function, the statements that put requests into the queue (each with what
+    it adds) and the module's ``logger = ...``; AnchorError when one is missing."""
     _, function = find_method(tree, FUNCTION)
     _poll_statement(function)
-    appends = _append_statements(tree)
-    if not appends:
-        raise AnchorError(f"no self.{QUEUE}.append(...) to stamp requests at")
+    entries = _entry_statements(tree)
+    if not entries:
+        raise AnchorError(
+            f"no statement puts requests into self.{QUEUE} (append, extend, insert, +=, ...) "
+            "to stamp them at"
+        )
     logger_stmt = next((stmt for stmt in tree.body if _is_logger_assignment(stmt)), None)
     if logger_stmt is None:
         raise AnchorError("no module-level `logger = ...` to log with")
-    return function, appends, logger_stmt
+    return function, entries, logger_stmt
 
 
 def _edits(
     config: cst.PartialParserConfig,
     names: dict[str, str],
     function: cst.FunctionDef,
-    appends: list[cst.SimpleStatementLine],
+    entries: list[tuple[cst.SimpleStatementLine, Entry]],
     logger_stmt: cst.BaseStatement,
 ) -> list[tuple[cst.CSTNode, StatementEdit]]:
-    """Every insertion: a stamp before each append, the call before the poll statement, the
-    helper before the function and the setting after the logger."""
+    """Every insertion: a stamp before each way into the queue, the call before the poll
+    statement, the helper before the function and the setting after the logger."""
     edits: list[tuple[cst.CSTNode, StatementEdit]] = []
-    for stmt in appends:
-        arg = stmt.body[0].value.args[0].value  # type: ignore[attr-defined]
-        if not isinstance(arg, cst.Name):
-            raise AnchorError(f"self.{QUEUE}.append() of a non-name expression")
-        stamp = parse_statements(_STAMP.format(**names, req=arg.value), config)
-        edits.append((stmt, StatementEdit(before=stamp)))
+    for stmt, entry in entries:
+        edits.append((stmt, StatementEdit(before=_stamp_for(config, names, entry))))
     call = parse_statements(_CALL.format(**names), config)
     edits.append((_poll_statement(function), StatementEdit(before=call)))
     helper = parse_method(_HELPER.format(**names), config)
@@ -219,6 +227,101 @@ def _edits(
     return edits
 
 
+def _stamp_for(
+    config: cst.PartialParserConfig, names: dict[str, str], entry: Entry
+) -> list[cst.BaseStatement]:
+    """The stamp before an entry: on the one request it adds, or on each of the requests of
+    a named list (``extend(reqs)``, ``+= batch.reqs``); anything else cannot be stamped
+    without evaluating it twice."""
+    single = single_request(entry)
+    if single is not None and _is_named(single):
+        return parse_statements(_STAMP.format(**names, req=ast.unparse(single)), config)
+    if entry.requests is not None and _is_named(entry.requests):
+        requests = ast.unparse(entry.requests)
+        return parse_statements(
+            _STAMP_ALL.format(**names, var="queued_req", requests=requests), config
+        )
+    raise AnchorError(
+        f"line {entry.line}: requests enter self.{QUEUE} through {entry.how} of an expression "
+        "pdguard cannot stamp without evaluating it twice; name it first"
+    )
+
+
+def _is_named(node: ast.expr) -> bool:
+    """``reqs`` or ``batch.reqs``: safe to iterate once more."""
+    while isinstance(node, ast.Attribute):
+        node = node.value
+    return isinstance(node, ast.Name)
+
+
+def _entry_statements(tree: cst.Module) -> list[tuple[cst.SimpleStatementLine, Entry]]:
+    """The simple statements that put requests into the queue, found by the checker's own
+    model (so a keep inside the inflight function is not one), each with its entry."""
+    module = ast.parse(tree.code)
+    model = analyse(module)
+    if model is None:
+        raise AnchorError(f"no {FUNCTION}()")
+    wanted: dict[tuple[str, str], list[Entry]] = {}
+    for entry in model.entries:
+        wanted.setdefault((_owner(module, entry.stmt), ast.unparse(entry.stmt)), []).append(entry)
+    found: list[tuple[cst.SimpleStatementLine, Entry]] = []
+    finder = _FunctionStatements()
+    tree.visit(finder)
+    for function_name, stmt in finder.found:
+        if len(stmt.body) != 1:
+            continue
+        try:
+            code = ast.unparse(ast.parse(cst.Module(body=[stmt]).code.strip()).body[0])
+        except SyntaxError:
+            continue
+        matches = wanted.get((function_name, code))
+        if matches:
+            found.append((stmt, matches.pop(0)))
+    missing = [e for entries in wanted.values() for e in entries]
+    if missing:
+        raise AnchorError(
+            f"line {missing[0].line}: requests enter self.{QUEUE} in a statement pdguard cannot "
+            "stamp (it shares its line with others)"
+        )
+    return found
+
+
+def _owner(module: ast.Module, stmt: ast.stmt) -> str:
+    for node in ast.walk(module):
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef) and any(
+            inner is stmt for inner in ast.walk(node)
+        ):
+            owner = node.name
+            # the innermost function wins: keep looking below it
+            for inner in ast.walk(node):
+                if (
+                    inner is not node
+                    and isinstance(inner, ast.FunctionDef | ast.AsyncFunctionDef)
+                    and any(n is stmt for n in ast.walk(inner))
+                ):
+                    owner = inner.name
+            return owner
+    return "<module>"
+
+
+class _FunctionStatements(cst.CSTVisitor):
+    """Every simple statement line, with the name of the innermost function holding it."""
+
+    def __init__(self) -> None:
+        self.stack: list[str] = ["<module>"]
+        self.found: list[tuple[str, cst.SimpleStatementLine]] = []
+
+    def visit_FunctionDef(self, node: cst.FunctionDef) -> None:
+        self.stack.append(node.name.value)
+
+    def leave_FunctionDef(self, original_node: cst.FunctionDef) -> None:
+        self.stack.pop()
+
+    def visit_SimpleStatementLine(self, node: cst.SimpleStatementLine) -> bool:
+        self.found.append((self.stack[-1], node))
+        return False
+
+
 def _poll_statement(function: cst.FunctionDef) -> cst.BaseStatement:
     polls = calls_named(function, lambda name: name.startswith("poll_and_all_reduce"))
     if len(polls) != 1:
@@ -226,14 +329,3 @@ def _poll_statement(function: cst.FunctionDef) -> cst.BaseStatement:
             f"{FUNCTION}() has {len(polls)} poll_and_all_reduce*() calls, expected one"
         )
     return enclosing_statement(function, polls[0])
-
-
-def _append_statements(tree: cst.Module) -> list[cst.SimpleStatementLine]:
-    return simple_statements(
-        tree,
-        lambda stmt: (
-            len(stmt.body) == 1
-            and isinstance(stmt.body[0], cst.Expr)
-            and is_self_attr_call(stmt.body[0].value, QUEUE, "append")
-        ),
-    )

@@ -278,3 +278,41 @@ def test_apply_binds_time_to_the_time_module(
 
     bound = namespace.get(spelled.split(".")[0].rstrip("()"))
     assert bound is time or bound is time.monotonic  # the time module's, not datetime's
+
+
+@pytest.mark.parametrize("case", ["extend-unstamped", "insert-unstamped", "iadd-unstamped"])
+def test_apply_stamps_every_way_into_the_queue(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], case: str
+) -> None:
+    """Requests enter through append and through extend / insert / +=: apply stamps each way
+    (a loop over a named batch), and check then proves it."""
+    from pdguard.commands.check import check_tree
+
+    files = _unpatched(case)
+    # the fork's own (partial) deadline and stamps go: apply starts from no deadline at all
+    files[PREFILL] = files[PREFILL].replace(
+        '                    if getattr(req, "entered_at", None) is None:\n'
+        "                        req.entered_at = time.monotonic()\n",
+        "",
+    )
+    root = _write(tmp_path, files)
+    code, fixes, err = _apply(capsys, root)
+    assert code == 0, err
+    assert fixes["inflight-deadline"] == "applied"
+    patched = (root / PREFILL).read_text()
+    assert patched.count("inflight_queue_entry_time = time.monotonic()") == 2
+    prefill_codes = {"PDG000", "PDG001", "PDG002", "PDG003", "PDG005"}
+    assert [f for f in check_tree(open_tree(root)).findings if f.code in prefill_codes] == []
+
+
+def test_apply_refuses_an_entry_it_cannot_stamp(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    files = _unpatched("extend-unstamped")
+    files[PREFILL] = files[PREFILL].replace(
+        "extend(batch.retried)", "extend(r for r in batch.retried if r.ok)"
+    )
+    root = _write(tmp_path, files)
+    code, _, err = _apply(capsys, root)
+    assert code == 2
+    assert "extend() of an expression pdguard cannot stamp without evaluating it twice" in err
