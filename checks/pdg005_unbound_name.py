@@ -25,6 +25,7 @@ import builtins
 import re
 import symtable
 from collections.abc import Iterator
+from typing import TypeGuard
 
 from .examples import PATCHED
 from .inflight import CLOCK_FUNCTIONS
@@ -37,7 +38,7 @@ _MEANT = {"os": "os module", "environ": "`os.environ` mapping"} | {
 }
 
 
-def _type_checking(node: ast.stmt) -> bool:
+def _type_checking(node: ast.stmt) -> TypeGuard[ast.If]:
     if not isinstance(node, ast.If):
         return False
     test = node.test
@@ -77,7 +78,7 @@ def _module_bound(tree: ast.Module) -> set[str]:
     while stack:
         node = stack.pop()
         if _type_checking(node):
-            stack.extend(node.orelse)  # type: ignore[attr-defined]
+            stack.extend(node.orelse)
         elif isinstance(node, ast.Import | ast.ImportFrom):
             bound |= _imported([node])
         elif isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
@@ -145,7 +146,7 @@ def _bindings_in_force(body: list[ast.stmt]) -> dict[str, ast.stmt]:
     found: dict[str, ast.stmt] = {}
     for node in body:
         if _type_checking(node):
-            found.update(_bindings_in_force(node.orelse))  # type: ignore[attr-defined]
+            found.update(_bindings_in_force(node.orelse))
         elif isinstance(node, ast.Try):
             tried = _bindings_in_force(node.body + node.orelse)
             for handler in node.handlers:
@@ -236,13 +237,15 @@ def _shadowed_uses(tree: ast.Module, text: str, rel: str) -> Iterator[tuple[ast.
         return
     for node in ast.walk(tree):
         if isinstance(node, ast.Name) and node.id in wrong and _used_as_module(node, parents):
-            function = _enclosing_function(node, parents)
-            if function is not None and node.id in _bindings_in_force(function.body):
+            enclosing = _enclosing_function(node, parents)
+            if enclosing is not None and node.id in _bindings_in_force(enclosing.body):
                 continue  # a local binding decides (reported above if wrong)
             yield node, wrong[node.id]
 
 
-def _enclosing_function(node: ast.AST, parents: dict[int, ast.AST]) -> ast.AST | None:
+def _enclosing_function(
+    node: ast.AST, parents: dict[int, ast.AST]
+) -> ast.FunctionDef | ast.AsyncFunctionDef | None:
     while id(node) in parents:
         node = parents[id(node)]
         if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
@@ -295,13 +298,13 @@ class UnboundName(Rule):
             if tree is None:
                 continue
             text = project.texts[rel]
-            for node, why in _shadowed_uses(tree, text, rel):
+            for use, why in _shadowed_uses(tree, text, rel):
                 yield self.finding(
                     rel,
-                    node.lineno,
-                    node.col_offset + 1,
-                    node.id,
-                    f"{why}, not the {_MEANT.get(node.id, 'time module')}: this use fails "
+                    use.lineno,
+                    use.col_offset + 1,
+                    use.id,
+                    f"{why}, not the {_MEANT.get(use.id, 'time module')}: this use fails "
                     "when it runs",
                 )
             candidates = set(_CANDIDATE.findall(text)) - _module_bound(tree)
