@@ -200,7 +200,9 @@ def _edits(
     helper before the function and the setting after the logger."""
     edits: list[tuple[cst.CSTNode, StatementEdit]] = []
     for stmt in appends:
-        arg = stmt.body[0].value.args[0].value  # type: ignore[attr-defined]
+        append = stmt.body[0]  # ``self.<queue>.append(...)``: see _append_statements
+        assert isinstance(append, cst.Expr) and isinstance(append.value, cst.Call)
+        arg = append.value.args[0].value
         if not isinstance(arg, cst.Name):
             raise AnchorError(f"self.{QUEUE}.append() of a non-name expression")
         stamp = parse_statements(_STAMP.format(**names, req=arg.value), config)
