@@ -7,9 +7,10 @@ from __future__ import annotations
 
 import ast
 from collections.abc import Iterator
+from typing import TypeGuard
 
 
-def type_checking(node: ast.stmt) -> bool:
+def type_checking(node: ast.stmt) -> TypeGuard[ast.If]:
     if not isinstance(node, ast.If):
         return False
     test = node.test
@@ -45,7 +46,7 @@ def bindings_in_force(body: list[ast.stmt]) -> dict[str, ast.stmt]:
     found: dict[str, ast.stmt] = {}
     for node in body:
         if type_checking(node):
-            found.update(bindings_in_force(node.orelse))  # type: ignore[attr-defined]
+            found.update(bindings_in_force(node.orelse))
         elif isinstance(node, ast.Try):
             tried = bindings_in_force(node.body + node.orelse)
             for handler in node.handlers:

@@ -17,7 +17,7 @@ def methods_of(cls: ast.ClassDef) -> dict[str, ast.FunctionDef]:
 def find_method(
     chain: Iterable[C],
     name: str,
-    methods: Callable[[C], Mapping[str, ast.FunctionDef]] = methods_of,  # type: ignore[assignment]
+    methods: Callable[[C], Mapping[str, ast.FunctionDef]] = methods_of,  # type: ignore[assignment]  # default fits only C=ClassDef
 ) -> tuple[C, ast.FunctionDef] | None:
     """Method ``name`` of the first class in ``chain`` that defines it, with that class.
 

@@ -294,7 +294,11 @@ class DecodeQueueModel:
         polls = self.poll_methods()
         for rel, owner, func in self._functions():
             facts = self.facts(func)
-            calls = [c for c in facts.queue_calls if c.func.attr in polls]  # type: ignore[attr-defined]
+            calls = [
+                c
+                for c in facts.queue_calls
+                if isinstance(c.func, ast.Attribute) and c.func.attr in polls
+            ]
             if not calls:
                 continue
             parents = _parents(func)
@@ -375,8 +379,8 @@ class DecodeQueueModel:
         return False
 
 
-def _before(a: ast.AST, b: ast.AST) -> bool:
-    return (a.lineno, a.col_offset) < (b.lineno, b.col_offset)  # type: ignore[attr-defined]
+def _before(a: ast.stmt | ast.expr, b: ast.stmt | ast.expr) -> bool:
+    return (a.lineno, a.col_offset) < (b.lineno, b.col_offset)
 
 
 def _guard(node: ast.AST, parents: dict[ast.AST, ast.AST]) -> ast.expr | None:

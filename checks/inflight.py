@@ -38,7 +38,9 @@ def clock_names(module: ast.Module) -> set[str]:
     return names
 
 
-def is_clock(node: ast.AST, clocks: set[str], clock_vars: set[str] = frozenset()) -> bool:  # type: ignore[assignment]
+def is_clock(
+    node: ast.AST, clocks: set[str], clock_vars: set[str] | frozenset[str] = frozenset()
+) -> bool:
     """A clock reading: ``time.monotonic()``, ``_t.time()``, ``monotonic()``, a name holding one,
     or ``x or time.monotonic()``."""
     if isinstance(node, ast.Call):

@@ -26,8 +26,9 @@ literal ``None``): the analysis follows what the code writes, not what the netwo
 from __future__ import annotations
 
 import ast
-from collections.abc import Iterator
+from collections.abc import Callable, Hashable, Iterator
 from dataclasses import dataclass, field
+from typing import TypeGuard, TypeVar
 
 from pdguard.sglang_names import (
     BASE_RECEIVER,
@@ -98,7 +99,7 @@ def _self_attr(node: ast.AST) -> str | None:
     return None
 
 
-def _is_super_call(func: ast.expr) -> bool:
+def _is_super_call(func: ast.expr) -> TypeGuard[ast.Attribute]:
     return (
         isinstance(func, ast.Attribute)
         and isinstance(func.value, ast.Call)
@@ -155,12 +156,15 @@ class State:
                      self.marked_failed)  # fmt: skip
 
 
+_T = TypeVar("_T")
+
+
 # An outcome of running statements: how control left them, the state, the returned value.
 Outcome = tuple[str, State, Val]
 
 
-def _cap(items: list, key=lambda x: x) -> list:
-    seen: dict = {}
+def _cap(items: list[_T], key: Callable[[_T], Hashable] = lambda x: x) -> list[_T]:
+    seen: dict[Hashable, _T] = {}
     for item in items:
         seen.setdefault(key(item), item)
     return list(seen.values())[:MAX_STATES]
@@ -264,7 +268,7 @@ class _Interpreter:
         if isinstance(func, ast.Attribute) and _self_attr(func) is not None:
             return [(s, v) for _, s, v in self.call_method(func.attr, state)]
         if _is_super_call(func):
-            return [(s, v) for _, s, v in self.call_method(func.attr, state, owner.name)]  # type: ignore[union-attr]
+            return [(s, v) for _, s, v in self.call_method(func.attr, state, owner.name)]
         return [(state, _UNK)]
 
     # -- conditions ------------------------------------------------------------------
@@ -279,10 +283,10 @@ class _Interpreter:
         if isinstance(node, ast.BoolOp):
             is_and = isinstance(node.op, ast.And)
             pending, yes, no = [state], [], []
-            for value in node.values:
+            for operand in node.values:
                 nxt = []
                 for st in pending:
-                    t, f = self.test(value, st, owner)
+                    t, f = self.test(operand, st, owner)
                     if is_and:
                         no += f
                         nxt += t
@@ -346,7 +350,9 @@ class _Interpreter:
         if isinstance(node, ast.Return):
             if node.value is None:
                 return [("return", state, frozenset({NONE}))]
-            out = [("return", st, v) for st, v in self.expr(node.value, state, owner)]
+            out: list[Outcome] = [
+                ("return", st, v) for st, v in self.expr(node.value, state, owner)
+            ]
             for _, st, value in out:
                 if st.expired and (value == FAILED or st.marked_failed):
                     self.effective |= st.expired
@@ -387,7 +393,7 @@ class _Interpreter:
                 out += self.block(node.orelse, st, owner) if node.orelse else [("fall", st, _UNK)]
             return out
         if isinstance(node, ast.For | ast.AsyncFor | ast.While):
-            out: list[Outcome] = [("fall", state, _UNK)]  # no iteration
+            out = [("fall", state, _UNK)]  # no iteration
             for kind, st, value in self.block(node.body, state, owner):
                 out.append(
                     ("fall", st, _UNK)
@@ -450,9 +456,9 @@ def _timeout_side(op: ast.cmpop, left: Val, right: Val) -> bool | None:
 
 def _members(node: ast.expr) -> Val | None:
     if isinstance(node, ast.Tuple | ast.List | ast.Set):
-        values = [_poll_const(e) for e in node.elts]
-        if all(values):
-            return frozenset(values)  # type: ignore[arg-type]
+        values = [v for e in node.elts if (v := _poll_const(e))]
+        if len(values) == len(node.elts):
+            return frozenset(values)
     return None
 
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 import ast
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from typing import TypeGuard
 
 from pdguard.sglang_names import (
     BASE_SENDER,
@@ -45,7 +46,7 @@ def _base_name(expr: ast.expr) -> str:
     return ast.unparse(expr)
 
 
-def is_self_attr(node: ast.AST, attr: str) -> bool:
+def is_self_attr(node: ast.AST, attr: str) -> TypeGuard[ast.Attribute]:
     """``self.<attr>``"""
     return (
         isinstance(node, ast.Attribute)
@@ -345,7 +346,7 @@ def _init_time_flag(nodes: list[ast.AST]) -> int:
 def _in_source_order(node: ast.AST) -> list[ast.AST]:
     return sorted(
         (n for n in ast.walk(node) if hasattr(n, "lineno")),
-        key=lambda n: (n.lineno, n.col_offset),  # type: ignore[attr-defined]
+        key=lambda n: (n.lineno, n.col_offset),  # type: ignore[attr-defined]  # hasattr-filtered; AST has no lineno
     )
 
 

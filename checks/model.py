@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import sys
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import ClassVar, NamedTuple
 
@@ -40,7 +40,7 @@ class Invalid:
     Fixit's ``Invalid(code, line=, column=, expected_message=)``)."""
 
     code: Example
-    expected: tuple[Expected, ...]
+    expected: Sequence[Expected | tuple[int, int, str] | tuple[int, int, str, str]]
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "expected", tuple(Expected(*e) for e in self.expected))

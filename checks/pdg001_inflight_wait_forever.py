@@ -23,7 +23,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 from .examples import CALL_HELPER, HELPER, INLINE_DEADLINE, PATCHED, STAMP_ONCE, prefill
-from .inflight import FUNCTION, QUEUE
+from .inflight import FUNCTION, QUEUE, InflightModel
 from .model import PREFILL, Finding, Invalid, Rule
 from .project import Project
 
@@ -102,7 +102,7 @@ class InflightWaitForever(Rule):
             )
 
 
-def _why(model) -> str:  # type: ignore[no-untyped-def]
+def _why(model: InflightModel) -> str:
     if not model.checks:
         return "nothing fails a request that waits too long"
     if not model.stamped_attrs():

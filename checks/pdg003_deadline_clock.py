@@ -21,7 +21,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 from .examples import CALL_HELPER, HELPER, PATCHED, STAMP_ALWAYS, STAMP_ONCE, prefill
-from .inflight import FUNCTION, QUEUE
+from .inflight import FUNCTION, QUEUE, InflightModel
 from .model import PREFILL, Finding, Invalid, Rule
 from .project import Project
 
@@ -111,5 +111,5 @@ class DeadlineClock(Rule):
                 )
 
 
-def _assigned(model) -> set[str]:  # type: ignore[no-untyped-def]
+def _assigned(model: InflightModel) -> set[str]:
     return model.assigned_attrs

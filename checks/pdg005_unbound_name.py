@@ -70,7 +70,7 @@ def _module_bound(tree: ast.Module) -> set[str]:
     while stack:
         node = stack.pop()
         if _type_checking(node):
-            stack.extend(node.orelse)  # type: ignore[attr-defined]
+            stack.extend(node.orelse)
         elif isinstance(node, ast.Import | ast.ImportFrom):
             bound |= _imported([node])
         elif isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
@@ -186,13 +186,15 @@ def _shadowed_uses(tree: ast.Module, text: str, rel: str) -> Iterator[tuple[ast.
         return
     for node in ast.walk(tree):
         if isinstance(node, ast.Name) and node.id in wrong and _used_as_module(node, parents):
-            function = _enclosing_function(node, parents)
-            if function is not None and node.id in _bindings_in_force(function.body):
+            enclosing = _enclosing_function(node, parents)
+            if enclosing is not None and node.id in _bindings_in_force(enclosing.body):
                 continue  # a local binding decides (reported above if wrong)
             yield node, wrong[node.id]
 
 
-def _enclosing_function(node: ast.AST, parents: dict[int, ast.AST]) -> ast.AST | None:
+def _enclosing_function(
+    node: ast.AST, parents: dict[int, ast.AST]
+) -> ast.FunctionDef | ast.AsyncFunctionDef | None:
     while id(node) in parents:
         node = parents[id(node)]
         if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
@@ -257,13 +259,13 @@ class UnboundName(Rule):
             if tree is None:
                 continue
             text = project.texts[rel]
-            for node, why in _shadowed_uses(tree, text, rel):
+            for use, why in _shadowed_uses(tree, text, rel):
                 yield self.finding(
                     rel,
-                    node.lineno,
-                    node.col_offset + 1,
-                    node.id,
-                    f"{why}, not the {_MEANT.get(node.id, 'time module')}: this use fails "
+                    use.lineno,
+                    use.col_offset + 1,
+                    use.id,
+                    f"{why}, not the {_MEANT.get(use.id, 'time module')}: this use fails "
                     "when it runs",
                 )
             candidates = set(_CANDIDATE.findall(text)) - _module_bound(tree)

@@ -255,7 +255,7 @@ class ReceiverWaitsForever(Rule):
                 problems.append("poll() never returns Failed")
             info = receivers.index.classes[name]
             owner = receivers.index.resolve(name, "poll")
-            node = owner.methods["poll"] if owner is info else info.node  # type: ignore[union-attr]
+            node = owner.methods["poll"] if owner is info else info.node
             yield self.finding(
                 info.rel,
                 node.lineno,

@@ -42,8 +42,10 @@ class Project:
         self._trees: dict[str, ast.Module] = {}
 
     def tree(self, rel: str) -> ast.Module | None:
-        if rel not in self.texts:
-            return None
+        return self._parsed(rel) if rel in self.texts else None
+
+    def _parsed(self, rel: str) -> ast.Module:
+        """The tree of a path in ``texts``."""
         if rel not in self._trees:
             self._trees[rel] = parse_module(self.texts[rel], rel)
         return self._trees[rel]
@@ -58,7 +60,7 @@ class Project:
         index = ClassIndex()
         for rel in sorted(self.texts):
             if any(needle in self.texts[rel] for needle in SENDER_NEEDLES):
-                index.add_module(rel, self.tree(rel), self.texts[rel])  # type: ignore[arg-type]
+                index.add_module(rel, self._parsed(rel), self.texts[rel])
         return index
 
     @cached_property
@@ -68,7 +70,7 @@ class Project:
         index = ClassIndex()
         for rel in sorted(self.texts):
             if any(needle in self.texts[rel] for needle in RECEIVER_NEEDLES):
-                index.add_module(rel, self.tree(rel), self.texts[rel])  # type: ignore[arg-type]
+                index.add_module(rel, self._parsed(rel), self.texts[rel])
         return ReceiverIndex(index)
 
     @cached_property
@@ -79,5 +81,5 @@ class Project:
             text = self.texts[rel]
             # a request's receiver, and a poll reduce or a decode queue of the scheduler
             if REQ_RECEIVER in text and any(needle in text for needle in DECODE_NEEDLES):
-                index.add_module(rel, self.tree(rel), text)  # type: ignore[arg-type]
+                index.add_module(rel, self._parsed(rel), text)
         return DecodeQueueModel(index)

@@ -3,6 +3,8 @@ never by line number or by the first textual match."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import libcst as cst
 import libcst.matchers as m
 
@@ -42,14 +44,15 @@ def find_method(
     return hits[0]
 
 
-def calls_named(node: cst.CSTNode, predicate) -> list[cst.Call]:
+def calls_named(node: cst.CSTNode, predicate: Callable[[str], bool]) -> list[cst.Call]:
     """Calls below ``node`` whose callee's last name satisfies ``predicate``."""
     found = []
-    for call in m.findall(node, m.Call()):
-        func = call.func  # type: ignore[attr-defined]
+    for match in m.findall(node, m.Call()):
+        call = cst.ensure_type(match, cst.Call)  # what m.Call() finds
+        func = call.func
         name = func.attr.value if isinstance(func, cst.Attribute) else getattr(func, "value", None)
         if isinstance(name, str) and predicate(name):
-            found.append(call)  # type: ignore[arg-type]
+            found.append(call)
     return found
 
 

@@ -38,6 +38,7 @@ from pdguard.sglang_names import INFLIGHT_TIMEOUT_ENV as ENV_VAR
 from .anchors import AnchorError, calls_named, find_method, marker
 from .command import SourceCodemod
 from .insertion import (
+    Statement,
     StatementEdit,
     apply_edits,
     enclosing_statement,
@@ -229,7 +230,7 @@ def _edits(
 
 def _stamp_for(
     config: cst.PartialParserConfig, names: dict[str, str], entry: Entry
-) -> list[cst.BaseStatement]:
+) -> list[Statement]:
     """The stamp before an entry: on the one request it adds, or on each of the requests of
     a named list (``extend(reqs)``, ``+= batch.reqs``); anything else cannot be stamped
     without evaluating it twice."""

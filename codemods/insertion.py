@@ -2,20 +2,25 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from typing import TypeVar, cast
 
 import libcst as cst
 
 _KEEP = object()
+_NodeT = TypeVar("_NodeT", bound=cst.CSTNode)
+
+# A statement of a body (what ``cst.Module.body`` holds; both kinds have ``leading_lines``).
+Statement = cst.SimpleStatementLine | cst.BaseCompoundStatement
 
 
 @dataclass
 class StatementEdit:
     """What happens around (and to) one anchor statement."""
 
-    before: list[cst.BaseStatement] = field(default_factory=list)
-    after: list[cst.BaseStatement] = field(default_factory=list)
+    before: list[Statement] = field(default_factory=list)
+    after: list[Statement] = field(default_factory=list)
     # The anchor's replacement (None removes it); by default the anchor stays.
     replacement: object = _KEEP
 
@@ -67,11 +72,14 @@ class _ApplyEdits(cst.CSTTransformer):
         # Anchors are statements: no need to walk into expressions or simple statements.
         return not isinstance(node, cst.BaseExpression | cst.SimpleStatementLine)
 
-    def on_leave(self, original_node, updated_node):  # type: ignore[no-untyped-def]
-        if isinstance(updated_node, cst.IndentedBlock | cst.Module):
+    def on_leave(self, original_node: _NodeT, updated_node: _NodeT) -> _NodeT:
+        if isinstance(original_node, cst.IndentedBlock | cst.Module) and isinstance(
+            updated_node, cst.IndentedBlock | cst.Module
+        ):
             body = self._rewrite(original_node.body, updated_node.body)
             if body is not None:
-                return updated_node.with_changes(body=body)
+                # the same node type (isinstance on a union loses the TypeVar)
+                return cast(_NodeT, updated_node.with_changes(body=body))
         return updated_node
 
 
@@ -92,13 +100,13 @@ def apply_edits(tree: cst.Module, edits: Sequence[tuple[cst.CSTNode, StatementEd
     missing = set(by_id) - transformer.applied
     if missing:
         raise ValueError(f"{len(missing)} anchor statement(s) not found in the tree")
-    return result  # type: ignore[return-value]
+    return result
 
 
-def parse_statements(code: str, config: cst.PartialParserConfig) -> list[cst.BaseStatement]:
+def parse_statements(code: str, config: cst.PartialParserConfig) -> list[Statement]:
     """Statements of ``code`` (written with ``\\n``), in the target's line endings, keeping
     comment lines above the first one (a plain parse would make them the module's header)."""
-    newline = config.default_newline or "\n"
+    newline = config.default_newline if isinstance(config.default_newline, str) else "\n"
     code = f"pass\n{code}".replace("\n", newline)
     return list(cst.parse_module(code, config=config).body[1:])
 
@@ -107,7 +115,9 @@ def parse_method(code: str, config: cst.PartialParserConfig) -> cst.FunctionDef:
     """A method written at class-body indentation (so docstrings keep their indentation)."""
     cls = parse_statements(f"class _:\n{code}", config)[0]
     assert isinstance(cls, cst.ClassDef)
-    return cls.body.body[0]  # type: ignore[return-value]
+    method = cls.body.body[0]
+    assert isinstance(method, cst.FunctionDef)
+    return method
 
 
 class _StatementOf(cst.CSTVisitor):
@@ -124,7 +134,7 @@ class _StatementOf(cst.CSTVisitor):
             self.found = self.stack[-1]
             return False
         if isinstance(node, cst.SimpleStatementLine | cst.BaseCompoundStatement):
-            self.stack.append(node)  # type: ignore[arg-type]
+            self.stack.append(node)
         return True
 
     def on_leave(self, original_node: cst.CSTNode) -> None:
@@ -133,7 +143,7 @@ class _StatementOf(cst.CSTVisitor):
 
 
 class _Statements(cst.CSTVisitor):
-    def __init__(self, predicate) -> None:  # type: ignore[no-untyped-def]
+    def __init__(self, predicate: Callable[[cst.SimpleStatementLine], bool]) -> None:
         super().__init__()
         self.predicate = predicate
         self.found: list[cst.SimpleStatementLine] = []
@@ -146,7 +156,9 @@ class _Statements(cst.CSTVisitor):
         return not isinstance(node, cst.BaseExpression)
 
 
-def simple_statements(scope: cst.CSTNode, predicate) -> list[cst.SimpleStatementLine]:  # type: ignore[no-untyped-def]
+def simple_statements(
+    scope: cst.CSTNode, predicate: Callable[[cst.SimpleStatementLine], bool]
+) -> list[cst.SimpleStatementLine]:
     """The simple statement lines below ``scope`` for which ``predicate`` holds (expressions
     are not walked into: fast on large modules)."""
     finder = _Statements(predicate)

@@ -27,6 +27,7 @@ from pdguard.checks.bindings import bindings_in_force, imported_as
 
 from .anchors import AnchorError
 from .command import SourceCodemod
+from .insertion import Statement
 
 DEFAULT_ISORT_CONFIG = isort.Config(profile="black", known_first_party=frozenset({"sglang"}))
 
@@ -64,9 +65,8 @@ def _dotted(node: cst.BaseExpression) -> str:
 def _import_statements(stmt: cst.CSTNode) -> list[cst.Import | cst.ImportFrom] | None:
     if not isinstance(stmt, cst.SimpleStatementLine):
         return None
-    if all(isinstance(s, cst.Import | cst.ImportFrom) for s in stmt.body):
-        return list(stmt.body)  # type: ignore[arg-type]
-    return None
+    imports = [s for s in stmt.body if isinstance(s, cst.Import | cst.ImportFrom)]
+    return imports if len(imports) == len(stmt.body) else None
 
 
 def _is_docstring(stmt: cst.CSTNode) -> bool:
@@ -90,6 +90,12 @@ def leading_import_block(module: cst.Module) -> list[int]:
     return indices
 
 
+def _import_line(stmt: Statement) -> cst.SimpleStatementLine:
+    """A statement of the leading import block (``leading_import_block`` keeps only these)."""
+    assert isinstance(stmt, cst.SimpleStatementLine)
+    return stmt
+
+
 def _module_of(stmt: cst.SimpleStatementLine) -> str:
     first = stmt.body[0]
     if isinstance(first, cst.Import):
@@ -109,7 +115,7 @@ def top_level_bindings(module: cst.Module) -> dict[str, tuple[str, str | None]]:
                 for alias in imp.names:
                     dotted = _dotted(alias.name)
                     if alias.asname is not None:
-                        bound[_dotted(alias.asname.name)] = (dotted, None)  # type: ignore[arg-type]
+                        bound[_dotted(alias.asname.name)] = (dotted, None)
                     else:
                         bound[dotted.split(".")[0]] = (dotted.split(".")[0], None)
             elif (
@@ -119,7 +125,7 @@ def top_level_bindings(module: cst.Module) -> dict[str, tuple[str, str | None]]:
             ):
                 for alias in imp.names:
                     local = alias.asname.name if alias.asname else alias.name
-                    bound[_dotted(local)] = (_dotted(imp.module), _dotted(alias.name))  # type: ignore[arg-type]
+                    bound[_dotted(local)] = (_dotted(imp.module), _dotted(alias.name))
     return bound
 
 
@@ -197,15 +203,15 @@ def _already_bound(tree: cst.Module, request: ImportRequest) -> bool:
     return top_level_bindings(tree).get(request.local) == wanted
 
 
-def _from_import_of(body: Sequence[cst.BaseStatement], block: list[int], module: str) -> int | None:
+def _from_import_of(body: Sequence[Statement], block: list[int], module: str) -> int | None:
     """The index of the first ``from <module> import ...`` statement of the block to merge a name
     into (absolute, not ``*``, alone on its line)."""
     for index in block:
-        stmt = body[index]
-        first = stmt.body[0]  # type: ignore[attr-defined]
+        stmt = _import_line(body[index])
+        first = stmt.body[0]
         if (
             isinstance(first, cst.ImportFrom)
-            and len(stmt.body) == 1  # type: ignore[attr-defined]
+            and len(stmt.body) == 1
             and not first.relative
             and first.module is not None
             and _dotted(first.module) == module
@@ -260,11 +266,11 @@ class AddIsortedImports(SourceCodemod):
         if request.name is not None and request.asname is None:
             index = _from_import_of(body, block, request.module)
             if index is not None:
-                body[index] = self._merge(body[index], request.name)  # type: ignore[arg-type]
+                body[index] = self._merge(_import_line(body[index]), request.name)
                 return tree.with_changes(body=body)
         new_stmt = cst.parse_statement(request.line)
         section = isort.place_module(request.module, config=self.config)
-        same = [i for i in block if self._section_of(body[i]) == section]  # type: ignore[arg-type]
+        same = [i for i in block if self._section_of(_import_line(body[i])) == section]
         if same:
             self._insert_in_section(body, same, request.line, new_stmt)
         else:
@@ -275,13 +281,13 @@ class AddIsortedImports(SourceCodemod):
         return isort.place_module(_module_of(stmt), config=self.config)
 
     def _insert_in_section(
-        self, body: list[cst.BaseStatement], same: list[int], line: str, new_stmt: cst.BaseStatement
+        self, body: list[Statement], same: list[int], line: str, new_stmt: Statement
     ) -> None:
         """Insert ``new_stmt`` (``line``) into ``body`` among the statements of its own section
         (indices ``same``), before the first one isort sorts after it."""
         after = None
         for i in same:
-            if _sorts_before(line, body[i], self.config):  # type: ignore[arg-type]
+            if _sorts_before(line, _import_line(body[i]), self.config):
                 break
             after = i
         if after is not None:
@@ -293,18 +299,16 @@ class AddIsortedImports(SourceCodemod):
 
     def _insert_new_section(
         self,
-        body: list[cst.BaseStatement],
+        body: list[Statement],
         block: list[int],
         section: str,
-        new_stmt: cst.BaseStatement,
+        new_stmt: Statement,
     ) -> None:
         """Insert ``new_stmt`` into ``body`` as a section of its own: after the sections isort
         puts before it, before the ones after it."""
         rank = {name: i for i, name in enumerate(self.config.sections)}
         earlier = [
-            i
-            for i in block
-            if rank.get(self._section_of(body[i]), 0) < rank[section]  # type: ignore[arg-type]
+            i for i in block if rank.get(self._section_of(_import_line(body[i])), 0) < rank[section]
         ]
         later = [i for i in block if i not in earlier]
         if later and (not earlier or later[0] > earlier[-1]):
@@ -322,7 +326,7 @@ class AddIsortedImports(SourceCodemod):
                 )
         body.insert(at, new_stmt.with_changes(leading_lines=lead))
 
-    def _merge(self, stmt: cst.SimpleStatementLine, name: str) -> cst.SimpleStatementLine:
+    def _merge(self, stmt: cst.SimpleStatementLine, name: str) -> Statement:
         imp = stmt.body[0]
         assert isinstance(imp, cst.ImportFrom) and not isinstance(imp.names, cst.ImportStar)
         names = [cst.ImportAlias(name=alias.name, asname=alias.asname) for alias in imp.names]

@@ -20,7 +20,8 @@ Every inserted piece carries the marker comment ``# pdguard: sender-bootstrap-ti
 from __future__ import annotations
 
 import argparse
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from typing import TypeVar
 
 import isort
 import libcst as cst
@@ -32,7 +33,7 @@ from pdguard.sglang_names import MANAGER_CHECK_STATUS, MANAGER_UPDATE_STATUS, SE
 
 from .anchors import AnchorError, calls_named, find_method, marker
 from .command import SourceCodemod
-from .insertion import StatementEdit, apply_edits, parse_statements
+from .insertion import Statement, StatementEdit, apply_edits, parse_statements
 from .isort_imports import DEFAULT_ISORT_CONFIG, AddIsortedImports, ImportRequest, spelling
 
 _INIT_TIME = """\
@@ -112,9 +113,11 @@ def _sets_init_time_to_none(stmt: cst.CSTNode) -> bool:
 
 def _check_status_returns(poll: cst.FunctionDef) -> list[cst.SimpleStatementLine]:
     return [
-        stmt  # type: ignore[misc]
+        stmt
         for stmt in m.findall(poll, m.SimpleStatementLine(body=[m.Return()]))
-        if _is_check_status(stmt.body[0].value)  # type: ignore[attr-defined]
+        if isinstance(stmt, cst.SimpleStatementLine)
+        and isinstance(stmt.body[0], cst.Return)
+        and _is_check_status(stmt.body[0].value)
     ]
 
 
@@ -216,9 +219,11 @@ class SenderBootstrapTimeout(SourceCodemod):
         assigned = [
             stmt
             for stmt in m.findall(poll, m.SimpleStatementLine(body=[m.Assign()]))
-            if _is_check_status(stmt.body[0].value)  # type: ignore[attr-defined]
-            and len(stmt.body[0].targets) == 1  # type: ignore[attr-defined]
-            and isinstance(stmt.body[0].targets[0].target, cst.Name)  # type: ignore[attr-defined]
+            if isinstance(stmt, cst.SimpleStatementLine)
+            and isinstance(stmt.body[0], cst.Assign)
+            and _is_check_status(stmt.body[0].value)
+            and len(stmt.body[0].targets) == 1
+            and isinstance(stmt.body[0].targets[0].target, cst.Name)
         ]
         returned = _check_status_returns(poll)
         if len(assigned) + len(returned) != 1:
@@ -228,21 +233,25 @@ class SenderBootstrapTimeout(SourceCodemod):
             )
         if assigned:
             stmt = assigned[0]
-            status = stmt.body[0].targets[0].target.value  # type: ignore[attr-defined]
+            assign = stmt.body[0]
+            assert isinstance(assign, cst.Assign) and isinstance(assign.targets[0].target, cst.Name)
+            status = assign.targets[0].target.value
             return stmt, StatementEdit(after=self._check(status, config))
         stmt = returned[0]
-        call = cst.Module(body=[]).code_for_node(stmt.body[0].value)  # type: ignore[attr-defined]
+        ret = stmt.body[0]
+        assert isinstance(ret, cst.Return) and ret.value is not None
+        call = cst.Module(body=[]).code_for_node(ret.value)
         before = [
             *parse_statements(f"status = {call}\n", config),
             *self._check("status", config),
         ]
         new_return = stmt.with_changes(
-            body=[stmt.body[0].with_changes(value=cst.Name("status"))],  # type: ignore[attr-defined]
+            body=[ret.with_changes(value=cst.Name("status"))],
             leading_lines=[],
         )
         return stmt, StatementEdit(before=before, replacement=new_return)
 
-    def _check(self, status: str, config: cst.PartialParserConfig) -> list[cst.BaseStatement]:
+    def _check(self, status: str, config: cst.PartialParserConfig) -> list[Statement]:
         if self.check_style == "helper":
             code = _HELPER_CHECK.format(marker=marker(FIX), status=status)
         else:
@@ -256,5 +265,8 @@ class SenderBootstrapTimeout(SourceCodemod):
         return parse_statements(code, config)
 
 
-def _first(body, predicate):  # type: ignore[no-untyped-def]
+_T = TypeVar("_T")
+
+
+def _first(body: Sequence[_T], predicate: Callable[[_T], bool]) -> _T | None:
     return next((stmt for stmt in body if predicate(stmt)), None)

@@ -9,6 +9,7 @@ import os
 import sys
 import traceback
 from collections.abc import Sequence
+from typing import NoReturn
 
 from . import __version__
 from .commands import COMMANDS
@@ -49,7 +50,7 @@ exit codes (every command):
 
 
 class _Parser(argparse.ArgumentParser):
-    def error(self, message: str) -> None:  # type: ignore[override]
+    def error(self, message: str) -> NoReturn:
         self.exit(EXIT_ERROR, f"{self.prog}: error: {message}\n")
 
 

@@ -5,6 +5,7 @@ HEAD, the index, the working tree and the stash of the repository are never touc
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
 from pathlib import PurePosixPath
 
@@ -50,11 +51,8 @@ class GitTree(SourceTree):
         if not isinstance(top, git.Tree):
             return []
         start = len(self.prefix)
-        return sorted(
-            item.path[start:]
-            for item in top.traverse()
-            if isinstance(item, git.Blob) and item.path.endswith(".py")
-        )
+        paths = (os.fspath(item.path) for item in top.traverse() if isinstance(item, git.Blob))
+        return sorted(path[start:] for path in paths if path.endswith(".py"))
 
     def config_files(self, rel: str) -> Iterator[tuple[str, bytes]]:
         """From ``rel``'s directory up to the repository root, nearest first."""

@@ -99,8 +99,9 @@ def parse(text: str, known: Collection[str]) -> Suppressions:
         if warning is not None:
             found.warnings.append(SuppressionWarning(line, col + 1, warning))
             continue
-        if codes is None or found.by_line.get(line, frozenset()) is None:
+        current = found.by_line.get(line, frozenset())
+        if codes is None or current is None:
             found.by_line[line] = None
         else:
-            found.by_line[line] = found.by_line.get(line, frozenset()) | codes
+            found.by_line[line] = current | codes
     return found

@@ -61,7 +61,7 @@ from .errors import WriteError
 try:
     import fcntl
 except ImportError:  # pragma: no cover - not POSIX
-    fcntl = None  # type: ignore[assignment]
+    fcntl = None  # type: ignore[assignment]  # no module: locking is skipped
 
 log = logging.getLogger(__name__)
 

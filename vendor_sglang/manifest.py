@@ -51,7 +51,7 @@ def _parse_release(index: int, table: dict[str, object]) -> Release:
     for name, kind in fields.items():
         if not isinstance(table.get(name), kind):
             raise ManifestError(f"{where}: {name!r} must be a {kind.__name__}")
-    release = Release(**table)  # type: ignore[arg-type]
+    release = Release(**table)  # type: ignore[arg-type]  # field types checked just above
     if not _SHA256_RE.fullmatch(release.sha256):
         raise ManifestError(f"{where}: sha256 must be 64 lowercase hex digits")
     prefix = f"sglang-{release.version}-"

@@ -7,9 +7,10 @@ import argparse
 import json
 import os
 import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 from urllib.parse import quote
 
 from pdguard import HOMEPAGE, __version__, checks
@@ -22,6 +23,9 @@ from ..source_file import SourceFile
 from ..tree import PREFILL_PATH, DirectoryTree, SourceTree, open_tree
 from .base import EXIT_CHANGES, EXIT_OK, add_format
 from .base import github_escape as _escape
+
+if TYPE_CHECKING:
+    from ..simulate import SimulationReport
 
 NAME = "check"
 HELP = "prove that every non-terminal poll path has a timeout"
@@ -149,6 +153,7 @@ def trees_for(paths: Sequence[str]) -> list[SourceTree]:
     """The SGLang trees to check: a tree for each directory argument, and the tree around each
     file argument (as pre-commit passes them). Files outside any SGLang tree are skipped."""
     trees: dict[Path, SourceTree] = {}
+    tree: DirectoryTree | None
     for arg in paths:
         path = Path(arg)
         if path.is_dir():
@@ -178,7 +183,7 @@ SARIF_SCHEMA = "https://json.schemastore.org/sarif-2.1.0.json"
 HELP_URI = f"{HOMEPAGE}#rules"
 
 
-def _rows(results: Sequence[CheckResult]):  # type: ignore[no-untyped-def]
+def _rows(results: Sequence[CheckResult]) -> Iterator[tuple[str, Finding]]:
     for result in results:
         for finding in result.findings:
             yield result.display_path(finding), finding
@@ -325,18 +330,18 @@ def run(args: argparse.Namespace) -> int:
     return EXIT_CHANGES if failed else EXIT_OK
 
 
-def _with_simulation_json(output: str, simulations: Sequence[object]) -> str:
+def _with_simulation_json(output: str, simulations: Sequence[SimulationReport]) -> str:
     from . import simulate
 
     payload = json.loads(output)
-    payload["simulation"] = [json.loads(simulate.as_json(s)) for s in simulations]  # type: ignore[arg-type]
+    payload["simulation"] = [json.loads(simulate.as_json(s)) for s in simulations]
     return json.dumps(payload, indent=2)
 
 
-def _with_simulation_text(output: str, simulations: Sequence[object]) -> str:
+def _with_simulation_text(output: str, simulations: Sequence[SimulationReport]) -> str:
     from . import simulate
 
-    return "\n\n".join([output, *(simulate.text(s) for s in simulations)])  # type: ignore[arg-type]
+    return "\n\n".join([output, *(simulate.text(s) for s in simulations)])
 
 
 # ``check --simulate``: the check report with the simulation's joined in, by format.

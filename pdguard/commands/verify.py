@@ -16,7 +16,7 @@ import fnmatch
 import json
 import os
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING
 
@@ -28,6 +28,8 @@ from ..fixes import FIXES, Fix, Status
 from ..tree import SourceTree
 
 if TYPE_CHECKING:
+    from concurrent.futures import Future
+
     from ..workspace import Workspace
 from .base import EXIT_CHANGES, EXIT_OK, add_format, github_escape, positive
 from .check import check_tree, finding_json
@@ -211,7 +213,7 @@ def _ignore_ctrl_c() -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)
 
 
-def _as_completed(futures):  # type: ignore[no-untyped-def]
+def _as_completed(futures: Iterable[Future[RefReport]]) -> Iterator[Future[RefReport]]:
     from concurrent.futures import as_completed
 
     return as_completed(futures)

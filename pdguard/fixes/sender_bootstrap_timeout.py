@@ -194,7 +194,7 @@ class SenderBootstrapTimeoutFix(Fix):
 
         edit.check_style = "inline"
         manager = index.manager_of(facts.name)
-        edit.record_failure = bool(manager) and index.manager_has(manager, MANAGER_RECORD_FAILURE)
+        edit.record_failure = bool(manager and index.manager_has(manager, MANAGER_RECORD_FAILURE))
         attr = index.manager_timeout_attr(manager) if manager else None
         if attr is not None:
             edit.timeout = f"self.kv_mgr.{attr}"

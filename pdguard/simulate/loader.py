@@ -102,8 +102,8 @@ class Target:
             }
             for name, key in plan.standins.items():
                 namespace[name] = standin(key)
-            for name, (rel, cls) in plan.foreign.items():
-                namespace[name] = namespaces[rel][cls]
+            for name, (rel, class_name) in plan.foreign.items():
+                namespace[name] = namespaces[rel][class_name]
             assert plan.code is not None
             try:
                 exec(plan.code, namespace)
@@ -367,7 +367,7 @@ def _compile_module(plan: _ModulePlan) -> CodeType:
                 keywords=[],
                 body=members or [ast.Pass()],
                 decorator_list=[],
-                type_params=[],
+                type_params=[],  # type: ignore[call-arg]  # 3.12+ needs it; 3.11 has none
             )
         )
     module = ast.fix_missing_locations(ast.Module(body=body, type_ignores=[]))

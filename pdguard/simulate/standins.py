@@ -21,7 +21,7 @@ import array
 import http
 import sys
 import threading
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any, Protocol
 
 from .. import sglang_names as names
@@ -30,7 +30,7 @@ from .spec import RequestSpec
 EPOCH = 1_700_000_000.0  # what time.time() reads at simulated second 0
 MONOTONIC_BASE = 50_000.0  # what time.monotonic() reads at simulated second 0
 FAKE_BOOTSTRAP_HOST = "2.2.2.2"
-ENV_DEFAULTS: dict[str, object] = {  # environ.py defaults for envs.X.get()
+ENV_DEFAULTS: dict[str, bool | int | float | str] = {  # environ.py defaults for envs.X.get()
     names.BOOTSTRAP_TIMEOUT_ENV: 300,
     names.WAITING_TIMEOUT_ENV: 300,
     "SGLANG_DISAGGREGATION_FORCE_QUERY_PREFILL_DP_RANK": False,
@@ -94,7 +94,7 @@ class Inert:
     def __bool__(self) -> bool:
         return False
 
-    def __iter__(self):  # type: ignore[no-untyped-def]
+    def __iter__(self) -> Iterator[Any]:
         return iter(())
 
     def __len__(self) -> int:
@@ -670,7 +670,9 @@ def prefill_batch(reqs: list[SimReq]) -> tuple[Config, Config]:
 
 
 def _prepare_abort(ctx: Context) -> Callable[..., None]:
-    def prepare_abort(req: SimReq, error_message: str, status_code: object = None, **_: object):
+    def prepare_abort(
+        req: SimReq, error_message: str, status_code: object = None, **_: object
+    ) -> None:
         req.finished_reason = FINISH_ABORT(error_message, status_code)
         ctx.record("abort", req, error_message)
 
@@ -681,7 +683,9 @@ def release_kv_cache(req: SimReq, tree_cache: TreeCache, *_: object, **__: objec
     tree_cache.cache_finished_req(req)
 
 
-def maybe_cache_unfinished_req(req: SimReq, tree_cache: TreeCache, *_: object, **__: object):
+def maybe_cache_unfinished_req(
+    req: SimReq, tree_cache: TreeCache, *_: object, **__: object
+) -> None:
     tree_cache.cache_unfinished_req(req)
 
 
@@ -704,7 +708,10 @@ def _identity_decorator(*_: object, **__: object) -> Callable[[Any], Any]:
 
 
 def _get_int_env_var(ctx: Context) -> Callable[[str, int], int]:
-    return lambda name, default=0: int(ctx.env.get(name, default))
+    def get_int_env_var(name: str, default: int = 0) -> int:
+        return int(ctx.env.get(name, default))
+
+    return get_int_env_var
 
 
 class Unavailable:

@@ -148,10 +148,13 @@ class Rank:
         self.cp_group = Group(index, None)
         self.built = target.build(standins.for_rank(self))
         allocator = MetadataAllocator()
-        scheduler_cls = type("Scheduler", (self.built.mixin, SchedulerStandIn), {})
+        scheduler_cls: type[SchedulerStandIn] = type(
+            "Scheduler", (self.built.mixin, SchedulerStandIn), {}
+        )
         self.scheduler: Any = scheduler_cls.__new__(scheduler_cls)
         self.scheduler.sim_init(self, allocator)
-        queue_cls = type(
+        # the target's queue class first: its ``add`` is not one mypy can know
+        queue_cls: Any = type(
             "PrefillBootstrapQueue", (self.built.bootstrap_queue, BootstrapQueueStandIn), {}
         )
         self.queue: Any = queue_cls.__new__(queue_cls)
@@ -175,7 +178,7 @@ class Rank:
         self.events.append(Event(self.world.step, self.world.time, self.rank, kind, rid, detail))
 
     def new_sender(self, *args: Any, **kwargs: Any) -> object:
-        room = kwargs.get("bootstrap_room", args[2] if len(args) > 2 else None)
+        room = kwargs["bootstrap_room"] if "bootstrap_room" in kwargs else args[2]
         spec = self.world.by_room[room]
         if spec.nixl:
             if self.built.nixl_sender is None:
