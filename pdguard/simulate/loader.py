@@ -411,7 +411,7 @@ class _Loader:
                     verdict = passalong.Uses(_loaded_nodes(plan)).name(name)
                     if not verdict.passes_along:
                         where = f"{self.tree.display(plan.rel)}:{verdict.line}"
-                        origin = imports.get(name, [None])[0]
+                        origin = _import_origin(plan.module, name)
                         came = f"imported from {origin}; " if origin else ""
                         raise LoadError(
                             f"{where}: cannot load: {name} is needed by {user} and has no "
@@ -614,6 +614,18 @@ def _module_assignments(module: ast.Module) -> dict[str, list[ast.stmt]]:
             if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store):
                 bound.setdefault(node.id, []).append(stmt)
     return bound
+
+
+def _import_origin(module: ast.Module, name: str) -> str | None:
+    """``<module> at line <n>`` of the module-level import that binds ``name``."""
+    for node in _walk_module_level(module):
+        if isinstance(node, ast.Import | ast.ImportFrom):
+            for alias in node.names:
+                if (alias.asname or alias.name.split(".")[0]) == name:
+                    source = alias.name if isinstance(node, ast.Import) else _import_text(node)
+                    source = source.split(" from ")[-1]
+                    return f"{source} at line {node.lineno}"
+    return None
 
 
 def _import_text(stmt: ast.Import | ast.ImportFrom) -> str:

@@ -126,22 +126,29 @@ class Uses:
         ]
         return self._judge(attr, uses)
 
-    def name(self, name: str, within: ast.AST | None = None) -> Verdict:
-        """The global (or, ``within`` a function, the local) ``name`` read in the code."""
+    def name(self, name: str, within: ast.AST | None = None, *, named: bool = True) -> Verdict:
+        """The global (or, ``within`` a function, the local) ``name`` read in the code;
+        ``named=False``: a local that holds a recorder already, whatever its name."""
+        return self._judge(name, self._reads(name, within), named=named)
+
+    def _reads(self, name: str, within: ast.AST | None) -> list[ast.Name]:
         roots = [within] if within is not None else self.roots
-        uses = [
+        return [
             n
             for root in roots
             for n in ast.walk(root)
             if isinstance(n, ast.Name) and n.id == name and isinstance(n.ctx, ast.Load)
         ]
-        return self._judge(name, uses)
 
     def _judge(
-        self, name: str, uses: Sequence[ast.expr], seen: frozenset[str] = frozenset()
+        self,
+        name: str,
+        uses: Sequence[ast.expr],
+        seen: frozenset[str] = frozenset(),
+        named: bool = True,
     ) -> Verdict:
         first = min((u.lineno for u in uses), default=0)
-        if not is_telemetry_name(name):
+        if named and not is_telemetry_name(name):
             return Verdict(False, first, NOT_TELEMETRY)
         for use in sorted(uses, key=lambda u: (u.lineno, u.col_offset)):
             why = self._passed_along(use, seen | {name})
@@ -183,9 +190,8 @@ class Uses:
             if isinstance(target, ast.Name):
                 if target.id in seen:
                     return None
-                function = self._function_of(parent)
-                verdict = self.name(target.id, within=function) if function else None
-                if verdict is not None and verdict.passes_along:
+                reads = self._reads(target.id, self._function_of(parent))
+                if self._judge(target.id, reads, seen, named=False).passes_along:
                     return None
             return f"its value is bound by `with ... as` and used at line {line}"
         if isinstance(parent, ast.FormattedValue):
