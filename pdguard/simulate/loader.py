@@ -208,13 +208,7 @@ def _attribute_verdicts(loader: _Loader) -> dict[str, passalong.Verdict]:
     """Every attribute the loaded code reads -> may it get a Recorder (``passalong``)?"""
     code = [node for rel in loader.order for node in _loaded_nodes(loader.modules[rel])]
     uses = passalong.Uses(code)
-    read = {
-        node.attr
-        for root in code
-        for node in ast.walk(root)
-        if isinstance(node, ast.Attribute) and isinstance(node.ctx, ast.Load)
-    }
-    return {attr: uses.attribute(attr) for attr in sorted(read)}
+    return {attr: uses.attribute(attr) for attr in uses.attributes_read()}
 
 
 def _loaded_nodes(plan: _ModulePlan) -> list[ast.AST]:
@@ -429,6 +423,8 @@ class _Loader:
         a LoadError naming the module and the line. The import itself never runs."""
         for cls in plan.classes:
             for function in _methods_of(cls):
+                if not any(isinstance(n, ast.Import | ast.ImportFrom) for n in ast.walk(function)):
+                    continue
                 uses = passalong.Uses([function])
                 for holder in ast.walk(function):
                     for field_name in ("body", "orelse", "finalbody", "handlers"):

@@ -111,20 +111,21 @@ class Uses:
     def __init__(self, nodes: Iterable[ast.AST]) -> None:
         self.parents: dict[ast.AST, ast.AST] = {}
         self.roots = list(nodes)
+        self._attributes: dict[str, list[ast.Attribute]] = {}
         for root in self.roots:
             for parent in ast.walk(root):
                 for child in ast.iter_child_nodes(parent):
                     self.parents[child] = parent
+                if isinstance(parent, ast.Attribute) and isinstance(parent.ctx, ast.Load):
+                    self._attributes.setdefault(parent.attr, []).append(parent)
 
     def attribute(self, attr: str) -> Verdict:
         """``<anything>.attr`` read anywhere in the code."""
-        uses = [
-            n
-            for root in self.roots
-            for n in ast.walk(root)
-            if isinstance(n, ast.Attribute) and n.attr == attr and isinstance(n.ctx, ast.Load)
-        ]
-        return self._judge(attr, uses)
+        return self._judge(attr, self._attributes.get(attr, []))
+
+    def attributes_read(self) -> list[str]:
+        """Every attribute the code reads."""
+        return sorted(self._attributes)
 
     def name(self, name: str, within: ast.AST | None = None, *, named: bool = True) -> Verdict:
         """The global (or, ``within`` a function, the local) ``name`` read in the code;
