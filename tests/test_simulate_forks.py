@@ -297,6 +297,23 @@ def test_a_function_level_import_with_a_stand_in_runs_without_importing(tmp_path
     assert report.rows[0].verdict == "pass"
 
 
+def test_pass_along_reads_of_configuration_and_batches_get_recorders(tmp_path: Path) -> None:
+    """Recorders reach every strict stand-in: the scheduler's server_args, the batch."""
+    head = "        for req in batch.reqs:\n            self.tree_cache.cache_unfinished_req(req)\n"
+    assert head in TOY_PREFILL
+    text = TOY_PREFILL.replace(
+        head,
+        "        if self.server_args.enable_fork_tracing:\n"
+        "            self.fork_tracer.event(batch.fork_stats, result.logprob_stats)\n" + head,
+    )
+    report = simulate.run(open_tree(_toy(tmp_path, text)), names=["healthy-traffic"])
+    assert report.rows[0].verdict == "pass"
+    attributes = report.loaded["pass_along_attributes"]
+    assert {"enable_fork_tracing", "fork_tracer", "fork_stats", "logprob_stats"} <= set(
+        attributes  # type: ignore[arg-type]
+    )
+
+
 def test_dunder_import_in_the_target_exits_2(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -314,6 +331,26 @@ def test_a_stand_in_called_in_a_way_it_does_not_model_exits_2(
     assert main(["simulate", str(root), "--scenario", "healthy-traffic"]) == 2
     error = _error(capsys)
     assert "a stand-in does not take this call" in error and "prepare_abort" in error
+
+
+@pytest.mark.parametrize(
+    "block, says",
+    [
+        ("req.disagg_kv_sender.fork_only_method()", "no attribute 'fork_only_method'"),
+        ("time.fork_clock()", "no attribute 'fork_clock'"),
+        ("list(self.tree_cache)", "'TreeCache' object is not iterable"),
+    ],
+)
+def test_a_stand_in_used_in_a_way_it_does_not_model_exits_2(
+    block: str, says: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    text = _toy_loop(block).replace("import logging\n", "import logging\nimport time\n")
+    root = _toy(tmp_path, text)
+    assert main(["simulate", str(root), "--scenario", "healthy-traffic"]) == 2
+    error = _error(capsys)
+    line = _line_of(root / PREFILL_PATH, block)
+    assert f"{root / PREFILL_PATH}:{line}: cannot run in {INFLIGHT_FUNCTION}: " in error
+    assert "a stand-in does not model this" in error and says in error
 
 
 def test_an_error_of_the_target_itself_is_still_a_fail_row(tmp_path: Path) -> None:

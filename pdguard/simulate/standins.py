@@ -361,6 +361,9 @@ class SimLogger:
     def error(self, message: object, *args: object, **_: object) -> None:
         self._log("error", message, *args)
 
+    def log(self, level: object, message: object, *args: object, **_: object) -> None:
+        self._log(str(level), message, *args)
+
     exception = critical = error
     warning_once = warning
     info_once = info

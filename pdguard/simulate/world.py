@@ -154,15 +154,13 @@ class Rank:
         allocator = MetadataAllocator()
         scheduler_cls = type("Scheduler", (self.built.mixin, SchedulerStandIn), {})
         self.scheduler: Any = scheduler_cls.__new__(scheduler_cls)
-        self.scheduler._recorders = self.recorders
         self.scheduler.sim_init(self, allocator)
         queue_cls = type(
             "PrefillBootstrapQueue", (self.built.bootstrap_queue, BootstrapQueueStandIn), {}
         )
         self.queue: Any = queue_cls.__new__(queue_cls)
-        self.queue._recorders = self.recorders
         self.queue.sim_init(self, self.scheduler, allocator)
-        self.queue.kv_manager._recorders = self.recorders
+        _give_recorders(self.recorders, self.scheduler, self.queue)
         self.scheduler.disagg_prefill_bootstrap_queue = self.queue
         self._add_takes_heads = len(inspect.signature(queue_cls.add).parameters) > 2
         self.arrivals = sorted(config.requests, key=lambda s: s.arrival)
@@ -217,6 +215,7 @@ class Rank:
         if done:
             self.prefilling = [(at, req) for at, req in self.prefilling if at > now + EPS]
             batch, result = standins.prefill_batch(done)
+            _give_recorders(self.recorders, batch, result)
             self.lag = self.handling_lag
             try:
                 self.scheduler.process_batch_result_disagg_prefill(batch, result)
@@ -341,6 +340,19 @@ class World:
         return True
 
 
+def _give_recorders(recorders: standins.Recorders, *objects: object) -> None:
+    """Let the strict stand-ins ``objects``, and the strict stand-ins they hold, answer an
+    attribute the target only passes along with a Recorder."""
+    for obj in objects:
+        if not isinstance(obj, standins.Strict):
+            continue
+        obj._recorders = recorders
+        held = [v for v in vars(obj).values() if isinstance(v, standins.Strict)]
+        for value in held:
+            if value._recorders is not recorders:
+                _give_recorders(recorders, value)
+
+
 def _check_self_reads(target: Target, rank: Rank) -> None:
     """Every ``self.X`` the loaded methods read must exist on the simulated objects (a
     Recorder, for an attribute the code only passes along)."""
@@ -380,6 +392,21 @@ _STANDIN_CALLABLES = frozenset(
     )
 )
 _STANDIN_FILE = standins.__file__
+_STANDIN_CLASSES = frozenset(
+    name
+    for name, value in vars(standins).items()
+    if inspect.isclass(value) and value.__module__ == standins.__name__
+)
+
+
+def _standin_object(exc: BaseException) -> bool:
+    """Is ``exc`` about a stand-in object: an attribute it does not have (``exc.obj``), or an
+    operation its class does not support (``'TreeCache' object is not iterable``)?"""
+    if isinstance(exc, AttributeError) and not isinstance(exc, standins.MissingStandIn):
+        owner = type(getattr(exc, "obj", None))
+        return owner.__module__ == standins.__name__ and owner.__name__ in _STANDIN_CLASSES
+    message = str(exc)
+    return isinstance(exc, TypeError) and any(f"'{n}' object" in message for n in _STANDIN_CLASSES)
 
 
 def _names_a_standin(message: str) -> bool:
@@ -391,8 +418,10 @@ def _names_a_standin(message: str) -> bool:
 def _gap(target: Target, exc: BaseException, frames: traceback.StackSummary) -> str | None:
     """``<file>:<line>: cannot run: <what>`` when ``exc`` is the simulation's gap rather
     than the target's own failure: a stand-in that is missing (MissingStandIn), an import, an
-    exception raised inside a stand-in (other than the SGLang errors the stand-ins raise on
-    purpose), or a stand-in called in a way it does not accept (a TypeError naming it)."""
+    exception raised inside a stand-in or the simulated world (other than the SGLang errors
+    the stand-ins raise on purpose, and the ranks' divergence, which is judged), a stand-in
+    called in a way it does not accept (a TypeError naming it), or a stand-in object without
+    the attribute or operation used on it."""
     rels = {plan.rel for plan in target.modules}
     inner = next((f for f in reversed(frames) if f.filename in rels), None)
     where = target.where(inner.filename, inner.lineno or 0) if inner else target.label
@@ -403,12 +432,14 @@ def _gap(target: Target, exc: BaseException, frames: traceback.StackSummary) -> 
         what = f"an import ({what}): the simulation never imports"
     elif (
         frames
-        and frames[-1].filename == _STANDIN_FILE
-        and not isinstance(exc, standins.KVTransferError)
+        and frames[-1].filename in (_STANDIN_FILE, __file__)
+        and not isinstance(exc, standins.KVTransferError | Divergence)
     ):
         what = f"a stand-in raised {what} (in {frames[-1].name}): it does not model this call"
     elif isinstance(exc, TypeError) and _names_a_standin(str(exc)):
         what = f"a stand-in does not take this call ({what})"
+    elif _standin_object(exc):
+        what = f"a stand-in does not model this ({what})"
     else:
         return None
     function = f" in {inner.name}" if inner else ""
