@@ -427,7 +427,7 @@ class _Loader:
                     continue
                 uses = passalong.Uses([function])
                 for holder in ast.walk(function):
-                    for field_name in ("body", "orelse", "finalbody", "handlers"):
+                    for field_name in ("body", "orelse", "finalbody"):
                         body = getattr(holder, field_name, None)
                         if not isinstance(body, list) or not any(
                             isinstance(s, ast.Import | ast.ImportFrom) for s in body
