@@ -32,8 +32,9 @@ Each scenario expects what the {FIX} fix should give; on an unpatched tree the
 wedge rows fail and show the bug.
 
 exit codes: 0 every scenario passes (or does not apply); 1 any fails (e.g. an unpatched
-tree); 2 the target's code cannot be loaded or reaches something with no stand-in (the
-message says which).
+tree); 2 the target's code cannot be loaded or reaches something with no stand-in, such as
+an import only a fork has (one line: the file, the line and the name). Names a fork only
+passes along (its own metrics, tracer, logprob processor) get recording stand-ins.
 """
 
 

@@ -64,10 +64,12 @@ def run(tree: SourceTree, ranks: int = 2, names: Sequence[str] | None = None) ->
             report.rows.append(Row(scenario.name, scenario.expected, "n/a", why_not, 0.0))
             continue
         trace = world.simulate(scenario.world(ranks), target)
+        if trace.failure is not None and trace.failure.gap is not None:
+            raise SimulationGap(f"{trace.failure.gap} (scenario {scenario.name})")
         try:
             outcome = scenario.judge(trace)
         except SimulationGap as exc:
-            raise SimulationGap(f"scenario {scenario.name}: {exc}") from exc
+            raise SimulationGap(f"{exc} (scenario {scenario.name})") from exc
         report.rows.append(
             Row(
                 scenario.name, scenario.expected, outcome.verdict, outcome.observed, outcome.seconds

@@ -10,10 +10,16 @@ From each module the simulation needs, the loader takes:
 It compiles them, finds the free global names of the compiled code (from its bytecode, so
 comprehensions, lambdas and nested functions count) and resolves each name the module binds
 (by an import, a statement, a class or a function) to a class loaded from the tree, a stand-in,
-or the module's own statement. A bound name none of these gives is a :class:`LoadError`:
-``cannot load: <name> is needed by <function> and has no stand-in``. A name the module does not
-bind at all (``time`` without ``import time``) is left unbound: the code raises NameError when
-it runs, in the simulation as in SGLang.
+the module's own statement, or, for a name the code only passes along (``passalong``), a
+recording stand-in. A bound name none of these gives is a :class:`LoadError`:
+``<file>:<line>: cannot load: <name> is needed by <function> and has no stand-in (<why>)``. A
+name the module does not bind at all (``time`` without ``import time``) is left unbound: the
+code raises NameError when it runs, in the simulation as in SGLang.
+
+An import inside a loaded function is never run either: it is rewritten into an assignment of
+the same stand-ins (``import time`` in a function gets the rank's clock); an imported name with
+none is a LoadError that names the module and the line of the import. ``__import__`` itself
+raises :class:`~.standins.MissingStandIn` in the loaded code.
 
 :meth:`Target.build` then executes the compiled code in a fresh namespace per simulated rank,
 filled with that rank's stand-ins, and returns the classes.
@@ -25,6 +31,7 @@ import __future__
 import ast
 import builtins
 import dis
+import traceback
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from types import CodeType
@@ -42,6 +49,7 @@ from ..sglang_names import (
 from ..sglang_names import BOOTSTRAP_QUEUE_METHODS as BOOTSTRAP_ENTRIES
 from ..sglang_names import SENDER_METHODS as SENDER_ENTRIES
 from ..tree import SourceTree
+from . import passalong
 
 NIXL_PATH = NIXL_CONN_PATH
 
@@ -66,6 +74,7 @@ class _ModulePlan:
     standins: dict[str, str] = field(default_factory=dict)  # local name -> stand-in key
     foreign: dict[str, tuple[str, str]] = field(default_factory=dict)  # name -> (rel, class)
     unbound: dict[str, str] = field(default_factory=dict)  # name -> the function using it
+    recorders: dict[str, str] = field(default_factory=dict)  # name -> a Recorder's label
     code: CodeType | None = None
 
 
@@ -88,29 +97,57 @@ class Target:
     bootstrap_queue: tuple[str, str]
     nixl_sender: tuple[str, str] | None
     modules: list[_ModulePlan]  # in build order (a base class's module first)
-    self_reads: dict[str, dict[str, str]]  # class -> attribute read as self.X -> function
+    # class -> attribute read as self.X -> (function, line)
+    self_reads: dict[str, dict[str, tuple[str, int]]]
     loaded: dict[str, list[str]]  # class -> the methods loaded from the target
     replaced: tuple[str, ...]  # mixin methods the simulated scheduler replaces
+    # attributes the loaded code only passes along: a stand-in that has none gives a Recorder
+    pass_along: frozenset[str] = frozenset()
+    # every attribute the loaded code reads -> whether it may get a Recorder, and why not
+    attributes: dict[str, passalong.Verdict] = field(default_factory=dict)
+    display: dict[str, str] = field(default_factory=dict)  # module -> how messages name it
 
-    def build(self, standin: Callable[[str], object]) -> Built:
-        """Execute the compiled code in fresh namespaces; ``standin(key)`` gives a value."""
+    def where(self, rel: str, line: int) -> str:
+        """``<file>:<line>`` as messages name a line of the target's module ``rel``."""
+        return f"{self.display.get(rel, rel)}:{line}"
+
+    def build(
+        self,
+        standin: Callable[[str], object],
+        recorder: Callable[[str], object] | None = None,
+        no_import: Callable[..., object] | None = None,
+    ) -> Built:
+        """Execute the compiled code in fresh namespaces; ``standin(key)`` gives a value,
+        ``recorder(label)`` a recording stand-in, and ``no_import`` is the code's
+        ``__import__``."""
         namespaces: dict[str, dict[str, object]] = {}
+        loaded_builtins = dict(vars(builtins))
+        if no_import is not None:
+            loaded_builtins["__import__"] = no_import
         for plan in self.modules:
             namespace: dict[str, object] = {
                 "__name__": _module_name(plan.rel),
-                "__builtins__": builtins,
+                "__builtins__": loaded_builtins,
             }
             for name, key in plan.standins.items():
                 namespace[name] = standin(key)
+            for name, label in plan.recorders.items():
+                if recorder is None:
+                    raise LoadError(f"cannot load: {label} needs a recording stand-in")
+                namespace[name] = recorder(label)
             for name, (rel, class_name) in plan.foreign.items():
                 namespace[name] = namespaces[rel][class_name]
             assert plan.code is not None
             try:
                 exec(plan.code, namespace)
             except Exception as exc:  # the target's module-level code fails: so would import
+                frames = [
+                    f for f in traceback.extract_tb(exc.__traceback__) if f.filename == plan.rel
+                ]
+                line = frames[-1].lineno if frames else 0
                 raise LoadError(
-                    f"cannot load: the module-level code of {plan.rel} raised "
-                    f"{type(exc).__name__}: {exc}"
+                    f"{self.where(plan.rel, line or 0)}: cannot load: the module-level code of "
+                    f"{plan.rel} raised {type(exc).__name__}: {exc}"
                 ) from exc
             namespaces[plan.rel] = namespace
 
@@ -150,6 +187,7 @@ def load(
         queue: _self_reads(_methods_of(queue_plan)),
         f"{queue}.scheduler": _scheduler_reads(queue_plan),
     }
+    attributes = _attribute_verdicts(loader)
     return Target(
         label=tree.label,
         version=tree.sglang_version(),
@@ -160,7 +198,22 @@ def load(
         self_reads=self_reads,
         loaded=_loaded_methods(loader),
         replaced=tuple(sorted(scheduler_methods & set(_class_methods(loader.node(mixin))))),
+        pass_along=frozenset(a for a, v in attributes.items() if v.passes_along),
+        attributes=attributes,
+        display={rel: tree.display(rel) for rel in loader.order},
     )
+
+
+def _attribute_verdicts(loader: _Loader) -> dict[str, passalong.Verdict]:
+    """Every attribute the loaded code reads -> may it get a Recorder (``passalong``)?"""
+    code = [node for rel in loader.order for node in _loaded_nodes(loader.modules[rel])]
+    uses = passalong.Uses(code)
+    return {attr: uses.attribute(attr) for attr in uses.attributes_read()}
+
+
+def _loaded_nodes(plan: _ModulePlan) -> list[ast.AST]:
+    """The loaded methods and module-level statements of a module."""
+    return [*(f for cls in plan.classes for f in _methods_of(cls)), *plan.statements]
 
 
 def _scheduler_attrs(plan: _ClassPlan) -> set[str]:
@@ -173,10 +226,11 @@ def _scheduler_attrs(plan: _ClassPlan) -> set[str]:
     }
 
 
-def _scheduler_reads(plan: _ClassPlan) -> dict[str, str]:
-    """``self.scheduler.X`` read by the plan's methods: X -> the last method reading it."""
+def _scheduler_reads(plan: _ClassPlan) -> dict[str, tuple[str, int]]:
+    """``self.scheduler.X`` read by the plan's methods: X -> (the last method reading it, the
+    line)."""
     return {
-        node.attr: method.name
+        node.attr: (method.name, node.lineno)
         for method in _methods_of(plan)
         for node in ast.walk(method)
         if isinstance(node, ast.Attribute)
@@ -323,12 +377,15 @@ class _Loader:
         definitions = {
             n.name for n in plan.module.body if isinstance(n, ast.ClassDef | ast.FunctionDef)
         }
+        self._rewrite_local_imports(plan)
         while True:
             plan.code = _compile_module(plan)
             stored = _stored_names(plan.code)
             changed = False
             for name, user in sorted(_free_names(plan.code).items()):
                 if name in stored or name in plan.standins or name in plan.foreign:
+                    continue
+                if name in plan.recorders:
                     continue
                 if name in plan.unbound:
                     continue
@@ -345,13 +402,78 @@ class _Loader:
                     plan.statements += [s for s in assigned[name] if s not in plan.statements]
                     changed = True
                 elif bound:
-                    raise LoadError(
-                        f"cannot load: {name} is needed by {user} ({plan.rel}) and has no stand-in"
-                    )
+                    verdict = passalong.Uses(_loaded_nodes(plan)).name(name)
+                    if not verdict.passes_along:
+                        where = f"{self.tree.display(plan.rel)}:{verdict.line}"
+                        imported_from = _import_origin(plan.module, name)
+                        came = f"imported from {imported_from}; " if imported_from else ""
+                        raise LoadError(
+                            f"{where}: cannot load: {name} is needed by {user} and has no "
+                            f"stand-in ({came}{verdict.why})"
+                        )
+                    plan.recorders[name] = name
                 else:  # bound nowhere: running the code raises NameError, here as in SGLang
                     plan.unbound[name] = user
             if not changed:
                 return
+
+    def _rewrite_local_imports(self, plan: _ModulePlan) -> None:
+        """Replace each import inside a loaded method by assignments of stand-ins (or of
+        recorders, for names the method only passes along); an imported name with neither is
+        a LoadError naming the module and the line. The import itself never runs."""
+        for cls in plan.classes:
+            for function in _methods_of(cls):
+                if not any(isinstance(n, ast.Import | ast.ImportFrom) for n in ast.walk(function)):
+                    continue
+                uses = passalong.Uses([function])
+                for holder in ast.walk(function):
+                    for field_name in ("body", "orelse", "finalbody"):
+                        body = getattr(holder, field_name, None)
+                        if not isinstance(body, list) or not any(
+                            isinstance(s, ast.Import | ast.ImportFrom) for s in body
+                        ):
+                            continue
+                        rewritten: list[ast.stmt] = []
+                        for stmt in body:
+                            if isinstance(stmt, ast.Import | ast.ImportFrom):
+                                user = f"{cls.node.name}.{function.name}"
+                                rewritten += self._local_import(plan, stmt, uses, user, function)
+                            else:
+                                rewritten.append(stmt)
+                        setattr(holder, field_name, rewritten)
+
+    def _local_import(
+        self,
+        plan: _ModulePlan,
+        stmt: ast.Import | ast.ImportFrom,
+        uses: passalong.Uses,
+        user: str,
+        function: ast.FunctionDef,
+    ) -> list[ast.stmt]:
+        module = ast.Module(body=[stmt], type_ignores=[])
+        keys = _import_keys(module)
+        assignments: list[ast.stmt] = []
+        for local, candidates in keys.items():
+            hidden = f"_pdguard_import_{stmt.lineno}_{local}"
+            key = next((k for k in candidates if k in self.standin_keys), None)
+            if key is not None:
+                plan.standins[hidden] = key
+            else:
+                verdict = uses.name(local, within=function)
+                if not verdict.passes_along:
+                    what = _import_text(stmt)
+                    raise LoadError(
+                        f"{self.tree.display(plan.rel)}:{stmt.lineno}: cannot load: {user} "
+                        f"imports {what}, which the simulation never imports, and {local} "
+                        f"has no stand-in ({verdict.why})"
+                    )
+                plan.recorders[hidden] = local
+            assign = ast.Assign(
+                targets=[ast.Name(id=local, ctx=ast.Store())],
+                value=ast.Name(id=hidden, ctx=ast.Load()),
+            )
+            assignments.append(ast.copy_location(assign, stmt))
+        return assignments
 
 
 def _compile_module(plan: _ModulePlan) -> CodeType:
@@ -423,9 +545,10 @@ def _self_attrs(function: ast.FunctionDef) -> set[str]:
     }
 
 
-def _self_reads(functions: list[ast.FunctionDef]) -> dict[str, str]:
-    """``self.X`` read (not only assigned) by ``functions``: X -> the first function."""
-    reads: dict[str, str] = {}
+def _self_reads(functions: list[ast.FunctionDef]) -> dict[str, tuple[str, int]]:
+    """``self.X`` read (not only assigned) by ``functions``: X -> (the first function, the
+    line)."""
+    reads: dict[str, tuple[str, int]] = {}
     for function in functions:
         for node in ast.walk(function):
             if (
@@ -434,7 +557,7 @@ def _self_reads(functions: list[ast.FunctionDef]) -> dict[str, str]:
                 and isinstance(node.value, ast.Name)
                 and node.value.id == "self"
             ):
-                reads.setdefault(node.attr, function.name)
+                reads.setdefault(node.attr, (function.name, node.lineno))
     return reads
 
 
@@ -489,6 +612,26 @@ def _module_assignments(module: ast.Module) -> dict[str, list[ast.stmt]]:
     return bound
 
 
+def _import_origin(module: ast.Module, name: str) -> str | None:
+    """``<module> at line <n>`` of the module-level import that binds ``name``."""
+    for node in _walk_module_level(module):
+        if isinstance(node, ast.Import | ast.ImportFrom):
+            for alias in node.names:
+                if (alias.asname or alias.name.split(".")[0]) == name:
+                    source = alias.name if isinstance(node, ast.Import) else _import_text(node)
+                    source = source.split(" from ")[-1]
+                    return f"{source} at line {node.lineno}"
+    return None
+
+
+def _import_text(stmt: ast.Import | ast.ImportFrom) -> str:
+    """``sglang.srt.fork_only`` or ``on_inflight from sglang.srt.fork_only.hooks``."""
+    if isinstance(stmt, ast.Import):
+        return ", ".join(alias.name for alias in stmt.names)
+    names = ", ".join(alias.name for alias in stmt.names)
+    return f"{names} from {'.' * stmt.level}{stmt.module or ''}"
+
+
 def _absolute(rel: str, node: ast.ImportFrom) -> str:
     if not node.level:
         return node.module or ""
@@ -514,6 +657,8 @@ def describe(target: Target) -> Mapping[str, object]:
         "replaced_by_standins": list(target.replaced),
         "standins": sorted({k for m in target.modules for k in m.standins.values()}),
         "unbound_names": {m.rel: m.unbound for m in target.modules if m.unbound},
+        "recorded_names": sorted({label for m in target.modules for label in m.recorders.values()}),
+        "pass_along_attributes": sorted(target.pass_along),
         "module_statements": {
             m.rel: [ast.unparse(s).splitlines()[0] for s in m.statements]
             for m in target.modules

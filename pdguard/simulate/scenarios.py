@@ -51,7 +51,9 @@ def _crash(trace: Trace) -> Outcome | None:
     if failure is None:
         return None
     error = failure.error
-    if isinstance(error, MissingStandIn):
+    if failure.gap is not None:
+        raise SimulationGap(failure.gap)
+    if isinstance(error, MissingStandIn):  # a gap the world did not place
         raise SimulationGap(f"{error} (at {failure.where})")
     if isinstance(error, Divergence):
         return Outcome("fail", f"ranks diverged at {failure.time:g} s: {error}", failure.time)

@@ -9,9 +9,12 @@ the functions reach through ``self``/``req`` are the classes below. What the sce
 speculative decoding) is :class:`Inert`.
 
 A name or attribute with no stand-in is never guessed: loading fails with exit code 2, and an
-attribute read at run time raises :class:`MissingStandIn` (also exit code 2). A stand-in is
-given only for a name the target's module binds itself (an import or a statement): a name it
-never binds stays unbound and raises NameError, as it would in SGLang.
+attribute read at run time raises :class:`MissingStandIn` (also exit code 2). The one exception
+is a name the target's code only passes along (a fork's own metrics, tracer, logprob processor:
+``passalong`` decides which): it gets a :class:`Recorder`, which takes any attribute read and
+call and records each call as a ``recorded`` event. A stand-in is given only for a name the
+target's module binds itself (an import or a statement): a name it never binds stays unbound
+and raises NameError, as it would in SGLang.
 """
 
 from __future__ import annotations
@@ -112,14 +115,94 @@ class Inert:
     __int__ = __float__ = __index__ = _no_value
 
 
+class Recorder:
+    """A name the target's code only passes along (``passalong`` decides which, at load
+    time): every attribute read gives another Recorder, every call is recorded (``sink``) and
+    gives another Recorder; it is truthy (so the recording code an ``if`` guards runs), a
+    context manager that lets exceptions through, and takes assignments. Used as a value
+    (compared, iterated, indexed, in arithmetic), which the analysis said it never is, it
+    raises MissingStandIn."""
+
+    _name: str
+    _sink: Callable[[str, object], None] | None
+
+    def __init__(self, name: str, sink: Callable[[str, object], None] | None = None) -> None:
+        object.__setattr__(self, "_name", name)
+        object.__setattr__(self, "_sink", sink)
+
+    def __getattr__(self, attr: str) -> Recorder:
+        if attr.startswith("__"):
+            raise AttributeError(attr)
+        return Recorder(f"{self._name}.{attr}", self._sink)
+
+    def __setattr__(self, attr: str, value: object) -> None:
+        object.__setattr__(self, attr, value)
+
+    def __call__(self, *args: object, **kwargs: object) -> Recorder:
+        if self._sink is not None:
+            req = next((a for a in (*args, *kwargs.values()) if isinstance(a, SimReq)), None)
+            self._sink(f"{self._name}()", req)
+        return Recorder(f"{self._name}()", self._sink)
+
+    def __enter__(self) -> Recorder:
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        return None
+
+    def __bool__(self) -> bool:
+        return True
+
+    def __repr__(self) -> str:
+        return f"<recorder {self._name}>"
+
+    __str__ = __repr__
+
+    def __format__(self, spec: str) -> str:
+        return repr(self)
+
+    def _no_value(self, *_: object) -> Any:
+        raise MissingStandIn(
+            f"{self._name} (a recording stand-in) is used as a value by {_caller()}"
+        )
+
+    __lt__ = __le__ = __gt__ = __ge__ = __eq__ = __ne__ = _no_value
+    __add__ = __sub__ = __mul__ = __truediv__ = __radd__ = __rsub__ = __rmul__ = _no_value
+    __int__ = __float__ = __index__ = __len__ = __iter__ = __getitem__ = _no_value
+    __contains__ = _no_value
+    __hash__ = object.__hash__
+
+
+class Recorders:
+    """One rank's recording stand-ins: the attributes the target's code only passes along,
+    and where their calls are recorded."""
+
+    def __init__(self, attributes: frozenset[str], ctx: Context | None = None) -> None:
+        self.attributes = attributes
+        self._ctx = ctx
+
+    def _record(self, call: str, req: object) -> None:
+        if self._ctx is not None:
+            self._ctx.record("recorded", req, call)
+
+    def make(self, label: str) -> Recorder:
+        return Recorder(label, self._record)
+
+
 class Strict:
-    """A stand-in with explicit attributes only: reading any other raises MissingStandIn."""
+    """A stand-in with explicit attributes only: reading any other raises MissingStandIn,
+    unless the target's code only passes that attribute along (``_recorders``, set by the
+    world): then it is a Recorder."""
 
     _what = "stand-in"
+    _recorders: Recorders | None = None
 
     def __getattr__(self, attr: str) -> Any:
         if attr.startswith("__"):
             raise AttributeError(attr)
+        recorders = self._recorders
+        if recorders is not None and attr in recorders.attributes:
+            return recorders.make(f"{self._what}.{attr}")
         raise MissingStandIn(
             f"{self._what}.{attr} (read by {_caller()}) has no stand-in in the simulated world"
         )
@@ -277,6 +360,9 @@ class SimLogger:
 
     def error(self, message: object, *args: object, **_: object) -> None:
         self._log("error", message, *args)
+
+    def log(self, level: object, message: object, *args: object, **_: object) -> None:
+        self._log(str(level), message, *args)
 
     exception = critical = error
     warning_once = warning
@@ -726,6 +812,11 @@ class Unavailable:
 
     def __call__(self, *_: object, **__: object) -> Any:
         raise MissingStandIn(f"{self._name}() (used by {_caller()}) is not simulated")
+
+
+def no_import(name: str, *_: object, **__: object) -> Any:
+    """``__import__`` in the loaded code: the simulation never imports a module."""
+    raise MissingStandIn(f"import of {name} (by {_caller()}): the simulation never imports")
 
 
 def _constant(value: object) -> Callable[[Context], object]:

@@ -93,6 +93,9 @@ class RankFailure:
     time: float
     error: BaseException
     where: str  # the innermost frame, "file:line in function"
+    # Not the target's failure but the simulation's: a missing stand-in, an import, a
+    # stand-in called in a way it does not model. "<file>:<line>: cannot run: <what>".
+    gap: str | None = None
 
 
 @dataclass
@@ -146,7 +149,8 @@ class Rank:
         self.lag = 0.0  # the handling lag while the rank handles arrivals and prefill results
         self.tp_group = Group(index, world.collective if config.ranks > 1 else None)
         self.cp_group = Group(index, None)
-        self.built = target.build(standins.for_rank(self))
+        self.recorders = standins.Recorders(target.pass_along, self)
+        self.built = target.build(standins.for_rank(self), self.recorders.make, standins.no_import)
         allocator = MetadataAllocator()
         scheduler_cls: type[SchedulerStandIn] = type(
             "Scheduler", (self.built.mixin, SchedulerStandIn), {}
@@ -159,6 +163,7 @@ class Rank:
         )
         self.queue: Any = queue_cls.__new__(queue_cls)
         self.queue.sim_init(self, self.scheduler, allocator)
+        _give_recorders(self.recorders, self.scheduler, self.queue)
         self.scheduler.disagg_prefill_bootstrap_queue = self.queue
         self._add_takes_heads = len(inspect.signature(queue_cls.add).parameters) > 2
         self.arrivals = sorted(config.requests, key=lambda s: s.arrival)
@@ -193,6 +198,7 @@ class Rank:
         while self.arrivals and self.arrivals[0].arrival <= now + EPS:
             spec = self.arrivals.pop(0)
             req = SimReq(spec.rid, self.world.rooms[spec.rid])
+            req._recorders = self.recorders
             self.lag = self.handling_lag
             try:
                 self.queue.add(req, 8) if self._add_takes_heads else self.queue.add(req)
@@ -212,6 +218,7 @@ class Rank:
         if done:
             self.prefilling = [(at, req) for at, req in self.prefilling if at > now + EPS]
             batch, result = standins.prefill_batch(done)
+            _give_recorders(self.recorders, batch, result)
             self.lag = self.handling_lag
             try:
                 self.scheduler.process_batch_result_disagg_prefill(batch, result)
@@ -248,6 +255,7 @@ class World:
         self.specs = {s.rid: s for s in config.requests}
         self.rooms = {s.rid: 1000 + i for i, s in enumerate(config.requests)}
         self.by_room = {self.rooms[rid]: spec for rid, spec in self.specs.items()}
+        self.target = target
         self.collective = _Collective(config.ranks)
         self.step_barrier = threading.Barrier(
             config.ranks, action=self._end_step, timeout=BARRIER_TIMEOUT
@@ -297,7 +305,8 @@ class World:
                 frames = traceback.extract_tb(exc.__traceback__)
                 last = frames[-1] if frames else None
                 where = f"{last.filename}:{last.lineno} in {last.name}" if last else "a barrier"
-                self.failure = RankFailure(rank.rank, self.time, exc, where)
+                gap = _gap(self.target, exc, frames)
+                self.failure = RankFailure(rank.rank, self.time, exc, where, gap)
             self.done = True
         self.collective.barrier.abort()
         self.step_barrier.abort()
@@ -334,21 +343,110 @@ class World:
         return True
 
 
+def _give_recorders(recorders: standins.Recorders, *objects: object) -> None:
+    """Let the strict stand-ins ``objects``, and the strict stand-ins they hold, answer an
+    attribute the target only passes along with a Recorder."""
+    for obj in objects:
+        if not isinstance(obj, standins.Strict):
+            continue
+        obj._recorders = recorders
+        held = [v for v in vars(obj).values() if isinstance(v, standins.Strict)]
+        for value in held:
+            if value._recorders is not recorders:
+                _give_recorders(recorders, value)
+
+
 def _check_self_reads(target: Target, rank: Rank) -> None:
-    """Every ``self.X`` the loaded methods read must exist on the simulated objects."""
+    """Every ``self.X`` the loaded methods read must exist on the simulated objects (a
+    Recorder, for an attribute the code only passes along)."""
     objects = {
         target.mixin[1]: rank.scheduler,
         target.bootstrap_queue[1]: rank.queue,
         f"{target.bootstrap_queue[1]}.scheduler": rank.scheduler,
     }
     for owner, reads in target.self_reads.items():
-        for attr, function in sorted(reads.items()):
+        for attr, (function, line) in sorted(reads.items()):
             if not hasattr(objects[owner], attr):
                 cls, _, via = owner.partition(".")
                 name = f"self.{via + '.' if via else ''}{attr}"
+                verdict = target.attributes.get(attr)
+                why = f" ({verdict.why})" if verdict is not None and verdict.why else ""
                 raise LoadError(
-                    f"cannot load: {name} is needed by {cls}.{function} and has no stand-in"
+                    f"{target.where(target.mixin[0], line)}: cannot load: {name} is needed by "
+                    f"{cls}.{function} and has no stand-in{why}"
                 )
+
+
+# A stand-in's own functions, by the name a TypeError gives them ("prepare_abort() got ...").
+_STANDIN_CALLABLES = frozenset(
+    name
+    for value in vars(standins).values()
+    if getattr(value, "__module__", None) == standins.__name__
+    for name in (
+        [value.__qualname__, value.__name__]
+        if inspect.isfunction(value)
+        else [
+            f"{value.__name__}.{attr}"
+            for attr, member in vars(value).items()
+            if inspect.isfunction(member)
+        ]
+        if inspect.isclass(value)
+        else []
+    )
+)
+_STANDIN_FILE = standins.__file__
+_STANDIN_CLASSES = frozenset(
+    name
+    for name, value in vars(standins).items()
+    if inspect.isclass(value) and value.__module__ == standins.__name__
+)
+
+
+def _standin_object(exc: BaseException) -> bool:
+    """Is ``exc`` about a stand-in object: an attribute it does not have (``exc.obj``), or an
+    operation its class does not support (``'TreeCache' object is not iterable``)?"""
+    if isinstance(exc, AttributeError) and not isinstance(exc, standins.MissingStandIn):
+        owner = type(getattr(exc, "obj", None))
+        return owner.__module__ == standins.__name__ and owner.__name__ in _STANDIN_CLASSES
+    message = str(exc)
+    return isinstance(exc, TypeError) and any(f"'{n}' object" in message for n in _STANDIN_CLASSES)
+
+
+def _names_a_standin(message: str) -> bool:
+    """Does a TypeError's message start with a stand-in's function name?"""
+    name = message.split("(", 1)[0]
+    return name in _STANDIN_CALLABLES or name.split(".<locals>.")[0] in _STANDIN_CALLABLES
+
+
+def _gap(target: Target, exc: BaseException, frames: traceback.StackSummary) -> str | None:
+    """``<file>:<line>: cannot run: <what>`` when ``exc`` is the simulation's gap rather
+    than the target's own failure: a stand-in that is missing (MissingStandIn), an import, an
+    exception raised inside a stand-in or the simulated world (other than the SGLang errors
+    the stand-ins raise on purpose, and the ranks' divergence, which is judged), a stand-in
+    called in a way it does not accept (a TypeError naming it), or a stand-in object without
+    the attribute or operation used on it."""
+    rels = {plan.rel for plan in target.modules}
+    inner = next((f for f in reversed(frames) if f.filename in rels), None)
+    where = target.where(inner.filename, inner.lineno or 0) if inner else target.label
+    what = f"{type(exc).__name__}: {exc}"
+    if isinstance(exc, standins.MissingStandIn):
+        what = str(exc)
+    elif isinstance(exc, ImportError):
+        what = f"an import ({what}): the simulation never imports"
+    elif (
+        frames
+        and frames[-1].filename in (_STANDIN_FILE, __file__)
+        and not isinstance(exc, standins.KVTransferError | Divergence)
+    ):
+        what = f"a stand-in raised {what} (in {frames[-1].name}): it does not model this call"
+    elif isinstance(exc, TypeError) and _names_a_standin(str(exc)):
+        what = f"a stand-in does not take this call ({what})"
+    elif _standin_object(exc):
+        what = f"a stand-in does not model this ({what})"
+    else:
+        return None
+    function = f" in {inner.name}" if inner else ""
+    return f"{where}: cannot run{function}: {what}"
 
 
 def simulate(config: WorldConfig, target: Target) -> Trace:
