@@ -39,13 +39,25 @@ class SchedulerDisaggregationPrefillMixin:
         return done_reqs
 """
 
-# Stamp once, where requests enter the inflight queue.
+# The stamp where requests enter the inflight queue: at every entry, so that a request that
+# left the queue and comes back starts a fresh deadline.
+STAMP_AT_ENTRY = """\
+            # a fresh deadline at every entry
+            req.entered_at = time.monotonic()
+"""
+# The stamp kept from a request's first entry: right only where no request leaves the queue
+# and comes back.
 STAMP_ONCE = """\
             if getattr(req, "entered_at", None) is None:
                 req.entered_at = time.monotonic()
 """
-STAMP_ALWAYS = """\
-            req.entered_at = time.monotonic()
+
+# A method that sends a request back to an earlier queue (optimistic prefill's requeue), from
+# where it enters the inflight queue again.
+SEND_BACK = """
+    def release_and_requeue(self, req):
+        req.reset_for_retract()
+        self.waiting_queue.insert(0, req)
 """
 
 # A helper that fails overdue senders, and its call before the poll all-reduce.

@@ -20,9 +20,9 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from functools import cached_property
 
+from pdguard.sglang_names import BOOTSTRAP_QUEUE, POLL_ALL_REDUCE_PREFIX
 from pdguard.sglang_names import INFLIGHT_FUNCTION as FUNCTION
 from pdguard.sglang_names import INFLIGHT_QUEUE as QUEUE
-from pdguard.sglang_names import POLL_ALL_REDUCE_PREFIX
 from pdguard.sglang_names import REQ_SENDER as SENDER
 
 from .classes import methods_of
@@ -60,7 +60,19 @@ class Stamp:
     attr: str
     line: int
     col: int
-    guarded: bool  # only set when not set yet (a re-queue keeps the first stamp)
+    guarded: bool  # only set when not set yet (keeps the first stamp)
+
+
+@dataclass
+class SendBack:
+    """A method that sends a request back to an earlier queue (optimistic prefill's
+    ``optimistic_release_and_requeue``), from where it can enter the inflight queue again."""
+
+    method: str
+    line: int
+    col: int
+    queue: str  # the queue it goes back to (``waiting_queue``, the bootstrap queue)
+    resets: set[str] = field(default_factory=set)  # request attributes it clears
 
 
 @dataclass
@@ -95,6 +107,10 @@ class DeadlineCheck:
     method: str  # where the comparison is
     fails_sender: bool  # the expired branch acts on the request's sender
     position: str = ""  # "before" / "after" the poll all-reduce, "conditional" before it
+    # What the expired branch does to the sender: the methods it calls on it, and where it sets
+    # ``poll`` on the instance (``sender.poll = lambda: KVPoll.Failed``), if it does.
+    sender_calls: set[str] = field(default_factory=set)
+    poll_set_at: tuple[int, int] | None = None
 
 
 @dataclass
@@ -108,6 +124,7 @@ class InflightModel:
     checks: list[DeadlineCheck] = field(default_factory=list)
     restamps: list[Stamp] = field(default_factory=list)  # stamps inside FUNCTION (on keep)
     assigned_attrs: set[str] = field(default_factory=set)  # attrs given a clock value anywhere
+    send_backs: list[SendBack] = field(default_factory=list)
 
     def unstamped(self) -> list[Entry]:
         return [e for e in self.entries if self.stamps.get(id(e.stmt)) is None]
@@ -280,9 +297,9 @@ def _checks_in(
             continue
         loop = next((lp for lp in loops if any(n is node for n in ast.walk(lp))), region)
         fails = _fails_sender(index, loop, scope, node)
-        found.append(
-            DeadlineCheck(read[0], read[1], node.lineno, node.col_offset, function.name, fails)
-        )
+        check = DeadlineCheck(read[0], read[1], node.lineno, node.col_offset, function.name, fails)
+        check.sender_calls, check.poll_set_at = _sender_actions(loop, scope)
+        found.append(check)
     for callee in index.self_calls(region):
         if callee.name not in seen:
             seen.add(callee.name)
@@ -316,6 +333,29 @@ def _fails_sender(
                 if isinstance(target, ast.Attribute) and scope.touches_sender(target.value):
                     return True
     return False
+
+
+def _sender_actions(region: ast.AST, scope: _Scope) -> tuple[set[str], tuple[int, int] | None]:
+    """The methods ``region`` calls on the request's sender, and where it sets ``poll`` on the
+    sender instance."""
+    calls: set[str] = set()
+    poll_set_at = None
+    for node in ast.walk(region):
+        if (
+            isinstance(node, ast.Call)
+            and isinstance(node.func, ast.Attribute)
+            and scope.touches_sender(node.func.value)
+        ):
+            calls.add(node.func.attr)
+        if isinstance(node, ast.Assign):
+            for target in node.targets:
+                if (
+                    isinstance(target, ast.Attribute)
+                    and target.attr == "poll"
+                    and scope.touches_sender(target.value)
+                ):
+                    poll_set_at = (node.lineno, node.col_offset)
+    return calls, poll_set_at
 
 
 def _conditional(stmt: ast.stmt) -> bool:
@@ -661,6 +701,7 @@ def analyse(module: ast.Module) -> InflightModel | None:
         model.stamps[id(entry.stmt)] = _stamp_of(index, flow, entry, block, position)
     model.unmodelled += _escapes(module)
     model.restamps = _restamps(function, scope)
+    model.send_backs = list(_send_backs(index))
     model.checks = _positioned_checks(index, function, poll_position)
     return model
 
@@ -729,6 +770,63 @@ def _queue_entries(
             entry = _entry(stmt)
             if entry is not None:
                 yield entry, block, position
+
+
+# Queues a request passes before the inflight queue: one put back there can enter it again.
+_EARLIER_QUEUES = ("waiting_queue", BOOTSTRAP_QUEUE)
+
+
+def _send_backs(index: _ModuleIndex) -> Iterator[SendBack]:
+    """Methods that put a request they are given back into an earlier queue
+    (``self.waiting_queue.insert(0, req)``, ``self.disagg_prefill_bootstrap_queue.queue
+    .append(req)``), with the request attributes they clear on the way (``req.x = None``,
+    ``del req.x``)."""
+    for method in index.methods.values():
+        params = {a.arg for a in method.args.args[1:]}
+        for node in ast.walk(method):
+            if not (
+                isinstance(node, ast.Call)
+                and isinstance(node.func, ast.Attribute)
+                and node.func.attr in _ENTRY_METHODS
+            ):
+                continue
+            queue = _earlier_queue(node.func.value)
+            if queue is None or not any(
+                isinstance(a, ast.Name) and a.id in params for a in node.args
+            ):
+                continue
+            resets = _resets(method, params)
+            yield SendBack(method.name, node.lineno, node.col_offset, queue, resets)
+            break
+
+
+def _earlier_queue(node: ast.expr) -> str | None:
+    """``self.waiting_queue`` or ``self.<bootstrap queue>[.queue]``: the queue's name."""
+    while isinstance(node, ast.Attribute):
+        if node.attr in _EARLIER_QUEUES and isinstance(node.value, ast.Name):
+            return node.attr if node.value.id == "self" else None
+        node = node.value
+    return None
+
+
+def _resets(method: ast.FunctionDef, params: set[str]) -> set[str]:
+    """Attributes of the method's parameters set to None or deleted."""
+    resets = set()
+    for node in ast.walk(method):
+        targets: list[ast.expr] = []
+        if isinstance(node, ast.Assign) and isinstance(node.value, ast.Constant):
+            if node.value.value is None:
+                targets = node.targets
+        elif isinstance(node, ast.Delete):
+            targets = node.targets
+        for target in targets:
+            if (
+                isinstance(target, ast.Attribute)
+                and isinstance(target.value, ast.Name)
+                and target.value.id in params
+            ):
+                resets.add(target.attr)
+    return resets
 
 
 def _restamps(function: ast.FunctionDef, scope: _Scope) -> list[Stamp]:

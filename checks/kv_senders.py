@@ -237,6 +237,71 @@ class ClassIndex:
             has_helper=self.resolve(name, CHECK_BOOTSTRAP_TIMEOUT) is not None,
         )
 
+    # -- how a sender can be failed from outside -------------------------------------------
+
+    def is_concrete(self, name: str) -> bool:
+        """Its ``poll()`` does something (not ``pass``, ``...``, a docstring, or
+        ``raise NotImplementedError``): a backend, not a base."""
+        owner = self.resolve(name, "poll")
+        return owner is not None and not _is_stub(owner.methods["poll"])
+
+    def abort_honoured(self, name: str) -> bool:
+        """Does ``abort()`` make this sender's ``poll()`` return Failed from then on? Either
+        ``abort()`` sets ``self.conclude_state = KVPoll.Failed`` and ``poll()`` (or the helper
+        it returns) starts by returning a set ``conclude_state``; or ``abort()`` sets the room's
+        status to Failed and no return of ``poll()`` can skip a Failed status (NIXL up to
+        0.5.11 returns its transfer handles' state once it has sent: not honoured)."""
+        abort_owner = self.resolve(name, "abort")
+        poll = self._poll_body(name)
+        if abort_owner is None or poll is None:
+            return False
+        abort = list(self.reached(name, "abort"))
+        sets_conclude = any(
+            isinstance(n, ast.Assign)
+            and any(is_self_attr(t, CONCLUDE_STATE) for t in n.targets)
+            and _is_failed(n.value)
+            for n in abort
+        )
+        sets_status = any(
+            isinstance(n, ast.Call)
+            and _call_name(n) == MANAGER_UPDATE_STATUS
+            and n.args
+            and _is_failed(n.args[-1])
+            for n in abort
+        )
+        return (sets_conclude and _returns_conclude_first(poll)) or (
+            sets_status and _status_failed_kept(poll)
+        )
+
+    def pops_failure_records(self, name: str) -> bool:
+        """Does ``failure_exception()`` take the room's failure record out of the manager?"""
+        return any(
+            isinstance(n, ast.Call)
+            and isinstance(n.func, ast.Attribute)
+            and n.func.attr == "pop"
+            and isinstance(n.func.value, ast.Attribute)
+            and n.func.value.attr == FAILURE_RECORDS
+            for n in self.reached(name, "failure_exception")
+        )
+
+    def _poll_body(self, name: str) -> list[ast.stmt] | None:
+        """``poll()``'s statements, or those of the helper it returns
+        (``return self._poll_with_status(...)``)."""
+        owner = self.resolve(name, "poll")
+        if owner is None:
+            return None
+        body = _without_docstring(owner.methods["poll"].body)
+        if (
+            len(body) == 1
+            and isinstance(body[0], ast.Return)
+            and isinstance(body[0].value, ast.Call)
+            and is_self_attr(body[0].value.func, _call_name(body[0].value) or "")
+        ):
+            helper = self.resolve(name, _call_name(body[0].value) or "")
+            if helper is not None:
+                return _without_docstring(helper.methods[_call_name(body[0].value) or ""].body)
+        return body
+
     # -- what the release offers to build a check from --------------------------------------
 
     def manager_of(self, sender: str) -> str | None:
@@ -277,6 +342,104 @@ class ClassIndex:
                     if origin is not None and source is not None:
                         return source, origin[0], origin[1]
         return None
+
+
+CONCLUDE_STATE = "conclude_state"
+FAILURE_RECORDS = "failure_records"
+
+
+def _is_failed(node: ast.AST | None) -> bool:
+    return isinstance(node, ast.Attribute) and node.attr == "Failed"
+
+
+def _without_docstring(body: list[ast.stmt]) -> list[ast.stmt]:
+    if body and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant):
+        return body[1:]
+    return body
+
+
+def _is_stub(function: ast.FunctionDef) -> bool:
+    body = _without_docstring(function.body)
+    return all(
+        isinstance(s, ast.Pass)
+        or (isinstance(s, ast.Expr) and isinstance(s.value, ast.Constant))
+        or (isinstance(s, ast.Raise) and "NotImplementedError" in ast.unparse(s))
+        for s in body
+    )
+
+
+def _returns_conclude_first(body: list[ast.stmt]) -> bool:
+    """The first statement returns ``self.conclude_state`` when it is set:
+    ``if self.conclude_state is not None: return self.conclude_state`` or
+    ``if self.conclude_state is None: ... else: return self.conclude_state``."""
+    if not body or not isinstance(body[0], ast.If):
+        return False
+    first = body[0]
+    test = first.test
+    if not (
+        isinstance(test, ast.Compare)
+        and is_self_attr(test.left, CONCLUDE_STATE)
+        and isinstance(test.comparators[0], ast.Constant)
+        and test.comparators[0].value is None
+    ):
+        return False
+    branch = first.body if isinstance(test.ops[0], ast.IsNot) else first.orelse
+    return bool(branch) and all(
+        isinstance(s, ast.Return) and s.value is not None and is_self_attr(s.value, CONCLUDE_STATE)
+        for s in branch[:1]
+    )
+
+
+def _status_failed_kept(body: list[ast.stmt]) -> bool:
+    """Every ``return`` of ``body`` returns Failed, the room's status (a ``check_status(...)``
+    call or a name holding one), or sits behind a test that the status is something other than
+    Failed (``if status == KVPoll.Bootstrapping:``)."""
+    status_names: set[str] = set()
+    for node in ast.walk(ast.Module(body=body, type_ignores=[])):
+        if isinstance(node, ast.Assign) and any(
+            # ``check_status(room)``, or ``self.conclude_state or check_status(room)``
+            isinstance(n, ast.Call) and _call_name(n) == MANAGER_CHECK_STATUS
+            for n in ([node.value] if not isinstance(node.value, ast.BoolOp) else node.value.values)
+        ):
+            status_names |= {t.id for t in node.targets if isinstance(t, ast.Name)}
+
+    def is_status(node: ast.AST | None) -> bool:
+        return (isinstance(node, ast.Call) and _call_name(node) == MANAGER_CHECK_STATUS) or (
+            isinstance(node, ast.Name) and node.id in status_names
+        )
+
+    def excludes_failed(test: ast.expr) -> bool:
+        if isinstance(test, ast.BoolOp) and isinstance(test.op, ast.And):
+            return any(excludes_failed(v) for v in test.values)
+        return (
+            isinstance(test, ast.Compare)
+            and is_status(test.left)
+            and isinstance(test.ops[0], ast.Eq)
+            and isinstance(test.comparators[0], ast.Attribute)
+            and not _is_failed(test.comparators[0])
+        )
+
+    def walk(stmts: list[ast.stmt], guarded: bool) -> bool:
+        for stmt in stmts:
+            if isinstance(stmt, ast.Return):
+                if not (guarded or _is_failed(stmt.value) or is_status(stmt.value)):
+                    return False
+            elif isinstance(stmt, ast.If):
+                if not walk(stmt.body, guarded or excludes_failed(stmt.test)):
+                    return False
+                if not walk(stmt.orelse, guarded):
+                    return False
+            else:
+                for block in ("body", "orelse", "finalbody"):
+                    inner = getattr(stmt, block, None)
+                    if isinstance(inner, list) and not walk(inner, guarded):
+                        return False
+                for handler in getattr(stmt, "handlers", []):
+                    if not walk(handler.body, guarded):
+                        return False
+        return True
+
+    return walk(body, False)
 
 
 CLOCK_FUNCTIONS = frozenset({"monotonic", "time", "perf_counter", "monotonic_ns", "time_ns"})

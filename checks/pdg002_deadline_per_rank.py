@@ -3,14 +3,20 @@
 What it does
     Reports a deadline check on inflight requests that decides the outcome itself, after the
     poll all-reduce (editing ``poll``, dropping the request) or before it without going through
-    the request's sender.
+    the request's sender; one that fails senders only with ``abort()`` where some backend's
+    ``poll()`` ignores it (NIXL up to 0.5.11 reads its transfer handles once it has sent); and
+    a ``poll`` set on a sender instance (``sender.poll = lambda: KVPoll.Failed``) where every
+    backend's ``poll()`` reports Failed once aborted, so ``abort()`` is the way.
 
 Why is this bad
     ``poll_and_all_reduce*`` MIN-reduces the senders' polls over the TP/CP ranks so that every
     rank takes the same branch for every request. Ranks' clocks and stamps differ; a deadline
     that each rank applies to its own copy of the queue after the reduce (or by dropping the
     request) lets ranks disagree, and the ``zip(queue, polls)`` of later steps desyncs. Failing
-    the sender *before* the reduce lets the MIN make the failure unanimous.
+    the sender *before* the reduce lets the MIN make the failure unanimous, but only if the
+    sender then reports Failed: an ``abort()`` its ``poll()`` ignores leaves the request
+    waiting. A method replaced on an instance skips ``poll()``'s own bookkeeping (its concluded
+    state, tracing, latency metric) and would not pass review where ``abort()`` does the job.
 
 Example
     ``if now - req.entered_at > TIMEOUT: poll = KVPoll.Failed`` inside the loop over ``polls``.
@@ -25,6 +31,35 @@ from .inflight import FUNCTION
 from .model import PREFILL, Finding, Invalid, Rule
 from .project import Project
 
+# A release whose senders all report Failed once aborted, and one where NIXL's does not.
+HONOURING_SENDERS = """\
+class BaseKVSender:
+    def abort(self):
+        self.conclude_state = KVPoll.Failed
+
+
+class MooncakeKVSender(BaseKVSender):
+    def poll(self):
+        if self.conclude_state is not None:
+            return self.conclude_state
+        return self.kv_mgr.check_status(self.bootstrap_room)
+"""
+IGNORING_SENDERS = (
+    HONOURING_SENDERS
+    + """
+
+class NixlKVSender(BaseKVSender):
+    def poll(self):
+        if not self.has_sent:
+            return self.kv_mgr.check_status(self.bootstrap_room)
+        return KVPoll.Success if self.done() else KVPoll.WaitingForInput
+"""
+)
+CONN = "sglang/srt/disaggregation/base/conn.py"
+PIN_POLL = HELPER.replace(
+    "req.disagg_kv_sender.abort()", "req.disagg_kv_sender.poll = lambda: KVPoll.Failed"
+)
+
 AFTER_REDUCE = """\
             if time.monotonic() - req.entered_at > TIMEOUT:
                 poll = KVPoll.Failed
@@ -36,12 +71,22 @@ DROP_BEFORE_REDUCE = """\
 """
 
 
+PINNED = prefill(stamp=STAMP_ONCE, helper=PIN_POLL, before=CALL_HELPER)
+
+# What the expired branch may call on a sender besides abort() without failing it another way.
+ABORT_ONLY = frozenset({"abort", "record_failure"})
+
+
 class DeadlinePerRank(Rule):
     code = "PDG002"
     name = "deadline-per-rank"
     VALID = (
         PATCHED,
         prefill(stamp=STAMP_ONCE, helper=HELPER, before=CALL_HELPER),
+        # abort() where every sender honours it
+        {PREFILL: PATCHED, CONN: HONOURING_SENDERS},
+        # a pinned poll where some sender ignores abort()
+        {PREFILL: PINNED, CONN: IGNORING_SENDERS},
     )
     INVALID = (
         Invalid(
@@ -66,6 +111,28 @@ class DeadlinePerRank(Rule):
                 )
             ],
         ),
+        Invalid(
+            {PREFILL: PINNED, CONN: HONOURING_SENDERS},
+            [
+                (
+                    22,
+                    17,
+                    "inflight deadline sets `poll` on a sender instance, skipping poll()'s own "
+                    "bookkeeping: every sender here reports Failed once aborted; call abort()",
+                )
+            ],
+        ),
+        Invalid(
+            {PREFILL: PATCHED, CONN: IGNORING_SENDERS},
+            [
+                (
+                    21,
+                    16,
+                    "inflight deadline fails senders with abort(), which NixlKVSender.poll() "
+                    "ignores: the reduced poll will not say Failed for its requests",
+                )
+            ],
+        ),
     )
 
     def check(self, project: Project) -> Iterator[Finding]:
@@ -73,7 +140,38 @@ class DeadlinePerRank(Rule):
         if model is None:
             return
         symbol = f"{model.class_name}.{FUNCTION}"
+        index = project.classes
+        concrete = [s for s in index.senders() if index.is_concrete(s)]
+        ignoring = [s for s in concrete if not index.abort_honoured(s)]
         for check in model.checks:
+            where = symbol if check.method == FUNCTION else f"{model.class_name}.{check.method}"
+            if check.position == "before" and check.poll_set_at is not None and concrete:
+                if not ignoring:
+                    line, col = check.poll_set_at
+                    yield self.finding(
+                        PREFILL,
+                        line,
+                        col + 1,
+                        where,
+                        "inflight deadline sets `poll` on a sender instance, skipping poll()'s own "
+                        "bookkeeping: every sender here reports Failed once aborted; call abort()",
+                    )
+            elif (
+                check.position == "before"
+                and check.poll_set_at is None
+                and "abort" in check.sender_calls
+                and ignoring
+                and check.fails_sender
+                and check.sender_calls <= ABORT_ONLY
+            ):
+                yield self.finding(
+                    PREFILL,
+                    check.line,
+                    check.col + 1,
+                    where,
+                    f"inflight deadline fails senders with abort(), which {', '.join(ignoring)}"
+                    ".poll() ignores: the reduced poll will not say Failed for its requests",
+                )
             if check.position == "after":
                 message = (
                     "inflight deadline decided after the poll all-reduce: ranks can disagree; "
@@ -86,5 +184,4 @@ class DeadlinePerRank(Rule):
                 )
             else:
                 continue
-            where = symbol if check.method == FUNCTION else f"{model.class_name}.{check.method}"
             yield self.finding(PREFILL, check.line, check.col + 1, where, message)

@@ -1,41 +1,66 @@
-"""PDG003: the inflight deadline's clock starts too early or restarts.
+"""PDG003: the inflight deadline's clock starts too early, restarts, or carries over.
 
 What it does
     Reports a deadline on inflight requests measured from something set before the request
     entered the inflight queue (the sender's ``init_time``, the arrival time, a stamp taken when
-    the sender is created), and a stamp that is written again when a request is re-queued.
+    the sender is created); a stamp rewritten while the request waits in the queue (on keep);
+    and a stamp kept from a request's first entry (``if getattr(req, "t", None) is None``) in a
+    module with a path that takes requests out of the queue and back (a method that sends a
+    request back to the waiting or bootstrap queue, optimistic prefill's
+    ``optimistic_release_and_requeue``) without clearing it.
 
 Why is this bad
     The inflight queue holds requests whose prefill is done; the deadline must measure the KV
     transfer only. Measured from sender creation or arrival, it includes the prefill itself and
     false-fails long prompts (a 512K-token prefill takes about 164 s). A stamp rewritten on
-    every re-queue restarts the clock, so the deadline never fires.
+    every keep restarts the clock, so the deadline never fires. A request that stays in the
+    queue never passes an entry again, so a stamp at every entry is right; one kept from the
+    first entry only matters for a request that left and came back, and then counts its wait
+    and its second prefill against the deadline: it can be failed on its first poll.
 
 Example
-    ``if now - req.disagg_kv_sender.init_time > TIMEOUT`` (too early), or
-    ``req.entered_at = time.monotonic()`` before an append that re-queues (restarts).
+    ``if now - req.disagg_kv_sender.init_time > TIMEOUT`` (too early);
+    ``req.entered_at = time.monotonic()`` where the request is kept (restarts);
+    ``if getattr(req, "entered_at", None) is None: req.entered_at = time.monotonic()`` beside
+    ``self.waiting_queue.insert(0, req)`` in a requeue method (carries over).
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterator
 
-from .examples import CALL_HELPER, HELPER, PATCHED, STAMP_ALWAYS, STAMP_ONCE, prefill
+from .examples import CALL_HELPER, HELPER, PATCHED, SEND_BACK, STAMP_AT_ENTRY, STAMP_ONCE, prefill
 from .inflight import FUNCTION, QUEUE, InflightModel
 from .model import PREFILL, Finding, Invalid, Rule
 from .project import Project
 
 FROM_SENDER_CREATION = HELPER.replace("req.entered_at", "req.disagg_kv_sender.init_time")
+# the same requeue path, clearing the stamp on the way
+SEND_BACK_CLEARING_STAMP = SEND_BACK.replace(
+    "        req.reset", "        req.entered_at = None\n        req.reset"
+)
 RESTAMP_ON_KEEP = "                req.entered_at = time.monotonic()\n"
 
 
 class DeadlineClock(Rule):
     code = "PDG003"
     name = "deadline-clock"
-    VALID = (PATCHED,)
+    VALID = (
+        PATCHED,
+        # keeping the first stamp is right where no request leaves the queue and comes back
+        prefill(stamp=STAMP_ONCE, helper=HELPER, before=CALL_HELPER),
+        # and where the path that sends it back clears the stamp
+        prefill(
+            stamp=STAMP_ONCE,
+            helper=HELPER + SEND_BACK_CLEARING_STAMP,
+            before=CALL_HELPER,
+        ),
+        # a stamp at every entry is right with such a path
+        prefill(stamp=STAMP_AT_ENTRY, helper=HELPER + SEND_BACK, before=CALL_HELPER),
+    )
     INVALID = (
         Invalid(
-            prefill(stamp=STAMP_ONCE, helper=FROM_SENDER_CREATION, before=CALL_HELPER),
+            prefill(stamp=STAMP_AT_ENTRY, helper=FROM_SENDER_CREATION, before=CALL_HELPER),
             [
                 (
                     21,
@@ -46,18 +71,20 @@ class DeadlineClock(Rule):
             ],
         ),
         Invalid(
-            prefill(stamp=STAMP_ALWAYS, helper=HELPER, before=CALL_HELPER),
+            prefill(stamp=STAMP_ONCE, helper=HELPER + SEND_BACK, before=CALL_HELPER),
             [
                 (
-                    14,
-                    13,
-                    "`entered_at` is stamped again whenever a request is (re-)queued: the "
-                    "deadline restarts; stamp only when it is not set yet",
+                    15,
+                    17,
+                    "`entered_at` keeps the stamp of a request's first entry, but "
+                    "release_and_requeue() (line 26) sends requests back to waiting_queue, "
+                    "from where they enter disagg_prefill_inflight_queue again: their wait "
+                    "and second prefill count against the deadline; stamp at every entry",
                 )
             ],
         ),
         Invalid(
-            prefill(stamp=STAMP_ONCE, helper=HELPER, before=CALL_HELPER, keep=RESTAMP_ON_KEEP),
+            prefill(stamp=STAMP_AT_ENTRY, helper=HELPER, before=CALL_HELPER, keep=RESTAMP_ON_KEEP),
             [
                 (
                     35,
@@ -90,14 +117,19 @@ class DeadlineClock(Rule):
         measured = {c.attr for c in model.checks}
         for entry in model.entries:
             stamp = model.stamps.get(id(entry.stmt))
-            if stamp is not None and not stamp.guarded and stamp.attr in measured:
+            if stamp is None or not stamp.guarded or stamp.attr not in measured:
+                continue
+            back = next((b for b in model.send_backs if stamp.attr not in b.resets), None)
+            if back is not None:
                 yield self.finding(
                     PREFILL,
                     stamp.line,
                     stamp.col + 1,
                     symbol,
-                    f"`{stamp.attr}` is stamped again whenever a request is (re-)queued: the "
-                    "deadline restarts; stamp only when it is not set yet",
+                    f"`{stamp.attr}` keeps the stamp of a request's first entry, but "
+                    f"{back.method}() (line {back.line}) sends requests back to {back.queue}, "
+                    f"from where they enter {QUEUE} again: their wait and second prefill "
+                    "count against the deadline; stamp at every entry",
                 )
         for stamp in model.restamps:
             if stamp.attr in measured:

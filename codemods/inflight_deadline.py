@@ -6,12 +6,18 @@ decode restart it can wait forever. This codemod:
 
 1. reads ``SGLANG_DISAGGREGATION_INFLIGHT_TIMEOUT`` (seconds, default 300; 0 turns it off) once
    per process, next to the module's ``logger``;
-2. stamps each request with ``time.monotonic()`` where it is appended to the inflight queue,
-   once (a re-queue keeps the first stamp): the time in the queue is pure transfer time;
+2. stamps each request with ``time.monotonic()`` wherever it enters the inflight queue: the time
+   in the queue is pure transfer time. A request that stays in the queue never passes an entry
+   again, so only one that left it (optimistic prefill's ``optimistic_release_and_requeue``)
+   and comes back is stamped again, and starts a fresh deadline;
 3. adds ``_fail_timed_out_inflight_reqs()`` to the scheduler mixin and calls it in
    ``process_disagg_prefill_inflight_queue`` right before the poll all-reduce. It fails overdue
    requests through their sender, so the MIN-reduced poll is Failed on every rank and the
-   release's own Failed branch cleans up.
+   release's own Failed branch cleans up. Every rank logs why (how long, which deadline, which
+   variable). Where every sender's ``poll()`` reports Failed once aborted, that is
+   ``abort()``, best effort, and the reason is recorded with the manager's
+   ``record_failure`` so the client's error says it; elsewhere the sender's poll is still
+   pinned to Failed.
 
 Every inserted piece carries the marker comment ``# pdguard: inflight-deadline``.
 """
@@ -49,13 +55,37 @@ from .isort_imports import DEFAULT_ISORT_CONFIG, AddIsortedImports, ImportReques
 
 # How an overdue sender is failed, by what the release's senders offer.
 ABORT_CALLS = {
-    # BaseKVSender defines abort(): every sender has one.
-    "direct": "sender.abort()\n",
+    # Every sender's poll() reports Failed once it is aborted: abort() alone, best effort (a
+    # rank whose abort() raises must still reach the poll all-reduce).
+    "honoured": (
+        "try:\n"
+        "    sender.abort()\n"
+        "{record}"
+        "except Exception:\n"
+        "    # best effort: this rank must still reach the poll all-reduce\n"
+        '    logger.exception(f"Failed to abort the sender of {{req.rid=}}")\n'
+    ),
+    # BaseKVSender defines abort(), but not every backend's poll() honours it.
+    "direct": "sender.abort()\n{pin}",
     # Only some backends' senders define abort().
-    "guarded": 'if hasattr(sender, "abort"):\n    sender.abort()\n',
+    "guarded": 'if hasattr(sender, "abort"):\n    sender.abort()\n{pin}',
     # No sender can abort.
-    "none": "",
+    "none": "{pin}",
 }
+# abort() records "Aborted by AbortReq."; where the manager keeps failure records (and every
+# sender pops its record when it reports the failure), record why instead.
+_RECORD = (
+    '    # abort() records why as "Aborted by AbortReq."; say what happened\n'
+    '    if hasattr(sender.kv_mgr, "record_failure"):\n'
+    "        sender.kv_mgr.record_failure(req.bootstrap_room, reason)\n"
+)
+# Where some backend's poll() does not honour abort() (NIXL up to 0.5.11 reads its transfer
+# handles once it has sent), its result is pinned to Failed.
+_PIN = (
+    "# Not every backend's poll() honours abort() (NIXL reads its transfer\n"
+    "# handles once it has sent), so pin the sender's result to Failed.\n"
+    "sender.poll = lambda: KVPoll.Failed\n"
+)
 
 _SETTING = """\
 {marker}
@@ -73,18 +103,16 @@ except ValueError:
 """
 
 _STAMP = """\
-{marker}: stamp on first entry only, so that the deadline
-# counts KV transfer time (not prefill) and a re-queue does not restart it.
-if getattr({req}, "{stamp}", None) is None:
-    {req}.{stamp} = {monotonic}()
+{marker}: the deadline counts the KV transfer only;
+# a request that leaves the queue and comes back starts a fresh one.
+{req}.{stamp} = {monotonic}()
 """
 
 _STAMP_ALL = """\
-{marker}: stamp on first entry only, so that the deadline
-# counts KV transfer time (not prefill) and a re-queue does not restart it.
+{marker}: the deadline counts the KV transfer only;
+# a request that leaves the queue and comes back starts a fresh one.
 for {var} in {requests}:
-    if getattr({var}, "{stamp}", None) is None:
-        {var}.{stamp} = {monotonic}()
+    {var}.{stamp} = {monotonic}()
 """
 
 _HELPER = '''\
@@ -102,16 +130,14 @@ _HELPER = '''\
             entry_time = getattr(req, "{stamp}", None)
             if entry_time is None or now - entry_time < {timeout}:
                 continue
-            logger.warning(
-                f"Prefill inflight request timed out: {{req.rid=}} {{req.bootstrap_room=}} "
-                f"waited {{now - entry_time:.1f}}s for its KV transfer "
-                f"(deadline {{{timeout}:g}}s)"
+            reason = (
+                f"Request {{req.bootstrap_room}} timed out after {{now - entry_time:.1f}}s "
+                f"in the prefill inflight queue waiting for its KV transfer "
+                f"(deadline {{{timeout}:g}}s, {{_INFLIGHT_TIMEOUT_ENV}})"
             )
+            logger.warning(f"Prefill inflight request {{req.rid=}}: {{reason}}")
             sender = req.disagg_kv_sender
-{abort}            # Not every backend's poll() honours abort() (NIXL reads its transfer
-            # handles once it has sent), so pin the sender's result to Failed.
-            sender.poll = lambda: KVPoll.Failed
-'''
+{abort}'''
 
 _CALL = """\
 {marker}: fail overdue requests before the poll
@@ -136,7 +162,13 @@ class InflightDeadline(SourceCodemod):
             "--abort",
             choices=sorted(ABORT_CALLS),
             default="guarded",
-            help="direct: BaseKVSender has abort(); guarded: only some senders do; none",
+            help="honoured: every sender's poll() reports Failed once aborted; direct: "
+            "BaseKVSender has abort(); guarded: only some senders do; none",
+        )
+        arg_parser.add_argument(
+            "--record",
+            action="store_true",
+            help="with --abort honoured: record the timeout as the room's failure reason",
         )
 
     def __init__(
@@ -144,12 +176,14 @@ class InflightDeadline(SourceCodemod):
         context: CodemodContext,
         abort: str = "guarded",
         isort_config: isort.Config = DEFAULT_ISORT_CONFIG,
+        record: bool = False,
     ) -> None:
         super().__init__(context)
         self.isort_config = isort_config
+        fail = ABORT_CALLS[abort].format(record=_RECORD if record else "", pin=_PIN)
         self.names = {
             "marker": marker(FIX),
-            "abort": "".join(f"            {line}\n" for line in ABORT_CALLS[abort].splitlines()),
+            "abort": "".join(f"            {line}\n" for line in fail.splitlines()),
             "timeout": TIMEOUT,
             "env": ENV_VAR,
             "helper": HELPER,

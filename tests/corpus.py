@@ -167,6 +167,9 @@ class ForkKVSender(BaseKVSender):
             if time.time() - self.init_time > self.kv_mgr.bootstrap_timeout:
                 return KVPoll.Failed
         return status
+
+    def abort(self):
+        self.kv_mgr.update_status(self.bootstrap_room, KVPoll.Failed)
 """
 
 

@@ -19,6 +19,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+from pdguard.checks.inflight import analyse
 from pdguard.checks.project import PREFILL
 
 NIXL = "sglang/srt/disaggregation/nixl/conn.py"
@@ -113,38 +114,32 @@ def _self_attr(node: ast.expr, attr: str) -> bool:
     )
 
 
-def _stamp_guards(source: _Source) -> list[ast.If]:
-    """pdguard's stamps: ``if getattr(req, "inflight_queue_entry_time", None) is None:`` around
-    ``req.inflight_queue_entry_time = <clock>``."""
-    found = []
-    for node in source.nodes(ast.If):
-        test = node.test
-        if not (
-            isinstance(test, ast.Compare)
-            and isinstance(test.ops[0], ast.Is)
-            and isinstance(test.left, ast.Call)
-            and isinstance(test.left.func, ast.Name)
-            and test.left.func.id == "getattr"
-            and len(test.left.args) == 3
-            and isinstance(test.left.args[1], ast.Constant)
-            and test.left.args[1].value == STAMP_ATTR
-        ):
-            continue
-        body = node.body[0]
-        if (
-            len(node.body) == 1
-            and isinstance(body, ast.Assign)
-            and isinstance(body.targets[0], ast.Attribute)
-            and body.targets[0].attr == STAMP_ATTR
-            and not node.orelse
-        ):
-            found.append(node)
-    return found
+def _stamps(source: _Source) -> list[ast.Assign]:
+    """pdguard's stamps where requests enter the queue: ``req.inflight_queue_entry_time =
+    <clock>()``, at every entry (outside the inflight function and the deadline helper)."""
+    skip = [*_function(source, INFLIGHT_FUNCTION), *_function(source, DEADLINE_HELPER)]
+    return [
+        node
+        for node in source.nodes(ast.Assign)
+        if len(node.targets) == 1
+        and isinstance(node.targets[0], ast.Attribute)
+        and node.targets[0].attr == STAMP_ATTR
+        and isinstance(node.value, ast.Call)
+        and not any(_inside(node, f) for f in skip)
+    ]
 
 
-def _stamped_name(guard: ast.If) -> str:
-    target = guard.body[0].targets[0]  # type: ignore[attr-defined]
-    return ast.unparse(target.value)
+def _stamp_statement(source: _Source, stamp: ast.Assign) -> ast.stmt:
+    """The statement that is the stamp: the assignment, or the loop that holds only it (a
+    stamped batch)."""
+    for loop in source.nodes(ast.For):
+        if loop.body == [stamp] or (len(loop.body) == 1 and loop.body[0] is stamp):
+            return loop
+    return stamp
+
+
+def _stamped_name(stamp: ast.Assign) -> str:
+    return ast.unparse(stamp.targets[0].value)  # type: ignore[attr-defined]
 
 
 def _deadline_calls(source: _Source) -> list[ast.Expr]:
@@ -190,10 +185,10 @@ def _poll_all_reduce_after(source: _Source, call: ast.stmt) -> ast.Assign | None
 
 def _remove_stamp(texts: Texts) -> Texts | None:
     def change(source: _Source) -> bool:
-        guards = _stamp_guards(source)
-        if guards:
-            source.remove(guards[0])
-        return bool(guards)
+        stamps = _stamps(source)
+        if stamps:
+            source.remove(_stamp_statement(source, stamps[0]), INFLIGHT_MARKER)
+        return bool(stamps)
 
     return _edit(texts, PREFILL, change)
 
@@ -203,7 +198,7 @@ def _stamp_at_sender_creation(texts: Texts) -> Texts | None:
     bootstrap queue creates its sender (before the prefill)."""
 
     def change(source: _Source) -> bool:
-        guards = _stamp_guards(source)
+        stamps = _stamps(source)
         creation = next(
             (
                 node
@@ -217,9 +212,9 @@ def _stamp_at_sender_creation(texts: Texts) -> Texts | None:
             ),
             None,
         )
-        if not guards or creation is None:
+        if not stamps or creation is None:
             return False
-        source.remove(guards[0], INFLIGHT_MARKER)
+        source.remove(_stamp_statement(source, stamps[0]), INFLIGHT_MARKER)
         req = creation.targets[0].value.id  # type: ignore[attr-defined]
         stamp = f"{source.indent(creation)}{req}.{STAMP_ATTR} = time.monotonic()\n"
         source.insert(creation.lineno, [stamp])
@@ -228,16 +223,45 @@ def _stamp_at_sender_creation(texts: Texts) -> Texts | None:
     return _edit(texts, PREFILL, change)
 
 
-def unguarded_stamp(texts: Texts) -> Texts | None:
-    """Every stamp written whenever a request is (re-)queued, not only on its first entry."""
+def restamp_on_keep(texts: Texts) -> Texts | None:
+    """The stamp written again where the inflight function keeps a waiting request for another
+    step: the clock restarts on every poll."""
 
     def change(source: _Source) -> bool:
-        guards = _stamp_guards(source)
-        for guard in guards:
-            assign = guard.body[0]
-            body = "".join(source.lines[assign.lineno - 1 : _end(assign)]).lstrip()
-            source.replace(guard.lineno, _end(guard), [source.indent(guard) + body])
-        return bool(guards)
+        model = analyse(source.tree)
+        if model is None or not model.keep_sites:
+            return False
+        keep = model.keep_sites[0]
+        kept = keep.args[0] if keep.args else None
+        if not isinstance(kept, ast.Name):
+            return False
+        restamp = f"{' ' * keep.col_offset}{kept.id}.{STAMP_ATTR} = time.monotonic()\n"
+        source.insert(keep.lineno, [restamp])
+        return True
+
+    return _edit(texts, PREFILL, change)
+
+
+def first_stamp_kept_across_requeue(texts: Texts) -> Texts | None:
+    """Every stamp kept from the request's first entry (``if getattr(req, ..., None) is
+    None:``) in a release with a path that takes requests out of the queue and back (optimistic
+    prefill, 0.5.13+): a requeued request carries its old stamp. Not generated elsewhere."""
+
+    def change(source: _Source) -> bool:
+        model = analyse(source.tree)
+        if model is None or not model.send_backs:
+            return False
+        stamps = _stamps(source)
+        for stamp in stamps:
+            i = source.indent(stamp)
+            name = _stamped_name(stamp)
+            body = "".join(source.lines[stamp.lineno - 1 : _end(stamp)]).lstrip()
+            source.replace(
+                stamp.lineno,
+                _end(stamp),
+                [f"{i}if getattr({name}, '{STAMP_ATTR}', None) is None:\n", f"{i}    {body}"],
+            )
+        return bool(stamps)
 
     return _edit(texts, PREFILL, change)
 
@@ -303,6 +327,62 @@ def _deadline_drops_locally(texts: Texts) -> Texts | None:
     return _edit(texts, PREFILL, change)
 
 
+def _pinned_polls(source: _Source, helper: ast.FunctionDef) -> list[ast.Assign]:
+    """``sender.poll = lambda: KVPoll.Failed`` in the deadline helper."""
+    return [
+        node
+        for node in source.nodes(ast.Assign)
+        if _inside(node, helper)
+        and isinstance(node.targets[0], ast.Attribute)
+        and node.targets[0].attr == "poll"
+    ]
+
+
+def poll_set_on_instance(texts: Texts) -> Texts | None:
+    """Where pdguard fails overdue senders with ``abort()`` alone (every sender's poll()
+    honours it), the abort replaced by a poll set on the sender instance."""
+
+    def change(source: _Source) -> bool:
+        helper = next(_function(source, DEADLINE_HELPER), None)
+        if helper is None or _pinned_polls(source, helper):
+            return False
+        attempt = next((n for n in source.nodes(ast.Try) if _inside(n, helper)), None)
+        if attempt is None:
+            return False
+        pin = f"{source.indent(attempt)}sender.poll = lambda: KVPoll.Failed\n"
+        source.replace(attempt.lineno, _end(attempt), [pin])
+        return True
+
+    return _edit(texts, PREFILL, change)
+
+
+def _pin_removed(texts: Texts) -> Texts | None:
+    """Where pdguard pins the poll of senders that ignore ``abort()``, the pin removed: those
+    senders' requests are never failed."""
+
+    def change(source: _Source) -> bool:
+        helper = next(_function(source, DEADLINE_HELPER), None)
+        pins = _pinned_polls(source, helper) if helper is not None else []
+        aborts = [
+            n
+            for n in source.nodes(ast.Call)
+            if helper is not None
+            and _inside(n, helper)
+            and isinstance(n.func, ast.Attribute)
+            and n.func.attr == "abort"
+        ]
+        if not pins or not aborts:
+            return False
+        for pin in pins:
+            first = pin.lineno
+            while source.lines[first - 2].lstrip().startswith("#"):
+                first -= 1
+            source.replace(first, _end(pin), [])
+        return True
+
+    return _edit(texts, PREFILL, change)
+
+
 def _remove_import(module: str) -> Callable[[Texts], Texts | None]:
     def mutate(texts: Texts) -> Texts | None:
         def change(source: _Source) -> bool:
@@ -352,10 +432,13 @@ def _remove_bootstrap_check(texts: Texts) -> Texts | None:
 MUTANTS = (
     Mutant("stamp removed", "PDG001", _remove_stamp),
     Mutant("stamp moved to sender creation", "PDG003", _stamp_at_sender_creation),
-    Mutant("stamp rewritten on re-queue", "PDG003", unguarded_stamp),
+    Mutant("stamp rewritten on keep", "PDG003", restamp_on_keep),
+    Mutant("first stamp kept across a requeue", "PDG003", first_stamp_kept_across_requeue),
     Mutant("deadline moved after the all-reduce", "PDG002", _deadline_after_reduce),
     Mutant("deadline helper defined but not called", "PDG001", _helper_not_called),
     Mutant("deadline drops the request locally", "PDG002", _deadline_drops_locally),
+    Mutant("poll set on a sender instance", "PDG002", poll_set_on_instance),
+    Mutant("abort() alone where a sender ignores it", "PDG002", _pin_removed),
     Mutant("init_time removed", "PDG004", _remove_init_time),
     Mutant("bootstrap check removed", "PDG004", _remove_bootstrap_check),
     Mutant("import time removed", "PDG005", _remove_import("time")),
@@ -401,8 +484,14 @@ def _inline_loop(texts: Texts) -> Texts | None:
             f"{i}        continue\n",
             f"{i}    if current - enqueued > INFLIGHT_QUEUE_TIMEOUT:\n",
             f"{i}        kv_sender = waiting.disagg_kv_sender\n",
-            f"{i}        kv_sender.poll = lambda: KVPoll.Failed\n",
         ]
+        # fail the sender as pdguard does in this release: abort() where every sender
+        # honours it, else a pinned poll
+        helper = next(_function(source, DEADLINE_HELPER), None)
+        if helper is not None and not _pinned_polls(source, helper):
+            inline.append(f"{i}        kv_sender.abort()\n")
+        else:
+            inline.append(f"{i}        kv_sender.poll = lambda: KVPoll.Failed\n")
         source.replace(source.marked_start(calls[0], INFLIGHT_MARKER), _end(calls[0]), inline)
         return True
 
@@ -413,18 +502,17 @@ def _stamp_through_helper(texts: Texts) -> Texts | None:
     """The stamp set by a helper method called at the append site."""
 
     def change(source: _Source) -> bool:
-        guards = _stamp_guards(source)
+        stamps = [s for s in _stamps(source) if _stamp_statement(source, s) is s]
         helper = next(_function(source, DEADLINE_HELPER), None)
-        if not guards or helper is None:
+        if not stamps or helper is None:
             return False
-        guard = guards[0]
-        call = f"{source.indent(guard)}self._stamp_inflight_entry({_stamped_name(guard)})\n"
-        source.replace(guard.lineno, _end(guard), [call])
+        stamp = stamps[0]
+        call = f"{source.indent(stamp)}self._stamp_inflight_entry({_stamped_name(stamp)})\n"
+        source.replace(stamp.lineno, _end(stamp), [call])
         i = source.indent(helper)
         stamp_helper = [
             f"{i}def _stamp_inflight_entry(self, req):\n",
-            f"{i}    if getattr(req, '{STAMP_ATTR}', None) is None:\n",
-            f"{i}        req.{STAMP_ATTR} = time.monotonic()\n",
+            f"{i}    req.{STAMP_ATTR} = time.monotonic()\n",
             "\n",
         ]
         source.insert(source.marked_start(helper, INFLIGHT_MARKER), stamp_helper)

@@ -90,10 +90,9 @@ except ValueError:
 class SchedulerDisaggregationPrefillMixin:
     def process_batch_result_disagg_prefill(self, batch) -> None:
         for req in batch.reqs:
-            # pdguard: inflight-deadline: stamp on first entry only, so that the deadline
-            # counts KV transfer time (not prefill) and a re-queue does not restart it.
-            if getattr(req, "inflight_queue_entry_time", None) is None:
-                req.inflight_queue_entry_time = time.monotonic()
+            # pdguard: inflight-deadline: the deadline counts the KV transfer only;
+            # a request that leaves the queue and comes back starts a fresh one.
+            req.inflight_queue_entry_time = time.monotonic()
             self.disagg_prefill_inflight_queue.append(req)
 
     # pdguard: inflight-deadline
@@ -110,11 +109,12 @@ class SchedulerDisaggregationPrefillMixin:
             entry_time = getattr(req, "inflight_queue_entry_time", None)
             if entry_time is None or now - entry_time < INFLIGHT_QUEUE_TIMEOUT:
                 continue
-            logger.warning(
-                f"Prefill inflight request timed out: {req.rid=} {req.bootstrap_room=} "
-                f"waited {now - entry_time:.1f}s for its KV transfer "
-                f"(deadline {INFLIGHT_QUEUE_TIMEOUT:g}s)"
+            reason = (
+                f"Request {req.bootstrap_room} timed out after {now - entry_time:.1f}s "
+                f"in the prefill inflight queue waiting for its KV transfer "
+                f"(deadline {INFLIGHT_QUEUE_TIMEOUT:g}s, {_INFLIGHT_TIMEOUT_ENV})"
             )
+            logger.warning(f"Prefill inflight request {req.rid=}: {reason}")
             sender = req.disagg_kv_sender
             sender.abort()
             # Not every backend's poll() honours abort() (NIXL reads its transfer
@@ -217,7 +217,7 @@ def test_anchor_errors(old: str, new: str, message: str) -> None:
         _patch(PREFILL.replace(old, new))
 
 
-def _patch(src: str, **kwargs: str) -> str:
+def _patch(src: str, **kwargs: str | bool) -> str:
     return InflightDeadline(CodemodContext(), **kwargs).transform_module(cst.parse_module(src)).code
 
 
@@ -235,6 +235,32 @@ class _Sender:
         self.aborted += 1
 
 
+class _Manager:
+    def __init__(self) -> None:
+        self.failure_records: dict[int, str] = {}
+
+    def record_failure(self, room: int, reason: str) -> None:
+        self.failure_records[room] = reason
+
+
+class _AbortableSender:
+    """A sender whose poll() reports Failed once aborted, as Mooncake's and NIXL 0.5.12+'s."""
+
+    def __init__(self, raises: bool = False) -> None:
+        self.kv_mgr = _Manager()
+        self.conclude_state: int | None = None
+        self.raises = raises
+
+    def poll(self) -> int:
+        return self.conclude_state if self.conclude_state is not None else 2
+
+    def abort(self) -> None:
+        if self.raises:
+            raise RuntimeError("abort failed on this rank")
+        self.kv_mgr.record_failure(7, "Aborted by AbortReq.")
+        self.conclude_state = 0
+
+
 class _Clock:
     def __init__(self) -> None:
         self.now = 1000.0
@@ -243,13 +269,15 @@ class _Clock:
         return self.now
 
 
-def _load(monkeypatch: pytest.MonkeyPatch, env: str | None) -> tuple[types.ModuleType, _Clock]:
+def _load(
+    monkeypatch: pytest.MonkeyPatch, env: str | None, **options: str | bool
+) -> tuple[types.ModuleType, _Clock]:
     """Execute the patched snippet as a module, with stand-ins for SGLang and the clock."""
     if env is None:
         monkeypatch.delenv("SGLANG_DISAGGREGATION_INFLIGHT_TIMEOUT", raising=False)
     else:
         monkeypatch.setenv("SGLANG_DISAGGREGATION_INFLIGHT_TIMEOUT", env)
-    code = _patch(PREFILL, abort="direct")
+    code = _patch(PREFILL, **(options or {"abort": "direct"}))
     code = code.replace("from sglang.srt.disaggregation.base import KVPoll\n", "")
     code = code.replace("from sglang.srt.disaggregation.utils import poll_and_all_reduce\n", "")
     clock = _Clock()
@@ -293,16 +321,50 @@ def test_written_code_fails_a_wedged_request_at_the_deadline(monkeypatch) -> Non
     assert scheduler.disagg_prefill_inflight_queue == []
 
 
-def test_requeue_keeps_the_first_stamp(monkeypatch) -> None:
+def test_a_request_that_comes_back_starts_a_fresh_deadline(monkeypatch) -> None:
+    """Optimistic prefill takes a request out of the queue and back: its wait and its second
+    prefill do not count against the deadline."""
     module, clock = _load(monkeypatch, env="60")
     scheduler = _scheduler(module)
     req = _req("requeued")
     scheduler.process_batch_result_disagg_prefill(types.SimpleNamespace(reqs=[req]))
     clock.now += 40.0
-    scheduler.disagg_prefill_inflight_queue = []
-    scheduler.process_batch_result_disagg_prefill(types.SimpleNamespace(reqs=[req]))
-    clock.now += 30.0  # 70 s since the first entry, 30 s since the re-queue
+    scheduler.disagg_prefill_inflight_queue = []  # out (optimistic_release_and_requeue) ...
+    clock.now += 100.0
+    scheduler.process_batch_result_disagg_prefill(types.SimpleNamespace(reqs=[req]))  # ... back
+    clock.now += 30.0  # 170 s since the first entry, 30 s since it came back
+    assert scheduler.process_disagg_prefill_inflight_queue() == []
+    clock.now += 31.0
     assert scheduler.process_disagg_prefill_inflight_queue() == [req]
+
+
+def test_honoured_abort_fails_without_touching_poll_and_says_why(monkeypatch, caplog) -> None:
+    module, clock = _load(monkeypatch, env="60", abort="honoured", record=True)
+    scheduler = _scheduler(module)
+    req = _req("wedged")
+    req.disagg_kv_sender = sender = _AbortableSender()
+    scheduler.process_batch_result_disagg_prefill(types.SimpleNamespace(reqs=[req]))
+    clock.now += 61.0
+    with caplog.at_level(logging.WARNING):
+        assert scheduler.process_disagg_prefill_inflight_queue() == [req]
+    assert "poll" not in vars(sender)  # the class's own poll(), not one set on the instance
+    reason = sender.kv_mgr.failure_records[7]
+    assert reason.startswith("Request 7 timed out after 61.0s in the prefill inflight queue")
+    assert "deadline 60s, SGLANG_DISAGGREGATION_INFLIGHT_TIMEOUT" in reason
+    assert reason in caplog.text
+
+
+def test_an_abort_that_raises_is_logged_and_the_step_goes_on(monkeypatch, caplog) -> None:
+    module, clock = _load(monkeypatch, env="60", abort="honoured")
+    scheduler = _scheduler(module)
+    req = _req("unlucky")
+    req.disagg_kv_sender = _AbortableSender(raises=True)
+    scheduler.process_batch_result_disagg_prefill(types.SimpleNamespace(reqs=[req]))
+    clock.now += 61.0
+    with caplog.at_level(logging.ERROR):
+        # this rank still reaches the poll all-reduce; its peers fail the request there
+        assert scheduler.process_disagg_prefill_inflight_queue() == []
+    assert "Failed to abort the sender of req.rid='unlucky'" in caplog.text
 
 
 @pytest.mark.parametrize("env", ["0", "-1"])

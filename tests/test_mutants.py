@@ -14,10 +14,23 @@ from pdguard.checks.project import PREFILL, Project
 from pdguard.commands import apply as pipeline
 from pdguard.commands.check import load_project
 from pdguard.tree import open_tree
-from tests.mutants import MUTANTS, NIXL, VARIANTS, mutate_tree
+from tests.mutants import MUTANT, MUTANTS, NIXL, VARIANTS, mutate_tree
 from tests.snippets import make_toy
 
-PREFILL_MUTANTS = [m for m in MUTANTS if m.expected != "PDG004"]  # PDG004's act on NIXL's sender
+# PDG004's act on NIXL's sender; the requeue one needs a path that takes requests out and back
+NEEDS_REQUEUE = "first stamp kept across a requeue"
+# how pdguard fails a sender depends on the release's senders: the toy has none that aborts
+BY_SENDERS = ("poll set on a sender instance", "abort() alone where a sender ignores it")
+PREFILL_MUTANTS = [
+    m
+    for m in MUTANTS
+    if m.expected != "PDG004" and m.name != NEEDS_REQUEUE and m.name not in BY_SENDERS
+]
+REQUEUE = """
+    def optimistic_release_and_requeue(self, req):
+        req.reset_for_retract()
+        self.waiting_queue.insert(0, req)
+"""
 
 
 @pytest.fixture
@@ -42,9 +55,22 @@ def test_sender_mutants_need_a_sender(toy: Path) -> None:
     texts = load_project(open_tree(toy)).texts
     assert NIXL not in texts
     assert [m.name for m in MUTANTS if m.mutate(texts) is None] == [
+        NEEDS_REQUEUE,
+        *BY_SENDERS,
         "init_time removed",
         "bootstrap check removed",
     ]
+
+
+def test_first_stamp_kept_is_reported_where_requests_come_back(toy: Path) -> None:
+    texts = load_project(open_tree(toy)).texts
+    with_requeue = {**texts, PREFILL: texts[PREFILL] + REQUEUE}
+    assert checks.run(Project(with_requeue), ["PDG003"]) == []
+    mutated = MUTANT[NEEDS_REQUEUE].mutate(with_requeue)
+    assert mutated is not None
+    compile(mutated[PREFILL], PREFILL, "exec")
+    messages = [f.message for f in checks.run(Project(mutated), ["PDG003"])]
+    assert messages and all("optimistic_release_and_requeue() (line" in m for m in messages)
 
 
 @pytest.mark.parametrize(("name", "variant"), VARIANTS, ids=[n for n, _ in VARIANTS])

@@ -13,7 +13,7 @@ from pdguard.checks.kv_senders import BASE_SENDER
 from .. import fix_names
 from ..sglang_names import INFLIGHT_FUNCTION as FUNCTION
 from ..sglang_names import INFLIGHT_QUEUE as QUEUE
-from ..sglang_names import KVPOLL, PREFILL_PATH
+from ..sglang_names import KVPOLL, MANAGER_RECORD_FAILURE, PREFILL_PATH
 from ..sglang_names import KVPoll as KVPollState
 from .base import Fix, Outcome, Status, has_marker
 from .sender_index import sender_index
@@ -29,6 +29,7 @@ TIMEOUT = fix_names.INFLIGHT_TIMEOUT_SETTING
 
 # How an overdue sender is failed (the codemod's ``abort``), as the note says it.
 _HOW = {
+    "honoured": "abort() (every sender's poll() reports Failed once aborted), best effort",
     "direct": "abort() and a Failed poll",
     "guarded": "abort() where the sender has one, and a Failed poll",
     "none": "a Failed poll",
@@ -300,15 +301,28 @@ class InflightDeadline(Fix):
                 )
         return None
 
-    def _abort_style(self, workspace: Workspace) -> str:
-        """How an overdue sender can be aborted: "direct" (BaseKVSender has ``abort``),
-        "guarded" (only some senders do), "none"."""
+    def _abort_style(self, workspace: Workspace) -> tuple[str, bool, list[str]]:
+        """How an overdue sender can be failed: "honoured" (every backend's ``poll()``
+        reports Failed once it is aborted), "direct" (BaseKVSender has ``abort``), "guarded"
+        (only some senders do), "none"; whether the reason can be recorded as the room's
+        failure (every sender whose manager keeps records pops its record when it reports the
+        failure: no record leaks); and the senders whose ``poll()`` ignores ``abort()``."""
         index = sender_index(workspace)
+        concrete = [s for s in index.senders() if index.is_concrete(s)]
+        ignoring = [s for s in concrete if not index.abort_honoured(s)]
+        if concrete and not ignoring:
+            record = all(
+                index.pops_failure_records(s)
+                for s in concrete
+                if (manager := index.manager_of(s)) is None
+                or index.manager_has(manager, MANAGER_RECORD_FAILURE)
+            )
+            return "honoured", record, []
         if index.resolve(BASE_SENDER, "abort") is not None:
-            return "direct"
+            return "direct", False, ignoring
         if any(index.resolve(s, "abort") for s in index.senders()):
-            return "guarded"
-        return "none"
+            return "guarded", False, ignoring
+        return "none", False, ignoring
 
     def _apply(self, workspace: Workspace) -> Outcome:
         """Run the codemod on ``prefill.py``."""
@@ -323,19 +337,23 @@ class InflightDeadline(Fix):
             return Outcome(
                 Status.REFUSED, f"{KVPOLL} is not imported in {PREFILL_PATH}", PREFILL_PATH
             )
-        abort = self._abort_style(workspace)
+        abort, record, ignoring = self._abort_style(workspace)
         codemod = Codemod(
             CodemodContext(filename=PREFILL_PATH),
             abort=abort,
             isort_config=workspace.isort_config(PREFILL_PATH),
+            record=record,
         )
         try:
             module = codemod.transform_module(module)
         except AnchorError as exc:
             return Outcome(Status.REFUSED, str(exc), PREFILL_PATH)
         workspace.set_text(PREFILL_PATH, module.code)
+        how = _HOW[abort] + (", the timeout recorded as the room's failure" if record else "")
+        if ignoring:
+            how += f" (poll() ignores abort() in {', '.join(ignoring)})"
         return Outcome(
             Status.APPLIED,
-            f"stamp at the inflight-queue append, deadline before the poll all-reduce in "
-            f"{FUNCTION}(); overdue senders are failed with {_HOW[abort]}",
+            f"stamp at every inflight-queue entry, deadline before the poll all-reduce in "
+            f"{FUNCTION}(); overdue senders are failed with {how}",
         )
