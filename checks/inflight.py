@@ -111,6 +111,8 @@ class DeadlineCheck:
     # ``poll`` on the instance (``sender.poll = lambda: KVPoll.Failed``), if it does.
     sender_calls: set[str] = field(default_factory=set)
     poll_set_at: tuple[int, int] | None = None
+    # The expired branch's loop looks at whether the request is parked (``pending_bootstrap``).
+    minds_parked: bool = False
 
 
 @dataclass
@@ -125,6 +127,9 @@ class InflightModel:
     restamps: list[Stamp] = field(default_factory=list)  # stamps inside FUNCTION (on keep)
     assigned_attrs: set[str] = field(default_factory=set)  # attrs given a clock value anywhere
     send_backs: list[SendBack] = field(default_factory=list)
+    # Where the inflight function keeps a parked request (``if req.pending_bootstrap:``, 0.5.16+:
+    # prefill done, bootstrap not, bounded by the bootstrap timeout), if it does.
+    parked_line: int = 0
 
     def unstamped(self) -> list[Entry]:
         return [e for e in self.entries if self.stamps.get(id(e.stmt)) is None]
@@ -299,6 +304,9 @@ def _checks_in(
         fails = _fails_sender(index, loop, scope, node)
         check = DeadlineCheck(read[0], read[1], node.lineno, node.col_offset, function.name, fails)
         check.sender_calls, check.poll_set_at = _sender_actions(loop, scope)
+        check.minds_parked = any(
+            isinstance(n, ast.Attribute) and n.attr == PARKED for n in ast.walk(loop)
+        )
         found.append(check)
     for callee in index.self_calls(region):
         if callee.name not in seen:
@@ -702,6 +710,15 @@ def analyse(module: ast.Module) -> InflightModel | None:
     model.unmodelled += _escapes(module)
     model.restamps = _restamps(function, scope)
     model.send_backs = list(_send_backs(index))
+    model.parked_line = next(
+        (
+            n.lineno
+            for n in ast.walk(function)
+            if isinstance(n, ast.If)
+            and any(isinstance(a, ast.Attribute) and a.attr == PARKED for a in ast.walk(n.test))
+        ),
+        0,
+    )
     model.checks = _positioned_checks(index, function, poll_position)
     return model
 
@@ -771,6 +788,9 @@ def _queue_entries(
             if entry is not None:
                 yield entry, block, position
 
+
+# A request parked in the inflight queue until its bootstrap completes (0.5.16+).
+PARKED = "pending_bootstrap"
 
 # Queues a request passes before the inflight queue: one put back there can enter it again.
 _EARLIER_QUEUES = ("waiting_queue", BOOTSTRAP_QUEUE)

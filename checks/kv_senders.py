@@ -247,7 +247,9 @@ class ClassIndex:
 
     def abort_honoured(self, name: str) -> bool:
         """Does ``abort()`` make this sender's ``poll()`` return Failed from then on? Either
-        ``abort()`` sets ``self.conclude_state = KVPoll.Failed`` and ``poll()`` (or the helper
+        ``abort()`` sets ``self.conclude_state = KVPoll.Failed`` (or to the status a
+        notification of Failed concluded with: Failed, or a terminal status sent before) and
+        ``poll()`` (or the helper
         it returns) starts by returning a set ``conclude_state``; or ``abort()`` sets the room's
         status to Failed and no return of ``poll()`` can skip a Failed status (NIXL up to
         0.5.11 returns its transfer handles' state once it has sent: not honoured)."""
@@ -256,10 +258,22 @@ class ClassIndex:
         if abort_owner is None or poll is None:
             return False
         abort = list(self.reached(name, "abort"))
+        # names holding what a notification of Failed returns: the status it concluded with
+        # (Mori 0.5.13+: ``sent_status, _ = self._notify_decode(KVPoll.Failed, reason)``)
+        notified = {
+            target.id
+            for n in abort
+            if isinstance(n, ast.Assign)
+            and isinstance(n.value, ast.Call)
+            and any(_is_failed(a) for a in n.value.args)
+            for t in n.targets
+            for target in (t.elts[:1] if isinstance(t, ast.Tuple) else [t])
+            if isinstance(target, ast.Name)
+        }
         sets_conclude = any(
             isinstance(n, ast.Assign)
             and any(is_self_attr(t, CONCLUDE_STATE) for t in n.targets)
-            and _is_failed(n.value)
+            and (_is_failed(n.value) or (isinstance(n.value, ast.Name) and n.value.id in notified))
             for n in abort
         )
         sets_status = any(

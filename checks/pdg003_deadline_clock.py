@@ -39,6 +39,20 @@ FROM_SENDER_CREATION = HELPER.replace("req.entered_at", "req.disagg_kv_sender.in
 SEND_BACK_CLEARING_STAMP = SEND_BACK.replace(
     "        req.reset", "        req.entered_at = None\n        req.reset"
 )
+# A parked request (prefill done, bootstrap not) kept in the queue, and a deadline that does
+# not count its parked time.
+PARKED_KEEP = """\
+            if req.pending_bootstrap:
+                undone_reqs.append(req)
+                continue
+"""
+SKIPS_PARKED = HELPER.replace(
+    "            if now - req.entered_at > TIMEOUT:",
+    "            if req.pending_bootstrap:\n"
+    "                req.entered_at = now\n"
+    "                continue\n"
+    "            if now - req.entered_at > TIMEOUT:",
+)
 RESTAMP_ON_KEEP = "                req.entered_at = time.monotonic()\n"
 
 
@@ -57,8 +71,22 @@ class DeadlineClock(Rule):
         ),
         # a stamp at every entry is right with such a path
         prefill(stamp=STAMP_AT_ENTRY, helper=HELPER + SEND_BACK, before=CALL_HELPER),
+        # parked requests kept, and not counted by the deadline
+        prefill(stamp=STAMP_AT_ENTRY, helper=SKIPS_PARKED, before=CALL_HELPER, after=PARKED_KEEP),
     )
     INVALID = (
+        Invalid(
+            prefill(stamp=STAMP_AT_ENTRY, helper=HELPER, before=CALL_HELPER, after=PARKED_KEEP),
+            [
+                (
+                    21,
+                    16,
+                    "inflight deadline counts the time a request is parked (line 34: prefill "
+                    "done, bootstrap not), which the bootstrap timeout bounds: skip parked "
+                    "requests and start their deadline when they are unparked",
+                )
+            ],
+        ),
         Invalid(
             prefill(stamp=STAMP_AT_ENTRY, helper=FROM_SENDER_CREATION, before=CALL_HELPER),
             [
@@ -131,6 +159,22 @@ class DeadlineClock(Rule):
                     f"from where they enter {QUEUE} again: their wait and second prefill "
                     "count against the deadline; stamp at every entry",
                 )
+        if model.parked_line:
+            for check in model.checks:
+                if check.position == "before" and not check.minds_parked:
+                    where = (
+                        symbol if check.method == FUNCTION else f"{model.class_name}.{check.method}"
+                    )
+                    yield self.finding(
+                        PREFILL,
+                        check.line,
+                        check.col + 1,
+                        where,
+                        f"inflight deadline counts the time a request is parked (line "
+                        f"{model.parked_line}: prefill done, bootstrap not), which the bootstrap "
+                        "timeout bounds: skip parked requests and start their deadline when "
+                        "they are unparked",
+                    )
         for stamp in model.restamps:
             if stamp.attr in measured:
                 yield self.finding(

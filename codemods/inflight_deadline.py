@@ -17,7 +17,8 @@ decode restart it can wait forever. This codemod:
    variable). Where every sender's ``poll()`` reports Failed once aborted, that is
    ``abort()``, best effort, and the reason is recorded with the manager's
    ``record_failure`` so the client's error says it; elsewhere the sender's poll is still
-   pinned to Failed.
+   pinned to Failed. Parked requests (``pending_bootstrap``, 0.5.16+), whose wait the
+   bootstrap timeout bounds, are not counted: their deadline starts when they are unparked.
 
 Every inserted piece carries the marker comment ``# pdguard: inflight-deadline``.
 """
@@ -26,6 +27,7 @@ from __future__ import annotations
 
 import argparse
 import ast
+import textwrap
 
 import isort
 import libcst as cst
@@ -66,18 +68,19 @@ ABORT_CALLS = {
         '    logger.exception(f"Failed to abort the sender of {{req.rid=}}")\n'
     ),
     # BaseKVSender defines abort(), but not every backend's poll() honours it.
-    "direct": "sender.abort()\n{pin}",
+    "direct": "sender.abort()\n{record_here}{pin}",
     # Only some backends' senders define abort().
-    "guarded": 'if hasattr(sender, "abort"):\n    sender.abort()\n{pin}',
+    "guarded": 'if hasattr(sender, "abort"):\n    sender.abort()\n{record_here}{pin}',
     # No sender can abort.
-    "none": "{pin}",
+    "none": "{record_here}{pin}",
 }
 # abort() records "Aborted by AbortReq."; where the manager keeps failure records (and every
 # sender pops its record when it reports the failure), record why instead.
 _RECORD = (
-    '    # abort() records why as "Aborted by AbortReq."; say what happened\n'
-    '    if hasattr(sender.kv_mgr, "record_failure"):\n'
-    "        sender.kv_mgr.record_failure(req.bootstrap_room, reason)\n"
+    "    # the failure reason the client gets: why the request was failed\n"
+    '    kv_mgr = getattr(sender, "kv_mgr", None)\n'
+    '    if hasattr(kv_mgr, "record_failure"):\n'
+    "        kv_mgr.record_failure(req.bootstrap_room, reason)\n"
 )
 # Where some backend's poll() does not honour abort() (NIXL up to 0.5.11 reads its transfer
 # handles once it has sent), its result is pinned to Failed.
@@ -127,7 +130,7 @@ _HELPER = '''\
             return
         now = {monotonic}()
         for req in self.{queue}:
-            entry_time = getattr(req, "{stamp}", None)
+{parked}            entry_time = getattr(req, "{stamp}", None)
             if entry_time is None or now - entry_time < {timeout}:
                 continue
             reason = (
@@ -138,6 +141,15 @@ _HELPER = '''\
             logger.warning(f"Prefill inflight request {{req.rid=}}: {{reason}}")
             sender = req.disagg_kv_sender
 {abort}'''
+
+# Where the inflight queue also holds parked requests (prefill done, bootstrap not: 0.5.16+).
+_PARKED = """\
+            if req.pending_bootstrap:
+                # Parked until its bootstrap completes, which the bootstrap timeout bounds:
+                # its KV transfer deadline starts when it is unparked.
+                req.{stamp} = now
+                continue
+"""
 
 _CALL = """\
 {marker}: fail overdue requests before the poll
@@ -166,9 +178,14 @@ class InflightDeadline(SourceCodemod):
             "BaseKVSender has abort(); guarded: only some senders do; none",
         )
         arg_parser.add_argument(
+            "--parked",
+            action="store_true",
+            help="the queue holds parked requests (pending_bootstrap): do not count their time",
+        )
+        arg_parser.add_argument(
             "--record",
             action="store_true",
-            help="with --abort honoured: record the timeout as the room's failure reason",
+            help="record the timeout as the room's failure reason (the manager's record_failure)",
         )
 
     def __init__(
@@ -177,10 +194,15 @@ class InflightDeadline(SourceCodemod):
         abort: str = "guarded",
         isort_config: isort.Config = DEFAULT_ISORT_CONFIG,
         record: bool = False,
+        parked: bool = False,
     ) -> None:
         super().__init__(context)
         self.isort_config = isort_config
-        fail = ABORT_CALLS[abort].format(record=_RECORD if record else "", pin=_PIN)
+        fail = ABORT_CALLS[abort].format(
+            record=_RECORD if record else "",
+            record_here=textwrap.dedent(_RECORD) if record else "",
+            pin=_PIN,
+        )
         self.names = {
             "marker": marker(FIX),
             "abort": "".join(f"            {line}\n" for line in fail.splitlines()),
@@ -189,6 +211,7 @@ class InflightDeadline(SourceCodemod):
             "helper": HELPER,
             "queue": QUEUE,
             "stamp": STAMP,
+            "parked": _PARKED.format(stamp=STAMP) if parked else "",
         }
 
     def transform_module_impl(self, tree: cst.Module) -> cst.Module:

@@ -383,6 +383,31 @@ def _pin_removed(texts: Texts) -> Texts | None:
     return _edit(texts, PREFILL, change)
 
 
+def counts_parked_time(texts: Texts) -> Texts | None:
+    """Where the queue holds parked requests (0.5.16+), the deadline helper's skip of them
+    removed: their wait for bootstrap counts against the inflight deadline."""
+
+    def change(source: _Source) -> bool:
+        helper = next(_function(source, DEADLINE_HELPER), None)
+        skip = next(
+            (
+                n
+                for n in source.nodes(ast.If)
+                if helper is not None
+                and _inside(n, helper)
+                and isinstance(n.test, ast.Attribute)
+                and n.test.attr == "pending_bootstrap"
+            ),
+            None,
+        )
+        if skip is None:
+            return False
+        source.remove(skip)
+        return True
+
+    return _edit(texts, PREFILL, change)
+
+
 def _remove_import(module: str) -> Callable[[Texts], Texts | None]:
     def mutate(texts: Texts) -> Texts | None:
         def change(source: _Source) -> bool:
@@ -432,6 +457,7 @@ def _remove_bootstrap_check(texts: Texts) -> Texts | None:
 MUTANTS = (
     Mutant("stamp removed", "PDG001", _remove_stamp),
     Mutant("stamp moved to sender creation", "PDG003", _stamp_at_sender_creation),
+    Mutant("deadline counts parked time", "PDG003", counts_parked_time),
     Mutant("stamp rewritten on keep", "PDG003", restamp_on_keep),
     Mutant("first stamp kept across a requeue", "PDG003", first_stamp_kept_across_requeue),
     Mutant("deadline moved after the all-reduce", "PDG002", _deadline_after_reduce),

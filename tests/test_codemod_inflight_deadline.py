@@ -354,6 +354,24 @@ def test_honoured_abort_fails_without_touching_poll_and_says_why(monkeypatch, ca
     assert reason in caplog.text
 
 
+def test_parked_time_is_not_counted(monkeypatch) -> None:
+    """0.5.16+: a request parked in the queue (prefill done, bootstrap not) is bounded by the
+    bootstrap timeout; its inflight deadline starts when it is unparked."""
+    module, clock = _load(monkeypatch, env="60", abort="honoured", parked=True)
+    scheduler = _scheduler(module)
+    req = _req("parked")
+    req.pending_bootstrap = True
+    req.disagg_kv_sender = _AbortableSender()
+    scheduler.process_batch_result_disagg_prefill(types.SimpleNamespace(reqs=[req]))
+    clock.now += 250.0
+    assert scheduler.process_disagg_prefill_inflight_queue() == []
+    req.pending_bootstrap = False  # bootstrap done: unparked
+    clock.now += 59.0
+    assert scheduler.process_disagg_prefill_inflight_queue() == []
+    clock.now += 2.0
+    assert scheduler.process_disagg_prefill_inflight_queue() == [req]
+
+
 def test_an_abort_that_raises_is_logged_and_the_step_goes_on(monkeypatch, caplog) -> None:
     module, clock = _load(monkeypatch, env="60", abort="honoured")
     scheduler = _scheduler(module)

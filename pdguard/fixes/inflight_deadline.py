@@ -310,19 +310,19 @@ class InflightDeadline(Fix):
         index = sender_index(workspace)
         concrete = [s for s in index.senders() if index.is_concrete(s)]
         ignoring = [s for s in concrete if not index.abort_honoured(s)]
+        record = bool(concrete) and all(
+            index.pops_failure_records(s)
+            for s in concrete
+            if (manager := index.manager_of(s)) is None
+            or index.manager_has(manager, MANAGER_RECORD_FAILURE)
+        )
         if concrete and not ignoring:
-            record = all(
-                index.pops_failure_records(s)
-                for s in concrete
-                if (manager := index.manager_of(s)) is None
-                or index.manager_has(manager, MANAGER_RECORD_FAILURE)
-            )
             return "honoured", record, []
         if index.resolve(BASE_SENDER, "abort") is not None:
-            return "direct", False, ignoring
+            return "direct", record, ignoring
         if any(index.resolve(s, "abort") for s in index.senders()):
-            return "guarded", False, ignoring
-        return "none", False, ignoring
+            return "guarded", record, ignoring
+        return "none", record, ignoring
 
     def _apply(self, workspace: Workspace) -> Outcome:
         """Run the codemod on ``prefill.py``."""
@@ -338,11 +338,15 @@ class InflightDeadline(Fix):
                 Status.REFUSED, f"{KVPOLL} is not imported in {PREFILL_PATH}", PREFILL_PATH
             )
         abort, record, ignoring = self._abort_style(workspace)
+        model = analyse(workspace.ast(PREFILL_PATH))
+        if model is None:
+            return Outcome(Status.REFUSED, f"no {FUNCTION}() in {PREFILL_PATH}", PREFILL_PATH)
         codemod = Codemod(
             CodemodContext(filename=PREFILL_PATH),
             abort=abort,
             isort_config=workspace.isort_config(PREFILL_PATH),
             record=record,
+            parked=bool(model.parked_line),
         )
         try:
             module = codemod.transform_module(module)
@@ -350,8 +354,10 @@ class InflightDeadline(Fix):
             return Outcome(Status.REFUSED, str(exc), PREFILL_PATH)
         workspace.set_text(PREFILL_PATH, module.code)
         how = _HOW[abort] + (", the timeout recorded as the room's failure" if record else "")
+        if model.parked_line:
+            how += "; parked requests are not counted"
         if ignoring:
-            how += f" (poll() ignores abort() in {', '.join(ignoring)})"
+            how += f" (abort() does not fail {', '.join(ignoring)})"
         return Outcome(
             Status.APPLIED,
             f"stamp at every inflight-queue entry, deadline before the poll all-reduce in "
