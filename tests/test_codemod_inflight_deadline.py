@@ -64,6 +64,7 @@ EXPECTED = '''\
 from __future__ import annotations
 
 import logging
+import math
 import os
 import time
 from typing import List
@@ -80,9 +81,11 @@ _INFLIGHT_TIMEOUT_ENV = "SGLANG_DISAGGREGATION_INFLIGHT_TIMEOUT"
 try:
     INFLIGHT_QUEUE_TIMEOUT = float(os.environ.get(_INFLIGHT_TIMEOUT_ENV, "300"))
 except ValueError:
+    INFLIGHT_QUEUE_TIMEOUT = float("nan")
+if not math.isfinite(INFLIGHT_QUEUE_TIMEOUT):
     logger.warning(
-        f"{_INFLIGHT_TIMEOUT_ENV}={os.environ[_INFLIGHT_TIMEOUT_ENV]!r} is not a number "
-        "of seconds; using the default, 300"
+        f"{_INFLIGHT_TIMEOUT_ENV}={os.environ[_INFLIGHT_TIMEOUT_ENV]!r} is not a finite "
+        "number of seconds; using the default, 300"
     )
     INFLIGHT_QUEUE_TIMEOUT = 300.0
 
@@ -396,11 +399,12 @@ def test_zero_turns_the_deadline_off(monkeypatch, env: str) -> None:
     assert req.disagg_kv_sender.aborted == 0
 
 
-def test_invalid_value_logs_and_uses_the_default(monkeypatch, caplog) -> None:
+@pytest.mark.parametrize("env", ["five minutes", "nan", "inf", "-inf"])
+def test_invalid_value_logs_and_uses_the_default(monkeypatch, caplog, env: str) -> None:
     with caplog.at_level(logging.WARNING):
-        module, _ = _load(monkeypatch, env="five minutes")
+        module, _ = _load(monkeypatch, env=env)
     assert module.INFLIGHT_QUEUE_TIMEOUT == 300.0
-    assert "'five minutes' is not a number of seconds" in caplog.text
+    assert f"{env!r} is not a finite number of seconds" in caplog.text
 
 
 def test_expected_snippet_is_what_black_would_write() -> None:

@@ -310,12 +310,18 @@ class InflightDeadline(Fix):
         index = sender_index(workspace)
         concrete = [s for s in index.senders() if index.is_concrete(s)]
         ignoring = [s for s in concrete if not index.abort_honoured(s)]
-        record = bool(concrete) and all(
-            index.pops_failure_records(s)
+        keeping = [
+            s
             for s in concrete
             if (manager := index.manager_of(s)) is None
             or index.manager_has(manager, MANAGER_RECORD_FAILURE)
-        )
+        ]
+        # some manager keeps failure records, and every sender that may have one pops it
+        record = any(
+            (manager := index.manager_of(s)) is not None
+            and index.manager_has(manager, MANAGER_RECORD_FAILURE)
+            for s in keeping
+        ) and all(index.pops_failure_records(s) for s in keeping)
         if concrete and not ignoring:
             return "honoured", record, []
         if index.resolve(BASE_SENDER, "abort") is not None:
