@@ -270,3 +270,70 @@ _T = TypeVar("_T")
 
 def _first(body: Sequence[_T], predicate: Callable[[_T], bool]) -> _T | None:
     return next((stmt for stmt in body if predicate(stmt)), None)
+
+
+# Upstream started the clock at construction in 0.4.8.post1 and, in the same change, raised the
+# bootstrap timeout's default from 30 s to this: a sender stays Bootstrapping while decode has
+# no free KV memory for its request.
+RAISED_DEFAULT = 120
+
+_RAISED_COMMENT = (
+    "{marker}: the clock now starts when the sender is",
+    "# created, so allow what upstream allows from then on (0.4.8.post1).",
+)
+
+
+class RaiseBootstrapTimeoutDefault(SourceCodemod):
+    DESCRIPTION: str = (
+        "Raise SGLANG_DISAGGREGATION_BOOTSTRAP_TIMEOUT's default below 120 s to 120 s (upstream's "
+        "when it started the clock at the sender's creation)."
+    )
+
+    @staticmethod
+    def add_args(arg_parser: argparse.ArgumentParser) -> None:
+        arg_parser.add_argument("--env", required=True, help="the variable's name")
+
+    def __init__(self, context: CodemodContext, env: str) -> None:
+        super().__init__(context)
+        self.env = env
+        self.raised = 0
+
+    def transform_module_impl(self, tree: cst.Module) -> cst.Module:
+        return tree.visit(_DefaultRaiser(self))
+
+
+class _DefaultRaiser(cst.CSTTransformer):
+    """``get_int_env_var("<env>", N)`` with N below the raised default: N raised, and the
+    statement that holds it marked."""
+
+    def __init__(self, command: RaiseBootstrapTimeoutDefault) -> None:
+        self.command = command
+        self.pending = 0
+
+    def leave_Call(self, original_node: cst.Call, updated_node: cst.Call) -> cst.Call:
+        args = updated_node.args
+        if (
+            len(args) == 2
+            and m.matches(args[0].value, m.SimpleString())
+            and cst.ensure_type(args[0].value, cst.SimpleString).evaluated_value == self.command.env
+            and isinstance(args[1].value, cst.Integer)
+            and int(args[1].value.value) < RAISED_DEFAULT
+        ):
+            self.pending += 1
+            self.command.raised += 1
+            new = args[1].with_changes(value=cst.Integer(str(RAISED_DEFAULT)))
+            return updated_node.with_changes(args=[args[0], new])
+        return updated_node
+
+    def leave_SimpleStatementLine(
+        self, original_node: cst.SimpleStatementLine, updated_node: cst.SimpleStatementLine
+    ) -> cst.SimpleStatementLine:
+        if not self.pending:
+            return updated_node
+        self.pending = 0
+        first, second = _RAISED_COMMENT
+        comments = [
+            cst.EmptyLine(comment=cst.Comment(text), indent=True)
+            for text in (first.format(marker=marker(FIX)), second)
+        ]
+        return updated_node.with_changes(leading_lines=[*updated_node.leading_lines, *comments])

@@ -238,3 +238,31 @@ def test_black_assignment_splits_like_black() -> None:
 def _patch(src: str, class_name: str = "NixlKVSender", **kwargs) -> str:
     codemod = SenderBootstrapTimeout(CodemodContext(), class_name=class_name, **kwargs)
     return codemod.transform_module(cst.parse_module(textwrap.dedent(src))).code
+
+
+def test_a_default_below_upstreams_is_raised_and_marked() -> None:
+    """0.4.7 - 0.4.8: 30 s while the clock now starts at the sender's creation; upstream raised
+    it to 120 s when it made the same change (0.4.8.post1)."""
+    from pdguard.codemods.sender_bootstrap_timeout import RaiseBootstrapTimeoutDefault
+
+    src = (
+        "class MooncakeKVManager:\n"
+        "    def __init__(self):\n"
+        "        self.bootstrap_time_out = get_int_env_var(\n"
+        '            "SGLANG_DISAGGREGATION_BOOTSTRAP_TIMEOUT", 30\n'
+        "        )\n"
+        '        self.other = get_int_env_var("SGLANG_OTHER", 30)\n'
+    )
+    codemod = RaiseBootstrapTimeoutDefault(
+        CodemodContext(), "SGLANG_DISAGGREGATION_BOOTSTRAP_TIMEOUT"
+    )
+    out = codemod.transform_module(cst.parse_module(src)).code
+    assert codemod.raised == 1
+    assert '"SGLANG_DISAGGREGATION_BOOTSTRAP_TIMEOUT", 120\n' in out
+    assert '"SGLANG_OTHER", 30' in out
+    assert "        # pdguard: sender-bootstrap-timeout: the clock now starts" in out
+    # a default at or above upstream's is left alone
+    again = RaiseBootstrapTimeoutDefault(
+        CodemodContext(), "SGLANG_DISAGGREGATION_BOOTSTRAP_TIMEOUT"
+    )
+    assert again.transform_module(cst.parse_module(out)).code == out and again.raised == 0

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 from pdguard.checks.kv_senders import BOOTSTRAP_TIMEOUT_ENV, ClassIndex, SenderFacts
 
 from .. import fix_names
-from ..sglang_names import MANAGER_RECORD_FAILURE
+from ..sglang_names import DISAGGREGATION_DIR, MANAGER_RECORD_FAILURE
 from .base import Fix, Outcome, Status, has_marker
 from .sender_index import sender_index
 
@@ -51,6 +51,31 @@ def _class_source(workspace: Workspace, index: ClassIndex, name: str) -> str:
     return "\n".join(lines[info.node.lineno - 1 : info.node.end_lineno])
 
 
+def _raised(expression: str, minimum: int) -> str:
+    """``get_int_env_var("<env>", 30)`` with its default raised to ``minimum``."""
+    import ast
+
+    tree = ast.parse(expression, mode="eval")
+    for node in ast.walk(tree):
+        if (
+            isinstance(node, ast.Call)
+            and len(node.args) == 2
+            and isinstance(node.args[0], ast.Constant)
+            and node.args[0].value == BOOTSTRAP_TIMEOUT_ENV
+            and isinstance(node.args[1], ast.Constant)
+            and isinstance(node.args[1].value, int)
+            and node.args[1].value < minimum
+        ):
+            # splice the new value in, so the rest keeps the release's spelling
+            default = node.args[1]
+            lines = expression.splitlines(keepends=True)
+            line = lines[default.lineno - 1].encode()
+            start, end = default.col_offset, default.end_col_offset
+            lines[default.lineno - 1] = (line[:start] + str(minimum).encode() + line[end:]).decode()
+            return "".join(lines)
+    return expression
+
+
 class _Refused(Exception):
     """A step's refusal (an ``AnchorError`` of a codemod, or a class it cannot anchor on)."""
 
@@ -78,10 +103,11 @@ class SenderBootstrapTimeoutFix(Fix):
             return self._already_live(workspace, index, bootstrapping)
         try:
             edits = self._edits(workspace, index, broken)
+            raised = self._raise_default(workspace, edits)
             self._run_codemods(workspace, edits)
         except _Refused as refused:
             return refused.outcome
-        return self._proved(workspace, index, bootstrapping, edits)
+        return self._proved(workspace, index, bootstrapping, edits, raised)
 
     # -- the steps ------------------------------------------------------------------------
 
@@ -132,12 +158,41 @@ class SenderBootstrapTimeoutFix(Fix):
                 raise _Refused(f"{rel}: {exc}", rel) from exc
             workspace.set_text(rel, module.code)
 
+    def _raise_default(self, workspace: Workspace, edits: dict[str, _ClassEdit]) -> list[str]:
+        """Where pdguard starts a sender's clock at its creation, a bootstrap-timeout default
+        below upstream's for that change (30 s in 0.4.7 - 0.4.8) is raised to it, as upstream
+        did in the same change: a sender stays Bootstrapping while decode has no free KV
+        memory. The files changed (the inline checks pdguard writes read the raised value)."""
+        from libcst.codemod import CodemodContext
+
+        from pdguard.codemods.sender_bootstrap_timeout import (
+            RAISED_DEFAULT,
+            RaiseBootstrapTimeoutDefault,
+        )
+
+        if not any(edit.set_init_time for edit in edits.values()):
+            return []
+        changed = []
+        for rel in workspace.files_containing(DISAGGREGATION_DIR, BOOTSTRAP_TIMEOUT_ENV):
+            codemod = RaiseBootstrapTimeoutDefault(
+                CodemodContext(filename=rel), BOOTSTRAP_TIMEOUT_ENV
+            )
+            module = codemod.transform_module(workspace.cst(rel))
+            if codemod.raised:
+                workspace.set_text(rel, module.code)
+                changed.append(rel)
+        for edit in edits.values():
+            if edit.timeout_setting is not None:
+                edit.timeout_setting = _raised(edit.timeout_setting, RAISED_DEFAULT)
+        return changed
+
     def _proved(
         self,
         workspace: Workspace,
         index: ClassIndex,
         bootstrapping: list[SenderFacts],
         edits: dict[str, _ClassEdit],
+        raised: list[str] | None = None,
     ) -> Outcome:
         """Re-check every sender on the new texts; the note says what was done."""
         after = sender_index(workspace)
@@ -145,6 +200,11 @@ class SenderBootstrapTimeoutFix(Fix):
         if still:
             return Outcome(Status.REFUSED, f"the fix did not make the timeout live in {still}")
         note = "; ".join(edit.describe() for edit in edits.values())
+        if raised:
+            note += (
+                f"; {BOOTSTRAP_TIMEOUT_ENV}'s default raised to 120 s as upstream did when it "
+                f"started the clock at creation ({', '.join(raised)})"
+            )
         fine = [f.name for f in bootstrapping if f.healthy]
         if fine:
             note += f"; already live: {', '.join(fine)}"
