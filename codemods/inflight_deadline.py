@@ -99,7 +99,7 @@ try:
     {timeout} = float({environ}.get(_INFLIGHT_TIMEOUT_ENV, "300"))
 except ValueError:
     {timeout} = float("nan")
-if not {isfinite}({timeout}):
+if not abs({timeout}) < float("inf"):  # not a number, nan or inf
     logger.warning(
         f"{{_INFLIGHT_TIMEOUT_ENV}}={{{environ}[_INFLIGHT_TIMEOUT_ENV]!r}} is not a finite "
         "number of seconds; using the default, 300"
@@ -231,10 +231,7 @@ class InflightDeadline(SourceCodemod):
         time as _t``, ``from os import environ``), and the imports still missing."""
         monotonic, time_import = spelling(tree, "time", "monotonic")
         environ, os_import = spelling(tree, "os", "environ")
-        isfinite, math_import = spelling(tree, "math", "isfinite")
-        imports = [
-            request for request in (math_import, os_import, time_import) if request is not None
-        ]
+        imports = [request for request in (os_import, time_import) if request is not None]
         self_param = cst.Module(body=[]).code_for_node(
             function.params.params[0].with_changes(comma=cst.MaybeSentinel.DEFAULT)
         )
@@ -243,7 +240,6 @@ class InflightDeadline(SourceCodemod):
             "self_param": self_param,
             "monotonic": monotonic,
             "environ": environ,
-            "isfinite": isfinite,
         }
         return names, imports
 

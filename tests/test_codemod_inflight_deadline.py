@@ -64,7 +64,6 @@ EXPECTED = '''\
 from __future__ import annotations
 
 import logging
-import math
 import os
 import time
 from typing import List
@@ -82,7 +81,7 @@ try:
     INFLIGHT_QUEUE_TIMEOUT = float(os.environ.get(_INFLIGHT_TIMEOUT_ENV, "300"))
 except ValueError:
     INFLIGHT_QUEUE_TIMEOUT = float("nan")
-if not math.isfinite(INFLIGHT_QUEUE_TIMEOUT):
+if not abs(INFLIGHT_QUEUE_TIMEOUT) < float("inf"):  # not a number, nan or inf
     logger.warning(
         f"{_INFLIGHT_TIMEOUT_ENV}={os.environ[_INFLIGHT_TIMEOUT_ENV]!r} is not a finite "
         "number of seconds; using the default, 300"
