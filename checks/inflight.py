@@ -850,9 +850,20 @@ def _resets(method: ast.FunctionDef, params: set[str]) -> set[str]:
 
 
 def _restamps(function: ast.FunctionDef, scope: _Scope) -> list[Stamp]:
-    """Clock values given to attributes inside ``function`` (a stamp rewritten on keep)."""
+    """Clock values given to attributes inside ``function`` (a stamp rewritten on keep), except
+    on a parked request (behind ``if req.pending_bootstrap:``): its deadline has not started."""
+    parked = {
+        id(inner)
+        for node in ast.walk(function)
+        if isinstance(node, ast.If)
+        and any(isinstance(a, ast.Attribute) and a.attr == PARKED for a in ast.walk(node.test))
+        for stmt in node.body
+        for inner in ast.walk(stmt)
+    }
     restamps = []
     for node in ast.walk(function):
+        if id(node) in parked:
+            continue
         if isinstance(node, ast.Assign) and scope.is_clock(node.value):
             for target in node.targets:
                 if isinstance(target, ast.Attribute) and isinstance(target.value, ast.Name):

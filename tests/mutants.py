@@ -511,6 +511,13 @@ def _inline_loop(texts: Texts) -> Texts | None:
             f"{i}    if current - enqueued > INFLIGHT_QUEUE_TIMEOUT:\n",
             f"{i}        kv_sender = waiting.disagg_kv_sender\n",
         ]
+        if "pending_bootstrap" in ast.unparse(next(_function(source, DEADLINE_HELPER))):
+            # parked requests (0.5.16+): not counted, their clock starts when unparked
+            inline[2:2] = [
+                f"{i}    if waiting.pending_bootstrap:\n",
+                f"{i}        waiting.{STAMP_ATTR} = current\n",
+                f"{i}        continue\n",
+            ]
         # fail the sender as pdguard does in this release: abort() where every sender
         # honours it, else a pinned poll
         helper = next(_function(source, DEADLINE_HELPER), None)
