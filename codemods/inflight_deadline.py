@@ -17,8 +17,10 @@ decode restart it can wait forever. This codemod:
    variable). Where every sender's ``poll()`` reports Failed once aborted, that is
    ``abort()``, best effort, and the reason is recorded with the manager's
    ``record_failure`` so the client's error says it; elsewhere the sender's poll is still
-   pinned to Failed. Parked requests (``pending_bootstrap``, 0.5.16+), whose wait the
-   bootstrap timeout bounds, are not counted: their deadline starts when they are unparked.
+   pinned to Failed. Under pipeline parallelism (0.5.10+) a request every stage already
+   agreed has ended its transfer (``rids_to_check``) is left to its poll. Parked requests
+   (``pending_bootstrap``, 0.5.16+), whose wait the bootstrap timeout bounds, are not
+   counted: their deadline starts when they are unparked.
 
 Every inserted piece carries the marker comment ``# pdguard: inflight-deadline``.
 """
@@ -122,7 +124,7 @@ for {var} in {requests}:
 
 _HELPER = '''\
     {marker}
-    def {helper}({self_param}) -> None:
+{signature}
         """Fail the requests whose KV transfer outlived the inflight deadline.
 
         Runs before the poll all-reduce: the sender reports Failed from now on, so the
@@ -132,7 +134,7 @@ _HELPER = '''\
             return
         now = {monotonic}()
         for req in self.{queue}:
-{parked}            entry_time = getattr(req, "{stamp}", None)
+{consensus}{parked}            entry_time = getattr(req, "{stamp}", None)
             if entry_time is None or now - entry_time < {timeout}:
                 continue
             reason = (
@@ -143,6 +145,19 @@ _HELPER = '''\
             logger.warning(f"Prefill inflight request {{req.rid=}}: {{reason}}")
             sender = req.disagg_kv_sender
 {abort}'''
+
+LINE_LENGTH = 88  # black's, which SGLang uses
+
+# The inflight function's parameter that, under pipeline parallelism, names the requests every
+# stage already agreed have ended their transfer.
+PP_CONSENSUS = "rids_to_check"
+
+_CONSENSUS = """\
+            if {rids} is not None and req.rid in {rids}:
+                # PP: every stage already agreed this transfer ended; its poll decides,
+                # so that all stages end the request the same way.
+                continue
+"""
 
 # Where the inflight queue also holds parked requests (prefill done, bootstrap not: 0.5.16+).
 _PARKED = """\
@@ -156,7 +171,7 @@ _PARKED = """\
 _CALL = """\
 {marker}: fail overdue requests before the poll
 # all-reduce, so that every rank sees them Failed in the same step.
-self.{helper}()
+self.{helper}({consensus_arg})
 """
 
 
@@ -232,12 +247,26 @@ class InflightDeadline(SourceCodemod):
         monotonic, time_import = spelling(tree, "time", "monotonic")
         environ, os_import = spelling(tree, "os", "environ")
         imports = [request for request in (os_import, time_import) if request is not None]
-        self_param = cst.Module(body=[]).code_for_node(
-            function.params.params[0].with_changes(comma=cst.MaybeSentinel.DEFAULT)
-        )
+
+        def code(node: cst.CSTNode) -> str:
+            return cst.Module(body=[]).code_for_node(node).strip()
+
+        params = function.params.params
+        self_param = code(params[0].with_changes(comma=cst.MaybeSentinel.DEFAULT))
+        consensus = ""
+        if len(params) > 1 and params[1].name.value == PP_CONSENSUS:
+            # PP (0.5.10+): the rids every stage already agreed have ended their transfer
+            self_param += ", " + code(params[1].with_changes(comma=cst.MaybeSentinel.DEFAULT))
+            consensus = PP_CONSENSUS
+        signature = f"    def {HELPER}({self_param}) -> None:"
+        if len(signature) > LINE_LENGTH:  # as black lays it out
+            signature = f"    def {HELPER}(\n        {self_param}\n    ) -> None:"
         names = {
             **self.names,
+            "signature": signature,
             "self_param": self_param,
+            "consensus_arg": consensus,
+            "consensus": _CONSENSUS.format(rids=consensus) if consensus else "",
             "monotonic": monotonic,
             "environ": environ,
         }

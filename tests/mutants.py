@@ -143,13 +143,11 @@ def _stamped_name(stamp: ast.Assign) -> str:
 
 
 def _deadline_calls(source: _Source) -> list[ast.Expr]:
-    """``self._fail_timed_out_inflight_reqs()``, as pdguard calls it."""
+    """``self._fail_timed_out_inflight_reqs(...)``, as pdguard calls it."""
     return [
         node
         for node in source.nodes(ast.Expr)
-        if isinstance(node.value, ast.Call)
-        and _self_attr(node.value.func, DEADLINE_HELPER)
-        and not node.value.args
+        if isinstance(node.value, ast.Call) and _self_attr(node.value.func, DEADLINE_HELPER)
     ]
 
 
@@ -275,7 +273,8 @@ def _deadline_after_reduce(texts: Texts) -> Texts | None:
         if polls is None:
             return False
         source.remove(calls[0], INFLIGHT_MARKER)
-        source.insert(_end(polls) + 1, [f"{source.indent(calls[0])}self.{DEADLINE_HELPER}()\n"])
+        call = ast.unparse(calls[0])  # with its arguments (PP: rids_to_check)
+        source.insert(_end(polls) + 1, [f"{source.indent(calls[0])}{call}\n"])
         return True
 
     return _edit(texts, PREFILL, change)
