@@ -374,6 +374,25 @@ def test_parked_time_is_not_counted(monkeypatch) -> None:
     assert scheduler.process_disagg_prefill_inflight_queue() == [req]
 
 
+def test_pp_leaves_a_request_every_stage_agreed_on_to_its_poll() -> None:
+    """PP (0.5.10+): the helper takes rids_to_check, and a request every stage already agreed
+    has ended its transfer is not failed by this stage's deadline."""
+    src = PREFILL.replace(
+        "def process_disagg_prefill_inflight_queue(self) -> List:",
+        "def process_disagg_prefill_inflight_queue(\n"
+        "        self: Scheduler, rids_to_check: Optional[List[str]] = None\n"
+        "    ) -> List[Req]:",
+    )
+    out = _patch(src, abort="honoured")
+    assert (
+        "    def _fail_timed_out_inflight_reqs(\n"
+        "        self: Scheduler, rids_to_check: Optional[List[str]] = None\n"
+        "    ) -> None:\n"
+    ) in out
+    assert "self._fail_timed_out_inflight_reqs(rids_to_check)" in out
+    assert "if rids_to_check is not None and req.rid in rids_to_check:\n" in out
+
+
 def test_an_abort_that_raises_is_logged_and_the_step_goes_on(monkeypatch, caplog) -> None:
     module, clock = _load(monkeypatch, env="60", abort="honoured")
     scheduler = _scheduler(module)
