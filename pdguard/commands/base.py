@@ -16,9 +16,19 @@ from __future__ import annotations
 import argparse
 from collections.abc import Mapping
 
-from ..errors import EXIT_CHANGES, EXIT_ERROR, EXIT_OK
+from ..errors import EXIT_CHANGES, EXIT_ERROR, EXIT_OK, UsageError
 
-__all__ = ["EXIT_CHANGES", "EXIT_ERROR", "EXIT_OK", "add_format", "github_escape", "positive"]
+__all__ = [
+    "EXIT_CHANGES",
+    "EXIT_ERROR",
+    "EXIT_OK",
+    "add_exit_zero",
+    "add_format",
+    "add_output_file",
+    "emit",
+    "github_escape",
+    "positive",
+]
 
 # Old format names still accepted (not shown in --help): verify's and simulate's `table`.
 DEPRECATED_FORMATS = {"table": "text"}
@@ -42,6 +52,38 @@ def add_format(
         metavar="{" + ",".join(names) + "}",
         help=f"output format (default: {default})",
     )
+
+
+def add_output_file(parser: argparse.ArgumentParser, what: str = "the report") -> None:
+    """``--output-file PATH``: write the report there instead of stdout (as ruff does)."""
+    parser.add_argument(
+        "--output-file",
+        "-o",
+        metavar="PATH",
+        help=f"write {what} to PATH instead of stdout (e.g. pdguard.sarif)",
+    )
+
+
+def add_exit_zero(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--exit-zero",
+        action="store_true",
+        help="exit 0 even when there are findings (errors still exit 2)",
+    )
+
+
+def emit(output: str, output_file: str | None = None) -> None:
+    """The report: on stdout, or into ``output_file`` (created or replaced; a file that cannot
+    be written is one error line, exit 2). Nothing is printed for an empty report on stdout."""
+    if output_file is None:
+        if output:
+            print(output)
+        return
+    try:
+        with open(output_file, "w", encoding="utf-8", newline="\n") as handle:
+            handle.write(output + "\n" if output else "")
+    except OSError as exc:
+        raise UsageError(f"{output_file}: cannot write the report: {exc.strerror or exc}") from exc
 
 
 def positive(value: str) -> int:

@@ -6,9 +6,9 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import re
+import sys
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from urllib.parse import quote
 
@@ -19,8 +19,10 @@ from pdguard.checks.project import wanted
 from ..errors import TargetError, UsageError, does_not_parse
 from ..sglang_names import DISAGGREGATION_DIR
 from ..source_file import SourceFile
+from ..suppressions import SuppressionWarning
+from ..suppressions import parse as parse_suppressions
 from ..tree import PREFILL_PATH, DirectoryTree, SourceTree, open_tree
-from .base import EXIT_CHANGES, EXIT_OK, add_format
+from .base import EXIT_CHANGES, EXIT_OK, add_exit_zero, add_format, add_output_file, emit
 from .base import github_escape as _escape
 
 NAME = "check"
@@ -38,18 +40,18 @@ rules:
 {rules}
 
 A finding on a line that carries `# pdguard: ignore[{checks.CODES[0]}]` (or a bare
-`# pdguard: ignore`) is suppressed.
+`# pdguard: ignore`) is suppressed. Only those exact forms suppress: a malformed
+comment or an unknown code suppresses nothing and prints a warning on stderr,
+`path:line:col: warning: ...`.
 
-exit codes: 0 no findings; 1 findings; 2 error (not SGLang, a file that does not
-parse, an unknown rule code).
+`pdguard rule CODE` prints a rule's documentation; `pdguard rule --all` all of them.
+
+exit codes: 0 no findings (or --exit-zero); 1 findings; 2 error (not SGLang, a file
+that does not parse, an unknown rule code, an --output-file that cannot be written).
 """
 
 
 # -- running the rules ----------------------------------------------------------------------
-
-# `# pdguard: ignore` (every code) or `# pdguard: ignore[PDG001, PDG004]` (those codes only);
-# `ignored`, `ignore-x` are no suppression, and a bracket of unknown codes suppresses nothing.
-_SUPPRESSION = re.compile(r"#\s*pdguard:\s*ignore(?![\w-])(?:\s*\[(?P<codes>[^\]]*)\])?", re.I)
 
 
 @dataclass
@@ -58,15 +60,21 @@ class CheckResult:
     findings: list[Finding]
     suppressed: int
     project: Project
+    # Malformed suppression comments: (path relative to the tree's base, warning).
+    warnings: list[tuple[str, SuppressionWarning]] = field(default_factory=list)
 
-    def display_path(self, finding: Finding) -> str:
-        path = self.tree.display(finding.path)
+    def display_rel(self, rel: str) -> str:
+        """A file of the tree as reports name it: relative to the current directory."""
+        path = self.tree.display(rel)
         if not isinstance(self.tree, DirectoryTree):
             return path
         try:
             return os.path.relpath(path)
-        except ValueError:
+        except ValueError:  # another drive (Windows)
             return path
+
+    def display_path(self, finding: Finding) -> str:
+        return self.display_rel(finding.path)
 
 
 def load_project(tree: SourceTree) -> Project:
@@ -80,17 +88,6 @@ def load_project(tree: SourceTree) -> Project:
         if rel == PREFILL_PATH or wanted(rel, text):
             texts[rel] = text
     return Project(texts)
-
-
-def _suppressed(finding: Finding, project: Project) -> bool:
-    lines = project.texts.get(finding.path, "").splitlines()
-    if not 0 < finding.line <= len(lines):
-        return False
-    for match in _SUPPRESSION.finditer(lines[finding.line - 1]):
-        codes = match.group("codes")
-        if codes is None or finding.code in {c.strip().upper() for c in codes.split(",")}:
-            return True
-    return False
 
 
 def _parse_all(tree: SourceTree, project: Project) -> None:
@@ -110,8 +107,12 @@ def check_tree(tree: SourceTree, codes: Iterable[str] = checks.CODES) -> CheckRe
         found = checks.run(project, codes)
     except SyntaxError as exc:
         raise does_not_parse(tree.display(exc.filename or ""), exc) from exc
-    kept = [f for f in found if not _suppressed(f, project)]
-    return CheckResult(tree, kept, len(found) - len(kept), project)
+    suppressions = {
+        rel: parse_suppressions(text, checks.CODES) for rel, text in project.texts.items()
+    }
+    kept = [f for f in found if not suppressions[f.path].suppresses(f.line, f.code)]
+    warnings = [(rel, w) for rel, s in sorted(suppressions.items()) for w in s.warnings]
+    return CheckResult(tree, kept, len(found) - len(kept), project, warnings)
 
 
 def select_codes(select: Sequence[str] | None, ignore: Sequence[str] | None) -> list[str]:
@@ -212,6 +213,17 @@ def _uri(path: str) -> str:
     return quote(path.replace(os.sep, "/"))
 
 
+SRCROOT = "%SRCROOT%"
+
+
+def _artifact(path: str) -> dict[str, str]:
+    """Where a finding is: relative to the current directory (``%SRCROOT%``, the repository
+    root when pdguard runs there, as in CI), or an absolute ``file:`` URI outside it."""
+    if os.path.isabs(path) or path.split(os.sep, 1)[0] == os.pardir:
+        return {"uri": Path(path).resolve().as_uri()}
+    return {"uri": _uri(path), "uriBaseId": SRCROOT}
+
+
 def sarif(results: Sequence[CheckResult]) -> str:
     rules = []
     for rule in checks.RULES:
@@ -237,7 +249,7 @@ def sarif(results: Sequence[CheckResult]) -> str:
             "locations": [
                 {
                     "physicalLocation": {
-                        "artifactLocation": {"uri": _uri(path)},
+                        "artifactLocation": _artifact(path),
                         "region": {"startLine": f.line, "startColumn": f.col},
                     },
                     "logicalLocations": [{"fullyQualifiedName": f.symbol, "kind": "function"}],
@@ -259,6 +271,7 @@ def sarif(results: Sequence[CheckResult]) -> str:
                         "rules": rules,
                     }
                 },
+                "originalUriBaseIds": {SRCROOT: {"uri": Path.cwd().as_uri().rstrip("/") + "/"}},
                 "results": sarif_results,
             }
         ],
@@ -283,13 +296,27 @@ FORMATS = {"text": text, "json": as_json, "sarif": sarif, "github": github}
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "paths",
-        nargs="+",
+        nargs="*",
+        default=["."],
         metavar="PATH",
-        help="an SGLang tree (as for apply), or files inside one (as pre-commit passes them)",
+        help="an SGLang tree (as for apply), or files inside one (as pre-commit passes them);"
+        " default: .",
     )
     add_format(parser, FORMATS)
-    parser.add_argument("--select", action="append", metavar="CODES", help="e.g. PDG001,PDG004")
-    parser.add_argument("--ignore", action="append", metavar="CODES", help="e.g. PDG004")
+    add_output_file(parser)
+    add_exit_zero(parser)
+    parser.add_argument(
+        "--select",
+        action="append",
+        metavar="CODES",
+        help="run only these rules (comma-separated, repeatable; prefixes work: PDG00)",
+    )
+    parser.add_argument(
+        "--ignore",
+        action="append",
+        metavar="CODES",
+        help="do not run these rules (e.g. PDG006,PDG007)",
+    )
     parser.add_argument(
         "--simulate",
         action="store_true",
@@ -303,6 +330,13 @@ def run(args: argparse.Namespace) -> int:
     codes = select_codes(args.select, args.ignore)
     trees = trees_for(args.paths)
     results = [check_tree(tree, codes) for tree in trees]
+    for result in results:
+        for rel, warning in result.warnings:
+            print(
+                f"{result.display_rel(rel)}:{warning.line}:{warning.col}: warning: "
+                f"{warning.message}",
+                file=sys.stderr,
+            )
     failed = any(r.findings for r in results)
     output = FORMATS[args.format](results)
     if args.simulate:
@@ -311,9 +345,8 @@ def run(args: argparse.Namespace) -> int:
         simulations = [simulate(tree) for tree in trees]
         failed = failed or not all(s.passed for s in simulations)
         output = SIMULATE_FORMATS[args.format](output, simulations)
-    if output:
-        print(output)
-    return EXIT_CHANGES if failed else EXIT_OK
+    emit(output, args.output_file)
+    return EXIT_CHANGES if failed and not args.exit_zero else EXIT_OK
 
 
 def _with_simulation_json(output: str, simulations: Sequence[object]) -> str:
