@@ -14,6 +14,7 @@ loads LibCST), so building the parser stays cheap.
 from __future__ import annotations
 
 import argparse
+import os
 from collections.abc import Mapping
 
 from ..errors import EXIT_CHANGES, EXIT_ERROR, EXIT_OK, UsageError
@@ -28,6 +29,7 @@ __all__ = [
     "emit",
     "github_escape",
     "positive",
+    "relative",
 ]
 
 # Old format names still accepted (not shown in --help): verify's and simulate's `table`.
@@ -84,6 +86,14 @@ def emit(output: str, output_file: str | None = None) -> None:
             handle.write(output + "\n" if output else "")
     except OSError as exc:
         raise UsageError(f"{output_file}: cannot write the report: {exc.strerror or exc}") from exc
+
+
+def relative(path: str | os.PathLike[str]) -> str:
+    """A file as reports name it (check, apply): relative to the current directory."""
+    try:
+        return os.path.relpath(path)
+    except ValueError:  # another drive (Windows)
+        return os.fspath(path)
 
 
 def positive(value: str) -> int:

@@ -22,7 +22,7 @@ from ..source_file import SourceFile
 from ..suppressions import SuppressionWarning
 from ..suppressions import parse as parse_suppressions
 from ..tree import PREFILL_PATH, DirectoryTree, SourceTree, open_tree
-from .base import EXIT_CHANGES, EXIT_OK, add_exit_zero, add_format, add_output_file, emit
+from .base import EXIT_CHANGES, EXIT_OK, add_exit_zero, add_format, add_output_file, emit, relative
 from .base import github_escape as _escape
 
 NAME = "check"
@@ -66,12 +66,7 @@ class CheckResult:
     def display_rel(self, rel: str) -> str:
         """A file of the tree as reports name it: relative to the current directory."""
         path = self.tree.display(rel)
-        if not isinstance(self.tree, DirectoryTree):
-            return path
-        try:
-            return os.path.relpath(path)
-        except ValueError:  # another drive (Windows)
-            return path
+        return relative(path) if isinstance(self.tree, DirectoryTree) else path
 
     def display_path(self, finding: Finding) -> str:
         return self.display_rel(finding.path)
