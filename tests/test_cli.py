@@ -592,3 +592,25 @@ def test_help_subprocess() -> None:
     assert done.stdout.startswith("usage: pdguard")
     assert "apply" in done.stdout
     assert done.stderr == ""
+
+
+@pytest.mark.parametrize(
+    ("name", "content", "why"),
+    [
+        ("pyproject.toml", "[tool.isort\nprofile = 'black'\n", "TOMLDecodeError"),
+        ("pyproject.toml", "[tool.isort]\nprofile = 'nosuch'\n", "nosuch"),
+        ("setup.cfg", "[isort]\nline_length = abc\n", "abc"),
+        (".isort.cfg", "[settings]\nprofile = nosuch\n", "nosuch"),
+    ],
+)
+@pytest.mark.parametrize("mode", [(), ("--check",)])
+def test_malformed_isort_settings_are_one_error_line(
+    tree: Path, capsys: pytest.CaptureFixture[str], name: str, content: str, why: str, mode
+) -> None:
+    (tree / name).write_text(content)
+    before = snapshot(tree)
+    code, out, err = run(capsys, "apply", *mode, tree)
+    assert (code, out) == (2, "")
+    line = assert_one_error_line(err)
+    assert f"{tree / name}: cannot read its isort settings" in line and why in line, line
+    assert snapshot(tree) == before

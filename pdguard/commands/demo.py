@@ -79,9 +79,10 @@ def _progress(what: str) -> Iterator[None]:
 
 
 def run(args: argparse.Namespace) -> int:
-    from pdguard.vendor_sglang import fetch_release
+    from pdguard.vendor_sglang import fetch_release, get_release
 
     release = args.release
+    get_release(release)  # an unknown release: one error line, before any progress
     with _progress(f"fetching sglang {release} from PyPI (sha256-pinned, cached after)"):
         source = fetch_release(release)
     if args.keep is not None:
