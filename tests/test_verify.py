@@ -22,7 +22,6 @@ import json
 import os
 import pty
 import re
-import shutil
 import subprocess
 import sys
 import tarfile
@@ -37,6 +36,7 @@ from pdguard.cli import main
 from pdguard.commands.check import check_tree
 from pdguard.tree import open_tree
 from pdguard.vendor_sglang import fetch_release
+from tests.helpers import commit_releases, git, init_repo, pdguard
 from tests.test_releases import RELEASES
 
 pytestmark = pytest.mark.releases
@@ -79,20 +79,6 @@ FORK_REFS = {
 }
 
 
-def git(repo: Path, *args: str, env: dict[str, str] | None = None) -> str:
-    done = subprocess.run(
-        ["git", "-C", str(repo), *args], check=True, capture_output=True, text=True, env=env
-    )
-    return done.stdout.strip()
-
-
-def pdguard(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
-    """The whole command, as a user runs it (stderr a pipe: never a terminal)."""
-    return subprocess.run(
-        [sys.executable, "-m", "pdguard", *args], capture_output=True, text=True, env=env
-    )
-
-
 def snapshot(repo: Path) -> dict[str, object]:
     """Everything verify and carry must leave alone (read without refreshing the index)."""
     files = {
@@ -120,18 +106,7 @@ class Upstream:
 
 
 def _release_commits(repo: Path) -> None:
-    (repo / "README.md").write_text("SGLang, as upstream lays it out (python/sglang/)\n")
-    for release in RELEASES:
-        package = repo / "python/sglang"
-        shutil.rmtree(package, ignore_errors=True)
-        shutil.copytree(
-            fetch_release(release.version) / "sglang",
-            package,
-            ignore=shutil.ignore_patterns("__pycache__"),
-        )
-        git(repo, "add", "-A")
-        git(repo, "commit", "-q", "-m", f"sglang {release.version}")
-        git(repo, "tag", "-a", "-m", f"release {release.version}", f"v{release.version}")
+    commit_releases(repo, [release.version for release in RELEASES])
 
 
 def _fork_refs(repo: Path) -> None:
@@ -198,17 +173,7 @@ def _make_dirty(repo: Path) -> None:
 
 @pytest.fixture(scope="session")
 def upstream(tmp_path_factory: pytest.TempPathFactory) -> Upstream:
-    repo = tmp_path_factory.mktemp("verify") / "sglang"
-    repo.mkdir()
-    git(repo, "init", "-q", "-b", "main")
-    for key, value in {
-        "user.name": "Test Maintainer",
-        "user.email": "maintainer@example.com",
-        "commit.gpgsign": "false",
-        "tag.gpgsign": "false",
-        "core.autocrlf": "false",
-    }.items():
-        git(repo, "config", key, value)
+    repo = init_repo(tmp_path_factory.mktemp("verify") / "sglang")
     _release_commits(repo)
     _fork_refs(repo)
     _make_dirty(repo)
