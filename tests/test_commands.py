@@ -142,3 +142,23 @@ def test_demo_keep(tmp_path: Path, capsys) -> None:
     assert "fetching" in err
     assert main(["demo", "--keep", str(keep)]) == 2  # never over an earlier copy
     assert "exists" in capsys.readouterr().err
+
+
+# --- a closed stdout and Ctrl-C, for the commands that print much ----------------------------
+
+
+@pytest.mark.parametrize(
+    "argv", [["rule", "--all"], ["simulate", "--list"], ["check", "--help"], ["rule", "PDG001"]]
+)
+def test_closed_stdout_exits_141_quietly(argv: list[str]) -> None:
+    """`pdguard rule --all | head -1`: the reader goes away; no traceback, exit 141."""
+    process = subprocess.Popen(
+        [sys.executable, "-m", "pdguard", *argv],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+    assert process.stdout is not None and process.stderr is not None
+    process.stdout.close()
+    err = process.stderr.read()
+    assert process.wait(timeout=120) in (0, 141)  # 0: --help printed before the close
+    assert b"Traceback" not in err and b"BrokenPipe" not in err, err
