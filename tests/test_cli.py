@@ -328,7 +328,9 @@ def test_refused_fix(tmp_path: Path, capsys: pytest.CaptureFixture[str], mode) -
     before = snapshot(tree)
     code, out, err = run(capsys, "apply", *mode, tree)
     assert code == 2
-    line = assert_one_error_line(err)
+    line = assert_one_error_line(
+        "\n".join(e for e in err.splitlines() if e.startswith("pdguard: error: "))
+    )
     assert "refused" in line
     assert re.search(r"prefill\.py:\d+: ", line), line
     raise_line = (
@@ -337,7 +339,8 @@ def test_refused_fix(tmp_path: Path, capsys: pytest.CaptureFixture[str], mode) -
         .index('                raise Exception("Transferring failed")')
     )
     assert f"{PREFILL_REL}:{raise_line + 1}:" in line
-    assert statuses(out)[INFLIGHT] == "refused"
+    report = err if mode == ("--diff",) else out  # with --diff, stdout is the patch alone
+    assert statuses(report)[INFLIGHT] == "refused"
     assert "--- a/" not in out
     assert snapshot(tree) == before
 

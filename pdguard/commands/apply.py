@@ -222,13 +222,22 @@ def _recover(tree: SourceTree) -> None:
         print(note, file=sys.stderr)
 
 
+def _report(args: argparse.Namespace, report: str) -> None:
+    """The report: to --output-file, else stdout; with --diff in text, stdout is the patch
+    alone (``pdguard apply . --diff | git apply``) and the report goes to stderr."""
+    if args.diff and args.format == "text" and args.output_file is None:
+        print(report, file=sys.stderr)
+    else:
+        emit(report, args.output_file)
+
+
 def run(args: argparse.Namespace) -> int:
     tree = installed_tree() if args.installed else open_tree(args.target)
     render = FORMATS[args.format]
     _recover(tree)
     result = plan(tree)
     if result.refused:
-        emit(render(result, written=False), args.output_file)
+        _report(args, render(result, written=False))
         raise RefusedError(result.refusal())
     dry_run = args.diff or args.check
     if not dry_run and result.changes:
@@ -237,12 +246,7 @@ def run(args: argparse.Namespace) -> int:
     if args.diff and args.format == "text":
         sys.stdout.write(result.diff())  # a patch on stdout; the report on stderr
         sys.stdout.flush()
-        if args.output_file is None:
-            print(report, file=sys.stderr)
-        else:
-            emit(report, args.output_file)
-    else:
-        emit(report, args.output_file)
+    _report(args, report)
     if (args.check or args.diff) and result.changes:
         return EXIT_CHANGES
     return EXIT_OK
