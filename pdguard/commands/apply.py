@@ -209,7 +209,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--check", action="store_true", help="write nothing; exit 1 if anything would change"
     )
     add_format(parser, FORMATS)
-    add_output_file(parser)
+    add_output_file(parser, "apply.json")
 
 
 def _recover(tree: SourceTree) -> None:

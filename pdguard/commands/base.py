@@ -56,21 +56,21 @@ def add_format(
     )
 
 
-def add_output_file(parser: argparse.ArgumentParser, what: str = "the report") -> None:
+def add_output_file(parser: argparse.ArgumentParser, example: str = "report.json") -> None:
     """``--output-file PATH``: write the report there instead of stdout (as ruff does)."""
     parser.add_argument(
         "--output-file",
         "-o",
         metavar="PATH",
-        help=f"write {what} to PATH instead of stdout (e.g. pdguard.sarif)",
+        help=f"write the report to PATH instead of stdout (e.g. {example})",
     )
 
 
-def add_exit_zero(parser: argparse.ArgumentParser) -> None:
+def add_exit_zero(parser: argparse.ArgumentParser, what: str = "there are findings") -> None:
     parser.add_argument(
         "--exit-zero",
         action="store_true",
-        help="exit 0 even when there are findings (errors still exit 2)",
+        help=f"exit 0 even when {what} (errors still exit 2)",
     )
 
 

@@ -39,7 +39,7 @@ def epilog() -> str:
 rules:
 {rules}
 
-A finding on a line that carries `# pdguard: ignore[{checks.CODES[0]}]` (or a bare
+A finding on a line that carries `# pdguard: ignore[PDG001]` (or a bare
 `# pdguard: ignore`) is suppressed. Only those exact forms suppress: a malformed
 comment or an unknown code suppresses nothing and prints a warning on stderr,
 `path:line:col: warning: ...`.
@@ -298,7 +298,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         " default: .",
     )
     add_format(parser, FORMATS)
-    add_output_file(parser)
+    add_output_file(parser, "pdguard.sarif")
     add_exit_zero(parser)
     parser.add_argument(
         "--select",

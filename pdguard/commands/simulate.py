@@ -117,7 +117,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--ranks", type=int, default=2, help="simulated TP ranks (default 2)")
     add_format(parser, FORMATS)
-    add_output_file(parser)
+    add_output_file(parser, "simulate.json")
     parser.add_argument(
         "--scenario",
         action="append",

@@ -342,8 +342,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--tags", metavar="PATTERN", help="every tag matching, e.g. 'v0.5.*' (with --repo)"
     )
     add_format(parser, FORMATS)
-    add_output_file(parser)
-    add_exit_zero(parser)
+    add_output_file(parser, "verify.json")
+    add_exit_zero(parser, "a fix is applicable or drifted")
     parser.add_argument(
         "--jobs", type=positive, default=None, help="worker processes (default: CPUs)"
     )
