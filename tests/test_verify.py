@@ -36,7 +36,15 @@ from pdguard.cli import main
 from pdguard.commands.check import check_tree
 from pdguard.tree import open_tree
 from pdguard.vendor_sglang import fetch_release
-from tests.helpers import APPLY_STATUSES, FIXES, RELEASES, copy_as_checkout
+from tests.helpers import (
+    APPLY_STATUSES,
+    FIXES,
+    RELEASES,
+    commit_releases,
+    git,
+    init_repo,
+    pdguard,
+)
 
 pytestmark = pytest.mark.releases
 
@@ -78,20 +86,6 @@ FORK_REFS = {
 }
 
 
-def git(repo: Path, *args: str, env: dict[str, str] | None = None) -> str:
-    done = subprocess.run(
-        ["git", "-C", str(repo), *args], check=True, capture_output=True, text=True, env=env
-    )
-    return done.stdout.strip()
-
-
-def pdguard(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
-    """The whole command, as a user runs it (stderr a pipe: never a terminal)."""
-    return subprocess.run(
-        [sys.executable, "-m", "pdguard", *args], capture_output=True, text=True, env=env
-    )
-
-
 def snapshot(repo: Path) -> dict[str, object]:
     """Everything verify and carry must leave alone (read without refreshing the index)."""
     files = {
@@ -119,12 +113,7 @@ class Upstream:
 
 
 def _release_commits(repo: Path) -> None:
-    (repo / "README.md").write_text("SGLang, as upstream lays it out (python/sglang/)\n")
-    for release in RELEASES:
-        copy_as_checkout(release.version, repo)
-        git(repo, "add", "-A")
-        git(repo, "commit", "-q", "-m", f"sglang {release.version}")
-        git(repo, "tag", "-a", "-m", f"release {release.version}", f"v{release.version}")
+    commit_releases(repo, [release.version for release in RELEASES])
 
 
 def _fork_refs(repo: Path) -> None:
@@ -191,17 +180,7 @@ def _make_dirty(repo: Path) -> None:
 
 @pytest.fixture(scope="session")
 def upstream(tmp_path_factory: pytest.TempPathFactory) -> Upstream:
-    repo = tmp_path_factory.mktemp("verify") / "sglang"
-    repo.mkdir()
-    git(repo, "init", "-q", "-b", "main")
-    for key, value in {
-        "user.name": "Test Maintainer",
-        "user.email": "maintainer@example.com",
-        "commit.gpgsign": "false",
-        "tag.gpgsign": "false",
-        "core.autocrlf": "false",
-    }.items():
-        git(repo, "config", key, value)
+    repo = init_repo(tmp_path_factory.mktemp("verify") / "sglang")
     _release_commits(repo)
     _fork_refs(repo)
     _make_dirty(repo)
@@ -248,7 +227,16 @@ def test_verify_json_shape(upstream: Upstream, verified: Verified) -> None:
     assert isinstance(data, list)
     assert verified.order == list(FORK_REFS) + sorted(TAGS)  # --ref order, then tags sorted
     for report in data:
-        assert set(report) == {"ref", "commit", "sglang_version", "fixes", "notes", "findings"}
+        assert set(report) == {
+            "ref",
+            "commit",
+            "sglang_version",
+            "fixes",
+            "notes",
+            "findings",
+            "error",
+        }
+        assert report["error"] is None
         assert report["commit"] == upstream.sha(report["ref"])
         assert tuple(report["fixes"]) == FIXES
         assert set(report["fixes"].values()) <= STATUSES
@@ -256,7 +244,8 @@ def test_verify_json_shape(upstream: Upstream, verified: Verified) -> None:
         for finding in report["findings"]:
             assert set(finding) == FINDING_KEYS
             assert re.fullmatch(r"PDG\d{3}", finding["code"])
-            assert finding["path"].startswith("sglang/srt/disaggregation/")
+            # relative to the repository root, as the files are in a checkout
+            assert finding["path"].startswith("python/sglang/srt/disaggregation/")
             assert isinstance(finding["line"], int) and finding["line"] > 0
 
 
@@ -280,7 +269,7 @@ def test_verify_fork_refs(verified: Verified) -> None:
             assert _prefill_findings(report) == [], ref
     assert verified.reports["fork-merged"]["sglang_version"] == "0.5.14"
     moved = verified.reports["moved"]["notes"]["inflight-deadline"]
-    assert f"moved:{PREFILL}" in moved and "missing" in moved
+    assert PREFILL in moved and "missing" in moved and "moved:" not in moved
     renamed = verified.reports["renamed"]["notes"]["inflight-deadline"]
     assert INFLIGHT in renamed and "prefill.py" in renamed
 
@@ -290,6 +279,7 @@ def test_verify_findings_are_those_of_check(verified: Verified) -> None:
         result = check_tree(open_tree(fetch_release(version)))
         expected = [
             {k: getattr(f, k) for k in ("code", "path", "line", "col", "symbol", "message")}
+            | {"path": f"python/{f.path}"}
             for f in result.findings
         ]
         assert verified.reports[f"v{version}"]["findings"] == expected
@@ -353,15 +343,15 @@ def test_verify_pypi_agrees_with_the_tag(verified: Verified, capsys) -> None:
     [report] = json.loads(capsys.readouterr().out)
     tag = verified.reports[f"v{version}"]
     assert report["ref"] == version and report["commit"] is None
-    assert report["fixes"] == tag["fixes"] and report["findings"] == tag["findings"]
+    assert report["fixes"] == tag["fixes"]
+    # a wheel's paths are relative to its root (sglang/...), a tag's to the repository's
+    assert [f | {"path": f"python/{f['path']}"} for f in report["findings"]] == tag["findings"]
 
 
 # --- errors ------------------------------------------------------------------------------------
 
 
 ERRORS = {
-    "verify-unknown-ref": (["verify", "--ref", "no-such-ref"], "no-such-ref: unknown ref"),
-    "verify-no-tree": (["verify", "--ref", "fork", "--ref", "docs"], "docs: no SGLang tree"),
     "verify-no-tag": (["verify", "--tags", "release-*"], "no tag matches 'release-*'"),
     "verify-not-a-repo": (["verify", "--ref", "fork", "--repo", "{tmp}"], "not a git repo"),
     "carry-unknown-ref": (["carry", "--onto", "nope", "--branch", "x"], "nope: unknown ref"),
@@ -371,7 +361,32 @@ ERRORS = {
         "not a git repo",
     ),
     "carry-refused": (["carry", "--onto", "v0.4.6", "--branch", "x"], "inflight-deadline refused"),
-    "carry-bad-branch": (["carry", "--onto", "v0.4.7", "--branch", "a..b"], "not a valid branch"),
+    **{
+        f"carry-bad-branch-{name}": (
+            ["carry", "--onto", "v0.4.7", f"--branch={name}"],
+            "not a valid branch name",
+        )
+        for name in (
+            "a..b",
+            "HEAD",
+            "@",
+            "@{-1}",
+            "refs/heads/x",
+            "a b",
+            "a~1",
+            "a^b",
+            "a:b",
+            "a?b",
+            "a*b",
+            "a[b",
+            "a\\b",
+            "x.lock",
+            "-x",
+            "a/",
+            ".a",
+            "a//b",
+        )
+    },
 }
 
 
@@ -532,3 +547,118 @@ def test_carry_reports_a_failing_git_in_one_line(upstream: Upstream) -> None:
     assert line.startswith("pdguard: error: git commit-tree failed: fatal: "), line
     assert git(upstream.path, "branch", "--list", "no-name") == ""
     assert snapshot(upstream.path) == before
+
+
+def test_carry_accepts_a_valid_slashed_branch_name(upstream: Upstream) -> None:
+    proc = pdguard(
+        "carry", "--repo", str(upstream.path), "--onto", "v0.5.17", "--branch", "pdguard/v0.5.17"
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert git(upstream.path, "rev-parse", "--verify", "refs/heads/pdguard/v0.5.17")
+    git(upstream.path, "branch", "-D", "pdguard/v0.5.17")
+
+
+# --- verify: a ref that errors is a row; the others are still reported ----------------------
+
+
+def _broken_refs(repo: Path) -> dict[str, str]:
+    """In ``repo``: a tag that points at a tree, and a commit whose prefill.py blob is missing
+    (as in a shallow or partial clone). Returns ref -> the expected reason."""
+    if not git(repo, "tag", "--list", "tree-tag"):
+        git(repo, "tag", "tree-tag", "v0.4.7^{tree}")
+    return {
+        "tree-tag": "tree-tag: points at a tree, not a commit",
+        "docs": "docs: no SGLang tree at that ref",
+        "no-such-ref": "no-such-ref: unknown ref",
+    }
+
+
+@pytest.mark.parametrize("fmt", ["text", "json", "github"])
+def test_verify_reports_errored_refs_as_rows(upstream: Upstream, fmt: str) -> None:
+    broken = _broken_refs(upstream.path)
+    refs = ["fork", *broken]
+    proc = pdguard(
+        "verify",
+        "--repo",
+        str(upstream.path),
+        *(a for r in refs for a in ("--ref", r)),
+        "--format",
+        fmt,
+    )
+    assert proc.returncode == 2
+    errors = proc.stderr.splitlines()
+    assert len(errors) == len(broken)
+    for line, why in zip(errors, broken.values(), strict=True):
+        assert line.startswith("pdguard: error: ") and why in line, line
+    if fmt == "json":
+        reports = {r["ref"]: r for r in json.loads(proc.stdout)}
+        assert list(reports) == refs
+        assert reports["fork"]["error"] is None
+        assert set(reports["fork"]["fixes"].values()) == {"carried"}
+        for ref, why in broken.items():
+            assert why in reports[ref]["error"]
+            assert set(reports[ref]["fixes"].values()) == {"error"}
+    elif fmt == "text":
+        rows = {line.split()[0]: line.split() for line in proc.stdout.splitlines()[1:5]}
+        assert rows["fork"][3:5] == ["carried", "carried"]
+        for ref in broken:
+            assert rows[ref][3:5] == ["error", "error"]
+            assert any(line.startswith(f"{ref}: error: ") for line in proc.stdout.splitlines())
+    else:
+        for ref in broken:
+            assert f"::error title=pdguard verify {ref}::error: " in proc.stdout
+
+
+def test_verify_missing_git_objects_are_an_error_row(upstream: Upstream, tmp_path: Path) -> None:
+    clone = tmp_path / "partial"
+    subprocess.run(
+        ["git", "clone", "-q", "--no-local", "--no-checkout", str(upstream.path), str(clone)],
+        check=True,
+    )
+    blob = git(clone, "rev-parse", f"v0.4.7:{PREFILL}")
+    git(clone, "repack", "-a", "-d", "-q")
+    # drop that one blob: rewrite the pack without it
+    objects = git(clone, "cat-file", "--batch-all-objects", "--batch-check=%(objectname)")
+    keep = "\n".join(o for o in objects.splitlines() if o != blob) + "\n"
+    pack_dir = clone / ".git/objects/pack"
+    old = list(pack_dir.iterdir())
+    subprocess.run(
+        ["git", "-C", str(clone), "pack-objects", "-q", str(pack_dir / "pack")],
+        input=keep,
+        text=True,
+        check=True,
+        capture_output=True,
+    )
+    for path in old:
+        path.unlink()
+    proc = pdguard(
+        "verify", "--repo", str(clone), "--ref", "v0.4.7", "--ref", "v0.5.14", "--format", "json"
+    )
+    assert proc.returncode == 2, proc.stderr
+    reports = {r["ref"]: r for r in json.loads(proc.stdout)}
+    assert "missing" in reports["v0.4.7"]["error"] and blob[:12] in reports["v0.4.7"]["error"]
+    assert reports["v0.5.14"]["error"] is None
+    [line] = proc.stderr.splitlines()
+    assert line.startswith("pdguard: error: v0.4.7:") and "missing" in line
+
+
+def test_verify_exit_zero_and_output_file(upstream: Upstream, tmp_path: Path) -> None:
+    out = tmp_path / "verify.json"
+    args = ["verify", "--repo", str(upstream.path), "--ref", "v0.4.7"]
+    proc = pdguard(*args, "--format", "json", "--output-file", str(out), "--exit-zero")
+    assert (proc.returncode, proc.stdout, proc.stderr) == (0, "", "")
+    assert json.loads(out.read_text())[0]["fixes"]["inflight-deadline"] == "applicable"
+    assert pdguard(*args, "--ref", "docs", "--exit-zero").returncode == 2  # errors stay 2
+
+
+def test_verify_malformed_isort_settings_is_an_error(upstream: Upstream, tmp_path: Path) -> None:
+    repo = tmp_path / "bad-settings"
+    subprocess.run(["git", "clone", "-q", str(upstream.path), str(repo)], check=True)
+    git(repo, "checkout", "-q", "-b", "bad", "v0.5.14")
+    (repo / "python/pyproject.toml").write_text("[tool.isort\nprofile = 'black'\n")
+    git(repo, "add", "-A")
+    git(repo, "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-q", "-m", "bad toml")
+    proc = pdguard("verify", "--repo", str(repo), "--ref", "bad", "--ref", "v0.5.14")
+    assert proc.returncode == 2
+    [line] = proc.stderr.splitlines()
+    assert "bad:python/pyproject.toml: cannot read its isort settings" in line, line
