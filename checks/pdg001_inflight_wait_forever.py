@@ -51,7 +51,8 @@ class InflightWaitForever(Rule):
                 (
                     26,
                     17,
-                    "request kept in the inflight queue with no deadline: "
+                    "request kept in the inflight queue with no deadline when poll is "
+                    "WaitingForInput/Transferring: "
                     "nothing fails a request that waits too long",
                 )
             ],
@@ -62,7 +63,8 @@ class InflightWaitForever(Rule):
                 (
                     33,
                     17,
-                    "request kept in the inflight queue with no deadline: "
+                    "request kept in the inflight queue with no deadline when poll is "
+                    "WaitingForInput/Transferring: "
                     "requests are not stamped where they enter disagg_prefill_inflight_queue",
                 )
             ],
@@ -73,7 +75,8 @@ class InflightWaitForever(Rule):
                 (
                     34,
                     17,
-                    "request kept in the inflight queue with no deadline: "
+                    "request kept in the inflight queue with no deadline when poll is "
+                    "WaitingForInput/Transferring: "
                     "nothing fails a request that waits too long",
                 )
             ],
@@ -88,7 +91,8 @@ class InflightWaitForever(Rule):
                 (
                     36,
                     17,
-                    "request kept in the inflight queue with no deadline: "
+                    "request kept in the inflight queue with no deadline when poll is "
+                    "WaitingForInput/Transferring: "
                     "the deadline does not run before the poll all-reduce on every call",
                 )
             ],
