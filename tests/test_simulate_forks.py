@@ -130,7 +130,9 @@ def _line_of(path: Path, needle: str) -> int:
 
 FORK_IMPORT = """\
 from sglang.srt.fork_only.hooks import on_inflight
-on_inflight(self, self.disagg_prefill_inflight_queue)
+# The queue passed to a function pdguard cannot see: check reports PDG000 until a reviewer
+# suppresses it, as a fork maintainer would after reading the hook.
+on_inflight(self, self.disagg_prefill_inflight_queue)  # pdguard: ignore[PDG000]
 """
 
 
@@ -159,7 +161,7 @@ if self.enable_fork_metrics:
 with self.tracer.span("inflight-queue", size=len(self.disagg_prefill_inflight_queue)):
     fork_trace_event("inflight-queue")
 from sglang.srt.fork_only.stats import record_queue_stats
-record_queue_stats(self.disagg_prefill_inflight_queue)
+record_queue_stats(self.disagg_prefill_inflight_queue)  # pdguard: ignore[PDG000]
 """
 PASS_ALONG_LOOP = """\
 req.logprob_processor(req, self.my_metrics)
