@@ -10,11 +10,13 @@ from __future__ import annotations
 
 from .base import Fix, Outcome, Status
 from .inflight_deadline import InflightDeadline
+from .receiver_waiting_timeout import ReceiverWaitingTimeoutFix
 from .sender_bootstrap_timeout import SenderBootstrapTimeoutFix
 
 FIXES: tuple[Fix, ...] = (
     InflightDeadline(),
     SenderBootstrapTimeoutFix(),
+    ReceiverWaitingTimeoutFix(),
 )
 
 __all__ = ["FIXES", "Fix", "Outcome", "Status"]
