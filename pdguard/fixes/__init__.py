@@ -9,6 +9,7 @@ in ``FIXES``.
 from __future__ import annotations
 
 from .base import Fix, Outcome, Status
+from .decode_queue_bound import DecodeQueueBoundFix
 from .inflight_deadline import InflightDeadline
 from .receiver_waiting_timeout import ReceiverWaitingTimeoutFix
 from .sender_bootstrap_timeout import SenderBootstrapTimeoutFix
@@ -17,6 +18,7 @@ FIXES: tuple[Fix, ...] = (
     InflightDeadline(),
     SenderBootstrapTimeoutFix(),
     ReceiverWaitingTimeoutFix(),
+    DecodeQueueBoundFix(),
 )
 
 __all__ = ["FIXES", "Fix", "Outcome", "Status"]
