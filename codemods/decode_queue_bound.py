@@ -56,9 +56,9 @@ _LOG = """\
 """
 
 _GATE_COMMENT = (
-    "{marker}: while retracted requests wait for memory, admit no new",
-    "# request (as the early return did), but still poll the transfer queue: its",
-    "# failures, timeouts and aborts are acted on and free their KV.",
+    "{marker}: while retracted requests wait for memory,",
+    "# admit no new request (as the early return did), but still poll the",
+    "# transfer queue: its failures, timeouts and aborts free their KV.",
 )
 
 
@@ -284,7 +284,7 @@ class DecodeQueueBound(SourceCodemod):
             body.append(_black_deeper(stmt, level * indent, tree))
         (guard,) = parse_statements(f"if not {GATE_FLAG}:\n    pass\n", tree.config_for_parsing)
         assert isinstance(guard, cst.If)
-        comment = _comment_lines([f"{marker(FIX)}: no new request while retracted ones wait"])
+        comment = _comment_lines([f"{marker(FIX)}: not while retracted requests wait"])
         return guard.with_changes(
             body=guard.body.with_changes(body=body),
             leading_lines=[*stmts[0].leading_lines, *comment],

@@ -38,7 +38,7 @@ if TYPE_CHECKING:
 
 FIX = "decode-queue-bound"
 # pdguard's own names in the code it writes.
-PENDING_STAMP = "pending_rank_since"  # on a DecodeRequest: first time it was put back
+PENDING_STAMP = "pending_since"  # on a DecodeRequest: first time it was put back
 GATE_FLAG = "retracted_waiting"  # in process_decode_queue: the retraction gate's verdict
 
 
