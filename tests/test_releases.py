@@ -16,6 +16,7 @@ import pytest
 from pdguard.cli import main
 from pdguard.vendor_sglang import fetch_release, load_manifest
 from tests.quality import black_complaints, isort_complaints, ruff_findings
+from tests.test_decode_fixes import decode_expected
 
 pytestmark = pytest.mark.releases
 
@@ -58,7 +59,9 @@ def test_apply_release(release, capsys: pytest.CaptureFixture[str]) -> None:
     code, report = _apply_json(root, capsys)
 
     assert report["sglang_version"] == info.version
-    assert report["fixes"] == EXPECTED[info.family], report["notes"]
+    # The decode fixes (issue 11) follow the decode families, not the prefill ones.
+    expected = {**EXPECTED[info.family], **decode_expected(info.version)}
+    assert report["fixes"] == expected, report["notes"]
     if info.family == "F1":
         # 0.4.6 - 0.4.6.post4: the Failed branch raises; refuse, write nothing.
         assert code == 2
@@ -69,8 +72,10 @@ def test_apply_release(release, capsys: pytest.CaptureFixture[str]) -> None:
     assert code == 0
     changed = report["files_changed"]
     assert "sglang/srt/disaggregation/prefill.py" in changed
-    # NIXL's sender needs the bootstrap timeout from 0.4.7 (F3) until 0.5.18 (F10) fixed it.
+    # NIXL's sender needs the bootstrap timeout from 0.4.7 (F3) until 0.5.18 (F10) fixed it;
+    # its receiver (issue 11) needs the waiting timeout up to 0.5.5.post3.
     nixl_fixed = info.family in ("F3", "F4", "F5", "F6", "F7", "F8", "F9")
+    nixl_fixed |= expected["receiver-waiting-timeout"] == "applied"
     assert ("sglang/srt/disaggregation/nixl/conn.py" in changed) == nixl_fixed
     after = _snapshot(root)
     assert {rel for rel in after if after[rel] != before[rel]} == set(changed)
