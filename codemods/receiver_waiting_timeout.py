@@ -32,8 +32,12 @@ from libcst.codemod import CodemodContext
 
 from pdguard.fixes.receiver_waiting_timeout import FIX, WAITING_TIMEOUT_ATTR
 from pdguard.sglang_names import (
+    CHECK_TRANSFER_DONE,
+    HANDLE_NODE_FAILURE,
     MANAGER_CHECK_STATUS,
     RECEIVER_INIT_TIME,
+    ROOMS_TRACKER,
+    TRANSFER_STATUSES,
     WAITING_TIMEOUT_ENV,
     KVPoll,
 )
@@ -298,3 +302,173 @@ class ReceiverWaitingTimeout(SourceCodemod):
             body=body,
         )
         return parse_statements(code, config)
+
+
+# -- NIXL 0.5.3 - 0.5.5.post3: the heartbeat fails every tracked room (as 0.5.6 does) -----------
+
+_KEEP_ROOMS = (
+    "{marker}: a healthy",
+    "# probe keeps every tracked room; poll() drops",
+    "# it once its transfer is done (as in 0.5.6).",
+)
+_EVERY_ROOM = "{marker}: also a room no chunk reached yet"
+_DONE = """\
+{marker}: untracked once done.
+self.kv_mgr.{tracker}[self.bootstrap_addr].discard(
+    self.bootstrap_room
+)
+"""
+
+
+def _in_transfer_statuses(node: cst.BaseExpression, negated: bool) -> bool:
+    op = m.NotIn() if negated else m.In()
+    return m.matches(
+        node,
+        m.Comparison(
+            comparisons=[
+                m.ComparisonTarget(
+                    operator=op,
+                    comparator=m.Attribute(value=m.Name("self"), attr=m.Name(TRANSFER_STATUSES)),
+                )
+            ]
+        ),
+    )
+
+
+class NixlHeartbeatRooms(SourceCodemod):
+    """The NIXL decode heartbeat of 0.5.3 - 0.5.5.post3 forgets, on every healthy probe, each
+    tracked room that has not received a chunk yet, and on a node failure fails only the rooms
+    that have: a room still waiting for its first chunk is never failed. This ports 0.5.6's
+    change: the probe keeps every room, a node failure fails every tracked room whose transfer
+    is not done, and the receiver drops its room from the tracker once its transfer is done."""
+
+    DESCRIPTION: str = "Let NIXL's decode heartbeat fail every room of a prefill that died."
+
+    @staticmethod
+    def add_args(arg_parser: argparse.ArgumentParser) -> None:
+        arg_parser.add_argument("--manager", dest="manager_class", required=True)
+        arg_parser.add_argument("--receiver", dest="receiver_class", required=True)
+
+    def __init__(self, context: CodemodContext, manager_class: str, receiver_class: str) -> None:
+        super().__init__(context)
+        self.manager_class = manager_class
+        self.receiver_class = receiver_class
+
+    def transform_module_impl(self, tree: cst.Module) -> cst.Module:
+        manager = next(
+            (
+                s
+                for s in tree.body
+                if isinstance(s, cst.ClassDef) and s.name.value == self.manager_class
+            ),
+            None,
+        )
+        if manager is None:
+            raise AnchorError(f"no class {self.manager_class}")
+        edits = [*self._keep_rooms(manager), self._every_room(tree), self._drop_when_done(tree)]
+        return apply_edits(tree, edits)
+
+    def _keep_rooms(self, manager: cst.ClassDef) -> list[tuple[cst.CSTNode, StatementEdit]]:
+        loops = [
+            loop
+            for loop in m.findall(manager, m.For())
+            if any(
+                _in_transfer_statuses(i.test, negated=True)  # type: ignore[attr-defined]
+                for i in m.findall(loop, m.If())
+            )
+            and m.findall(loop, m.Call(func=m.Attribute(attr=m.Name("discard"))))
+        ]
+        # the innermost: not a loop around another one
+        loops = [
+            loop
+            for loop in loops
+            if not any(
+                other is not loop and m.findall(loop, m.For()).count(other) for other in loops
+            )
+        ]
+        if len(loops) != 1:
+            raise AnchorError(
+                f"{self.manager_class}: {len(loops)} loops forget rooms with no transfer "
+                "status; expected one"
+            )
+        loop = loops[0]
+        holder = next(
+            block
+            for block in m.findall(manager, m.IndentedBlock())
+            if any(s is loop for s in block.body)  # type: ignore[attr-defined]
+        )
+        body = list(holder.body)  # type: ignore[attr-defined]
+        index = next(i for i, s in enumerate(body) if s is loop)
+        iterated = loop.iter.value if isinstance(loop.iter, cst.Name) else None  # type: ignore[attr-defined]
+        drop = [loop]
+        if (
+            index > 0
+            and iterated
+            and m.matches(
+                body[index - 1],
+                m.SimpleStatementLine(
+                    body=[m.Assign(targets=[m.AssignTarget(target=m.Name(iterated))])]
+                ),
+            )
+        ):
+            drop.insert(0, body[index - 1])
+        kept = [s for s in body if not any(s is d for d in drop)]
+        if not kept:
+            raise AnchorError(f"{self.manager_class}: the heartbeat's loop is alone in its block")
+        comment = [
+            cst.EmptyLine(comment=cst.Comment(line))
+            for line in (_KEEP_ROOMS[0].format(marker=marker(FIX)), *_KEEP_ROOMS[1:])
+        ]
+        first = kept[0]
+        edits: list[tuple[cst.CSTNode, StatementEdit]] = [
+            (first, StatementEdit(replacement=first.with_changes(
+                leading_lines=[*first.leading_lines, *comment]
+            )))
+        ]  # fmt: skip
+        edits += [(d, StatementEdit(replacement=None)) for d in drop]
+        return edits
+
+    def _every_room(self, tree: cst.Module) -> tuple[cst.CSTNode, StatementEdit]:
+        _, failure = find_method(tree, HANDLE_NODE_FAILURE, self.manager_class)
+        found = [
+            node
+            for node in m.findall(failure, m.If())
+            if isinstance(node.test, cst.BooleanOperation)  # type: ignore[attr-defined]
+            and isinstance(node.test.operator, cst.And)  # type: ignore[attr-defined]
+            and _in_transfer_statuses(node.test.left, negated=False)  # type: ignore[attr-defined]
+        ]
+        if len(found) != 1:
+            raise AnchorError(
+                f"{self.manager_class}.{HANDLE_NODE_FAILURE}() fails {len(found)} sets of rooms "
+                "only when they have a transfer status; expected one"
+            )
+        node: cst.If = found[0]  # type: ignore[assignment]
+        rest = node.test.right.with_changes(lpar=[], rpar=[])  # type: ignore[attr-defined]
+        comment = cst.EmptyLine(comment=cst.Comment(_EVERY_ROOM.format(marker=marker(FIX))))
+        new = node.with_changes(
+            test=rest,
+            whitespace_before_test=cst.SimpleWhitespace(" "),
+            leading_lines=[*node.leading_lines, comment],
+        )
+        return node, StatementEdit(replacement=new)
+
+    def _drop_when_done(self, tree: cst.Module) -> tuple[cst.CSTNode, StatementEdit]:
+        _, poll = find_method(tree, "poll", self.receiver_class)
+        done = [
+            node
+            for node in m.findall(poll, m.If())
+            if m.findall(
+                node.test,  # type: ignore[attr-defined]
+                m.Call(func=m.Attribute(attr=m.Name(CHECK_TRANSFER_DONE))),
+            )
+        ]
+        if len(done) != 1:
+            raise AnchorError(
+                f"{self.receiver_class}.poll() checks {CHECK_TRANSFER_DONE}() {len(done)} "
+                "times; expected once"
+            )
+        first = done[0].body.body[0]  # type: ignore[attr-defined]
+        new = parse_statements(
+            _DONE.format(marker=marker(FIX), tracker=ROOMS_TRACKER), tree.config_for_parsing
+        )
+        return first, StatementEdit(before=new)

@@ -68,6 +68,12 @@ PREPARE_ABORT = "prepare_abort"
 # terminal status it remembers (``conclude_state``, Mooncake 0.4.7+, NIXL 0.4.8.post1+).
 RECEIVER_INIT_TIME = "init_time"
 RECEIVER_CONCLUDE_STATE = "conclude_state"
+# NIXL's decode heartbeat (0.5.3+): the rooms it tracks per prefill address, the per-room
+# transfer status its receiver polls, and what it does when a prefill stops answering.
+ROOMS_TRACKER = "addr_to_rooms_tracker"
+TRANSFER_STATUSES = "transfer_statuses"
+CHECK_TRANSFER_DONE = "check_transfer_done"
+HANDLE_NODE_FAILURE = "_handle_node_failure"
 # The decode scheduler function that polls both decode queues, the prealloc queue's list of
 # retracted requests (its retraction gate, 0.4.7.post1+), and the queues' pop methods.
 PROCESS_DECODE_QUEUE = "process_decode_queue"

@@ -19,7 +19,7 @@ from libcst.codemod import CodemodContext, CodemodTest
 from pdguard.cli import main
 from pdguard.codemods.anchors import AnchorError
 from pdguard.codemods.decode_queue_bound import DecodeQueueBound
-from pdguard.codemods.receiver_waiting_timeout import ReceiverWaitingTimeout
+from pdguard.codemods.receiver_waiting_timeout import NixlHeartbeatRooms, ReceiverWaitingTimeout
 from pdguard.vendor_sglang import fetch_release, load_manifest
 from tests.quality import black_complaints, isort_complaints, ruff_findings
 
@@ -98,6 +98,10 @@ def test_decode_fixes_on_release(
         original = tmp_path / "original.py"
         original.write_bytes(before[rel])
         assert ruff_findings(root / rel) == ruff_findings(original), rel
+
+    if _at_least(version, "0.5.3") and not _at_least(version, "0.5.6"):
+        # NIXL 0.5.3 - 0.5.5.post3: 0.5.6's heartbeat change is ported with the timeout.
+        assert "heartbeat fails every tracked room" in report["notes"]["receiver-waiting-timeout"]
 
     # Proved: the decode rules are silent on the patched tree.
     code, findings = _json(
@@ -364,6 +368,90 @@ class TestReceiverWaitingTimeout(CodemodTest):
             ReceiverWaitingTimeout(
                 CodemodContext(), class_name="NixlKVReceiver", check="final"
             ).transform_module(module)
+
+
+class TestNixlHeartbeatRooms(CodemodTest):
+    TRANSFORM = NixlHeartbeatRooms
+
+    def test_every_tracked_room_fails_with_its_prefill(self) -> None:
+        # NIXL 0.5.3 - 0.5.5.post3, cut down to the three places 0.5.6 changed.
+        before = """
+            class NixlKVManager(CommonKVManager):
+                def _start_heartbeat_checker_thread(self):
+                    def heartbeat_checker():
+                        for bootstrap_addr in addresses:
+                            if response.status_code == 200:
+                                self.heartbeat_failures[bootstrap_addr] = 0
+
+                                current_rooms = self.addr_to_rooms_tracker[
+                                    bootstrap_addr
+                                ].copy()
+
+                                for bootstrap_room in current_rooms:
+                                    # Remove successful transfers from the tracker
+                                    if bootstrap_room not in self.transfer_statuses:
+                                        self.addr_to_rooms_tracker[bootstrap_addr].discard(
+                                            bootstrap_room
+                                        )
+                            else:
+                                self.heartbeat_failures[bootstrap_addr] += 1
+
+                def _handle_node_failure(self, failed_bootstrap_addr):
+                    affected_rooms = []
+                    for room in possible_affected_rooms:
+                        if (
+                            room in self.transfer_statuses
+                            and not self.transfer_statuses[room].is_done()
+                        ):
+                            self.transfer_statuses[room].num_kvs_expected = -1
+                            affected_rooms.append(room)
+
+
+            class NixlKVReceiver(CommonKVReceiver):
+                def poll(self) -> KVPoll:
+                    if self.kv_mgr.check_transfer_done(self.bootstrap_room):  # type: ignore
+                        # Check if the transfer failed
+                        del self.kv_mgr.transfer_statuses[self.bootstrap_room]
+                        return self.conclude_state  # type: ignore
+                    return KVPoll.WaitingForInput  # type: ignore
+        """
+        after = """
+            class NixlKVManager(CommonKVManager):
+                def _start_heartbeat_checker_thread(self):
+                    def heartbeat_checker():
+                        for bootstrap_addr in addresses:
+                            if response.status_code == 200:
+                                # pdguard: receiver-waiting-timeout: a healthy
+                                # probe keeps every tracked room; poll() drops
+                                # it once its transfer is done (as in 0.5.6).
+                                self.heartbeat_failures[bootstrap_addr] = 0
+                            else:
+                                self.heartbeat_failures[bootstrap_addr] += 1
+
+                def _handle_node_failure(self, failed_bootstrap_addr):
+                    affected_rooms = []
+                    for room in possible_affected_rooms:
+                        # pdguard: receiver-waiting-timeout: also a room no chunk reached yet
+                        if not self.transfer_statuses[room].is_done():
+                            self.transfer_statuses[room].num_kvs_expected = -1
+                            affected_rooms.append(room)
+
+
+            class NixlKVReceiver(CommonKVReceiver):
+                def poll(self) -> KVPoll:
+                    if self.kv_mgr.check_transfer_done(self.bootstrap_room):  # type: ignore
+                        # pdguard: receiver-waiting-timeout: untracked once done.
+                        self.kv_mgr.addr_to_rooms_tracker[self.bootstrap_addr].discard(
+                            self.bootstrap_room
+                        )
+                        # Check if the transfer failed
+                        del self.kv_mgr.transfer_statuses[self.bootstrap_room]
+                        return self.conclude_state  # type: ignore
+                    return KVPoll.WaitingForInput  # type: ignore
+        """
+        self.assertCodemod(
+            before, after, manager_class="NixlKVManager", receiver_class="NixlKVReceiver"
+        )
 
 
 _PENDING_BEFORE = """

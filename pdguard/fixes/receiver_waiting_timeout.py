@@ -23,6 +23,7 @@ from ..sglang_names import (
     BOOTSTRAP_TIMEOUT_ENV,
     DECODE_PATH,
     DISAGGREGATION_DIR,
+    HANDLE_NODE_FAILURE,
     KVPOLL,
     MANAGER_CHECK_STATUS,
     MANAGER_RECORD_FAILURE,
@@ -30,6 +31,7 @@ from ..sglang_names import (
     RECEIVER_NEEDLES,
     RECEIVER_SEND_METHODS,
     SENDER_NEEDLES,
+    TRANSFER_STATUSES,
     WAITING_TIMEOUT_ENV,
     KVPoll,
 )
@@ -37,6 +39,7 @@ from .base import Fix, Outcome, Status, has_marker
 
 if TYPE_CHECKING:
     from pdguard.checks.kv_receivers import ReceiverIndex
+    from pdguard.checks.kv_senders import ClassInfo
     from pdguard.codemods.isort_imports import ImportRequest
 
     from ..workspace import Workspace
@@ -64,9 +67,13 @@ class _ClassEdit:
     conclude_state: bool = False
     log: bool = False
     imports: tuple[ImportRequest, ...] = ()
+    heartbeat_manager: str | None = None  # NIXL 0.5.3 - 0.5.5.post3: its weak heartbeat
 
     def describe(self) -> str:
-        return f"{self.class_name}: init_time in {self.send_method}() + check ({self.check})"
+        what = f"{self.class_name}: init_time in {self.send_method}() + check ({self.check})"
+        if self.heartbeat_manager:
+            what += f", {self.heartbeat_manager}'s heartbeat fails every tracked room"
+        return what
 
 
 def decode_project(workspace: Workspace) -> Project:
@@ -185,6 +192,47 @@ def _reads_self_attr(func: ast.FunctionDef, attr: str) -> bool:
     )
 
 
+def _self_attr_named(node: ast.AST, attr: str) -> bool:
+    return (
+        isinstance(node, ast.Attribute)
+        and node.attr == attr
+        and isinstance(node.value, ast.Name)
+        and node.value.id == "self"
+    )
+
+
+def _tests_transfer_status(test: ast.expr, op: type) -> bool:
+    return (
+        isinstance(test, ast.Compare)
+        and len(test.ops) == 1
+        and isinstance(test.ops[0], op)
+        and _self_attr_named(test.comparators[0], TRANSFER_STATUSES)
+    )
+
+
+def weak_heartbeat(manager: ClassInfo) -> bool:
+    """NIXL 0.5.3 - 0.5.5.post3: a healthy probe forgets the tracked rooms that have no transfer
+    status yet, and a node failure fails only the rooms that have one."""
+    failure = manager.methods.get(HANDLE_NODE_FAILURE)
+    fails_some = failure is not None and any(
+        isinstance(n, ast.If)
+        and isinstance(n.test, ast.BoolOp)
+        and isinstance(n.test.op, ast.And)
+        and _tests_transfer_status(n.test.values[0], ast.In)
+        for n in ast.walk(failure)
+    )
+    forgets = any(
+        isinstance(loop, ast.For)
+        and any(
+            isinstance(n, ast.If) and _tests_transfer_status(n.test, ast.NotIn)
+            for n in ast.walk(loop)
+        )
+        and any(isinstance(n, ast.Attribute) and n.attr == "discard" for n in ast.walk(loop))
+        for loop in ast.walk(manager.node)
+    )
+    return fails_some and forgets
+
+
 def _check_mode(poll: ast.FunctionDef) -> str | None:
     reads = [
         n
@@ -296,6 +344,9 @@ class ReceiverWaitingTimeoutFix(Fix):
             )
             tree = workspace.ast(info.rel)
             edit.log = _module_binds(tree, "logger")
+            owner = project.classes.classes.get(manager) if manager else None
+            if owner is not None and owner.rel == info.rel and weak_heartbeat(owner):
+                edit.heartbeat_manager = owner.name
             self._timeout_setting(workspace, project, edit)
             edits[info.name] = edit
         return edits
@@ -329,7 +380,10 @@ class ReceiverWaitingTimeoutFix(Fix):
         from libcst.codemod import CodemodContext
 
         from pdguard.codemods.anchors import AnchorError
-        from pdguard.codemods.receiver_waiting_timeout import ReceiverWaitingTimeout
+        from pdguard.codemods.receiver_waiting_timeout import (
+            NixlHeartbeatRooms,
+            ReceiverWaitingTimeout,
+        )
 
         by_file: dict[str, list[_ClassEdit]] = defaultdict(list)
         for edit in edits.values():
@@ -351,6 +405,12 @@ class ReceiverWaitingTimeoutFix(Fix):
                         imports=edit.imports,
                         isort_config=workspace.isort_config(rel),
                     ).transform_module(module)
+                    if edit.heartbeat_manager:
+                        module = NixlHeartbeatRooms(
+                            context,
+                            manager_class=edit.heartbeat_manager,
+                            receiver_class=edit.class_name,
+                        ).transform_module(module)
             except AnchorError as exc:
                 raise _Refused(f"{rel}: {exc}", rel) from exc
             workspace.set_text(rel, module.code)
