@@ -27,10 +27,9 @@ from ..sglang_names import (
     KVPOLL,
     MANAGER_CHECK_STATUS,
     MANAGER_RECORD_FAILURE,
+    NEEDLES,
     RECEIVER_CONCLUDE_STATE,
-    RECEIVER_NEEDLES,
     RECEIVER_SEND_METHODS,
-    SENDER_NEEDLES,
     TRANSFER_STATUSES,
     WAITING_TIMEOUT_ENV,
     KVPoll,
@@ -78,9 +77,7 @@ class _ClassEdit:
 
 def decode_project(workspace: Workspace) -> Project:
     """The checker's view of the workspace's current receiver, manager and decode files."""
-    rels = workspace.files_containing(DISAGGREGATION_DIR, *RECEIVER_NEEDLES, *SENDER_NEEDLES)
-    if DECODE_PATH not in rels and workspace.files_containing(DISAGGREGATION_DIR, "kv_receiver"):
-        rels = sorted({*rels, *workspace.files_containing(DISAGGREGATION_DIR, "kv_receiver")})
+    rels = workspace.files_containing(DISAGGREGATION_DIR, *NEEDLES)  # as check's prefilter
     for rel in rels:
         workspace.ast(rel)  # a file that does not parse: the workspace's file:line:col error
     return Project({rel: workspace.text(rel) for rel in rels})
