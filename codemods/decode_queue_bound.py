@@ -195,7 +195,9 @@ class DecodeQueueBound(SourceCodemod):
                 "expected one"
             )
         gate = gates[0]
-        edits = [(gate, StatementEdit(replacement=self._flag(tree, gate)))]
+        edits: list[tuple[cst.CSTNode, StatementEdit]] = [
+            (gate, StatementEdit(replacement=self._flag(tree, gate)))
+        ]
         admissions = [
             stmt for stmt in simple_statements(func, lambda s: bool(self._admission_targets(s)))
         ]
@@ -208,7 +210,7 @@ class DecodeQueueBound(SourceCodemod):
             index = next(i for i, s in enumerate(body) if s is stmt)
             names = self._admission_targets(stmt)
             following = body[index + 1] if index + 1 < len(body) else None
-            if following is None or not any(
+            if not isinstance(following, cst.SimpleStatementLine) or not any(
                 m.findall(following, m.Call(func=m.Attribute(attr=m.Name("extend"))))
                 and m.findall(following, m.Name(n))
                 for n in names
@@ -274,7 +276,9 @@ class DecodeQueueBound(SourceCodemod):
         walk(func.body, 2)
         return found
 
-    def _guarded(self, tree: cst.Module, stmts: list[cst.BaseStatement], level: int) -> cst.If:
+    def _guarded(
+        self, tree: cst.Module, stmts: list[cst.SimpleStatementLine], level: int
+    ) -> cst.If:
         """``if not <flag>:`` around ``stmts``, each laid out as black lays it out one level
         deeper."""
         indent = len(tree.default_indent)

@@ -81,7 +81,9 @@ _NON_TERMINAL = tuple(p.name for p in KVPoll if p not in (KVPoll.Success, KVPoll
 
 
 def _is_check_status(expr: cst.CSTNode | None) -> bool:
-    return m.matches(expr, m.Call(func=m.Attribute(attr=m.Name(MANAGER_CHECK_STATUS))))
+    return expr is not None and m.matches(
+        expr, m.Call(func=m.Attribute(attr=m.Name(MANAGER_CHECK_STATUS)))
+    )
 
 
 def _returns_non_terminal(stmt: cst.CSTNode) -> bool:
@@ -234,8 +236,8 @@ class ReceiverWaitingTimeout(SourceCodemod):
                 raise AnchorError(
                     f"{self.class_name}.poll() does not end with a return of a non-terminal KVPoll"
                 )
-            condition = f"self.{RECEIVER_INIT_TIME} is not None"
-            return last, StatementEdit(before=self._check(condition, 2, tree, config))
+            started = f"self.{RECEIVER_INIT_TIME} is not None"
+            return last, StatementEdit(before=self._check(started, 2, tree, config))
         assigned = [
             stmt
             for stmt in m.findall(poll, m.SimpleStatementLine(body=[m.Assign()]))

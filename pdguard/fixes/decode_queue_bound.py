@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import ast
 from collections import defaultdict
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from ..sglang_names import (
@@ -25,6 +26,7 @@ from ..sglang_names import (
     ENVIRON_OBJECT,
     POP_PREALLOCATED,
     POP_TRANSFERRED,
+    RETRACTED_QUEUE,
     WAITING_TIMEOUT_ENV,
 )
 from .base import Fix, Outcome, Status, has_marker
@@ -40,6 +42,17 @@ FIX = "decode-queue-bound"
 # pdguard's own names in the code it writes.
 PENDING_STAMP = "pending_since"  # on a DecodeRequest: first time it was put back
 GATE_FLAG = "retracted_waiting"  # in process_decode_queue: the retraction gate's verdict
+
+
+@dataclass
+class _FilePlan:
+    """What the codemod does in one file."""
+
+    pending: list[str] = field(default_factory=list)  # "Class.method:local:item"
+    gate: str | None = None  # "[Class.]function" holding the retraction gate
+    timeout: str = ""
+    log: bool = True
+    imports: list[ImportRequest] = field(default_factory=list)
 
 
 class _Refused(Exception):
@@ -81,7 +94,7 @@ class DecodeQueueBoundFix(Fix):
                 f"{DECODE_PATH}:{line}",
             )
         try:
-            plans = self._plans(workspace, requeues, gates)
+            plans = self._plans(workspace, model, requeues, gates)
             self._run_codemods(workspace, plans)
         except _Refused as refused:
             return refused.outcome
@@ -101,11 +114,24 @@ class DecodeQueueBoundFix(Fix):
         )
 
     def _plans(
-        self, workspace: Workspace, requeues: list[Requeue], gates: list[EarlyReturn]
-    ) -> dict[str, dict]:
-        plans: dict[str, dict] = defaultdict(lambda: {"pending": [], "gate": None, "imports": []})
+        self,
+        workspace: Workspace,
+        model: DecodeQueueModel,
+        requeues: list[Requeue],
+        gates: list[EarlyReturn],
+    ) -> dict[str, _FilePlan]:
+        plans: dict[str, _FilePlan] = defaultdict(_FilePlan)
         for requeue in requeues:
-            rel = requeue.owner.rel
+            # the class that defines the method holding the re-queue (a helper may be inherited)
+            owner = next(
+                (
+                    info
+                    for info in model.index.classes.values()
+                    if any(f is requeue.func for f in info.methods.values())
+                ),
+                requeue.owner,
+            )
+            rel = owner.rel
             call = requeue.node
             local = getattr(call.func.value, "id", None)  # type: ignore[attr-defined]
             item = call.args[0] if len(call.args) == 1 else None
@@ -119,8 +145,7 @@ class DecodeQueueBoundFix(Fix):
                     "`<list>.append(<request>)`",
                     f"{rel}:{call.lineno}",
                 )
-            owner = self._owner_of(requeue)
-            plans[rel]["pending"].append(f"{owner}.{requeue.func.name}:{local}:{item.id}")
+            plans[rel].pending.append(f"{owner.name}.{requeue.func.name}:{local}:{item.id}")
             self._timeout(workspace, rel, plans[rel])
         for gate in gates:
             rel = gate.rel
@@ -130,26 +155,18 @@ class DecodeQueueBoundFix(Fix):
                 for name in gate.skipped
                 if name.rsplit(".", 1)[-1] not in (POP_PREALLOCATED, POP_TRANSFERRED)
             ]
-            if odd or "retracted" not in gate.condition:
+            if odd or RETRACTED_QUEUE not in gate.condition:
                 raise _Refused(
                     f"{where}: the early return (while `{gate.condition}`) is not the "
                     f"retraction gate pdguard knows, or skips {', '.join(odd)}",
                     f"{rel}:{gate.node.lineno}",
                 )
-            if plans[rel]["gate"] not in (None, where):
+            if plans[rel].gate not in (None, where):
                 raise _Refused(f"{rel}: two functions return early before polling", rel)
-            plans[rel]["gate"] = where
+            plans[rel].gate = where
         return plans
 
-    @staticmethod
-    def _owner_of(requeue: Requeue) -> str:
-        """The class that defines the method holding the re-queue."""
-        for node in ast.walk(requeue.owner.node):
-            if node is requeue.func:
-                return requeue.owner.name
-        return requeue.owner.name
-
-    def _timeout(self, workspace: Workspace, rel: str, plan: dict) -> None:
+    def _timeout(self, workspace: Workspace, rel: str, plan: _FilePlan) -> None:
         """``SGLANG_DISAGGREGATION_WAITING_TIMEOUT`` as the release reads it."""
         from pdguard.codemods.isort_imports import ImportRequest
 
@@ -157,35 +174,33 @@ class DecodeQueueBoundFix(Fix):
         if _module_binds(tree, ENVIRON_OBJECT) and f"from {ENVIRON_MODULE} import" in (
             workspace.text(rel)
         ):
-            plan["timeout"] = f"{ENVIRON_OBJECT}.{WAITING_TIMEOUT_ENV}.get()"
+            plan.timeout = f"{ENVIRON_OBJECT}.{WAITING_TIMEOUT_ENV}.get()"
             return
         reader = env_reader(decode_project(workspace), WAITING_TIMEOUT_ENV)
         if reader is None:
             raise _Refused(f"{rel}: the release reads {WAITING_TIMEOUT_ENV} nowhere", rel)
         source, origin, name = reader
-        plan["timeout"] = " ".join(source.split())
+        plan.timeout = " ".join(source.split())
         root = name or origin.split(".")[0]
-        if not _module_binds(tree, root):
-            imports: list[ImportRequest] = plan["imports"]
-            imports.append(ImportRequest(origin, name))
+        if not _module_binds(tree, root) and ImportRequest(origin, name) not in plan.imports:
+            plan.imports.append(ImportRequest(origin, name))
 
-    def _run_codemods(self, workspace: Workspace, plans: dict[str, dict]) -> None:
+    def _run_codemods(self, workspace: Workspace, plans: dict[str, _FilePlan]) -> None:
         from libcst.codemod import CodemodContext
 
         from pdguard.codemods.anchors import AnchorError
         from pdguard.codemods.decode_queue_bound import DecodeQueueBound
 
         for rel, plan in sorted(plans.items()):
-            if not _module_binds(workspace.ast(rel), "logger") and plan["pending"]:
-                plan["log"] = False
+            plan.log = _module_binds(workspace.ast(rel), "logger")
             try:
                 module = DecodeQueueBound(
                     CodemodContext(filename=rel),
-                    pending=plan["pending"],
-                    gate=plan["gate"],
-                    timeout=plan.get("timeout", ""),
-                    log=plan.get("log", True),
-                    imports=plan["imports"],
+                    pending=plan.pending,
+                    gate=plan.gate,
+                    timeout=plan.timeout,
+                    log=plan.log,
+                    imports=plan.imports,
                     isort_config=workspace.isort_config(rel),
                 ).transform_module(workspace.cst(rel))
             except AnchorError as exc:
