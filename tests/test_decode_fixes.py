@@ -627,3 +627,252 @@ class TestDecodeQueueBound(CodemodTest):
                 CodemodContext(),
                 pending=["DecodePreallocQueue._resolve_pending_reqs:remaining:decode_req"],
             ).transform_module(module)
+
+
+# -- the patched release code, executed -----------------------------------------------------
+# The rules prove the fixes statically; these run the release's own patched methods (loaded
+# with ``ast``, without its imports) against stand-ins, on a clock the test moves.
+
+
+class _Clock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def time(self) -> float:
+        return self.now
+
+    def monotonic(self) -> float:
+        return self.now
+
+
+def _patched(version: str) -> dict[str, str]:
+    from pdguard.commands.apply import plan
+    from pdguard.tree import open_tree
+
+    result = plan(open_tree(fetch_release(version)))
+    return {rel: new.text for rel, new in result.changes.items()}
+
+
+def _load_class(text: str, name: str, namespace: dict, *, whole: bool = False) -> type:
+    """Class ``name`` of ``text``, with its methods only (no bases, no decorators), compiled
+    in ``namespace``; ``whole``: as written (a dataclass)."""
+    import __future__
+
+    import ast
+
+    tree = ast.parse(text)
+    cls = next(n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == name)
+    if not whole:
+        methods = [f for f in cls.body if isinstance(f, ast.FunctionDef)]
+        for method in methods:
+            method.decorator_list = []
+        cls.body, cls.bases, cls.keywords, cls.decorator_list = methods, [], [], []
+    module = ast.Module(body=[cls], type_ignores=[])
+    flags = __future__.annotations.compiler_flag
+    exec(compile(module, name, "exec", flags=flags, dont_inherit=True), namespace)
+    return namespace[name]
+
+
+class _KVPoll:
+    Failed, Bootstrapping, WaitingForInput, Transferring, Success = range(5)
+
+
+class _Logger:
+    def __init__(self) -> None:
+        self.errors: list[str] = []
+
+    def error(self, message: str, *args: object) -> None:
+        self.errors.append(message)
+
+    info = warning = debug = error
+
+
+NIXL = "sglang/srt/disaggregation/nixl/conn.py"
+DECODE = "sglang/srt/disaggregation/decode.py"
+
+
+@pytest.mark.releases
+def test_patched_nixl_receiver_times_out_and_heartbeat_fails_unstarted_rooms() -> None:
+    """NIXL 0.5.3: the patched poll() fails a transfer after the waiting timeout and keeps
+    saying so; the patched heartbeat fails a tracked room no chunk reached yet."""
+    import dataclasses
+    import threading
+    from collections import defaultdict
+    from typing import Optional
+
+    text = _patched("0.5.3")[NIXL]
+    clock, logger = _Clock(), _Logger()
+    namespace: dict = {"KVPoll": _KVPoll, "time": clock, "logger": logger}
+    namespace.update(dataclasses=dataclasses, Optional=Optional, Set=set)
+    receiver_cls = _load_class(text, "NixlKVReceiver", namespace)
+    status_cls = _load_class(text, "TransferStatus", namespace, whole=True)
+    manager_cls = _load_class(text, "NixlKVManager", namespace)
+
+    failures: list[tuple[int, str]] = []
+    manager = object.__new__(manager_cls)
+    manager.transfer_statuses = defaultdict(status_cls)
+    manager.addr_to_rooms_tracker = defaultdict(set)
+    manager.connection_lock = threading.Lock()
+    manager.connection_pool = {}
+    manager.prefill_tp_size_table = {}
+    manager.prefill_attn_tp_size_table = {}
+    manager.prefill_dp_size_table = {}
+    manager.prefill_pp_size_table = {}
+    manager.update_transfer_status = lambda: None
+    manager.record_failure = lambda room, reason: failures.append((room, reason))
+
+    def receiver(room: int):  # as init() leaves it: indices sent, clock started
+        r = object.__new__(receiver_cls)
+        r.kv_mgr, r.bootstrap_room, r.bootstrap_addr = manager, room, "prefill:8998"
+        r.conclude_state, r.started_transfer = None, True
+        r.init_time, r.waiting_timeout = clock.now, 300
+        manager.addr_to_rooms_tracker[r.bootstrap_addr].add(room)
+        return r
+
+    wedged = receiver(7)
+    clock.now += 299
+    assert wedged.poll() == _KVPoll.WaitingForInput
+    clock.now += 1
+    assert wedged.poll() == _KVPoll.Failed
+    assert wedged.conclude_state == _KVPoll.Failed and wedged.poll() == _KVPoll.Failed
+    assert failures and failures[0][0] == 7 and "timed out after 300.0s" in failures[0][1]
+
+    # The prefill dies before the first chunk of room 8 arrived.
+    unstarted = receiver(8)
+    manager._handle_node_failure("prefill:8998")
+    assert unstarted.poll() == _KVPoll.Failed  # long before the waiting timeout
+    assert 8 not in manager.transfer_statuses  # poll() consumed the failure
+
+
+def _decode_mixin(text: str, namespace: dict):
+    return _load_class(text, "SchedulerDisaggregationDecodeMixin", namespace)
+
+
+class _Queue:
+    def __init__(self, retracted: int) -> None:
+        self.retracted_queue = ["retracted"] * retracted
+        self.calls: list[str] = []
+
+    def resume_retracted_reqs(self) -> list:
+        self.calls.append("resume")
+        return []
+
+    def pop_preallocated(self, *args: object):
+        self.calls.append("pop_preallocated")
+        return ([], []) if self.returns_pair else []
+
+    def pop_transferred(self, *args: object) -> list:
+        self.calls.append("pop_transferred")
+        return ["finished"]
+
+    def extend(self, reqs: list) -> None:
+        self.calls.append("extend")
+
+    def resolve_deferred_releases(self) -> None:
+        pass
+
+
+@pytest.mark.releases
+@pytest.mark.parametrize("version", ["0.4.8", "0.5.23"])
+def test_patched_retraction_gate_polls_transfers_but_admits_nothing(version: str) -> None:
+    from types import SimpleNamespace
+    from unittest import mock
+
+    text = _patched(version)[DECODE]
+    settings = SimpleNamespace(
+        disaggregation_decode_enable_offload_kvcache=False,
+        disaggregation_decode_polling_interval=1,
+        disaggregation_decode_host_receive_threshold=1,
+    )
+    mixin = _decode_mixin(text, {"get_disagg": lambda: settings})
+    for retracted, admitted in ((1, False), (0, True)):
+        scheduler = mock.MagicMock()
+        prealloc, transfer = _Queue(retracted), _Queue(0)
+        prealloc.returns_pair = transfer.returns_pair = version != "0.4.8"
+        scheduler.disagg_decode_prealloc_queue = prealloc
+        scheduler.disagg_decode_transfer_queue = transfer
+        scheduler.enable_decode_hicache = scheduler.enable_hisparse = False
+        scheduler.server_args.disaggregation_decode_enable_offload_kvcache = False
+        scheduler.server_args.disaggregation_decode_polling_interval = 1
+        scheduler.waiting_queue = []
+        del scheduler.polling_count  # hasattr() is False, as on a fresh scheduler
+        mixin.process_decode_queue(scheduler)
+        assert ("pop_preallocated" in prealloc.calls) == admitted, (retracted, prealloc.calls)
+        assert transfer.calls.count("pop_transferred") == 1, transfer.calls
+        assert scheduler.waiting_queue == ["finished"]
+
+
+@pytest.mark.releases
+@pytest.mark.parametrize("version", ["0.5.10", "0.5.23"])
+def test_patched_pending_requeue_fails_after_the_timeout(version: str) -> None:
+    from types import SimpleNamespace
+    from unittest import mock
+
+    text = _patched(version)[DECODE]
+    clock, logger = _Clock(), _Logger()
+    environ = SimpleNamespace(
+        SGLANG_DISAGGREGATION_WAITING_TIMEOUT=SimpleNamespace(get=lambda: 300)
+    )
+    receiver = mock.MagicMock()
+    query = mock.MagicMock(return_value={})  # the prefill never registers the room
+    namespace = {
+        "time": clock,
+        "logger": logger,
+        "envs": environ,
+        "_bootstrap_addr": lambda req: "prefill:8998",
+        "CommonKVReceiver": SimpleNamespace(query_prefill_dp_ranks=query),
+    }
+    queue_cls = _load_class(text, "DecodePreallocQueue", namespace)
+    queue = object.__new__(queue_cls)
+    decode_req = SimpleNamespace(
+        req=SimpleNamespace(rid="r1", bootstrap_room=42), kv_receiver=receiver
+    )
+    queue.pending_reqs = [decode_req]
+    queue._ensure_prefill_info = lambda addr_to_reqs: (dict(addr_to_reqs), [])
+    queue._resolve_prefill_dp_rank = lambda req: None
+    queue._prefill_dp_rank_queries = {}
+    queue._cancel_prefill_dp_rank_queries = lambda: None
+
+    for _ in range(3):  # re-queued while the bound has not passed
+        queue._resolve_pending_reqs()
+        assert queue.pending_reqs == [decode_req] and not receiver.abort.called
+        clock.now += 100
+    clock.now += 1
+    queue._resolve_pending_reqs()
+    assert queue.pending_reqs == [] and receiver.abort.call_count == 1
+    assert logger.errors and "r1" in logger.errors[-1] and "not resolved" in logger.errors[-1]
+
+
+@pytest.mark.releases
+def test_unpatched_code_shows_the_wedges_these_tests_catch() -> None:
+    """The same stand-ins on unpatched 0.5.23 and 0.5.3: the gate polls nothing while a
+    request is retracted, and NIXL's receiver waits on after any timeout."""
+    from types import SimpleNamespace
+    from unittest import mock
+
+    settings = SimpleNamespace(
+        disaggregation_decode_enable_offload_kvcache=False,
+        disaggregation_decode_polling_interval=1,
+        disaggregation_decode_host_receive_threshold=1,
+    )
+    text = (fetch_release("0.5.23") / DECODE).read_text()
+    mixin = _decode_mixin(text, {"get_disagg": lambda: settings})
+    scheduler = mock.MagicMock()
+    scheduler.disagg_decode_prealloc_queue, scheduler.disagg_decode_transfer_queue = (
+        _Queue(1),
+        _Queue(0),
+    )
+    mixin.process_decode_queue(scheduler)
+    assert scheduler.disagg_decode_transfer_queue.calls == []
+
+    clock = _Clock()
+    namespace = {"KVPoll": _KVPoll, "time": clock, "logger": _Logger()}
+    receiver_cls = _load_class(
+        (fetch_release("0.5.3") / NIXL).read_text(), "NixlKVReceiver", namespace
+    )
+    receiver = object.__new__(receiver_cls)
+    receiver.kv_mgr = mock.MagicMock()
+    receiver.kv_mgr.check_transfer_done.return_value = False
+    receiver.bootstrap_room, receiver.conclude_state, receiver.started_transfer = 7, None, True
+    clock.now += 10_000
+    assert receiver.poll() == _KVPoll.WaitingForInput
