@@ -34,6 +34,7 @@ import pytest
 from pdguard import __version__
 from pdguard.cli import main
 from pdguard.commands.check import check_tree
+from pdguard.fixes import FIXES as FIX_UNITS
 from pdguard.tree import open_tree
 from pdguard.vendor_sglang import fetch_release
 from tests.helpers import (
@@ -45,9 +46,14 @@ from tests.helpers import (
     init_repo,
     pdguard,
 )
+from tests.test_decode_fixes import decode_expected
 
 pytestmark = pytest.mark.releases
 
+# Every fix verify reports on: the prefill pair (FIXES), then the decode fixes (issue 11), whose
+# statuses follow the decode families (tests.test_decode_fixes.decode_expected).
+ALL_FIXES = tuple(fix.name for fix in FIX_UNITS)
+DECODE_FIXES = ALL_FIXES[len(FIXES) :]
 STATUSES = {"carried", "upstream", "applicable", "drifted", "not-applicable"}
 FINDING_KEYS = {"code", "path", "line", "col", "symbol", "message"}
 # The prefill rules, which the fixes verify and carry are about. The decode rules (PDG006,
@@ -60,6 +66,7 @@ def _prefill_findings(report: dict) -> list[dict]:
 
 
 PREFILL = "python/sglang/srt/disaggregation/prefill.py"
+DECODE = "python/sglang/srt/disaggregation/decode.py"
 INFLIGHT = "process_disagg_prefill_inflight_queue"
 
 # What an unpatched release is, per shape family (README, "Release families"): what apply
@@ -238,7 +245,7 @@ def test_verify_json_shape(upstream: Upstream, verified: Verified) -> None:
         }
         assert report["error"] is None
         assert report["commit"] == upstream.sha(report["ref"])
-        assert tuple(report["fixes"]) == FIXES
+        assert tuple(report["fixes"]) == ALL_FIXES  # the decode fixes too (issue 11)
         assert set(report["fixes"].values()) <= STATUSES
         assert all(isinstance(k, str) and isinstance(v, str) for k, v in report["notes"].items())
         for finding in report["findings"]:
@@ -255,6 +262,9 @@ def test_verify_tags_per_family(verified: Verified) -> None:
         assert report["sglang_version"] == release.version
         statuses = tuple(report["fixes"][f] for f in FIXES)
         assert statuses == EXPECTED[release.family], (tag, report["notes"])
+        # The decode fixes (issue 11), by decode range.
+        decode = {f: VERIFY_STATUS[s] for f, s in decode_expected(release.version).items()}
+        assert {f: report["fixes"][f] for f in DECODE_FIXES} == decode, (tag, report["notes"])
         assert report["findings"], f"{tag}: an unpatched release has findings"
         if release.family == "F1":
             note = report["notes"]["inflight-deadline"]
@@ -290,18 +300,32 @@ def test_verify_exit_codes_and_formats(upstream: Upstream, capsys) -> None:
     good = ["--ref", "fork", "--ref", "fork-reapplied"]
     assert main(["verify", "--repo", repo, *good, "--jobs", "1"]) == 0
     out = capsys.readouterr().out.splitlines()
-    assert out[0].split() == ["REF", "COMMIT", "VERSION", *FIXES, "FINDINGS"]
-    # FINDINGS 2: PDG006 on 0.4.7's Mooncake and NIXL receivers (the fixes are prefill-side)
-    assert out[1].split() == ["fork", upstream.sha("fork")[:12], "0.4.7", "carried", "carried", "2"]
+    assert out[0].split() == ["REF", "COMMIT", "VERSION", *ALL_FIXES, "FINDINGS"]
+    # Issue 11: carry now also carries the receiver timeout onto 0.4.7 (its PDG006 findings on
+    # Mooncake and NIXL are gone: FINDINGS 0), and 0.4.7 has no decode queue to bound.
+    assert out[1].split() == [
+        "fork",
+        upstream.sha("fork")[:12],
+        "0.4.7",
+        "carried",
+        "carried",
+        "carried",
+        "upstream",
+        "0",
+    ]
     assert len(out) == 3  # notes only for statuses that need a word
 
     assert main(["verify", "--repo", repo, "--tags", "v0.4.6", "--format", "github"]) == 1
     out = capsys.readouterr().out.splitlines()
-    assert len(out) == 2
     assert out[0].startswith("::error title=pdguard verify v0.4.6::inflight-deadline drifted: ")
     assert "raises" in out[0]
     assert out[1].startswith(
         "::warning title=pdguard verify v0.4.6::sender-bootstrap-timeout applicable: "
+    )
+    # Issue 11: the receiver timeout is refused on 0.4.6 too (a decode Failed poll raises).
+    assert len(out) == 3
+    assert out[2].startswith(
+        "::error title=pdguard verify v0.4.6::receiver-waiting-timeout drifted: "
     )
 
 
@@ -429,7 +453,8 @@ def test_carry_commits_the_fixed_tree(upstream: Upstream, tmp_path: Path, capsys
     assert capsys.readouterr().out.startswith(f"carry-0.5.18 -> {new[:12]} (on v0.5.18)")
     assert snapshot(repo) == before  # HEAD, branch, index, working tree, stash
     assert git(repo, "rev-parse", f"{new}^@") == upstream.sha("v0.5.18")  # one parent
-    assert git(repo, "diff", "--name-only", "v0.5.18", new) == PREFILL
+    # Issue 11: decode-queue-bound patches decode.py too.
+    assert git(repo, "diff", "--name-only", "v0.5.18", new).split() == [DECODE, PREFILL]
     message = git(repo, "log", "-1", "--format=%B", new)
     assert "onto v0.5.18" in message and f"pdguard {__version__}" in message
     assert "inflight-deadline: applied" in message
@@ -446,6 +471,8 @@ def test_carry_commits_the_fixed_tree(upstream: Upstream, tmp_path: Path, capsys
     assert report["fixes"] == {
         "inflight-deadline": "carried",
         "sender-bootstrap-timeout": "upstream",
+        "receiver-waiting-timeout": "upstream",  # issue 11
+        "decode-queue-bound": "carried",  # issue 11
     }
     assert _prefill_findings(report) == []
 
@@ -594,7 +621,9 @@ def test_verify_reports_errored_refs_as_rows(upstream: Upstream, fmt: str) -> No
         reports = {r["ref"]: r for r in json.loads(proc.stdout)}
         assert list(reports) == refs
         assert reports["fork"]["error"] is None
-        assert set(reports["fork"]["fixes"].values()) == {"carried"}
+        fork = reports["fork"]["fixes"]
+        assert {fork[name] for name in FIXES} == {"carried"}  # the prefill fixes it carries
+        assert set(fork.values()) <= {"carried", "upstream"}  # the decode ones: per family
         for ref, why in broken.items():
             assert why in reports[ref]["error"]
             assert set(reports[ref]["fixes"].values()) == {"error"}
