@@ -69,6 +69,15 @@ class Context(Protocol):
 
     def new_sender(self, *args: Any, **kwargs: Any) -> object: ...
 
+    def spec_of_room(self, room: int) -> RequestSpec | None:
+        """The script of the request with this bootstrap room."""
+        ...
+
+    @property
+    def bootstrap_timeout_default(self) -> int:
+        """The release's default of SGLANG_DISAGGREGATION_BOOTSTRAP_TIMEOUT."""
+        ...
+
 
 # -- inert and strict objects ------------------------------------------------------------------
 
@@ -519,14 +528,22 @@ class ScriptedSender:
 
 
 class SimKVManager(Strict):
-    """A KV manager whose decode side never sends its bootstrap info: a room stays in
-    Bootstrapping unless the sender itself moves it (``update_status``)."""
+    """The KV manager of the release's own senders, with a scripted transport in place of the
+    bootstrap server and the transfer engine. The release's sender calls it as it calls its
+    real manager (``update_status``, ``check_status``, ``record_failure``,
+    ``failure_records``). What the threads of the real manager would do, it does when a status
+    is read: a room created ``bootstrap_s`` ago has got decode's bootstrap info
+    (WaitingForInput); once the scheduler sent the last chunk (``sim_sent``) it is Transferring
+    for ``transfer_s``, then Success; with ``transfer_s`` None decode is gone (WaitingForInput
+    for ever). A room whose request is scripted ``nixl`` (or unknown) is never moved: decode
+    never sends its info. A status the sender set (Failed by ``abort()`` or a timeout) is
+    never overwritten."""
 
     _what = "kv_mgr"
 
     def __init__(self, ctx: Context) -> None:
         self._ctx = ctx
-        timeout = int(ctx.env.get(names.BOOTSTRAP_TIMEOUT_ENV, "300"))
+        timeout = int(ctx.env.get(names.BOOTSTRAP_TIMEOUT_ENV, str(ctx.bootstrap_timeout_default)))
         self.bootstrap_timeout = timeout
         self.bootstrap_time_out = timeout  # its name in 0.4.7 - 0.4.9
         self.request_status: dict[int, int] = {}
@@ -548,11 +565,47 @@ class SimKVManager(Strict):
             "kv_mgr.server_args", dp_size=1, load_balance_method="round_robin"
         )
         self.kv_args = Config("kv_mgr.kv_args", kv_item_lens=[1])
+        self.enable_trace = False
+        self.kv_item_lens_sum = 1
+        self.state_item_lens_sum = 0
+        self.enable_all_cp_ranks_for_transfer = False
+        self._created: dict[int, float] = {}
+        self._sent: dict[int, float] = {}
+
+    def _advance(self, room: int) -> None:
+        """Move ``room`` as decode and the transfer engine would have by now."""
+        status = self.request_status.get(room)
+        if status is None or status in (KVPoll.Failed, KVPoll.Success):
+            return
+        spec = self._ctx.spec_of_room(room)
+        if spec is None or spec.nixl:
+            return
+        now = self._ctx.world_time()
+        if now + 1e-9 < self._created.get(room, now) + spec.bootstrap_s:
+            return
+        new = KVPoll.WaitingForInput
+        sent = self._sent.get(room)
+        if sent is not None and spec.transfer_s is not None:
+            done = now + 1e-9 >= sent + spec.transfer_s
+            new = KVPoll.Success if done else KVPoll.Transferring
+        self.request_status[room] = max(status, new)
+
+    def get_session_id(self) -> str:
+        return "sim-session"
+
+    def get_kv_replica_factor(self) -> int:
+        return 1
+
+    def sim_sent(self, room: int) -> None:
+        """The scheduler sent the request's last chunk (``send_kv_chunk``)."""
+        self._sent.setdefault(room, self._ctx.world_time())
 
     def check_status(self, bootstrap_room: int) -> int:
+        self._advance(bootstrap_room)
         return self.request_status.get(bootstrap_room, KVPoll.Bootstrapping)
 
     def update_status(self, bootstrap_room: int, status: int) -> None:
+        self._created.setdefault(bootstrap_room, self._ctx.world_time())
         old = self.request_status.get(bootstrap_room)
         if old is None or status == KVPoll.Failed:
             self.request_status[bootstrap_room] = status
@@ -673,9 +726,13 @@ class SchedulerStandIn(Strict):
     ) -> None:
         if last_chunk or token_id is not None:  # 0.4.6 - 0.4.6.post4: the token marks the last
             self._ctx.record("kv_send", req)
-            mark = getattr(req.disagg_kv_sender, "sim_sent", None)
-            if mark is not None:
-                mark()
+            sender = req.disagg_kv_sender
+            if isinstance(sender, ScriptedSender):
+                sender.sim_sent()
+                return
+            manager = getattr(sender, "kv_mgr", None)
+            if isinstance(manager, SimKVManager):
+                manager.sim_sent(req.bootstrap_room)
 
     def retire_unadmitted_request(self, req: SimReq) -> None:
         self._ctx.record("rejected", req)

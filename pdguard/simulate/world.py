@@ -182,13 +182,25 @@ class Rank:
         rid = req if isinstance(req, str) or req is None else getattr(req, "rid", None)
         self.events.append(Event(self.world.step, self.world.time, self.rank, kind, rid, detail))
 
+    def spec_of_room(self, room: int) -> RequestSpec | None:
+        return self.world.by_room.get(room)
+
+    @property
+    def bootstrap_timeout_default(self) -> int:
+        default = self.world.target.bootstrap_timeout_default
+        return 300 if default is None else default
+
     def new_sender(self, *args: Any, **kwargs: Any) -> object:
+        """The release's own sender class for the request: NIXL's for a request scripted
+        ``nixl``, Mooncake's otherwise (a scripted sender only in a tree without one)."""
         room = kwargs["bootstrap_room"] if "bootstrap_room" in kwargs else args[2]
         spec = self.world.by_room[room]
         if spec.nixl:
             if self.built.nixl_sender is None:
                 raise standins.MissingStandIn(f"the target has no {names.NIXL_SENDER}")
             return self.built.nixl_sender(*args, **kwargs)
+        if self.built.mooncake_sender is not None:
+            return self.built.mooncake_sender(*args, **kwargs)
         return ScriptedSender(self, spec, *args, **kwargs)
 
     # one step of the prefill event loop
