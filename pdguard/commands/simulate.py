@@ -77,6 +77,9 @@ def as_json(report: SimulationReport) -> str:
                     "verdict": row.verdict,
                     "observed": row.observed,
                     "simulated_seconds": row.seconds,
+                    "failed_requests": [
+                        {"rid": rid, "client_error": error} for rid, error in row.failed
+                    ],
                 }
                 for row in report.rows
             ],

@@ -27,6 +27,9 @@ class Row:
     verdict: str  # pass, fail, n/a
     observed: str
     seconds: float
+    # each request failed to its client: (rid, the error text the client receives, from
+    # rank 0, which answers the client)
+    failed: tuple[tuple[str, str], ...] = ()
 
 
 @dataclass
@@ -45,6 +48,15 @@ class SimulationReport:
 def load(tree: SourceTree) -> loader.Target:
     """The target's code, compiled for the simulation; LoadError says why it cannot be."""
     return loader.load(tree, standins.KEYS, standins.SchedulerStandIn.REPLACES)
+
+
+def client_errors(trace: world.Trace) -> tuple[tuple[str, str], ...]:
+    """(rid, error text) of every request rank 0 answered with an error, first answer only."""
+    found: dict[str, str] = {}
+    for event in trace.events_of("client_error"):
+        if event.rank == 0 and event.rid is not None:
+            found.setdefault(event.rid, event.detail)
+    return tuple(found.items())
 
 
 def run(tree: SourceTree, ranks: int = 2, names: Sequence[str] | None = None) -> SimulationReport:
@@ -72,7 +84,12 @@ def run(tree: SourceTree, ranks: int = 2, names: Sequence[str] | None = None) ->
             raise SimulationGap(f"{exc} (scenario {scenario.name})") from exc
         report.rows.append(
             Row(
-                scenario.name, scenario.expected, outcome.verdict, outcome.observed, outcome.seconds
+                scenario.name,
+                scenario.expected,
+                outcome.verdict,
+                outcome.observed,
+                outcome.seconds,
+                client_errors(trace),
             )
         )
     return report

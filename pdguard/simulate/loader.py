@@ -65,6 +65,9 @@ BOOTSTRAP_DEFAULT_PATHS = (
 _BOOTSTRAP_DEFAULT = re.compile(
     r"SGLANG_DISAGGREGATION_BOOTSTRAP_TIMEOUT(?:\"\s*,\s*|\s*=\s*EnvInt\()(\d+)"
 )
+# Module-level functions of the target that are loaded rather than given a stand-in: the
+# release's own test hook that sends a request through optimistic prefill's requeue (0.5.13+).
+LOADED_FUNCTIONS = frozenset({"should_force_retry"})
 # Sender methods the simulated data path replaces (tensors, the transfer engine).
 SENDER_SKIPPED = frozenset({"send"})
 
@@ -129,6 +132,8 @@ class Target:
     bootstrap_timeout_default: int | None = None
     # mixin methods the target defines (all of them, loaded or not)
     mixin_methods: frozenset[str] = frozenset()
+    # attributes the target's inflight function reads (``pending_bootstrap``, ...)
+    inflight_attrs: frozenset[str] = frozenset()
 
     def where(self, rel: str, line: int) -> str:
         """``<file>:<line>`` as messages name a line of the target's module ``rel``."""
@@ -230,6 +235,11 @@ def load(
         mooncake_sender=mooncake,
         bootstrap_timeout_default=_bootstrap_timeout_default(tree),
         mixin_methods=frozenset(_class_methods(loader.node(mixin))),
+        inflight_attrs=frozenset(
+            n.attr
+            for n in ast.walk(_class_methods(loader.node(mixin))[INFLIGHT_FUNCTION])
+            if isinstance(n, ast.Attribute)
+        ),
     )
 
 
@@ -437,6 +447,11 @@ class _Loader:
         definitions = {
             n.name for n in plan.module.body if isinstance(n, ast.ClassDef | ast.FunctionDef)
         }
+        functions = {
+            n.name: n
+            for n in plan.module.body
+            if isinstance(n, ast.FunctionDef) and n.name in LOADED_FUNCTIONS
+        }
         self._rewrite_local_imports(plan)
         while True:
             plan.code = _compile_module(plan)
@@ -458,6 +473,9 @@ class _Loader:
                 bound = name in imports or name in assigned or name in definitions
                 if key is not None and bound:
                     plan.standins[name] = key
+                elif name in functions and name not in imports:
+                    plan.statements.append(functions[name])
+                    changed = True
                 elif name in assigned and name not in imports:
                     plan.statements += [s for s in assigned[name] if s not in plan.statements]
                     changed = True

@@ -58,6 +58,13 @@ class WorldConfig:
     # rank r's lag is ``lag + lag_spread * r / (ranks - 1)``.
     lag: float = 0.1
     lag_spread: float = 0.0
+    # optimistic prefill before bootstrap (0.5.13+): attempts a request may make
+    optimistic_attempts: int = 0
+    # decode allocates on bootstrap, or after prefill ("prefill_complete", 0.5.22+)
+    allocation_policy: str = "on_bootstrap"
+    # (start, end) simulated seconds while the request pool is full: the waiting queue admits
+    # nothing and ``req_to_token_pool.available_size()`` is 0
+    pool_full: tuple[tuple[float, float], ...] = ()
 
     def lag_of(self, rank: int) -> float:
         return self.lag + (self.lag_spread * rank / (self.ranks - 1) if self.ranks > 1 else 0.0)
@@ -153,7 +160,7 @@ class Rank:
         self.built = target.build(standins.for_rank(self), self.recorders.make, standins.no_import)
         allocator = MetadataAllocator()
         scheduler_cls: type[SchedulerStandIn] = type(
-            "Scheduler", (self.built.mixin, SchedulerStandIn), {}
+            "Scheduler", (self.built.mixin, SchedulerStandIn), _observed(self.built.mixin, self)
         )
         self.scheduler: Any = scheduler_cls.__new__(scheduler_cls)
         self.scheduler.sim_init(self, allocator)
@@ -186,6 +193,18 @@ class Rank:
         return self.world.by_room.get(room)
 
     @property
+    def optimistic_attempts(self) -> int:
+        return self.world.config.optimistic_attempts
+
+    @property
+    def allocation_policy(self) -> str:
+        return self.world.config.allocation_policy
+
+    def pool_full(self) -> bool:
+        now = self.world.time
+        return any(start - EPS <= now < end - EPS for start, end in self.world.config.pool_full)
+
+    @property
     def bootstrap_timeout_default(self) -> int:
         default = self.world.target.bootstrap_timeout_default
         return 300 if default is None else default
@@ -216,8 +235,11 @@ class Rank:
                 self.queue.add(req, 8) if self._add_takes_heads else self.queue.add(req)
             finally:
                 self.lag = 0.0
-        for req in self.queue.pop_bootstrapped():
-            self.prefilling.append((now + self.world.specs[req.rid].prefill_s, req))
+        self.scheduler.waiting_queue.extend(self.queue.pop_bootstrapped())
+        if not self.pool_full():  # admit the waiting queue: each request's prefill starts
+            for req in self.scheduler.waiting_queue:
+                self.prefilling.append((now + self.world.specs[req.rid].prefill_s, req))
+            self.scheduler.waiting_queue = []
         done = [req for at, req in self.prefilling if at <= now + EPS]
         requeued = [
             r for r in self.scheduler.disagg_prefill_inflight_queue if self._requeue(r, now)
@@ -254,7 +276,10 @@ class Rank:
         return (
             tuple(r.rid for r in self.scheduler.disagg_prefill_inflight_queue),
             tuple(r.rid for r in self.queue.queue),
-            tuple(r.rid for _, r in self.prefilling),
+            (
+                *(r.rid for r in self.scheduler.waiting_queue),
+                *(r.rid for _, r in self.prefilling),
+            ),
         )
 
 
@@ -353,6 +378,27 @@ class World:
             if any(last.holds(rid, rank.rank) for rid in self.specs):
                 return False
         return True
+
+
+# The target's own mixin methods whose every call the trace records (the method still runs):
+# a scenario asks whether the path it is about really ran.
+OBSERVED_METHODS = ("optimistic_release_and_requeue",)
+
+
+def _observed(mixin: type, rank: Rank) -> dict[str, object]:
+    """Wrappers recording each call of the target's OBSERVED_METHODS (``called`` events)."""
+    wrappers: dict[str, object] = {}
+    for name in OBSERVED_METHODS:
+        method = getattr(mixin, name, None)
+        if method is None:
+            continue
+
+        def wrapper(self: Any, req: Any, *args: Any, _m: Any = method, _n: str = name) -> Any:
+            rank.record("called", req, _n)
+            return _m(self, req, *args)
+
+        wrappers[name] = wrapper
+    return wrappers
 
 
 def _give_recorders(recorders: standins.Recorders, *objects: object) -> None:
