@@ -134,6 +134,8 @@ class Target:
     mixin_methods: frozenset[str] = frozenset()
     # attributes the target's inflight function reads (``pending_bootstrap``, ...)
     inflight_attrs: frozenset[str] = frozenset()
+    # the parameters of the target's inflight function (``rids_to_check``: PP, 0.4.7.post1+)
+    inflight_args: tuple[str, ...] = ()
 
     def where(self, rel: str, line: int) -> str:
         """``<file>:<line>`` as messages name a line of the target's module ``rel``."""
@@ -235,6 +237,9 @@ def load(
         mooncake_sender=mooncake,
         bootstrap_timeout_default=_bootstrap_timeout_default(tree),
         mixin_methods=frozenset(_class_methods(loader.node(mixin))),
+        inflight_args=tuple(
+            a.arg for a in _class_methods(loader.node(mixin))[INFLIGHT_FUNCTION].args.args
+        ),
         inflight_attrs=frozenset(
             n.attr
             for n in ast.walk(_class_methods(loader.node(mixin))[INFLIGHT_FUNCTION])

@@ -318,6 +318,12 @@ def _parked(trace: Trace) -> Outcome:
     return Outcome(outcome.verdict, where + completes + outcome.observed, outcome.seconds)
 
 
+def _pp_consensus(target: Target) -> str | None:
+    if "rids_to_check" in target.inflight_args:
+        return None
+    return f"no PP consensus in this release ({names.INFLIGHT_FUNCTION} takes no rids_to_check)"
+
+
 def _consistent(trace: Trace) -> Outcome:
     """One outcome on every rank: the same step, the same finish (success or a client error),
     KV released, no queue holding it; never before its deadline."""
@@ -335,12 +341,13 @@ def _consistent(trace: Trace) -> Outcome:
     steps = {f.step for f in fates}
     kinds = {f.aborted for f in fates}
     at = fates[0].time or 0.0
+    unit = "stage" if trace.config.pp_stages > 1 else "rank"
     if len(steps) > 1 or len(kinds) > 1:
         each = ", ".join(
-            f"rank {r}: {'error' if f.aborted else 'success'} at {f.time:g} s"
+            f"{unit} {r}: {'error' if f.aborted else 'success'} at {f.time:g} s"
             for r, f in enumerate(fates)
         )
-        return Outcome("fail", f"ranks disagree ({each})", at)
+        return Outcome("fail", f"{unit}s disagree ({each})", at)
     if not all(f.kv_released for f in fates) or any(f.held for f in fates):
         return Outcome("fail", f"ended at {at:g} s but its KV or a queue still holds it", at)
     entry = trace.entered_inflight(rid)
@@ -349,7 +356,7 @@ def _consistent(trace: Trace) -> Outcome:
         return Outcome("fail", f"failed at {at:g} s, before its deadline ({deadline:g} s)", at)
     what = "a client error" if fates[0].aborted else "success"
     return Outcome(
-        "pass", f"{what} on every rank in the same step at {at:g} s (deadline {deadline:g} s)", at
+        "pass", f"{what} on every {unit} in the same step at {at:g} s (deadline {deadline:g} s)", at
     )
 
 
@@ -522,6 +529,22 @@ SCENARIOS: tuple[Scenario, ...] = (
         ),
         _parked,
         _parks,
+    ),
+    Scenario(
+        "pp-stages",
+        "two PP stages (the second stamps 0.2 s later); the transfer completes in the round "
+        "before the first stage's deadline passes, so the stages agree it transferred: both "
+        "stages end it the same way in the same round (success on both, or a client error on "
+        "both), KV released, no queue holds it",
+        lambda ranks: WorldConfig(
+            (RequestSpec("pp", prefill_s=1.0, transfer_s=DEFAULT_TIMEOUT),),
+            2,
+            horizon=DEFAULT_TIMEOUT + 20,
+            lag_spread=0.2,
+            pp_stages=2,
+        ),
+        _consistent,
+        _pp_consensus,
     ),
     Scenario(
         "deadline-off",

@@ -65,6 +65,9 @@ class WorldConfig:
     # (start, end) simulated seconds while the request pool is full: the waiting queue admits
     # nothing and ``req_to_token_pool.available_size()`` is 0
     pool_full: tuple[tuple[float, float], ...] = ()
+    # Pipeline parallelism: with 2 or more, each rank is a PP stage (a TP group of its own)
+    # and the stages agree, as SGLang's PP mixin does, on which requests have transferred
+    pp_stages: int = 1
 
     def lag_of(self, rank: int) -> float:
         return self.lag + (self.lag_spread * rank / (self.ranks - 1) if self.ranks > 1 else 0.0)
@@ -142,6 +145,22 @@ class _Collective:
         return [min(column) for column in zip(*slots, strict=True)]
 
 
+class _Consensus:
+    """PP stages passing their transferred request ids along: every stage gets the ids all
+    stages reported (the intersection the last stage sends back to the first)."""
+
+    def __init__(self, stages: int) -> None:
+        self.barrier = threading.Barrier(stages, timeout=BARRIER_TIMEOUT)
+        self.slots: list[list[str]] = [[] for _ in range(stages)]
+
+    def __call__(self, stage: int, rids: list[str]) -> list[str]:
+        self.slots[stage] = list(rids)
+        self.barrier.wait()
+        agreed = [rid for rid in self.slots[0] if all(rid in s for s in self.slots[1:])]
+        self.barrier.wait()
+        return agreed
+
+
 class Rank:
     """One scheduler rank; the :class:`standins.Context` of its stand-ins."""
 
@@ -154,7 +173,9 @@ class Rank:
         self.offset = config.clock_offsets[index] if config.clock_offsets else 0.0
         self.handling_lag = config.lag_of(index)
         self.lag = 0.0  # the handling lag while the rank handles arrivals and prefill results
-        self.tp_group = Group(index, world.collective if config.ranks > 1 else None)
+        tp = config.ranks > 1 and config.pp_stages <= 1
+        self.tp_group = Group(index, world.collective if tp else None)
+        self.release_rids: list[str] = []  # PP: the consensus of the previous round
         self.cp_group = Group(index, None)
         self.recorders = standins.Recorders(target.pass_along, self)
         self.built = target.build(standins.for_rank(self), self.recorders.make, standins.no_import)
@@ -258,8 +279,27 @@ class Rank:
                 self.scheduler.process_batch_result_disagg_prefill(batch, result)
             finally:
                 self.lag = 0.0
-        if len(self.scheduler.disagg_prefill_inflight_queue) > 0:
+        if self.world.config.pp_stages > 1:
+            self._pp_round()
+        elif len(self.scheduler.disagg_prefill_inflight_queue) > 0:
             self.scheduler.process_disagg_prefill_inflight_queue()
+
+    def _pp_round(self) -> None:
+        """One round of SGLang's PP prefill loop (``event_loop_pp_disagg_prefill``, in the PP
+        mixin outside the disaggregation package, so modelled here): each stage reports the
+        requests whose TP-reduced poll is terminal (``get_rids(..., [Success, Failed])``),
+        the stages intersect them, and the consensus of the previous round is the
+        ``rids_to_check`` every stage passes to the target's own inflight function."""
+        queue = self.scheduler.disagg_prefill_inflight_queue
+        polls = standins.poll_and_all_reduce_attn_cp_tp_group(
+            [req.disagg_kv_sender for req in queue], self.cp_group, self.tp_group
+        )
+        terminal = (int(standins.KVPoll.Success), int(standins.KVPoll.Failed))
+        local = [req.rid for req, poll in zip(queue, polls, strict=True) if poll in terminal]
+        consensus = self.world.exchange(self.rank, local)
+        release, self.release_rids = self.release_rids, consensus
+        if len(queue) > 0:
+            self.scheduler.process_disagg_prefill_inflight_queue(release)
 
     def _requeue(self, req: SimReq, now: float) -> bool:
         """Is it time to hand ``req`` (waiting in the inflight queue) to the append site again?"""
@@ -294,6 +334,7 @@ class World:
         self.by_room = {self.rooms[rid]: spec for rid, spec in self.specs.items()}
         self.target = target
         self.collective = _Collective(config.ranks)
+        self.exchange = _Consensus(config.ranks)
         self.step_barrier = threading.Barrier(
             config.ranks, action=self._end_step, timeout=BARRIER_TIMEOUT
         )
@@ -346,6 +387,7 @@ class World:
                 self.failure = RankFailure(rank.rank, self.time, exc, where, gap)
             self.done = True
         self.collective.barrier.abort()
+        self.exchange.barrier.abort()
         self.step_barrier.abort()
 
     def _end_step(self) -> None:
