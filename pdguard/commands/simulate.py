@@ -96,7 +96,10 @@ FORMATS = {"text": text, "json": as_json}
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("target", metavar="PATH", help="the SGLang tree (as for apply)")
+    parser.add_argument("target", metavar="PATH", nargs="?", help="the SGLang tree (as for apply)")
+    parser.add_argument(
+        "--list", action="store_true", help="list the scenarios and what each shows, then exit"
+    )
     parser.add_argument("--ranks", type=int, default=2, help="simulated TP ranks (default 2)")
     add_format(parser, FORMATS)
     parser.add_argument(
@@ -104,9 +107,28 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
 
 
+def listing(width: int = 100) -> str:
+    """Every scenario: its name, then what it expects (the property it shows)."""
+    from ..simulate import SCENARIOS
+
+    lines = []
+    for scenario in SCENARIOS:
+        lines.append(scenario.name)
+        lines += textwrap.wrap(
+            scenario.expected, width, initial_indent="    ", subsequent_indent="    "
+        )
+    return "\n".join(lines)
+
+
 def run(args: argparse.Namespace) -> int:
     from ..simulate import NAMES
     from ..simulate import run as simulate
+
+    if args.list:
+        print(listing())
+        return EXIT_OK
+    if args.target is None:
+        raise UsageError("simulate needs a PATH (or --list)")
 
     if args.ranks < 1:
         raise UsageError(f"--ranks must be at least 1, got {args.ranks}")

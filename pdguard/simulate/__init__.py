@@ -17,7 +17,17 @@ from ..tree import SourceTree
 from . import loader, standins, world
 from .scenarios import NAMES, SCENARIOS
 
-__all__ = ["NAMES", "LoadError", "Row", "SimulationGap", "SimulationReport", "load", "run"]
+__all__ = [
+    "NAMES",
+    "SCENARIOS",
+    "LoadError",
+    "Row",
+    "SimulationGap",
+    "SimulationReport",
+    "client_errors",
+    "load",
+    "run",
+]
 
 
 @dataclass(frozen=True)
