@@ -1,7 +1,8 @@
 """``pdguard simulate``: run the target's own inflight-queue code against a simulated scheduler.
 
 The target's ``process_disagg_prefill_inflight_queue`` (and the methods around it: the
-inflight-queue append, the bootstrap queue, NIXL's sender) is loaded from its source with
+inflight-queue append, the bootstrap queue, optimistic prefill's requeue, the release's own
+Mooncake and NIXL senders with their bases) is loaded from its source with
 ``ast`` (``loader``), given stand-ins for everything SGLang's runtime would give it
 (``standins``), and run on N simulated ranks in lock step (``world``) through named scenarios
 (``scenarios``), each with the verdict the inflight-deadline fix should produce.

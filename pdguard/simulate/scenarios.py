@@ -295,7 +295,20 @@ def _optimistic_requeue(trace: Trace) -> Outcome:
         )
     outcome = _never_failed(trace)
     where = f"left through the release's {REQUEUE} {times} time(s) and came back; "
+    entered = _last_entry(trace, "optimistic", outcome.seconds)
+    if outcome.verdict == "fail" and entered is not None:
+        where += f"it entered the inflight queue again at {entered:g} s; "
     return Outcome(outcome.verdict, where + outcome.observed, outcome.seconds)
+
+
+def _last_entry(trace: Trace, rid: str, until: float) -> float | None:
+    """When ``rid`` last entered rank 0's inflight queue, at or before ``until``."""
+    times = [
+        e.time
+        for e in trace.events_of("entered_inflight", rid)
+        if e.rank == 0 and e.time <= until + EPS
+    ]
+    return times[-1] if times else None
 
 
 def _parked(trace: Trace) -> Outcome:

@@ -6,11 +6,18 @@ step is one iteration of SGLang's prefill event loop:
 
 1. requests that arrived are added to the bootstrap queue (the target's ``add``, which creates
    the sender);
-2. the target's ``pop_bootstrapped`` polls the bootstrap queue; popped requests start their
-   prefill, which takes the request's ``prefill_s`` simulated seconds;
+2. the target's ``pop_bootstrapped`` polls the bootstrap queue; popped requests join the
+   waiting queue, which, unless the request pool is full (``pool_full``), is admitted: each
+   request's prefill takes its ``prefill_s`` simulated seconds;
 3. requests whose prefill finished go through the target's
-   ``process_batch_result_disagg_prefill`` (the inflight-queue append);
-4. if the inflight queue is not empty, the target's ``process_disagg_prefill_inflight_queue``.
+   ``process_batch_result_disagg_prefill`` (the inflight-queue append, or optimistic prefill's
+   requeue);
+4. if the inflight queue is not empty, the target's ``process_disagg_prefill_inflight_queue``;
+   with PP stages, one round of the PP consensus first (``Rank._pp_round``).
+
+Each request's sender is the target's own (``MooncakeKVSender``, or ``NixlKVSender`` for a
+request scripted ``nixl``) on the rank's ``SimKVManager``, whose transport follows the
+request's script.
 
 Every ``poll_and_all_reduce*`` the target calls exchanges the local polls of all ranks through
 a :class:`threading.Barrier` and MIN-reduces them, as ``dist.all_reduce(op=MIN)`` does. After
@@ -275,10 +282,14 @@ class Rank:
             batch, result = standins.prefill_batch(done)
             _give_recorders(self.recorders, batch, result)
             self.lag = self.handling_lag
+            before = {id(r) for r in self.scheduler.disagg_prefill_inflight_queue}
             try:
                 self.scheduler.process_batch_result_disagg_prefill(batch, result)
             finally:
                 self.lag = 0.0
+            for req in self.scheduler.disagg_prefill_inflight_queue:
+                if id(req) not in before:
+                    self.record("entered_inflight", req)
         if self.world.config.pp_stages > 1:
             self._pp_round()
         elif len(self.scheduler.disagg_prefill_inflight_queue) > 0:
