@@ -86,7 +86,10 @@ def run(tree: SourceTree, ranks: int = 2, names: Sequence[str] | None = None) ->
         if why_not is not None:
             report.rows.append(Row(scenario.name, scenario.expected, "n/a", why_not, 0.0))
             continue
-        trace = world.simulate(scenario.world(ranks), target)
+        config = scenario.world(ranks)
+        if scenario.fit is not None:
+            config = scenario.fit(target, config)
+        trace = world.simulate(config, target)
         if trace.failure is not None and trace.failure.gap is not None:
             raise SimulationGap(f"{trace.failure.gap} (scenario {scenario.name})")
         try:

@@ -134,6 +134,9 @@ class Target:
     mixin_methods: frozenset[str] = frozenset()
     # attributes the target's inflight function reads (``pending_bootstrap``, ...)
     inflight_attrs: frozenset[str] = frozenset()
+    # the target's NixlKVSender reads its status from its KV manager (``check_status``), so the
+    # scripted transport moves it; 0.4.6.x polls its transfer engine's handles instead
+    nixl_polls_manager: bool = False
     # the parameters of the target's inflight function (``rids_to_check``: PP, 0.4.7.post1+)
     inflight_args: tuple[str, ...] = ()
 
@@ -235,6 +238,7 @@ def load(
         attributes=attributes,
         display={rel: tree.display(rel) for rel in loader.order},
         mooncake_sender=mooncake,
+        nixl_polls_manager=nixl is not None and _polls_manager(loader, *nixl),
         bootstrap_timeout_default=_bootstrap_timeout_default(tree),
         mixin_methods=frozenset(_class_methods(loader.node(mixin))),
         inflight_args=tuple(
@@ -246,6 +250,22 @@ def load(
             if isinstance(n, ast.Attribute)
         ),
     )
+
+
+def _polls_manager(loader: _Loader, rel: str, name: str) -> bool:
+    """Does the sender's ``poll`` (the first class of its hierarchy defining it, and the
+    ``_poll_with_status`` it may call) read ``check_status`` of its KV manager?"""
+    for method in ("poll", "_poll_with_status"):
+        for _, node, _ in loader.hierarchy(rel, name):
+            function = _class_methods(node).get(method)
+            if function is not None:
+                if any(
+                    isinstance(n, ast.Attribute) and n.attr == "check_status"
+                    for n in ast.walk(function)
+                ):
+                    return True
+                break
+    return False
 
 
 def _bootstrap_timeout_default(tree: SourceTree) -> int | None:

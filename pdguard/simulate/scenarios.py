@@ -7,6 +7,7 @@ bug looks like ("still waiting after 600 s"): the simulation shows the bug, not 
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import random
 from collections.abc import Callable
@@ -42,6 +43,8 @@ class Scenario:
     world: Callable[[int], WorldConfig]  # ranks -> the world
     judge: Callable[[Trace], Outcome]
     applies: Callable[[Target], str | None] = lambda target: None  # why not, or None
+    # the world as it fits the target (a backend only some releases can run), or None
+    fit: Callable[[Target, WorldConfig], WorldConfig] | None = None
 
 
 # -- judging -----------------------------------------------------------------------------------
@@ -255,6 +258,14 @@ def _bootstrap_wedge(trace: Trace) -> Outcome:
 
 def _has_nixl(target: Target) -> str | None:
     return None if target.nixl_sender else f"the target has no {names.NIXL_SENDER}"
+
+
+def _without_unrunnable_nixl(target: Target, config: WorldConfig) -> WorldConfig:
+    """Leave out requests on NIXL's sender where it cannot run on the scripted transport."""
+    if target.nixl_sender is not None and target.nixl_polls_manager:
+        return config
+    kept = tuple(r for r in config.requests if r.backend != "nixl")
+    return dataclasses.replace(config, requests=kept)
 
 
 def _has_mooncake(target: Target) -> str | None:
@@ -493,17 +504,24 @@ SCENARIOS: tuple[Scenario, ...] = (
     ),
     Scenario(
         "decode-memory-wait",
-        f"decode has no free memory for {MEMORY_WAIT_S:g} s, so the release's own sender stays "
+        f"decode has no free memory for {MEMORY_WAIT_S:g} s, so the release's own senders "
+        "(Mooncake's, and NIXL's where it reads its status from its KV manager) stay "
         f"Bootstrapping that long, then the transfer completes ({BOOTSTRAP_ENV} left at the "
         "release's default): never failed. A bootstrap timeout shorter than upstream's "
         "(pdguard's 30 s on 0.4.7 - 0.4.8) fails it",
         lambda ranks: WorldConfig(
-            (RequestSpec("memory-wait", bootstrap_s=MEMORY_WAIT_S, transfer_s=2.0),),
+            (
+                RequestSpec("memory-wait", bootstrap_s=MEMORY_WAIT_S, transfer_s=2.0),
+                RequestSpec(
+                    "memory-wait-nixl", bootstrap_s=MEMORY_WAIT_S, transfer_s=2.0, backend="nixl"
+                ),
+            ),
             ranks,
             horizon=MEMORY_WAIT_S + 30,
         ),
         _never_failed,
         _has_mooncake,
+        _without_unrunnable_nixl,
     ),
     Scenario(
         "optimistic-requeue",

@@ -242,7 +242,7 @@ class Rank:
         ``nixl``, Mooncake's otherwise (a scripted sender only in a tree without one)."""
         room = kwargs["bootstrap_room"] if "bootstrap_room" in kwargs else args[2]
         spec = self.world.by_room[room]
-        if spec.nixl:
+        if spec.nixl or spec.backend == "nixl":
             if self.built.nixl_sender is None:
                 raise standins.MissingStandIn(f"the target has no {names.NIXL_SENDER}")
             return self.built.nixl_sender(*args, **kwargs)
