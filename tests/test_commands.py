@@ -121,7 +121,9 @@ def test_demo_json_is_only_json(tmp_path: Path) -> None:
     assert done.returncode == 0, done.stderr
     payload = json.loads(done.stdout)  # nothing but the JSON on stdout
     assert payload["written"] is True
-    assert set(payload["fixes"].values()) == {"applied"}  # the copy was patched
+    fixes = payload["fixes"]
+    assert fixes["inflight-deadline"] == fixes["sender-bootstrap-timeout"] == "applied"  # patched
+    assert set(fixes.values()) <= {"applied", "upstream"}  # 0.5.14's receivers have it upstream
     assert payload["diff"].startswith("--- a/sglang-0.5.14/sglang/srt/disaggregation/")
     assert payload["demo"]["kept"] is False
     assert not Path(payload["demo"]["copy"]).exists()  # said: removed

@@ -61,6 +61,10 @@ def text(report: SimulationReport, width: int = 100) -> str:
         lines.append(lead + expected[0])
         lines += [pad + "  " + part for part in expected[1:]]
         lines += [pad + observed[0]] + [pad + "  " + part for part in observed[1:]]
+        if row.verdict == "fail":
+            for rid, error in row.failed[:3]:
+                said = textwrap.wrap(f"client error ({rid}): {error}", text_width)
+                lines += [pad + said[0]] + [pad + "  " + part for part in said[1:]]
     failed = sum(row.verdict == "fail" for row in report.rows)
     lines += ["", f"{len(report.rows) - failed} passed, {failed} failed"]
     return "\n".join(lines)
@@ -80,6 +84,9 @@ def as_json(report: SimulationReport) -> str:
                     "verdict": row.verdict,
                     "observed": row.observed,
                     "simulated_seconds": row.seconds,
+                    "failed_requests": [
+                        {"rid": rid, "client_error": error} for rid, error in row.failed
+                    ],
                 }
                 for row in report.rows
             ],
