@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import quote
 
-from pdguard import HOMEPAGE, __version__, checks
+from pdguard import HOMEPAGE, __version__, cache, checks
 from pdguard.checks import Finding, Project
 from pdguard.checks.project import wanted
 
@@ -295,6 +295,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         action="store_true",
         help="also run `pdguard simulate`'s scenarios on the tree (text or json format)",
     )
+    cache.add_argument(parser)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -302,7 +303,8 @@ def run(args: argparse.Namespace) -> int:
         raise UsageError("--simulate reports in --format text or json")
     codes = select_codes(args.select, args.ignore)
     trees = trees_for(args.paths)
-    results = [check_tree(tree, codes) for tree in trees]
+    store = cache.ResultCache() if cache.enabled(args) else None
+    results = [cache.check_tree_cached(tree, codes, check_tree, store) for tree in trees]
     failed = any(r.findings for r in results)
     output = FORMATS[args.format](results)
     if args.simulate:
