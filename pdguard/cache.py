@@ -32,11 +32,14 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from .checks import Finding
-    from .commands.check import CheckResult
-    from .commands.verify import RefReport
+    from .checks import Finding, Project
     from .git_tree import GitTree
     from .tree import SourceTree
+
+# What the commands give and take (``commands.check.CheckResult``, ``commands.verify.RefReport``):
+# this module does not import the commands, which import it.
+CheckResult = Any
+RefReport = Any
 
 NO_CACHE_ENV = "PDGUARD_NO_CACHE"
 FORMAT = 1  # the layout of an entry; bump it when it changes
@@ -150,16 +153,18 @@ def _finding_from(value: object) -> Finding:
 def check_tree_cached(
     tree: SourceTree,
     codes: Sequence[str],
-    compute: Callable[[SourceTree, Sequence[str]], CheckResult],
     store: ResultCache | None,
+    *,
+    compute: Callable[[SourceTree, Sequence[str]], CheckResult],
+    load: Callable[[SourceTree], Project],
+    result: Callable[..., CheckResult],
 ) -> CheckResult:
-    """``compute(tree, codes)`` (``check_tree``), or its result for the same texts from
-    ``store`` (None: no cache)."""
+    """``compute(tree, codes)`` (``check_tree``), or, from ``store`` (None: no cache), its
+    findings for the same texts (``load``: ``load_project``) as ``result(tree, findings,
+    suppressed, project)`` (``CheckResult``)."""
     if store is None:
         return compute(tree, codes)
-    from .commands.check import CheckResult, load_project
-
-    project = load_project(tree)  # read and decoded: the key is their texts
+    project = load(tree)  # read and decoded: the key is their texts
     parts = [",".join(codes)]
     for rel in sorted(project.texts):
         parts += [rel, project.texts[rel]]
@@ -172,18 +177,18 @@ def check_tree_cached(
         except (KeyError, TypeError, ValueError):
             pass
         else:
-            return CheckResult(tree, findings, suppressed, project)
-    result = compute(tree, codes)
+            return result(tree, findings, suppressed, project)
+    computed = compute(tree, codes)
     store.put(
         key,
         {
             "findings": [
-                [f.path, f.line, f.col, f.code, f.symbol, f.message] for f in result.findings
+                [f.path, f.line, f.col, f.code, f.symbol, f.message] for f in computed.findings
             ],
-            "suppressed": result.suppressed,
+            "suppressed": computed.suppressed,
         },
     )
-    return result
+    return computed
 
 
 # -- verify -----------------------------------------------------------------------------------
@@ -248,9 +253,9 @@ def _report_value(report: RefReport, prefix: str) -> dict[str, object]:
     }
 
 
-def _report_from(value: object, ref: str, commit: str, prefix: str) -> RefReport | None:
-    from .commands.verify import RefReport
-
+def _report_from(
+    value: object, ref: str, commit: str, prefix: str, make: Callable[..., RefReport]
+) -> RefReport | None:
     if not isinstance(value, dict):
         return None
     try:
@@ -265,7 +270,7 @@ def _report_from(value: object, ref: str, commit: str, prefix: str) -> RefReport
         ):
             return None
         notes = {str(k): str(v).replace(_TREE, prefix) for k, v in notes.items()}
-        return RefReport(ref, commit, version, dict(fixes), notes, list(findings))
+        return make(ref, commit, version, dict(fixes), notes, list(findings))
     except (KeyError, TypeError, AttributeError):
         return None
 
@@ -273,11 +278,14 @@ def _report_from(value: object, ref: str, commit: str, prefix: str) -> RefReport
 def verify_refs_cached(
     repo_path: str,
     refs: Sequence[str],
-    compute: Callable[[list[str]], list[RefReport]],
     store: ResultCache | None,
+    *,
+    compute: Callable[[list[str]], list[RefReport]],
+    report: Callable[..., RefReport],
 ) -> list[RefReport]:
     """``compute(refs)`` (the refs' reports, in order), asking ``store`` first: only the refs
-    whose key misses are computed."""
+    whose key misses are computed; a hit is ``report(ref, commit, version, fixes, notes,
+    findings)`` (``RefReport``)."""
     if store is None:
         return compute(list(refs))
     from .git_tree import open_git_tree, open_repo
@@ -289,14 +297,14 @@ def verify_refs_cached(
         tree = open_git_tree(repo, ref)
         key = ref_key(store, tree)
         prefix = tree.display("")
-        report = _report_from(store.get(key), ref, tree.commit.hexsha, prefix)
-        if report is not None:
-            reports[ref] = report
+        hit = _report_from(store.get(key), ref, tree.commit.hexsha, prefix, report)
+        if hit is not None:
+            reports[ref] = hit
         else:
             pending[ref] = (key, prefix)
     if pending:
-        for report in compute(list(pending)):
-            key, prefix = pending[report.ref]
-            store.put(key, _report_value(report, prefix))
-            reports[report.ref] = report
+        for computed in compute(list(pending)):
+            key, prefix = pending[computed.ref]
+            store.put(key, _report_value(computed, prefix))
+            reports[computed.ref] = computed
     return [reports[ref] for ref in refs]

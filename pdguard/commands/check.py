@@ -304,7 +304,12 @@ def run(args: argparse.Namespace) -> int:
     codes = select_codes(args.select, args.ignore)
     trees = trees_for(args.paths)
     store = cache.ResultCache() if cache.enabled(args) else None
-    results = [cache.check_tree_cached(tree, codes, check_tree, store) for tree in trees]
+    results = [
+        cache.check_tree_cached(
+            tree, codes, store, compute=check_tree, load=load_project, result=CheckResult
+        )
+        for tree in trees
+    ]
     failed = any(r.findings for r in results)
     output = FORMATS[args.format](results)
     if args.simulate:

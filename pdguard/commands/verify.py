@@ -302,7 +302,11 @@ def run(args: argparse.Namespace) -> int:
             raise UsageError("verify --repo needs --ref REF or --tags PATTERN")
         store = cache.ResultCache() if cache.enabled(args) else None
         reports = cache.verify_refs_cached(
-            args.repo, refs, lambda todo: verify_git(args.repo, todo, args.jobs), store
+            args.repo,
+            refs,
+            store,
+            compute=lambda todo: verify_git(args.repo, todo, args.jobs),
+            report=RefReport,
         )
     else:
         if args.ref or args.tags:
