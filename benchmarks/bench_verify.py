@@ -34,7 +34,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from benchmarks.timing import medians
+from benchmarks.timing import load_average, timings
 from pdguard.vendor_sglang import fetch_release, load_manifest
 
 
@@ -146,31 +146,37 @@ def main() -> None:
         os.environ["PDGUARD_CACHE"] = str(Path(tmp) / "cache")  # a cache of this run's own
         os.environ.pop("PDGUARD_NO_CACHE", None)
         same = _same_output(verify_cmd, cold_cmd)  # also fills the cache
-        cold_median, warm_median, check_median, start_median = medians(
-            [cold_cmd, verify_cmd, check_cmd, start_cmd], args.runs
-        )
+        load = load_average()
+        cold, warm, check, start = timings([cold_cmd, verify_cmd, check_cmd, start_cmd], args.runs)
 
         refs = len(versions)
-        per_ref = cold_median / refs
         print(f"{refs} refs (one tag per {'pinned' if args.all else 'ci'} release)")
         print(f"CPUs: {os.cpu_count()}; verify --jobs {args.jobs or 'default (CPUs)'}")
-        print(f"load average before the runs: {_load()}")
+        print(f"load average before the runs: {load}; after: {load_average()}")
         print(f"verify output with the cache == without: {same}")
-        print(f"pdguard verify --no-cache (cold)   median {cold_median * 1000:8.1f} ms")
-        print(f"  per ref                                 {per_ref * 1000:8.1f} ms")
-        print(f"pdguard verify (cache filled)      median {warm_median * 1000:8.1f} ms")
+        print(f"medians of {args.runs} alternating runs after one warm-up each:   wall       CPU")
+        for name, timing in (
+            ("pdguard verify --no-cache (cold)", cold),
+            ("  per ref", None),
+            ("pdguard verify (cache filled)", warm),
+            (f"pdguard check --no-cache {args.check_release}", check),
+            ("python -m pdguard --version (start-up)", start),
+        ):
+            shown = timing or cold
+            per = refs if timing is None else 1
+            print(
+                f"  {name:<40} {shown.wall / per * 1000:9.1f} ms {shown.cpu / per * 1000:9.1f} ms"
+            )
+        cold_ratio = cold.wall / refs / check.wall
         print(
-            f"pdguard check --no-cache {args.check_release:<9} median {check_median * 1000:8.1f} ms"
+            f"cold: per ref / check {cold_ratio:.2f}x wall, "
+            f"{cold.cpu / refs / check.cpu:.2f}x CPU (goal <= 0.25x); "
+            f"all refs {cold.wall:.1f} s (goal <= 15 s)"
         )
         print(
-            f"python -m pdguard --version        median {start_median * 1000:8.1f} ms"
-            "  (start-up, in every figure above)"
+            f"again, nothing changed: verify / check {warm.wall / check.wall:.2f}x wall, "
+            f"{warm.cpu / check.cpu:.2f}x CPU (goal <= 1x)"
         )
-        print(f"medians of {args.runs} alternating runs after one warm-up each")
-        print(f"cold: per ref / check {per_ref / check_median:.2f}x (goal <= 0.25x);", end=" ")
-        print(f"all refs {cold_median:.1f} s (goal <= 15 s)")
-        warm_ratio = warm_median / check_median
-        print(f"again, nothing changed: verify / check {warm_ratio:.2f}x (goal <= 1x)")
 
         if args.profile:
             tag = f"v{versions[-1]}"
@@ -190,13 +196,6 @@ def _same_output(cached: list[str], uncached: list[str]) -> bool:
         for cmd in (cached, cached, uncached)
     ]
     return outputs[0] == outputs[1] == outputs[2]
-
-
-def _load() -> str:
-    try:
-        return " ".join(f"{x:.2f}" for x in os.getloadavg())
-    except OSError:
-        return "unknown"
 
 
 if __name__ == "__main__":
