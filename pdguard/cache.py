@@ -22,10 +22,8 @@ so is a cache directory that cannot be written.
 from __future__ import annotations
 
 import argparse
-import hashlib
 import json
 import os
-import tempfile
 from collections.abc import Callable, Iterable, Sequence
 from functools import cache
 from pathlib import Path
@@ -76,6 +74,8 @@ def cache_root() -> Path:
 @cache
 def _source_hash() -> str:
     """A hash of pdguard's own ``.py`` files (rules, fixes, codemods included)."""
+    import hashlib
+
     package = Path(__file__).resolve().parent
     digest = hashlib.sha256()
     for dirpath, dirnames, filenames in os.walk(package, followlinks=True):
@@ -102,6 +102,8 @@ class ResultCache:
         self.root = root if root is not None else cache_root()
 
     def key(self, kind: str, parts: Iterable[str]) -> str:
+        import hashlib
+
         digest = hashlib.sha256(f"{FORMAT}\0{fingerprint()}\0{kind}".encode())
         for part in parts:
             digest.update(b"\0" + part.encode("utf-8", "surrogatepass"))
@@ -122,6 +124,8 @@ class ResultCache:
 
     def put(self, key: str, value: object) -> None:
         """Store ``value`` atomically; a cache that cannot be written is skipped."""
+        import tempfile
+
         path = self._path(key)
         data = json.dumps({"key": key, "value": value}, separators=(",", ":")).encode()
         try:
