@@ -47,7 +47,10 @@ def exit_now(code: int) -> NoReturn:
 
 
 def run() -> NoReturn:
-    """The ``pdguard`` program (console script and ``python -m pdguard``)."""
+    """The ``pdguard`` program (console script and ``python -m pdguard``): the collector is
+    paused before pdguard's own modules are imported (their classes and functions would
+    otherwise be walked by several full collections too), and never restarted."""
+    gc.disable()
     from .cli import main
 
     exit_now(main())
