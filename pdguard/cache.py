@@ -148,7 +148,9 @@ class ResultCache:
 def _finding_from(value: object) -> Finding:
     from .checks import Finding
 
-    path, line, col, code, symbol, message = value  # type: ignore[misc]
+    if not isinstance(value, list) or len(value) != 6:
+        raise ValueError("not a finding")
+    path, line, col, code, symbol, message = value
     if not (isinstance(line, int) and isinstance(col, int)):
         raise ValueError("not a finding")
     return Finding(str(path), line, col, str(code), str(symbol), str(message))
