@@ -290,15 +290,16 @@ def verify_refs_cached(
     report: Callable[..., RefReport],
 ) -> list[RefReport]:
     """``compute(refs)`` (the refs' reports, in order), asking ``store`` first: only the refs
-    whose key misses are computed; a hit is ``report(ref, commit, version, fixes, notes,
-    findings)`` (``RefReport``)."""
+    whose key misses are computed, and of refs with the same key (the same content: a tag and
+    the branch at it, a release whose version file alone changed, ...) only the first; a hit
+    is ``report(ref, commit, version, fixes, notes, findings)`` (``RefReport``)."""
     if store is None:
         return compute(list(refs))
     from .git_tree import open_git_tree, open_repo
 
     repo = open_repo(repo_path)
     reports: dict[str, RefReport] = {}
-    pending: dict[str, tuple[str, str]] = {}  # ref -> (key, display prefix)
+    pending: dict[str, list[tuple[str, str, str]]] = {}  # key -> [(ref, commit, prefix)]
     for ref in refs:
         tree = open_git_tree(repo, ref)
         key = ref_key(store, tree)
@@ -307,10 +308,13 @@ def verify_refs_cached(
         if hit is not None:
             reports[ref] = hit
         else:
-            pending[ref] = (key, prefix)
+            pending.setdefault(key, []).append((ref, tree.commit.hexsha, prefix))
     if pending:
-        for computed in compute(list(pending)):
-            key, prefix = pending[computed.ref]
-            store.put(key, _report_value(computed, prefix))
+        for computed in compute([same[0][0] for same in pending.values()]):
+            key = next(k for k, same in pending.items() if same[0][0] == computed.ref)
+            value = _report_value(computed, pending[key][0][2])
+            store.put(key, value)
             reports[computed.ref] = computed
+            for ref, commit, prefix in pending[key][1:]:
+                reports[ref] = _report_from(value, ref, commit, prefix, report)
     return [reports[ref] for ref in refs]

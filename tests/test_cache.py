@@ -203,9 +203,9 @@ def repo(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> Path:
 def test_verify_hit_gives_the_same_report(repo, cache_dir, analysed, capsys) -> None:
     args = ("verify", "--repo", repo, "--tags", "*", "--format", "json")
     first = run(capsys, *args)
-    assert sorted(analysed) == ["verify patched", "verify same", "verify unpatched"]
+    assert analysed == ["verify patched", "verify same"]  # `unpatched` is `same`'s tree
     assert run(capsys, *args) == first == run(capsys, *args, "--no-cache")
-    assert len(analysed) == 6  # the second run analysed nothing
+    assert len(analysed) == 2 + 3  # the second run analysed nothing, --no-cache everything
     assert '"applicable"' in first[1] and '"carried"' in first[1]
 
 
@@ -242,3 +242,12 @@ def test_verify_notes_name_their_own_ref(repo, cache_dir, analysed, capsys) -> N
     assert analysed == ["verify broken"]
     assert "broken:python/sglang/srt/disaggregation/prefill.py: " in first
     assert second == first.replace('"broken', '"broken-too')
+
+
+def test_verify_computes_one_ref_per_content(repo, cache_dir, analysed, capsys) -> None:
+    """In one run, refs with the same content are analysed once: ``same`` is ``unpatched``'s
+    tree, and its report is the one ``--no-cache`` gives (its own ref and commit)."""
+    args = ("verify", "--repo", repo, "--ref", "unpatched", "--ref", "same", "--format", "json")
+    shared = run(capsys, *args)
+    assert analysed == ["verify unpatched"]
+    assert shared == run(capsys, *args, "--no-cache")
