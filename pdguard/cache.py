@@ -6,9 +6,10 @@
   ``sglang/srt/disaggregation`` that passes the text prefilter, by path), the selected rule
   codes, and pdguard's fingerprint. A file that changes, appears or vanishes changes the key.
 * ``verify`` of a git ref: the key is the git tree id of ``sglang/srt/disaggregation`` (every
-  file the rules and fixes read is in it), the blob ids of the version files and of isort's
-  settings files in the directories above it, where the package sits in the repository, the
-  fixes and rule codes, and pdguard's fingerprint. Nothing is read from a ref whose key hits.
+  file the rules and fixes read is in it), the blob ids of isort's settings files in the
+  directories above it, where the package sits in the repository, the fixes and rule codes,
+  and pdguard's fingerprint. Of a ref whose key hits, only the version file is read (for the
+  report's ``sglang_version``). Refs with the same key in one run are analysed once.
 
 pdguard's fingerprint is its version and a hash of its own source files, so a new pdguard (or an
 edited checkout of it) never reads another's results. Where the cache lives:
@@ -210,7 +211,7 @@ def ref_key(store: ResultCache, tree: GitTree) -> str:
     """What ``verify`` reads of ``tree``, by git object id (see the module docstring)."""
     from . import checks
     from .fixes import FIXES
-    from .sglang_names import DISAGGREGATION_DIR, VERSION_PATHS
+    from .sglang_names import DISAGGREGATION_DIR
 
     root = tree.commit.tree
     parts = [
@@ -220,8 +221,6 @@ def ref_key(store: ResultCache, tree: GitTree) -> str:
     ]
     disaggregation = root / (tree.prefix + DISAGGREGATION_DIR)
     parts.append(f"{DISAGGREGATION_DIR}={disaggregation.hexsha}")
-    for rel in VERSION_PATHS:
-        parts.append(f"{rel}={_blob_id(root, tree.prefix + rel)}")
     # isort's settings in each directory above the disaggregation directory (those inside it
     # are in its tree id)
     names = _config_sources()
@@ -242,17 +241,9 @@ def _entry_id(git_tree: Any, name: str) -> str:
         return "-"
 
 
-def _blob_id(root: Any, path: str) -> str:
-    try:
-        return str((root / path).hexsha)
-    except KeyError:
-        return "-"
-
-
 def _report_value(report: RefReport, prefix: str) -> dict[str, object]:
     notes = {name: note.replace(prefix, _TREE) for name, note in report.notes.items()}
     return {
-        "sglang_version": report.sglang_version,
         "fixes": report.fixes,
         "notes": notes,
         "findings": report.findings,
@@ -260,19 +251,22 @@ def _report_value(report: RefReport, prefix: str) -> dict[str, object]:
 
 
 def _report_from(
-    value: object, ref: str, commit: str, prefix: str, make: Callable[..., RefReport]
+    value: object,
+    ref: str,
+    commit: str,
+    prefix: str,
+    version: str | None,
+    make: Callable[..., RefReport],
 ) -> RefReport | None:
     if not isinstance(value, dict):
         return None
     try:
         fixes, notes, findings = value["fixes"], value["notes"], value["findings"]
-        version = value["sglang_version"]
         if not (
             isinstance(fixes, dict)
             and isinstance(notes, dict)
             and isinstance(findings, list)
             and all(isinstance(f, dict) for f in findings)
-            and (version is None or isinstance(version, str))
         ):
             return None
         notes = {str(k): str(v).replace(_TREE, prefix) for k, v in notes.items()}
@@ -299,22 +293,23 @@ def verify_refs_cached(
 
     repo = open_repo(repo_path)
     reports: dict[str, RefReport] = {}
-    pending: dict[str, list[tuple[str, str, str]]] = {}  # key -> [(ref, commit, prefix)]
+    # key -> [(ref, commit, display prefix, version)]
+    pending: dict[str, list[tuple[str, str, str, str | None]]] = {}
     for ref in refs:
         tree = open_git_tree(repo, ref)
         key = ref_key(store, tree)
-        prefix = tree.display("")
-        hit = _report_from(store.get(key), ref, tree.commit.hexsha, prefix, report)
+        seen = (ref, tree.commit.hexsha, tree.display(""), tree.sglang_version())
+        hit = _report_from(store.get(key), *seen, report)
         if hit is not None:
             reports[ref] = hit
         else:
-            pending.setdefault(key, []).append((ref, tree.commit.hexsha, prefix))
+            pending.setdefault(key, []).append(seen)
     if pending:
         for computed in compute([same[0][0] for same in pending.values()]):
             key = next(k for k, same in pending.items() if same[0][0] == computed.ref)
             value = _report_value(computed, pending[key][0][2])
             store.put(key, value)
             reports[computed.ref] = computed
-            for ref, commit, prefix in pending[key][1:]:
-                reports[ref] = _report_from(value, ref, commit, prefix, report)
+            for seen in pending[key][1:]:
+                reports[seen[0]] = _report_from(value, *seen, report)
     return [reports[ref] for ref in refs]

@@ -251,3 +251,17 @@ def test_verify_computes_one_ref_per_content(repo, cache_dir, analysed, capsys) 
     shared = run(capsys, *args)
     assert analysed == ["verify unpatched"]
     assert shared == run(capsys, *args, "--no-cache")
+
+
+def test_verify_a_version_bump_alone_is_analysed_once(repo, cache_dir, analysed, capsys):
+    """A release whose version file alone changed (a post release) shares its analysis, and
+    reports its own version."""
+    git(repo, "checkout", "-q", "unpatched")
+    (repo / "python/sglang/version.py").write_text('__version__ = "0.0.1.post1"\n')
+    git(repo, "commit", "-q", "-am", "post release")
+    git(repo, "tag", "post")
+    args = ("verify", "--repo", repo, "--ref", "unpatched", "--ref", "post", "--format", "json")
+    shared = run(capsys, *args)
+    assert analysed == ["verify unpatched"]
+    assert shared == run(capsys, *args, "--no-cache")
+    assert '"sglang_version": "0.0.1.post1"' in shared[1]
