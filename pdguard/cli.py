@@ -22,6 +22,7 @@ from .errors import (
     bug_line,
 )
 from .fixes import FIXES
+from .runtime import collector_paused
 
 DEBUG_ENV = "PDGUARD_DEBUG"
 
@@ -107,7 +108,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     args: argparse.Namespace | None = None
     try:
         args = build_parser().parse_args(argv)
-        code = int(args.func(args))
+        with collector_paused():
+            code = int(args.func(args))
         sys.stdout.flush()  # a closed pipe shows here, not in the interpreter's final flush
         return code
     except PdguardError as exc:

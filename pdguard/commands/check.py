@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 from urllib.parse import quote
 
-from pdguard import HOMEPAGE, __version__, checks
+from pdguard import HOMEPAGE, __version__, cache, checks
 from pdguard.checks import Finding, Project
 from pdguard.checks.project import wanted
 
@@ -121,6 +121,15 @@ def check_project(
     kept = [f for f in found if not suppressions[f.path].suppresses(f.line, f.code)]
     warnings = [(rel, w) for rel, s in sorted(suppressions.items()) for w in s.warnings]
     return CheckResult(tree, kept, len(found) - len(kept), project, warnings)
+
+
+def suppression_warnings(project: Project) -> list[tuple[str, SuppressionWarning]]:
+    """The malformed or unknown suppressions of ``project``'s files, by path."""
+    return [
+        (rel, warning)
+        for rel, text in sorted(project.texts.items())
+        for warning in parse_suppressions(text, checks.CODES).warnings
+    ]
 
 
 def select_codes(select: Sequence[str] | None, ignore: Sequence[str] | None) -> list[str]:
@@ -331,6 +340,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         action="store_true",
         help="also run `pdguard simulate`'s scenarios on the tree (text or json format)",
     )
+    cache.add_argument(parser)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -338,9 +348,17 @@ def run(args: argparse.Namespace) -> int:
         raise UsageError("--simulate reports in --format text or json")
     codes = select_codes(args.select, args.ignore)
     trees = trees_for(args.paths)
-    results = [check_tree(tree, codes) for tree in trees]
+    store = cache.ResultCache() if cache.enabled(args) else None
+    results = [
+        cache.check_tree_cached(
+            tree, codes, store, compute=check_tree, load=load_project, result=CheckResult
+        )
+        for tree in trees
+    ]
     for result in results:
-        for rel, warning in result.warnings:
+        # a cached result keeps no warnings: they are cheap to read again from the texts
+        warnings = result.warnings or suppression_warnings(result.project)
+        for rel, warning in warnings:
             print(
                 f"{result.display_rel(rel)}:{warning.line}:{warning.col}: warning: "
                 f"{warning.message}",

@@ -20,7 +20,7 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING
 
-from pdguard import checks
+from pdguard import cache, checks
 from pdguard.checks.project import Project
 
 from ..errors import ConfigError, PdguardError, TargetError, UsageError
@@ -349,6 +349,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--jobs", type=positive, default=None, help="worker processes (default: CPUs)"
     )
+    cache.add_argument(parser)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -358,7 +359,14 @@ def run(args: argparse.Namespace) -> int:
             refs += [t for t in select_tags(args.repo, args.tags) if t not in refs]
         if not refs:
             raise UsageError("verify --repo needs --ref REF or --tags PATTERN")
-        reports = verify_git(args.repo, refs, args.jobs)
+        store = cache.ResultCache() if cache.enabled(args) else None
+        reports = cache.verify_refs_cached(
+            args.repo,
+            refs,
+            store,
+            compute=lambda todo: verify_git(args.repo, todo, args.jobs),
+            report=RefReport,
+        )
     else:
         if args.ref or args.tags:
             raise UsageError("--ref/--tags go with --repo, not --pypi")
