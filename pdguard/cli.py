@@ -5,10 +5,12 @@ adds its own arguments and runs itself); ``main`` turns what escapes a command i
 from __future__ import annotations
 
 import argparse
+import gc
 import os
 import sys
 import traceback
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from typing import NoReturn
 
 from . import __version__
@@ -22,7 +24,6 @@ from .errors import (
     bug_line,
 )
 from .fixes import FIXES
-from .runtime import collector_paused
 
 DEBUG_ENV = "PDGUARD_DEBUG"
 
@@ -102,6 +103,19 @@ def _stdout_gone() -> None:
         os.dup2(devnull, sys.stdout.fileno())
     except (OSError, ValueError, AttributeError):  # no real file behind stdout (tests)
         pass
+
+
+@contextmanager
+def collector_paused() -> Iterator[None]:
+    """Pause the cyclic garbage collector for a command (reference counting still frees
+    memory; see ``pdguard.runtime``), and give a library caller its own setting back."""
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.enable()
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -6,8 +6,8 @@ ends. Each of those allocations counts towards the collector's thresholds, and e
 collection walks every live node again: on SGLang 0.5.23, ``check`` spent half its CPU time in
 the collector (0.8 s with it, 0.4 s without). A command is short-lived and its nodes are freed
 by reference counting, so the collector is paused for the command and restored after it (a
-library caller of ``pdguard.cli.main`` keeps its own setting). ``verify``'s worker processes,
-forked while it is paused, run without it too.
+library caller of ``pdguard.cli.main`` keeps its own setting: ``cli.collector_paused``).
+``verify``'s worker processes, forked while it is paused, run without it too.
 """
 
 from __future__ import annotations
@@ -15,21 +15,8 @@ from __future__ import annotations
 import gc
 import os
 import sys
-from collections.abc import Iterator
-from contextlib import contextmanager, suppress
+from contextlib import suppress
 from typing import NoReturn
-
-
-@contextmanager
-def collector_paused() -> Iterator[None]:
-    """Pause the cyclic garbage collector (reference counting still frees memory)."""
-    enabled = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if enabled:
-            gc.enable()
 
 
 def exit_now(code: int) -> NoReturn:

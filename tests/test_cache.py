@@ -240,7 +240,8 @@ def test_verify_notes_name_their_own_ref(repo, cache_dir, analysed, capsys) -> N
     _, first = run(capsys, "verify", "--repo", repo, "--ref", "broken", "--format", "json")
     _, second = run(capsys, "verify", "--repo", repo, "--ref", "broken-too", "--format", "json")
     assert analysed == ["verify broken"]
-    assert "broken:python/sglang/srt/disaggregation/prefill.py: " in first
+    # notes name files by their path in the repository (verify reports repo-root paths)
+    assert "python/sglang/srt/disaggregation/prefill.py: " in first
     assert second == first.replace('"broken', '"broken-too')
 
 
