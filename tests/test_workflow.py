@@ -183,6 +183,8 @@ def test_the_workflow_runs_on_a_fork_of_real_releases(fork, tmp_path: Path) -> N
     assert json.loads(verified.stdout)[0]["fixes"] == {
         "inflight-deadline": "carried",
         "sender-bootstrap-timeout": "upstream",
+        "receiver-waiting-timeout": "upstream",  # 0.5.6+ receivers have it upstream
+        "decode-queue-bound": "carried",
     }
 
     # run again: the branch exists, nothing is pushed twice, the job still passes
