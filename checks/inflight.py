@@ -18,7 +18,7 @@ from __future__ import annotations
 import ast
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from functools import cached_property
+from functools import cached_property, lru_cache
 
 from pdguard.sglang_names import BOOTSTRAP_QUEUE, POLL_ALL_REDUCE_PREFIX
 from pdguard.sglang_names import INFLIGHT_FUNCTION as FUNCTION
@@ -687,8 +687,10 @@ def _escapes(module: ast.Module) -> Iterator[Unmodelled]:
             )
 
 
+@lru_cache(maxsize=16)  # by the tree's identity: check and the inflight fix read the same tree
 def analyse(module: ast.Module) -> InflightModel | None:
-    """The model of ``prefill.py``; None without ``process_disagg_prefill_inflight_queue``."""
+    """The model of ``prefill.py``; None without ``process_disagg_prefill_inflight_queue``.
+    The model is read, never changed, by its callers."""
     index = _ModuleIndex(module)
     function = index.methods.get(FUNCTION)
     if function is None:

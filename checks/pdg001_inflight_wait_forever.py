@@ -14,12 +14,17 @@ Why is this bad
     call of the function (directly or in a method it calls), by failing the request's sender.
 
 Example
-    A release as shipped (no deadline) is reported at each ``undone_reqs.append(req)``;
-    ``pdguard apply`` adds the stamp and ``_fail_timed_out_inflight_reqs()``.
+    A release as shipped (no deadline) is reported at each ``undone_reqs.append(req)``, and
+    each finding says which poll state or branch keeps the request there, taken from the
+    enclosing ``if``/``elif`` tests: "when poll is WaitingForInput/Transferring", "when not in
+    the PP consensus (rids_to_check)", "in the else branch (any other poll state)", "while
+    parked pending_bootstrap, ...". ``pdguard apply`` adds the stamp and
+    ``_fail_timed_out_inflight_reqs()``.
 """
 
 from __future__ import annotations
 
+import ast
 from collections.abc import Iterator
 
 from .examples import CALL_HELPER, HELPER, INLINE_DEADLINE, PATCHED, STAMP_ONCE, prefill
@@ -35,6 +40,10 @@ class InflightWaitForever(Rule):
         PATCHED,
         prefill(stamp=STAMP_ONCE, before=INLINE_DEADLINE),
     )
+    # The message of every INVALID example's finding starts with MESSAGE; the example tree's
+    # one keep site is in the poll's `WaitingForInput/Transferring` branch (EXAMPLE_SITE).
+    MESSAGE = "request kept in the inflight queue with no deadline"
+    EXAMPLE_SITE = "when poll is WaitingForInput/Transferring"
     INVALID = (
         Invalid(
             prefill(),  # no deadline at all
@@ -42,7 +51,8 @@ class InflightWaitForever(Rule):
                 (
                     26,
                     17,
-                    "request kept in the inflight queue with no deadline: "
+                    "request kept in the inflight queue with no deadline when poll is "
+                    "WaitingForInput/Transferring: "
                     "nothing fails a request that waits too long",
                 )
             ],
@@ -53,7 +63,8 @@ class InflightWaitForever(Rule):
                 (
                     33,
                     17,
-                    "request kept in the inflight queue with no deadline: "
+                    "request kept in the inflight queue with no deadline when poll is "
+                    "WaitingForInput/Transferring: "
                     "requests are not stamped where they enter disagg_prefill_inflight_queue",
                 )
             ],
@@ -64,7 +75,8 @@ class InflightWaitForever(Rule):
                 (
                     34,
                     17,
-                    "request kept in the inflight queue with no deadline: "
+                    "request kept in the inflight queue with no deadline when poll is "
+                    "WaitingForInput/Transferring: "
                     "nothing fails a request that waits too long",
                 )
             ],
@@ -79,7 +91,8 @@ class InflightWaitForever(Rule):
                 (
                     36,
                     17,
-                    "request kept in the inflight queue with no deadline: "
+                    "request kept in the inflight queue with no deadline when poll is "
+                    "WaitingForInput/Transferring: "
                     "the deadline does not run before the poll all-reduce on every call",
                 )
             ],
@@ -92,14 +105,97 @@ class InflightWaitForever(Rule):
             return
         why = _why(model)
         symbol = f"{model.class_name}.{FUNCTION}"
+        parents = _parents(model.function)
         for site in model.keep_sites:
+            where = keep_site(site, parents)
             yield self.finding(
                 PREFILL,
                 site.lineno,
                 site.col_offset + 1,
                 symbol,
-                f"request kept in the inflight queue with no deadline: {why}",
+                f"{self.MESSAGE}{' ' + where if where else ''}: {why}",
             )
+
+
+# -- which branch keeps the request -----------------------------------------------------------
+
+_POLL_OPS = {ast.Eq: "is", ast.In: "is", ast.NotEq: "is not", ast.NotIn: "is not"}
+_PP = "rids_to_check"
+_PARKED = "pending_bootstrap"
+
+
+def _parents(function: ast.FunctionDef) -> dict[int, ast.AST]:
+    return {id(child): node for node in ast.walk(function) for child in ast.iter_child_nodes(node)}
+
+
+def _branches(site: ast.AST, parents: dict[int, ast.AST]) -> list[tuple[ast.If, bool]]:
+    """The ``if`` statements around ``site``, innermost first: (the if, site in its body)."""
+    found = []
+    node = site
+    while id(node) in parents:
+        parent = parents[id(node)]
+        if isinstance(parent, ast.If) and node is not parent.test:
+            found.append((parent, node in parent.body))
+        node = parent
+    return found
+
+
+def _states(node: ast.expr) -> list[str] | None:
+    """``KVPoll.X`` (or a tuple/list/set of them) as ["X", ...]; None for anything else."""
+    items = node.elts if isinstance(node, ast.Tuple | ast.List | ast.Set) else [node]
+    names = [i.attr for i in items if isinstance(i, ast.Attribute) and i.attr[:1].isupper()]
+    return names if names and len(names) == len(items) else None
+
+
+def _mentions(node: ast.AST, name: str) -> bool:
+    return any(
+        (isinstance(n, ast.Name) and n.id == name)
+        or (isinstance(n, ast.Attribute) and n.attr == name)
+        for n in ast.walk(node)
+    )
+
+
+def _condition(test: ast.expr) -> str:
+    """A test in words: a poll state, the PP consensus, parking, or the test's own text."""
+    if isinstance(test, ast.Compare) and len(test.ops) == 1:
+        op, right = type(test.ops[0]), test.comparators[0]
+        states = _states(right)
+        if op in _POLL_OPS and states:
+            return f"when poll {_POLL_OPS[op]} {'/'.join(states)}"
+        if _mentions(right, _PP) and op in (ast.In, ast.NotIn):
+            return f"when {'not ' if op is ast.NotIn else ''}in the PP consensus ({_PP})"
+    if _mentions(test, _PARKED) and isinstance(test, ast.Attribute | ast.Name):
+        return f"while parked {_PARKED}"
+    text = " ".join(ast.unparse(test).replace("KVPoll.", "").split())
+    return f"when `{text if len(text) <= 60 else text[:57] + '...'}`"
+
+
+def keep_site(site: ast.AST, parents: dict[int, ast.AST]) -> str:
+    """Which poll state or branch keeps the request at ``site``, from the enclosing
+    ``if``/``elif`` tests (innermost first, with the PP and parking context around it)."""
+    branches = _branches(site, parents)
+    if not branches:
+        return ""
+    inner, in_body = branches[0]
+    if in_body:
+        where = _condition(inner.test)
+    else:
+        polls = any(_states(c) for c in ast.walk(inner.test) if isinstance(c, ast.expr))
+        where = (
+            "in the else branch (any other poll state)"
+            if polls
+            else (
+                f"in the else branch of `{_condition(inner.test).removeprefix('when ').strip('`')}`"
+            )
+        )
+    context: list[str] = []
+    covered = {name for name in (_PARKED, _PP) if _mentions(inner.test, name)}
+    for outer, body in branches[1:]:
+        for name, words in ((_PARKED, f"while parked {_PARKED}"), (_PP, f"in the PP path ({_PP})")):
+            if body and name not in covered and _mentions(outer.test, name):
+                covered.add(name)
+                context.append(words)
+    return ", ".join([*reversed(context), where])
 
 
 def _why(model: InflightModel) -> str:

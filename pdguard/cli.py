@@ -5,10 +5,12 @@ adds its own arguments and runs itself); ``main`` turns what escapes a command i
 from __future__ import annotations
 
 import argparse
+import gc
 import os
 import sys
 import traceback
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from typing import NoReturn
 
 from . import __version__
@@ -103,11 +105,25 @@ def _stdout_gone() -> None:
         pass
 
 
+@contextmanager
+def collector_paused() -> Iterator[None]:
+    """Pause the cyclic garbage collector for a command (reference counting still frees
+    memory; see ``pdguard.runtime``), and give a library caller its own setting back."""
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.enable()
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args: argparse.Namespace | None = None
     try:
         args = build_parser().parse_args(argv)
-        code = int(args.func(args))
+        with collector_paused():
+            code = int(args.func(args))
         sys.stdout.flush()  # a closed pipe shows here, not in the interpreter's final flush
         return code
     except PdguardError as exc:

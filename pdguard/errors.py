@@ -35,6 +35,11 @@ class UsageError(PdguardError):
     """Command-line arguments that do not go together (found after argparse)."""
 
 
+class ConfigError(TargetError):
+    """A settings file of the target (isort's, in ``pyproject.toml``, ``setup.cfg``,
+    ``.isort.cfg``, ...) that cannot be read; the message names the file."""
+
+
 class ParseError(TargetError):
     """A file pdguard needs does not parse (or cannot be decoded)."""
 

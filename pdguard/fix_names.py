@@ -27,3 +27,12 @@ SENDER_BOOTSTRAP_TIMEOUT = "sender-bootstrap-timeout"
 INFLIGHT_HELPER = "_fail_timed_out_inflight_reqs"
 INFLIGHT_STAMP = "inflight_queue_entry_time"
 INFLIGHT_TIMEOUT_SETTING = "INFLIGHT_QUEUE_TIMEOUT"
+
+RECEIVER_WAITING_TIMEOUT = "receiver-waiting-timeout"
+DECODE_QUEUE_BOUND = "decode-queue-bound"
+
+# receiver-waiting-timeout writes this attribute into each receiver it fixes.
+RECEIVER_WAITING_TIMEOUT_ATTR = "waiting_timeout"
+# decode-queue-bound writes these into decode.py.
+DECODE_PENDING_STAMP = "pending_since"  # on a DecodeRequest: first time it was put back
+DECODE_GATE_FLAG = "retracted_waiting"  # in process_decode_queue: the retraction gate's verdict

@@ -32,7 +32,9 @@ class GitTree(SourceTree):
         return f"{self.ref} ({self.commit.hexsha[:12]})"
 
     def display(self, rel: str) -> str:
-        return f"{self.ref}:{self.prefix}{rel}"
+        """Relative to the repository root (``python/sglang/srt/...``), as a checkout has it, so
+        that reports and annotations map to files in the repository."""
+        return f"{self.prefix}{rel}"
 
     def _object(self, path: str) -> git.Blob | git.Tree | None:
         try:
@@ -44,7 +46,13 @@ class GitTree(SourceTree):
         blob = self._object(self.prefix + rel)
         if not isinstance(blob, git.Blob):
             return None
-        return blob.data_stream.read()
+        try:
+            return blob.data_stream.read()
+        except ValueError as exc:  # GitPython: "SHA ... could not be resolved": not in the odb
+            raise TargetError(
+                f"{self.ref}:{self.prefix}{rel}: git object {blob.hexsha[:12]} is missing "
+                "(a shallow or partial clone?)"
+            ) from exc
 
     def python_files(self, rel_dir: str) -> list[str]:
         top = self._object(self.prefix + rel_dir)
@@ -54,14 +62,15 @@ class GitTree(SourceTree):
         paths = (os.fspath(item.path) for item in top.traverse() if isinstance(item, git.Blob))
         return sorted(path[start:] for path in paths if path.endswith(".py"))
 
-    def config_files(self, rel: str) -> Iterator[tuple[str, bytes]]:
+    def config_files(self, rel: str) -> Iterator[tuple[str, bytes, str]]:
         """From ``rel``'s directory up to the repository root, nearest first."""
         here = PurePosixPath(self.prefix + rel).parent
         while True:
             for name in CONFIG_SOURCES:
-                blob = self._object(str(here / name) if str(here) != "." else name)
+                path = str(here / name) if str(here) != "." else name
+                blob = self._object(path)
                 if isinstance(blob, git.Blob):
-                    yield name, blob.data_stream.read()
+                    yield name, blob.data_stream.read(), f"{self.ref}:{path}"
             if str(here) in (".", ""):
                 return
             here = here.parent
@@ -70,9 +79,18 @@ class GitTree(SourceTree):
 def open_git_tree(repo: git.Repo, ref: str) -> GitTree:
     """The SGLang tree at ``ref``: under ``python/`` (upstream's layout) or at the top."""
     try:
-        commit = repo.commit(ref)
+        target = repo.rev_parse(ref)
     except (git.BadName, ValueError) as exc:
         raise TargetError(f"{ref}: unknown ref in {repo.working_dir}") from exc
+    while isinstance(target, git.TagObject):
+        target = target.object
+    if not isinstance(target, git.Commit):
+        raise TargetError(f"{ref}: points at a {target.type}, not a commit")
+    commit = target
+    try:
+        commit.tree  # noqa: B018 - a shallow clone's boundary may lack it
+    except ValueError as exc:
+        raise TargetError(f"{ref}: the commit's tree is missing (a shallow clone?)") from exc
     for prefix in PREFIXES:
         try:
             item = commit.tree / f"{prefix}{DISAGGREGATION_DIR}"

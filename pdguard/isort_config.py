@@ -11,6 +11,7 @@ from isort.settings import CONFIG_SECTIONS, _get_config_data
 
 from pdguard.codemods.isort_imports import DEFAULT_ISORT_CONFIG
 
+from .errors import ConfigError
 from .tree import SourceTree
 
 
@@ -21,8 +22,12 @@ def isort_config_for(tree: SourceTree, rel: str) -> tuple[isort.Config, str]:
     files isort reads (``.isort.cfg``, ``pyproject.toml [tool.isort]``, ``setup.cfg``, ...). With
     none, SGLang's own settings: ``profile=black``, ``known_first_party=sglang``.
     """
-    for name, content in tree.config_files(rel):
-        config = _config_from(name, content)
+    for name, content, shown in tree.config_files(rel):
+        try:
+            config = _config_from(name, content)
+        except Exception as exc:  # TOML/INI syntax, an unknown profile, a bad value, ...
+            why = " ".join(f"{type(exc).__name__}: {exc}".split())
+            raise ConfigError(f"{shown}: cannot read its isort settings: {why}") from exc
         if config is not None:
             return config, name
     return DEFAULT_ISORT_CONFIG, "default (profile=black, known_first_party=sglang)"

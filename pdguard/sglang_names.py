@@ -64,6 +64,32 @@ DECODE_TRANSFER_QUEUE = "disagg_decode_transfer_queue"
 DECODE_QUEUE_LIST = "queue"
 # What fails a decode request: ``prepare_abort(req, ...)`` in the decode queues.
 PREPARE_ABORT = "prepare_abort"
+# The receiver's clock (set when its KV indices are sent, 0.4.9.post1+ upstream) and the
+# terminal status it remembers (``conclude_state``, Mooncake 0.4.7+, NIXL 0.4.8.post1+).
+RECEIVER_INIT_TIME = "init_time"
+RECEIVER_CONCLUDE_STATE = "conclude_state"
+# NIXL's decode heartbeat (0.5.3+): the rooms it tracks per prefill address, the per-room
+# transfer status its receiver polls, and what it does when a prefill stops answering.
+ROOMS_TRACKER = "addr_to_rooms_tracker"
+TRANSFER_STATUSES = "transfer_statuses"
+CHECK_TRANSFER_DONE = "check_transfer_done"
+HANDLE_NODE_FAILURE = "_handle_node_failure"
+# The decode scheduler function that polls both decode queues, the prealloc queue's list of
+# retracted requests (its retraction gate, 0.4.7.post1+), and the queues' pop methods.
+PROCESS_DECODE_QUEUE = "process_decode_queue"
+RETRACTED_QUEUE = "retracted_queue"
+POP_PREALLOCATED = "pop_preallocated"
+POP_TRANSFERRED = "pop_transferred"
+# ``_allocatable_tokens(..., count_retracted=True)``: preallocation reserves the retracted
+# requests' tokens first.
+COUNT_RETRACTED = "count_retracted"
+# The prealloc queue's requests whose prefill DP rank is not known yet (0.5.10+), and the
+# method that resolves them every step.
+PENDING_REQS = "pending_reqs"
+RESOLVE_PENDING_REQS = "_resolve_pending_reqs"
+# SGLang's typed environment (0.5.8+): ``envs.<NAME>.get()``.
+ENVIRON_MODULE = "sglang.srt.environ"
+ENVIRON_OBJECT = "envs"
 
 
 class KVPoll(IntEnum):

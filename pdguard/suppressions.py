@@ -19,6 +19,7 @@ from collections.abc import Collection, Iterable
 from dataclasses import dataclass, field
 
 _PREFIX = re.compile(r"#\s*pdguard:\s*", re.I)
+_SEGMENT = re.compile(r"#\s*pdguard:", re.I)
 _IGNORE = re.compile(r"ignore(?P<tail>.*)$", re.I | re.S)
 _CODES = re.compile(r"\[\s*(?P<codes>[A-Za-z]+\d+(?:\s*,\s*[A-Za-z]+\d+)*)\s*\]")
 # What may follow a suppression: nothing, or another comment after whitespace.
@@ -57,6 +58,14 @@ def _comments(text: str) -> Iterable[tuple[int, int, str]]:
         return  # a file that does not tokenize is reported as a parse error elsewhere
 
 
+def _segments(text: str) -> Iterable[tuple[int, int, str]]:
+    """Each ``# pdguard:`` part of each comment, also after another tool's comment on the same
+    line (``# noqa: E501  # pdguard: ignore[PDG001]``): (line, col, the comment from there)."""
+    for line, col, comment in _comments(text):
+        for match in _SEGMENT.finditer(comment):
+            yield line, col + match.start(), comment[match.start() :]
+
+
 def _interpret(
     comment: str, known: Collection[str]
 ) -> tuple[frozenset[str] | None, str | None] | None:
@@ -91,7 +100,7 @@ def parse(text: str, known: Collection[str]) -> Suppressions:
     found = Suppressions()
     if "pdguard" not in text.lower():
         return found  # the usual case: no pdguard comment at all
-    for line, col, comment in _comments(text):
+    for line, col, comment in _segments(text):
         meaning = _interpret(comment, known)
         if meaning is None:
             continue

@@ -37,9 +37,9 @@ class SourceTree(ABC):
         """Relative paths of the ``.py`` files below ``rel_dir``, sorted."""
 
     @abstractmethod
-    def config_files(self, rel: str) -> Iterator[tuple[str, bytes]]:
+    def config_files(self, rel: str) -> Iterator[tuple[str, bytes, str]]:
         """Tool configuration files (isort's) from ``rel``'s directory up to the tree root,
-        nearest first: (file name, content)."""
+        nearest first: (file name, content, the file as messages name it)."""
 
     @abstractmethod
     def display(self, rel: str) -> str:
@@ -107,7 +107,7 @@ class DirectoryTree(SourceTree):
                     found.append(Path(dirpath, name).relative_to(self.base).as_posix())
         return sorted(found)
 
-    def config_files(self, rel: str) -> Iterator[tuple[str, bytes]]:
+    def config_files(self, rel: str) -> Iterator[tuple[str, bytes, str]]:
         from isort.settings import CONFIG_SOURCES
 
         here = self.path(rel).parent
@@ -115,7 +115,7 @@ class DirectoryTree(SourceTree):
         while True:
             for name in CONFIG_SOURCES:
                 if (here / name).is_file():
-                    yield name, (here / name).read_bytes()
+                    yield name, (here / name).read_bytes(), str(here / name)
             if here.resolve() == root or here.parent == here:
                 return
             here = here.parent

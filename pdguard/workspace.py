@@ -1,23 +1,30 @@
-"""The files of one run: read once, decoded once, parsed once per content."""
+"""The files of one run: read once, decoded once, parsed once per content.
+
+LibCST and isort are imported only when a fix writes (``cst``, ``isort_config``): deciding that
+a fix is ``present`` or ``upstream`` needs ``ast`` only.
+"""
 
 from __future__ import annotations
 
 import ast
 from functools import cache
-
-import isort
-import libcst as cst
+from typing import TYPE_CHECKING
 
 from pdguard.checks.project import parse_module
 
 from .errors import TargetError, does_not_parse
-from .isort_config import isort_config_for
 from .source_file import SourceFile
 from .tree import SourceTree
+
+if TYPE_CHECKING:
+    import isort
+    import libcst as cst
 
 
 @cache
 def _parse_cst(text: str) -> cst.Module:
+    import libcst as cst
+
     return cst.parse_module(text)
 
 
@@ -58,6 +65,8 @@ class Workspace:
         return _parse_cst(self.text(rel))
 
     def isort_config(self, rel: str) -> isort.Config:
+        from .isort_config import isort_config_for
+
         return isort_config_for(self.tree, rel)[0]
 
     def files_containing(self, rel_dir: str, *needles: str) -> list[str]:

@@ -1,5 +1,9 @@
 """Fixtures shared by the test modules (plain helpers and constants are in tests/helpers.py,
-hand-written SGLang-shaped snippets in tests/snippets.py)."""
+hand-written SGLang-shaped snippets in tests/snippets.py).
+
+Every test runs without pdguard's result cache (``pdguard.cache``), as before it existed: a
+test that breaks pdguard on purpose must not be served an earlier run's result.
+``tests/test_cache.py`` turns it back on, with a cache directory of its own."""
 
 from __future__ import annotations
 
@@ -32,3 +36,8 @@ def patched_release(request: pytest.FixtureRequest, tmp_path: Path):
     patches (``helpers.PATCHABLE``)."""
     info = request.param
     return info, patched_copy(info.version, tmp_path / f"sglang-{info.version}")
+
+
+@pytest.fixture(autouse=True)
+def _no_result_cache(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("PDGUARD_NO_CACHE", "1")

@@ -1,6 +1,7 @@
 """What several test modules share that is not a fixture (those are in tests/conftest.py): the
 releases the release tests run on and their families' facts, copies of releases (patched or
-not), tree snapshots, and running the CLI in-process.
+not), tree snapshots, running the CLI in-process, and a git repository of real releases laid out
+as upstream (``python/sglang/``, one commit and one annotated tag ``v<version>`` per release).
 
 No SGLang source lives here: releases are fetched from PyPI (and cached) by vendor_sglang.
 """
@@ -9,6 +10,9 @@ from __future__ import annotations
 
 import os
 import shutil
+import subprocess
+import sys
+from collections.abc import Iterable
 from pathlib import Path
 
 import pytest
@@ -113,3 +117,64 @@ def one_error_line(err: str) -> str:
     assert len(lines) == 1, err
     assert lines[0].startswith("pdguard: error: "), err
     return lines[0]
+
+
+GIT_CONFIG = {
+    "user.name": "Test Maintainer",
+    "user.email": "maintainer@example.com",
+    "commit.gpgsign": "false",
+    "tag.gpgsign": "false",
+    "core.autocrlf": "false",
+}
+
+
+def git(repo: Path, *args: str, env: dict[str, str] | None = None) -> str:
+    done = subprocess.run(
+        ["git", "-C", str(repo), *args], check=True, capture_output=True, text=True, env=env
+    )
+    return done.stdout.strip()
+
+
+def pdguard(
+    *args: str, env: dict[str, str] | None = None, cwd: Path | None = None
+) -> subprocess.CompletedProcess[str]:
+    """The whole command, as a user runs it (stderr a pipe: never a terminal)."""
+    return subprocess.run(
+        [sys.executable, "-m", "pdguard", *args],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=cwd,
+    )
+
+
+def init_repo(repo: Path) -> Path:
+    repo.mkdir(parents=True, exist_ok=True)
+    git(repo, "init", "-q", "-b", "main")
+    for key, value in GIT_CONFIG.items():
+        git(repo, "config", key, value)
+    return repo
+
+
+def commit_releases(repo: Path, versions: Iterable[str]) -> None:
+    """One commit and one annotated tag ``v<version>`` per release, in the given order."""
+    if not (repo / "README.md").exists():
+        (repo / "README.md").write_text("SGLang, as upstream lays it out (python/sglang/)\n")
+    for version in versions:
+        package = repo / "python/sglang"
+        shutil.rmtree(package, ignore_errors=True)
+        shutil.copytree(
+            fetch_release(version) / "sglang",
+            package,
+            ignore=shutil.ignore_patterns("__pycache__"),
+        )
+        git(repo, "add", "-A")
+        git(repo, "commit", "-q", "-m", f"sglang {version}")
+        git(repo, "tag", "-a", "-m", f"release {version}", f"v{version}")
+
+
+def release_repo(repo: Path, versions: Iterable[str]) -> Path:
+    """A new repository at ``repo`` holding ``versions`` as tagged commits on ``main``."""
+    init_repo(repo)
+    commit_releases(repo, versions)
+    return repo

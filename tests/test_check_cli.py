@@ -466,32 +466,51 @@ def test_select_codes_rejects_unknown() -> None:
 # --- inline suppressions -----------------------------------------------------------------
 
 
+# (comment, suppressed, warning on stderr): only the exact forms suppress; anything that starts
+# like a suppression but is not one suppresses nothing and is warned about (as ruff's noqa).
+MALFORMED = "warning: malformed suppression"
+UNKNOWN = "warning: unknown rule code"
+
+
 @pytest.mark.parametrize(
-    ("comment", "suppressed"),
+    ("comment", "suppressed", "warning"),
     [
-        ("  # pdguard: ignore[PDG001]", True),
-        ("  # pdguard: ignore", True),  # bare: every code
-        ("  #pdguard:ignore[PDG001]", True),
-        ("  # pdguard: ignore[PDG004, PDG001]", True),
-        ("  # pdguard: ignore[pdg001]", True),
-        ("  # pdguard: ignore [PDG001]", True),
-        ("  # noqa: E501  # pdguard: ignore[PDG001]", True),
-        ("  # pdguard: ignore[PDG004]  # pdguard: ignore[PDG001]", True),
-        ("  # pdguard: ignore[PDG004]", False),  # another code
-        ("  # pdguard: ignore[pdg004]", False),
-        ("  # pdguard: ignore[PDG00]", False),  # codes, not prefixes
-        ("  # pdguard: ignore[]", False),
-        ("  # pdguard: ignore[PDG-1]", False),
-        ("  # pdguard: ignored", False),
-        ("  # pdguard: ignore-next-line", False),
-        ("  # pdguard ignore[PDG001]", False),
+        ("  # pdguard: ignore[PDG001]", True, None),
+        ("  # pdguard: ignore", True, None),  # bare: every code
+        ("  #pdguard:ignore[PDG001]", True, None),
+        ("  # pdguard: ignore[PDG004, PDG001]", True, None),
+        ("  # pdguard: ignore[pdg001]", True, None),
+        ("  # noqa: E501  # pdguard: ignore[PDG001]", True, None),
+        ("  # pdguard: ignore[PDG004]  # pdguard: ignore[PDG001]", True, None),
+        ("  # pdguard: ignore[PDG004]", False, None),  # another code
+        ("  # pdguard: ignore[pdg004]", False, None),
+        ("  # pdguard ignore[PDG001]", False, None),  # not a pdguard comment at all
+        ("  # pdguard: ignore [PDG001]", False, MALFORMED),
+        ("  # pdguard: ignore[PDG00]", False, UNKNOWN),  # codes, not prefixes
+        ("  # pdguard: ignore[PDG999]", False, UNKNOWN),
+        ("  # pdguard: ignore[]", False, MALFORMED),
+        ("  # pdguard: ignore[PDG-1]", False, MALFORMED),
+        ("  # pdguard: ignore[PDG001", False, MALFORMED),  # a typo never widens it
+        ("  # pdguard: ignore(PDG001)", False, MALFORMED),
+        ("  # pdguard: ignore=PDG001", False, MALFORMED),
+        ("  # pdguard: ignore: PDG001", False, MALFORMED),
+        ("  # pdguard: ignored", False, MALFORMED),
+        ("  # pdguard: ignore-next-line", False, MALFORMED),
     ],
 )
-def test_inline_suppression(tree2: Path, capsys, comment: str, suppressed: bool) -> None:
+def test_inline_suppression(
+    tree2: Path, capsys, comment: str, suppressed: bool, warning: str | None
+) -> None:
     (first, _), (second, second_col) = keep_sites(tree2)
     comment_line(tree2, first, comment)
     code, out, err = run(capsys, "tree")
-    assert (code, err) == (1, "")
+    assert code == 1
+    if warning is None:
+        assert err == ""
+    else:  # ruff style: path:line:col: warning: ..., once, for the comment's own position
+        col = (tree2 / PREFILL_REL).read_text().splitlines()[first - 1].index("#") + 1
+        [line] = err.splitlines()
+        assert line.startswith(f"tree/{PREFILL_REL}:{first}:{col}: {warning}"), line
     found, last = parse_text(out)
     if suppressed:
         assert [(int(f["line"]), int(f["col"])) for f in found] == [(second, second_col)]
@@ -499,6 +518,14 @@ def test_inline_suppression(tree2: Path, capsys, comment: str, suppressed: bool)
     else:
         assert [int(f["line"]) for f in found] == [first, second]
         assert last == "Found 2 findings."
+
+
+def test_suppression_warning_in_every_format_goes_to_stderr(tree: Path, capsys) -> None:
+    ((line, _),) = keep_sites(tree)
+    comment_line(tree, line, "  # pdguard: ignore[PDG001")
+    code, out, err = run(capsys, "tree", "--format", "json")
+    assert code == 1 and len(json.loads(out)["findings"]) == 1
+    assert "warning: malformed suppression" in err
 
 
 def test_suppressing_every_finding_exits_0(tree: Path, capsys) -> None:
@@ -630,3 +657,46 @@ def test_check_does_not_import_libcst() -> None:
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"
+
+
+# --- defaults, --output-file, --exit-zero ---------------------------------------------------
+
+
+def test_no_path_checks_the_current_directory(tree: Path, capsys, monkeypatch) -> None:
+    monkeypatch.chdir(tree)
+    code, out, err = main(["check"]), *capsys.readouterr()
+    assert (code, err) == (1, "")
+    assert out.startswith(f"{PREFILL_REL}:")
+    code, dot, _ = run(capsys, ".")
+    assert (code, dot) == (1, out)
+
+
+@pytest.mark.parametrize("fmt", ["text", "json", "sarif", "github"])
+def test_output_file(tree: Path, capsys, fmt: str) -> None:
+    code, out, _ = run(capsys, "tree", "--format", fmt)
+    code2, out2, err2 = run(capsys, "tree", "--format", fmt, "--output-file", "report.out")
+    assert (code2, out2, err2) == (code, "", "")
+    assert Path("report.out").read_text() == out
+
+
+def test_output_file_that_cannot_be_written(tree: Path, capsys) -> None:
+    code, out, err = run(capsys, "tree", "--output-file", "no/such/dir/report.sarif")
+    assert (code, out) == (2, "")
+    assert "no/such/dir/report.sarif" in one_error_line(err)
+
+
+def test_exit_zero(tree: Path, capsys) -> None:
+    code, out, _ = run(capsys, "tree", "--exit-zero")
+    assert code == 0 and "PDG001" in out
+    code, _, err = run(capsys, "nowhere", "--exit-zero")  # an error is still an error
+    assert code == 2 and "nowhere" in one_error_line(err)
+
+
+def test_sarif_paths_have_a_base_id(tree: Path, capsys) -> None:
+    _, log = sarif_log(capsys, "tree")
+    [sarif_run] = log["runs"]
+    assert sarif_run["originalUriBaseIds"] == {"%SRCROOT%": {"uri": Path.cwd().as_uri() + "/"}}
+    for result in sarif_run["results"]:
+        location = result["locations"][0]["physicalLocation"]["artifactLocation"]
+        assert location["uriBaseId"] == "%SRCROOT%"
+        assert (Path.cwd() / location["uri"]).is_file()

@@ -28,6 +28,8 @@ from tests.snippets import (
 
 INFLIGHT = "inflight-deadline"
 SENDER = "sender-bootstrap-timeout"
+# The decode fixes (issue 11): the test tree has no KV receiver and no decode queue.
+DECODE_NA = {"receiver-waiting-timeout": "not-applicable", "decode-queue-bound": "not-applicable"}
 BOM = b"\xef\xbb\xbf"
 
 
@@ -35,10 +37,15 @@ def statuses(report: str) -> dict[str, str]:
     """The status column of the text report, by fix name."""
     found = {}
     for line in report.splitlines():
-        match = re.match(rf"^\s+({INFLIGHT}|{SENDER})\s+(\S+(?: apply)?)", line)
+        match = re.match(rf"^\s+({INFLIGHT}|{SENDER})\s+(\S+)", line)
         if match:
             found[match.group(1)] = match.group(2)
     return found
+
+
+def shown(tree: Path, rel: str = PREFILL_REL) -> str:
+    """How apply's report and diff name a file of ``tree``: relative to the current directory."""
+    return Path(os.path.relpath(tree / rel)).as_posix()
 
 
 # --- apply, re-apply -----------------------------------------------------------------------
@@ -49,7 +56,7 @@ def test_apply_writes_and_reports_applied(tree: Path, capsys: pytest.CaptureFixt
     code, out, err = run_main(capsys, "apply", tree)
     assert (code, err) == (0, "")
     assert statuses(out) == {INFLIGHT: "applied", SENDER: "not-applicable"}
-    assert f"1 file(s) changed: {PREFILL_REL}" in out
+    assert f"1 file(s) changed: {shown(tree)}" in out
     after = snapshot(tree)
     assert after.keys() == before.keys()
     assert after[PREFILL_REL][0] != before[PREFILL_REL][0]
@@ -77,8 +84,8 @@ def test_check_exits_1_before_and_0_after(tree: Path, capsys: pytest.CaptureFixt
     before = snapshot(tree)
     code, out, err = run_main(capsys, "apply", "--check", tree)
     assert (code, err) == (1, "")
-    assert statuses(out)[INFLIGHT] == "would apply"
-    assert f"1 file(s) would change: {PREFILL_REL}" in out
+    assert statuses(out)[INFLIGHT] == "would-apply"
+    assert f"1 file(s) would change: {shown(tree)}" in out
     assert snapshot(tree) == before
 
     assert run_main(capsys, "apply", tree)[0] == 0
@@ -94,13 +101,13 @@ def test_diff_prints_a_unified_diff_and_writes_nothing(
 ) -> None:
     before = snapshot(tree)
     code, out, err = run_main(capsys, "apply", "--diff", tree)
-    assert (code, err) == (0, "")
+    assert code == 1  # as ruff: a diff means changes are needed
     assert snapshot(tree) == before
-    assert f"--- a/{PREFILL_REL}\n" in out
-    assert f"+++ b/{PREFILL_REL}\n" in out
+    assert out.startswith(f"--- a/{shown(tree)}\n")  # stdout is the patch alone
+    assert f"+++ b/{shown(tree)}\n" in out
     assert re.search(r"^@@ -\d+,\d+ \+\d+,\d+ @@", out, re.M)
     assert CONN_REL not in out
-    assert statuses(out)[INFLIGHT] == "would apply"
+    assert statuses(err)[INFLIGHT] == "would-apply"  # the report is on stderr
 
     # the diff is the change apply makes: its added lines are in the applied file
     other = make_tree(tmp_path / "other")
@@ -115,10 +122,54 @@ def test_diff_prints_a_unified_diff_and_writes_nothing(
 
 def test_diff_after_apply_prints_no_diff(tree: Path, capsys: pytest.CaptureFixture[str]) -> None:
     run_main(capsys, "apply", tree)
-    code, out, _ = run_main(capsys, "apply", "--diff", tree)
-    assert code == 0
-    assert "--- a/" not in out
-    assert "nothing to change" in out
+    code, out, err = run_main(capsys, "apply", "--diff", tree)
+    assert (code, out) == (0, "")
+    assert "nothing to change" in err
+
+
+def test_diff_in_the_json_report(tree: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    before = snapshot(tree)
+    code, out, err = run_main(capsys, "apply", "--diff", "--format", "json", tree)
+    assert (code, err) == (1, "")
+    payload = json.loads(out)
+    assert payload["written"] is False
+    assert payload["fixes"][INFLIGHT] == "would-apply"
+    assert payload["diff"].startswith(f"--- a/{shown(tree)}\n")
+    assert snapshot(tree) == before
+    run_main(capsys, "apply", tree)
+    code, out, _ = run_main(capsys, "apply", "--diff", "--format", "json", tree)
+    assert code == 0 and json.loads(out)["diff"] == ""
+
+
+def test_paths_relative_to_the_current_directory(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    make_tree(tmp_path / "checkout" / "python")
+    monkeypatch.chdir(tmp_path / "checkout")
+    code, out, _ = run_main(capsys, "apply", "--check", "--format", "json", ".")
+    assert code == 1
+    assert json.loads(out)["files_changed"] == [f"python/{PREFILL_REL}"]
+    code, out, _ = run_main(capsys, "apply", "--diff", ".")
+    assert out.startswith(f"--- a/python/{PREFILL_REL}\n+++ b/python/{PREFILL_REL}\n")
+
+
+def test_output_file(tree: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    report = tmp_path / "apply.json"
+    code, out, err = run_main(capsys, "apply", "--format", "json", "--output-file", report, tree)
+    assert (code, out, err) == (0, "", "")
+    assert json.loads(report.read_text())["fixes"][INFLIGHT] == "applied"
+
+
+def test_recovers_an_interrupted_write_before_planning(
+    tree: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    notes = ["pdguard: repaired an interrupted write in somewhere: rolled back"]
+    seen: list[Path] = []
+    monkeypatch.setattr(writer, "recover", lambda d: seen.append(Path(d)) or notes)
+    code, _, err = run_main(capsys, "apply", "--check", tree)
+    assert code == 1
+    assert seen == [tree]
+    assert err == notes[0] + "\n"
 
 
 @pytest.mark.parametrize(("flags", "written"), [((), True), (("--check",), False)])
@@ -139,9 +190,10 @@ def test_json_report(
     }
     assert payload["target"] == str(tree)
     assert payload["sglang_version"] == VERSION
-    assert payload["files_changed"] == [PREFILL_REL]
+    assert payload["files_changed"] == [shown(tree)]
     assert payload["written"] is written
-    assert payload["fixes"] == {INFLIGHT: "applied", SENDER: "not-applicable"}
+    status = "applied" if written else "would-apply"  # a dry run never says applied
+    assert payload["fixes"] == {INFLIGHT: status, SENDER: "not-applicable", **DECODE_NA}
     assert isinstance(payload["notes"], dict)
     assert all(isinstance(v, str) for v in payload["notes"].values())
 
@@ -151,7 +203,7 @@ def test_json_report_after_apply(tree: Path, capsys: pytest.CaptureFixture[str])
     code, out, _ = run_main(capsys, "apply", "--format", "json", tree)
     assert code == 0
     payload = json.loads(out)
-    assert payload["fixes"] == {INFLIGHT: "present", SENDER: "not-applicable"}
+    assert payload["fixes"] == {INFLIGHT: "present", SENDER: "not-applicable", **DECODE_NA}
     assert payload["files_changed"] == []
 
 
@@ -261,7 +313,9 @@ def test_refused_fix(tmp_path: Path, capsys: pytest.CaptureFixture[str], mode) -
     before = snapshot(tree)
     code, out, err = run_main(capsys, "apply", *mode, tree)
     assert code == 2
-    line = one_error_line(err)
+    line = one_error_line(
+        "\n".join(e for e in err.splitlines() if e.startswith("pdguard: error: "))
+    )
     assert "refused" in line
     assert re.search(r"prefill\.py:\d+: ", line), line
     raise_line = (
@@ -270,14 +324,16 @@ def test_refused_fix(tmp_path: Path, capsys: pytest.CaptureFixture[str], mode) -
         .index('                raise Exception("Transferring failed")')
     )
     assert f"{PREFILL_REL}:{raise_line + 1}:" in line
-    assert statuses(out)[INFLIGHT] == "refused"
+    report = err if mode == ("--diff",) else out  # with --diff, stdout is the patch alone
+    assert statuses(report)[INFLIGHT] == "refused"
     assert "--- a/" not in out
     assert snapshot(tree) == before
 
 
-def test_refused_fix_json(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+@pytest.mark.parametrize("mode", [(), ("--check",), ("--diff",)])
+def test_refused_fix_json(tmp_path: Path, capsys: pytest.CaptureFixture[str], mode) -> None:
     tree = make_tree(tmp_path / "tree", failed_branch_raises=True)
-    code, out, err = run_main(capsys, "apply", "--format", "json", tree)
+    code, out, err = run_main(capsys, "apply", *mode, "--format", "json", tree)
     assert code == 2
     one_error_line(err)
     payload = json.loads(out)
@@ -285,6 +341,7 @@ def test_refused_fix_json(tmp_path: Path, capsys: pytest.CaptureFixture[str]) ->
     assert payload["written"] is False
     assert payload["files_changed"] == []
     assert INFLIGHT in payload["notes"]
+    assert "applied" not in payload["fixes"].values()  # nothing was written
 
 
 @pytest.mark.parametrize("mode", [(), ("--check",)])
@@ -523,3 +580,25 @@ def test_help_subprocess() -> None:
     assert done.stdout.startswith("usage: pdguard")
     assert "apply" in done.stdout
     assert done.stderr == ""
+
+
+@pytest.mark.parametrize(
+    ("name", "content", "why"),
+    [
+        ("pyproject.toml", "[tool.isort\nprofile = 'black'\n", "TOMLDecodeError"),
+        ("pyproject.toml", "[tool.isort]\nprofile = 'nosuch'\n", "nosuch"),
+        ("setup.cfg", "[isort]\nline_length = abc\n", "abc"),
+        (".isort.cfg", "[settings]\nprofile = nosuch\n", "nosuch"),
+    ],
+)
+@pytest.mark.parametrize("mode", [(), ("--check",)])
+def test_malformed_isort_settings_are_one_error_line(
+    tree: Path, capsys: pytest.CaptureFixture[str], name: str, content: str, why: str, mode
+) -> None:
+    (tree / name).write_text(content)
+    before = snapshot(tree)
+    code, out, err = run_main(capsys, "apply", *mode, tree)
+    assert (code, out) == (2, "")
+    line = one_error_line(err)
+    assert f"{tree / name}: cannot read its isort settings" in line and why in line, line
+    assert snapshot(tree) == before

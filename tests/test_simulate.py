@@ -28,6 +28,16 @@ from tests.snippets import TOY_PREFILL, make_toy
 
 # fail without an inflight deadline
 WEDGE_ROWS = {"wedge", "requeued-wedge", "skewed-ranks", "deadline-120s"}
+# Issue 10's paths: the patch pdguard writes today fails some of them on purpose (they show its
+# problems); tests/test_simulate_paths.py covers their mechanics. Left out of "patched passes".
+PATH_ROWS = {
+    "success-at-deadline",
+    "decode-memory-wait",
+    "optimistic-requeue",
+    "parked-bootstrap",
+    "pp-stages",
+}
+MAIN_ROWS = [name for name in simulate.NAMES if name not in PATH_ROWS]
 
 
 def _toy(tmp_path: Path, text: str = TOY_PREFILL, patched: bool = False) -> Path:
@@ -204,7 +214,9 @@ def test_unpatched_release_shows_the_wedge(release, capsys: pytest.CaptureFixtur
 @pytest.mark.releases
 def test_patched_release_passes(patched_release, capsys: pytest.CaptureFixture[str]) -> None:
     release, root = patched_release
-    code = main(["simulate", str(root), "--format", "json"])
+    code = main(
+        ["simulate", str(root), "--format", "json", *(f"--scenario={n}" for n in MAIN_ROWS)]
+    )
     rows = {s["name"]: s for s in json.loads(capsys.readouterr().out)["scenarios"]}
     assert code == 0, {name: row["observed"] for name, row in rows.items()}
     expected = "n/a" if release.family in NIXL_NEVER_BOOTSTRAPPING else "pass"
@@ -265,7 +277,7 @@ def test_a_per_rank_deadline_diverges(version: str, tmp_path: Path) -> None:
 @pytest.mark.releases
 def test_more_ranks_and_a_nixl_sender_with_its_own_code(tmp_path: Path) -> None:
     root = patched_copy("0.5.14", tmp_path / "sglang")
-    report = simulate.run(open_tree(root), ranks=4)
+    report = simulate.run(open_tree(root), ranks=4, names=MAIN_ROWS)
     assert report.passed
     bootstrap = _row(report, "bootstrap-wedge")
     assert f"deadline {scenarios.BOOTSTRAP_TIMEOUT + 0.1:g} s" in bootstrap.observed

@@ -34,12 +34,26 @@ import pytest
 from pdguard import __version__
 from pdguard.cli import main
 from pdguard.commands.check import check_tree
+from pdguard.fixes import FIXES as FIX_UNITS
 from pdguard.tree import open_tree
 from pdguard.vendor_sglang import fetch_release
-from tests.helpers import APPLY_STATUSES, FIXES, RELEASES, copy_as_checkout
+from tests.helpers import (
+    APPLY_STATUSES,
+    FIXES,
+    RELEASES,
+    commit_releases,
+    git,
+    init_repo,
+    pdguard,
+)
+from tests.test_decode_fixes import decode_expected
 
 pytestmark = pytest.mark.releases
 
+# Every fix verify reports on: the prefill pair (FIXES), then the decode fixes (issue 11), whose
+# statuses follow the decode families (tests.test_decode_fixes.decode_expected).
+ALL_FIXES = tuple(fix.name for fix in FIX_UNITS)
+DECODE_FIXES = ALL_FIXES[len(FIXES) :]
 STATUSES = {"carried", "upstream", "applicable", "drifted", "not-applicable"}
 FINDING_KEYS = {"code", "path", "line", "col", "symbol", "message"}
 # The prefill rules, which the fixes verify and carry are about. The decode rules (PDG006,
@@ -52,6 +66,7 @@ def _prefill_findings(report: dict) -> list[dict]:
 
 
 PREFILL = "python/sglang/srt/disaggregation/prefill.py"
+DECODE = "python/sglang/srt/disaggregation/decode.py"
 INFLIGHT = "process_disagg_prefill_inflight_queue"
 
 # What an unpatched release is, per shape family (README, "Release families"): what apply
@@ -76,20 +91,6 @@ FORK_REFS = {
     "renamed": ("drifted", "upstream"),
     "main": ("applicable", "upstream"),  # HEAD's commit, not the patched working tree
 }
-
-
-def git(repo: Path, *args: str, env: dict[str, str] | None = None) -> str:
-    done = subprocess.run(
-        ["git", "-C", str(repo), *args], check=True, capture_output=True, text=True, env=env
-    )
-    return done.stdout.strip()
-
-
-def pdguard(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
-    """The whole command, as a user runs it (stderr a pipe: never a terminal)."""
-    return subprocess.run(
-        [sys.executable, "-m", "pdguard", *args], capture_output=True, text=True, env=env
-    )
 
 
 def snapshot(repo: Path) -> dict[str, object]:
@@ -119,12 +120,7 @@ class Upstream:
 
 
 def _release_commits(repo: Path) -> None:
-    (repo / "README.md").write_text("SGLang, as upstream lays it out (python/sglang/)\n")
-    for release in RELEASES:
-        copy_as_checkout(release.version, repo)
-        git(repo, "add", "-A")
-        git(repo, "commit", "-q", "-m", f"sglang {release.version}")
-        git(repo, "tag", "-a", "-m", f"release {release.version}", f"v{release.version}")
+    commit_releases(repo, [release.version for release in RELEASES])
 
 
 def _fork_refs(repo: Path) -> None:
@@ -191,17 +187,7 @@ def _make_dirty(repo: Path) -> None:
 
 @pytest.fixture(scope="session")
 def upstream(tmp_path_factory: pytest.TempPathFactory) -> Upstream:
-    repo = tmp_path_factory.mktemp("verify") / "sglang"
-    repo.mkdir()
-    git(repo, "init", "-q", "-b", "main")
-    for key, value in {
-        "user.name": "Test Maintainer",
-        "user.email": "maintainer@example.com",
-        "commit.gpgsign": "false",
-        "tag.gpgsign": "false",
-        "core.autocrlf": "false",
-    }.items():
-        git(repo, "config", key, value)
+    repo = init_repo(tmp_path_factory.mktemp("verify") / "sglang")
     _release_commits(repo)
     _fork_refs(repo)
     _make_dirty(repo)
@@ -248,15 +234,25 @@ def test_verify_json_shape(upstream: Upstream, verified: Verified) -> None:
     assert isinstance(data, list)
     assert verified.order == list(FORK_REFS) + sorted(TAGS)  # --ref order, then tags sorted
     for report in data:
-        assert set(report) == {"ref", "commit", "sglang_version", "fixes", "notes", "findings"}
+        assert set(report) == {
+            "ref",
+            "commit",
+            "sglang_version",
+            "fixes",
+            "notes",
+            "findings",
+            "error",
+        }
+        assert report["error"] is None
         assert report["commit"] == upstream.sha(report["ref"])
-        assert tuple(report["fixes"]) == FIXES
+        assert tuple(report["fixes"]) == ALL_FIXES  # the decode fixes too (issue 11)
         assert set(report["fixes"].values()) <= STATUSES
         assert all(isinstance(k, str) and isinstance(v, str) for k, v in report["notes"].items())
         for finding in report["findings"]:
             assert set(finding) == FINDING_KEYS
             assert re.fullmatch(r"PDG\d{3}", finding["code"])
-            assert finding["path"].startswith("sglang/srt/disaggregation/")
+            # relative to the repository root, as the files are in a checkout
+            assert finding["path"].startswith("python/sglang/srt/disaggregation/")
             assert isinstance(finding["line"], int) and finding["line"] > 0
 
 
@@ -266,6 +262,9 @@ def test_verify_tags_per_family(verified: Verified) -> None:
         assert report["sglang_version"] == release.version
         statuses = tuple(report["fixes"][f] for f in FIXES)
         assert statuses == EXPECTED[release.family], (tag, report["notes"])
+        # The decode fixes (issue 11), by decode range.
+        decode = {f: VERIFY_STATUS[s] for f, s in decode_expected(release.version).items()}
+        assert {f: report["fixes"][f] for f in DECODE_FIXES} == decode, (tag, report["notes"])
         assert report["findings"], f"{tag}: an unpatched release has findings"
         if release.family == "F1":
             note = report["notes"]["inflight-deadline"]
@@ -280,7 +279,7 @@ def test_verify_fork_refs(verified: Verified) -> None:
             assert _prefill_findings(report) == [], ref
     assert verified.reports["fork-merged"]["sglang_version"] == "0.5.14"
     moved = verified.reports["moved"]["notes"]["inflight-deadline"]
-    assert f"moved:{PREFILL}" in moved and "missing" in moved
+    assert PREFILL in moved and "missing" in moved and "moved:" not in moved
     renamed = verified.reports["renamed"]["notes"]["inflight-deadline"]
     assert INFLIGHT in renamed and "prefill.py" in renamed
 
@@ -290,6 +289,7 @@ def test_verify_findings_are_those_of_check(verified: Verified) -> None:
         result = check_tree(open_tree(fetch_release(version)))
         expected = [
             {k: getattr(f, k) for k in ("code", "path", "line", "col", "symbol", "message")}
+            | {"path": f"python/{f.path}"}
             for f in result.findings
         ]
         assert verified.reports[f"v{version}"]["findings"] == expected
@@ -300,18 +300,32 @@ def test_verify_exit_codes_and_formats(upstream: Upstream, capsys) -> None:
     good = ["--ref", "fork", "--ref", "fork-reapplied"]
     assert main(["verify", "--repo", repo, *good, "--jobs", "1"]) == 0
     out = capsys.readouterr().out.splitlines()
-    assert out[0].split() == ["REF", "COMMIT", "VERSION", *FIXES, "FINDINGS"]
-    # FINDINGS 2: PDG006 on 0.4.7's Mooncake and NIXL receivers (the fixes are prefill-side)
-    assert out[1].split() == ["fork", upstream.sha("fork")[:12], "0.4.7", "carried", "carried", "2"]
+    assert out[0].split() == ["REF", "COMMIT", "VERSION", *ALL_FIXES, "FINDINGS"]
+    # Issue 11: carry now also carries the receiver timeout onto 0.4.7 (its PDG006 findings on
+    # Mooncake and NIXL are gone: FINDINGS 0), and 0.4.7 has no decode queue to bound.
+    assert out[1].split() == [
+        "fork",
+        upstream.sha("fork")[:12],
+        "0.4.7",
+        "carried",
+        "carried",
+        "carried",
+        "upstream",
+        "0",
+    ]
     assert len(out) == 3  # notes only for statuses that need a word
 
     assert main(["verify", "--repo", repo, "--tags", "v0.4.6", "--format", "github"]) == 1
     out = capsys.readouterr().out.splitlines()
-    assert len(out) == 2
     assert out[0].startswith("::error title=pdguard verify v0.4.6::inflight-deadline drifted: ")
     assert "raises" in out[0]
     assert out[1].startswith(
         "::warning title=pdguard verify v0.4.6::sender-bootstrap-timeout applicable: "
+    )
+    # Issue 11: the receiver timeout is refused on 0.4.6 too (a decode Failed poll raises).
+    assert len(out) == 3
+    assert out[2].startswith(
+        "::error title=pdguard verify v0.4.6::receiver-waiting-timeout drifted: "
     )
 
 
@@ -353,15 +367,15 @@ def test_verify_pypi_agrees_with_the_tag(verified: Verified, capsys) -> None:
     [report] = json.loads(capsys.readouterr().out)
     tag = verified.reports[f"v{version}"]
     assert report["ref"] == version and report["commit"] is None
-    assert report["fixes"] == tag["fixes"] and report["findings"] == tag["findings"]
+    assert report["fixes"] == tag["fixes"]
+    # a wheel's paths are relative to its root (sglang/...), a tag's to the repository's
+    assert [f | {"path": f"python/{f['path']}"} for f in report["findings"]] == tag["findings"]
 
 
 # --- errors ------------------------------------------------------------------------------------
 
 
 ERRORS = {
-    "verify-unknown-ref": (["verify", "--ref", "no-such-ref"], "no-such-ref: unknown ref"),
-    "verify-no-tree": (["verify", "--ref", "fork", "--ref", "docs"], "docs: no SGLang tree"),
     "verify-no-tag": (["verify", "--tags", "release-*"], "no tag matches 'release-*'"),
     "verify-not-a-repo": (["verify", "--ref", "fork", "--repo", "{tmp}"], "not a git repo"),
     "carry-unknown-ref": (["carry", "--onto", "nope", "--branch", "x"], "nope: unknown ref"),
@@ -371,7 +385,32 @@ ERRORS = {
         "not a git repo",
     ),
     "carry-refused": (["carry", "--onto", "v0.4.6", "--branch", "x"], "inflight-deadline refused"),
-    "carry-bad-branch": (["carry", "--onto", "v0.4.7", "--branch", "a..b"], "not a valid branch"),
+    **{
+        f"carry-bad-branch-{name}": (
+            ["carry", "--onto", "v0.4.7", f"--branch={name}"],
+            "not a valid branch name",
+        )
+        for name in (
+            "a..b",
+            "HEAD",
+            "@",
+            "@{-1}",
+            "refs/heads/x",
+            "a b",
+            "a~1",
+            "a^b",
+            "a:b",
+            "a?b",
+            "a*b",
+            "a[b",
+            "a\\b",
+            "x.lock",
+            "-x",
+            "a/",
+            ".a",
+            "a//b",
+        )
+    },
 }
 
 
@@ -414,7 +453,8 @@ def test_carry_commits_the_fixed_tree(upstream: Upstream, tmp_path: Path, capsys
     assert capsys.readouterr().out.startswith(f"carry-0.5.18 -> {new[:12]} (on v0.5.18)")
     assert snapshot(repo) == before  # HEAD, branch, index, working tree, stash
     assert git(repo, "rev-parse", f"{new}^@") == upstream.sha("v0.5.18")  # one parent
-    assert git(repo, "diff", "--name-only", "v0.5.18", new) == PREFILL
+    # Issue 11: decode-queue-bound patches decode.py too.
+    assert git(repo, "diff", "--name-only", "v0.5.18", new).split() == [DECODE, PREFILL]
     message = git(repo, "log", "-1", "--format=%B", new)
     assert "onto v0.5.18" in message and f"pdguard {__version__}" in message
     assert "inflight-deadline: applied" in message
@@ -431,6 +471,8 @@ def test_carry_commits_the_fixed_tree(upstream: Upstream, tmp_path: Path, capsys
     assert report["fixes"] == {
         "inflight-deadline": "carried",
         "sender-bootstrap-timeout": "upstream",
+        "receiver-waiting-timeout": "upstream",  # issue 11
+        "decode-queue-bound": "carried",  # issue 11
     }
     assert _prefill_findings(report) == []
 
@@ -532,3 +574,120 @@ def test_carry_reports_a_failing_git_in_one_line(upstream: Upstream) -> None:
     assert line.startswith("pdguard: error: git commit-tree failed: fatal: "), line
     assert git(upstream.path, "branch", "--list", "no-name") == ""
     assert snapshot(upstream.path) == before
+
+
+def test_carry_accepts_a_valid_slashed_branch_name(upstream: Upstream) -> None:
+    proc = pdguard(
+        "carry", "--repo", str(upstream.path), "--onto", "v0.5.17", "--branch", "pdguard/v0.5.17"
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert git(upstream.path, "rev-parse", "--verify", "refs/heads/pdguard/v0.5.17")
+    git(upstream.path, "branch", "-D", "pdguard/v0.5.17")
+
+
+# --- verify: a ref that errors is a row; the others are still reported ----------------------
+
+
+def _broken_refs(repo: Path) -> dict[str, str]:
+    """In ``repo``: a tag that points at a tree, and a commit whose prefill.py blob is missing
+    (as in a shallow or partial clone). Returns ref -> the expected reason."""
+    if not git(repo, "tag", "--list", "tree-tag"):
+        git(repo, "tag", "tree-tag", "v0.4.7^{tree}")
+    return {
+        "tree-tag": "tree-tag: points at a tree, not a commit",
+        "docs": "docs: no SGLang tree at that ref",
+        "no-such-ref": "no-such-ref: unknown ref",
+    }
+
+
+@pytest.mark.parametrize("fmt", ["text", "json", "github"])
+def test_verify_reports_errored_refs_as_rows(upstream: Upstream, fmt: str) -> None:
+    broken = _broken_refs(upstream.path)
+    refs = ["fork", *broken]
+    proc = pdguard(
+        "verify",
+        "--repo",
+        str(upstream.path),
+        *(a for r in refs for a in ("--ref", r)),
+        "--format",
+        fmt,
+    )
+    assert proc.returncode == 2
+    errors = proc.stderr.splitlines()
+    assert len(errors) == len(broken)
+    for line, why in zip(errors, broken.values(), strict=True):
+        assert line.startswith("pdguard: error: ") and why in line, line
+    if fmt == "json":
+        reports = {r["ref"]: r for r in json.loads(proc.stdout)}
+        assert list(reports) == refs
+        assert reports["fork"]["error"] is None
+        fork = reports["fork"]["fixes"]
+        assert {fork[name] for name in FIXES} == {"carried"}  # the prefill fixes it carries
+        assert set(fork.values()) <= {"carried", "upstream"}  # the decode ones: per family
+        for ref, why in broken.items():
+            assert why in reports[ref]["error"]
+            assert set(reports[ref]["fixes"].values()) == {"error"}
+    elif fmt == "text":
+        rows = {line.split()[0]: line.split() for line in proc.stdout.splitlines()[1:5]}
+        assert rows["fork"][3:5] == ["carried", "carried"]
+        for ref in broken:
+            assert rows[ref][3:5] == ["error", "error"]
+            assert any(line.startswith(f"{ref}: error: ") for line in proc.stdout.splitlines())
+    else:
+        for ref in broken:
+            assert f"::error title=pdguard verify {ref}::error: " in proc.stdout
+
+
+def test_verify_missing_git_objects_are_an_error_row(upstream: Upstream, tmp_path: Path) -> None:
+    clone = tmp_path / "partial"
+    subprocess.run(
+        ["git", "clone", "-q", "--no-local", "--no-checkout", str(upstream.path), str(clone)],
+        check=True,
+    )
+    blob = git(clone, "rev-parse", f"v0.4.7:{PREFILL}")
+    git(clone, "repack", "-a", "-d", "-q")
+    # drop that one blob: rewrite the pack without it
+    objects = git(clone, "cat-file", "--batch-all-objects", "--batch-check=%(objectname)")
+    keep = "\n".join(o for o in objects.splitlines() if o != blob) + "\n"
+    pack_dir = clone / ".git/objects/pack"
+    old = list(pack_dir.iterdir())
+    subprocess.run(
+        ["git", "-C", str(clone), "pack-objects", "-q", str(pack_dir / "pack")],
+        input=keep,
+        text=True,
+        check=True,
+        capture_output=True,
+    )
+    for path in old:
+        path.unlink()
+    proc = pdguard(
+        "verify", "--repo", str(clone), "--ref", "v0.4.7", "--ref", "v0.5.14", "--format", "json"
+    )
+    assert proc.returncode == 2, proc.stderr
+    reports = {r["ref"]: r for r in json.loads(proc.stdout)}
+    assert "missing" in reports["v0.4.7"]["error"] and blob[:12] in reports["v0.4.7"]["error"]
+    assert reports["v0.5.14"]["error"] is None
+    [line] = proc.stderr.splitlines()
+    assert line.startswith("pdguard: error: v0.4.7:") and "missing" in line
+
+
+def test_verify_exit_zero_and_output_file(upstream: Upstream, tmp_path: Path) -> None:
+    out = tmp_path / "verify.json"
+    args = ["verify", "--repo", str(upstream.path), "--ref", "v0.4.7"]
+    proc = pdguard(*args, "--format", "json", "--output-file", str(out), "--exit-zero")
+    assert (proc.returncode, proc.stdout, proc.stderr) == (0, "", "")
+    assert json.loads(out.read_text())[0]["fixes"]["inflight-deadline"] == "applicable"
+    assert pdguard(*args, "--ref", "docs", "--exit-zero").returncode == 2  # errors stay 2
+
+
+def test_verify_malformed_isort_settings_is_an_error(upstream: Upstream, tmp_path: Path) -> None:
+    repo = tmp_path / "bad-settings"
+    subprocess.run(["git", "clone", "-q", str(upstream.path), str(repo)], check=True)
+    git(repo, "checkout", "-q", "-b", "bad", "v0.5.14")
+    (repo / "python/pyproject.toml").write_text("[tool.isort\nprofile = 'black'\n")
+    git(repo, "add", "-A")
+    git(repo, "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-q", "-m", "bad toml")
+    proc = pdguard("verify", "--repo", str(repo), "--ref", "bad", "--ref", "v0.5.14")
+    assert proc.returncode == 2
+    [line] = proc.stderr.splitlines()
+    assert "bad:python/pyproject.toml: cannot read its isort settings" in line, line

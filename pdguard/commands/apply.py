@@ -9,13 +9,14 @@ import json
 import sys
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from ..errors import RefusedError, UsageError
 from ..fixes import FIXES, Fix, Outcome, Status
 from ..sglang_names import DISAGGREGATION_DIR, INFLIGHT_TIMEOUT_ENV
 from ..source_file import SourceFile
 from ..tree import DirectoryTree, SourceTree, installed_tree, open_tree
-from .base import EXIT_CHANGES, EXIT_OK, add_format
+from .base import EXIT_CHANGES, EXIT_OK, add_format, add_output_file, emit, relative
 
 NAME = "apply"
 HELP = "apply the fixes to an SGLang tree"
@@ -31,12 +32,22 @@ fixes:
 TARGET may be a checkout root (python/sglang/...), an `sglang` package directory, or
 any directory holding {DISAGGREGATION_DIR}.
 
-statuses: {", ".join(s.value for s in Status)}
+statuses: {", ".join(s.value for s in Status)}, {WOULD_APPLY}
   (present: pdguard's fix is already there; upstream: the release already does it;
-  refused: the note says why, and nothing is written)
+  refused: the note says why, and nothing is written; {WOULD_APPLY}: the fix is planned
+  but nothing was written: --check, --diff, or another fix was refused)
 
-exit codes: 0 done or nothing to do; 1 with --check when a change is needed;
-2 error (not SGLang, a file that does not parse, a refused fix): nothing is written.
+Paths in the report and the diff are relative to the current directory.
+--diff prints a unified diff on stdout and the report on stderr (text), or the diff
+inside the JSON report (--format json: key "diff"). Like ruff, it exits 1 when there
+is a diff.
+
+Before planning, apply repairs what a run killed mid-write left in the tree (its
+journal, see README); what it repaired is printed on stderr.
+
+exit codes: 0 done or nothing to do; 1 with --check or --diff when a change is needed;
+2 error (not SGLang, a file that does not parse, a refused fix, an --output-file that
+cannot be written): nothing is written.
 
 environment of the patched SGLang:
   {INFLIGHT_TIMEOUT_ENV}  seconds in the inflight queue before a
@@ -64,15 +75,23 @@ class ApplyResult:
         name, outcome = next(iter(self.refused.items()))
         return outcome.refusal(name, self.tree)
 
+    def shown(self, rel: str) -> str:
+        """File ``rel`` as the report names it: relative to the current directory for a tree on
+        disk (``python/sglang/srt/...`` at a checkout's root), as the tree says otherwise."""
+        if isinstance(self.tree, DirectoryTree):
+            return Path(relative(self.tree.base / rel)).as_posix()
+        return self.tree.display(rel)
+
     def diff(self) -> str:
         chunks: list[str] = []
         for rel, new in self.changes.items():
+            shown = self.shown(rel)
             chunks.extend(
                 difflib.unified_diff(
                     self.originals[rel].text.splitlines(keepends=True),
                     new.text.splitlines(keepends=True),
-                    fromfile=f"a/{rel}",
-                    tofile=f"b/{rel}",
+                    fromfile=f"a/{shown}",
+                    tofile=f"b/{shown}",
                 )
             )
         return "".join(chunks)
@@ -134,7 +153,7 @@ def _recheck(
         texts.update({rel: new.text for rel, new in changes.items()})
         project = type(project)(texts)
     codes = sorted({code for fix in fixes for code in fix.rules})
-    findings, _ = check_project(tree, project, codes)
+    findings = check_project(tree, project, codes).findings
     for fix in fixes:
         mine = [f for f in findings if f.code in fix.rules]
         if not mine:
@@ -188,31 +207,43 @@ def write(result: ApplyResult) -> None:
 # -- output ---------------------------------------------------------------------------------
 
 
-def as_json(result: ApplyResult, *, written: bool) -> str:
-    payload = {
+WOULD_APPLY = "would-apply"  # a dry run's (or a refused run's) word for `applied`
+
+
+def shown_status(status: Status, *, written: bool) -> str:
+    """``applied`` only when the fix was written; ``would-apply`` otherwise."""
+    return WOULD_APPLY if status is Status.APPLIED and not written else status.value
+
+
+def as_json(result: ApplyResult, *, written: bool, diff: str | None = None) -> str:
+    payload: dict[str, object] = {
         "target": result.tree.label,
         "sglang_version": result.sglang_version,
-        "files_changed": sorted(result.changes),
+        "files_changed": sorted(result.shown(rel) for rel in result.changes),
         "written": written,
-        "fixes": {name: outcome.status.value for name, outcome in result.outcomes.items()},
+        "fixes": {
+            name: shown_status(outcome.status, written=written)
+            for name, outcome in result.outcomes.items()
+        },
         "notes": {name: outcome.note for name, outcome in result.outcomes.items() if outcome.note},
     }
+    if diff is not None:
+        payload["diff"] = diff
     return json.dumps(payload, indent=2)
 
 
-def text(result: ApplyResult, *, written: bool) -> str:
+def text(result: ApplyResult, *, written: bool, diff: str | None = None) -> str:
     version = result.sglang_version or "version unknown"
     lines = [f"{result.tree.label} (sglang {version})"]
     width = max(len(name) for name in result.outcomes)
     for name, outcome in result.outcomes.items():
-        status = outcome.status.value
-        if status == "applied" and not written:
-            status = "would apply"
+        status = shown_status(outcome.status, written=written)
         note = f"  {outcome.note}" if outcome.note else ""
         lines.append(f"  {name:<{width}}  {status}{note}")
     if result.changes:
         verb = "changed" if written else "would change"
-        lines.append(f"{len(result.changes)} file(s) {verb}: " + ", ".join(sorted(result.changes)))
+        shown = sorted(result.shown(rel) for rel in result.changes)
+        lines.append(f"{len(shown)} file(s) {verb}: " + ", ".join(shown))
     elif not result.refused:
         lines.append("nothing to change")
     return "\n".join(lines)
@@ -233,7 +264,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="patch the sglang importable by this Python (found without importing it)",
     )
     mode = parser.add_mutually_exclusive_group()
-    mode.add_argument("--diff", action="store_true", help="print a unified diff; write nothing")
+    mode.add_argument(
+        "--diff",
+        action="store_true",
+        help="write nothing; print a unified diff (in the JSON with --format json); "
+        "exit 1 if there is one",
+    )
     mode.add_argument(
         "--check", action="store_true", help="write nothing; exit 1 if anything would change"
     )
@@ -246,21 +282,44 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--ignore", action="append", metavar="FIXES", help="leave these fixes out")
     add_format(parser, FORMATS)
+    add_output_file(parser, "apply.json")
+
+
+def _recover(tree: SourceTree) -> None:
+    """Repair what a run killed mid-write left in the tree before reading it; say so."""
+    if not isinstance(tree, DirectoryTree):
+        return
+    from ..writer import recover
+
+    for note in recover(tree.base):
+        print(note, file=sys.stderr)
+
+
+def _report(args: argparse.Namespace, report: str) -> None:
+    """The report: to --output-file, else stdout; with --diff in text, stdout is the patch
+    alone (``pdguard apply . --diff | git apply``) and the report goes to stderr."""
+    if args.diff and args.format == "text" and args.output_file is None:
+        print(report, file=sys.stderr)
+    else:
+        emit(report, args.output_file)
 
 
 def run(args: argparse.Namespace) -> int:
     tree = installed_tree() if args.installed else open_tree(args.target)
     render = FORMATS[args.format]
+    _recover(tree)
     result = plan(tree, select_fixes(args.select, args.ignore))
     if result.refused:
-        print(render(result, written=False))
+        _report(args, render(result, written=False))
         raise RefusedError(result.refusal())
     dry_run = args.diff or args.check
     if not dry_run and result.changes:
         write(result)
-    if args.diff and result.changes:
-        sys.stdout.write(result.diff())
-    print(render(result, written=not dry_run))
-    if args.check and result.changes:
+    report = render(result, written=not dry_run, diff=result.diff() if args.diff else None)
+    if args.diff and args.format == "text":
+        sys.stdout.write(result.diff())  # a patch on stdout; the report on stderr
+        sys.stdout.flush()
+    _report(args, report)
+    if (args.check or args.diff) and result.changes:
         return EXIT_CHANGES
     return EXIT_OK

@@ -14,11 +14,23 @@ loads LibCST), so building the parser stays cheap.
 from __future__ import annotations
 
 import argparse
+import os
 from collections.abc import Mapping
 
-from ..errors import EXIT_CHANGES, EXIT_ERROR, EXIT_OK
+from ..errors import EXIT_CHANGES, EXIT_ERROR, EXIT_OK, UsageError
 
-__all__ = ["EXIT_CHANGES", "EXIT_ERROR", "EXIT_OK", "add_format", "github_escape", "positive"]
+__all__ = [
+    "EXIT_CHANGES",
+    "EXIT_ERROR",
+    "EXIT_OK",
+    "add_exit_zero",
+    "add_format",
+    "add_output_file",
+    "emit",
+    "github_escape",
+    "positive",
+    "relative",
+]
 
 # Old format names still accepted (not shown in --help): verify's and simulate's `table`.
 DEPRECATED_FORMATS = {"table": "text"}
@@ -42,6 +54,46 @@ def add_format(
         metavar="{" + ",".join(names) + "}",
         help=f"output format (default: {default})",
     )
+
+
+def add_output_file(parser: argparse.ArgumentParser, example: str = "report.json") -> None:
+    """``--output-file PATH``: write the report there instead of stdout (as ruff does)."""
+    parser.add_argument(
+        "--output-file",
+        "-o",
+        metavar="PATH",
+        help=f"write the report to PATH instead of stdout (e.g. {example})",
+    )
+
+
+def add_exit_zero(parser: argparse.ArgumentParser, what: str = "there are findings") -> None:
+    parser.add_argument(
+        "--exit-zero",
+        action="store_true",
+        help=f"exit 0 even when {what} (errors still exit 2)",
+    )
+
+
+def emit(output: str, output_file: str | None = None) -> None:
+    """The report: on stdout, or into ``output_file`` (created or replaced; a file that cannot
+    be written is one error line, exit 2). Nothing is printed for an empty report on stdout."""
+    if output_file is None:
+        if output:
+            print(output)
+        return
+    try:
+        with open(output_file, "w", encoding="utf-8", newline="\n") as handle:
+            handle.write(output + "\n" if output else "")
+    except OSError as exc:
+        raise UsageError(f"{output_file}: cannot write the report: {exc.strerror or exc}") from exc
+
+
+def relative(path: str | os.PathLike[str]) -> str:
+    """A file as reports name it (check, apply): relative to the current directory."""
+    try:
+        return os.path.relpath(path)
+    except ValueError:  # another drive (Windows)
+        return os.fspath(path)
 
 
 def positive(value: str) -> int:

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from .. import __version__
-from ..errors import RefusedError, TargetError
+from ..errors import RefusedError, TargetError, UsageError
 from .apply import ApplyResult, plan
 from .base import EXIT_OK
 
@@ -29,8 +29,13 @@ DESCRIPTION = (
 
 def epilog() -> str:
     return """\
+The commit message lists each fix's status and the changed files, relative to the
+repository root (python/sglang/srt/...). Only git objects and a private index are
+used: HEAD, the index, the working tree and the checked-out branch stay as they are.
+
 exit codes: 0 committed, or the ref already carries every fix (nothing committed);
-2 error (not a git repo, unknown ref, an existing branch without --force, a refused fix).
+2 error (not a git repo, unknown ref, an invalid branch name, an existing branch
+without --force, a refused fix, a git command that fails).
 """
 
 
@@ -61,12 +66,9 @@ def carry(repo_path: str, onto: str, branch: str, *, force: bool = False) -> Car
     from ..git_tree import open_git_tree, open_repo
 
     repo = open_repo(repo_path)
+    check_branch_name(repo, branch)
     tree = open_git_tree(repo, onto)
     head_name = f"refs/heads/{branch}"
-    try:
-        repo.git.check_ref_format(head_name)
-    except git.GitCommandError as exc:
-        raise TargetError(f"{branch}: not a valid branch name") from exc
     exists = branch in repo.heads
     if exists and not force:
         raise TargetError(f"branch {branch} exists (use --force to move it)")
@@ -113,6 +115,28 @@ def carry(repo_path: str, onto: str, branch: str, *, force: bool = False) -> Car
     return CarryResult(result, branch, new_commit)
 
 
+def check_branch_name(repo: git.Repo, branch: str) -> None:
+    """Refuse a name git would refuse for a branch (``git check-ref-format --branch``), and the
+    names it would take but mean something else: ``HEAD``, ``@`` (and any ``@{...}``, which git
+    expands), a full ref (``refs/heads/x`` would become ``refs/heads/refs/heads/x``), and a name
+    that starts with ``-``."""
+    import git
+
+    valid = bool(branch) and branch not in ("HEAD", "@") and not branch.startswith(("refs/", "-"))
+    if valid:
+        try:
+            expanded = repo.git.check_ref_format("--branch", branch)
+            repo.git.check_ref_format(f"refs/heads/{branch}")
+            valid = expanded.strip() == branch  # `@{-1}`, `@` expand to another branch
+        except git.GitCommandError:
+            valid = False
+    if not valid:
+        raise UsageError(
+            f"--branch {branch!r}: not a valid branch name (as `git check-ref-format --branch` "
+            "judges it; HEAD, @ and refs/... are refused too)"
+        )
+
+
 def _identity(repo: git.Repo) -> dict[str, str]:
     import git
 
@@ -136,10 +160,26 @@ def _identity(repo: git.Repo) -> dict[str, str]:
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--repo", required=True, metavar="PATH")
-    parser.add_argument("--onto", required=True, metavar="REF")
-    parser.add_argument("--branch", required=True, metavar="NAME")
-    parser.add_argument("--force", action="store_true", help="move the branch if it exists")
+    parser.add_argument(
+        "--repo", required=True, metavar="PATH", help="the git repository holding SGLang"
+    )
+    parser.add_argument(
+        "--onto",
+        required=True,
+        metavar="REF",
+        help="the ref whose tree gets the fixes; the new commit's parent (e.g. v0.5.23)",
+    )
+    parser.add_argument(
+        "--branch",
+        required=True,
+        metavar="NAME",
+        help="the branch to create (a name git accepts for a branch, e.g. pdguard/v0.5.23)",
+    )
+    parser.add_argument(
+        "--force",
+        action="store_true",
+        help="move the branch if it exists (never the checked-out one)",
+    )
 
 
 def text(done: CarryResult, onto: str) -> str:

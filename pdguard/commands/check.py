@@ -6,22 +6,24 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import re
+import sys
 from collections.abc import Iterable, Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 from urllib.parse import quote
 
-from pdguard import HOMEPAGE, __version__, checks
+from pdguard import HOMEPAGE, __version__, cache, checks
 from pdguard.checks import Finding, Project
 from pdguard.checks.project import wanted
 
 from ..errors import TargetError, UsageError, does_not_parse
 from ..sglang_names import DISAGGREGATION_DIR
 from ..source_file import SourceFile
+from ..suppressions import SuppressionWarning
+from ..suppressions import parse as parse_suppressions
 from ..tree import PREFILL_PATH, DirectoryTree, SourceTree, open_tree
-from .base import EXIT_CHANGES, EXIT_OK, add_format
+from .base import EXIT_CHANGES, EXIT_OK, add_exit_zero, add_format, add_output_file, emit, relative
 from .base import github_escape as _escape
 
 if TYPE_CHECKING:
@@ -41,19 +43,19 @@ def epilog() -> str:
 rules:
 {rules}
 
-A finding on a line that carries `# pdguard: ignore[{checks.CODES[0]}]` (or a bare
-`# pdguard: ignore`) is suppressed.
+A finding on a line that carries `# pdguard: ignore[PDG001]` (or a bare
+`# pdguard: ignore`) is suppressed. Only those exact forms suppress: a malformed
+comment or an unknown code suppresses nothing and prints a warning on stderr,
+`path:line:col: warning: ...`.
 
-exit codes: 0 no findings; 1 findings; 2 error (not SGLang, a file that does not
-parse, an unknown rule code).
+`pdguard rule CODE` prints a rule's documentation; `pdguard rule --all` all of them.
+
+exit codes: 0 no findings (or --exit-zero); 1 findings; 2 error (not SGLang, a file
+that does not parse, an unknown rule code, an --output-file that cannot be written).
 """
 
 
 # -- running the rules ----------------------------------------------------------------------
-
-# `# pdguard: ignore` (every code) or `# pdguard: ignore[PDG001, PDG004]` (those codes only);
-# `ignored`, `ignore-x` are no suppression, and a bracket of unknown codes suppresses nothing.
-_SUPPRESSION = re.compile(r"#\s*pdguard:\s*ignore(?![\w-])(?:\s*\[(?P<codes>[^\]]*)\])?", re.I)
 
 
 @dataclass
@@ -62,15 +64,16 @@ class CheckResult:
     findings: list[Finding]
     suppressed: int
     project: Project
+    # Malformed suppression comments: (path relative to the tree's base, warning).
+    warnings: list[tuple[str, SuppressionWarning]] = field(default_factory=list)
+
+    def display_rel(self, rel: str) -> str:
+        """A file of the tree as reports name it: relative to the current directory."""
+        path = self.tree.display(rel)
+        return relative(path) if isinstance(self.tree, DirectoryTree) else path
 
     def display_path(self, finding: Finding) -> str:
-        path = self.tree.display(finding.path)
-        if not isinstance(self.tree, DirectoryTree):
-            return path
-        try:
-            return os.path.relpath(path)
-        except ValueError:
-            return path
+        return self.display_rel(finding.path)
 
 
 def load_project(tree: SourceTree) -> Project:
@@ -86,17 +89,6 @@ def load_project(tree: SourceTree) -> Project:
     return Project(texts)
 
 
-def _suppressed(finding: Finding, project: Project) -> bool:
-    lines = project.texts.get(finding.path, "").splitlines()
-    if not 0 < finding.line <= len(lines):
-        return False
-    for match in _SUPPRESSION.finditer(lines[finding.line - 1]):
-        codes = match.group("codes")
-        if codes is None or finding.code in {c.strip().upper() for c in codes.split(",")}:
-            return True
-    return False
-
-
 def _parse_all(tree: SourceTree, project: Project) -> None:
     """Parse every file the rules may read, so that one that does not parse is an error
     whatever rules are selected (and names its own file and line)."""
@@ -110,21 +102,34 @@ def _parse_all(tree: SourceTree, project: Project) -> None:
 def check_tree(tree: SourceTree, codes: Iterable[str] = checks.CODES) -> CheckResult:
     project = load_project(tree)
     _parse_all(tree, project)
-    found, suppressed = check_project(tree, project, codes)
-    return CheckResult(tree, found, suppressed, project)
+    return check_project(tree, project, codes)
 
 
 def check_project(
     tree: SourceTree, project: Project, codes: Iterable[str] = checks.CODES
-) -> tuple[list[Finding], int]:
-    """The findings of the rules ``codes`` on ``project`` that no comment suppresses, and how
-    many were suppressed: what ``pdguard check`` reports, also for ``apply``'s re-check."""
+) -> CheckResult:
+    """The findings of the rules ``codes`` on ``project`` that no comment suppresses (and the
+    warnings of malformed suppressions): what ``pdguard check`` reports, also for ``apply``'s
+    re-check."""
     try:
         found = checks.run(project, codes)
     except SyntaxError as exc:
         raise does_not_parse(tree.display(exc.filename or ""), exc) from exc
-    kept = [f for f in found if not _suppressed(f, project)]
-    return kept, len(found) - len(kept)
+    suppressions = {
+        rel: parse_suppressions(text, checks.CODES) for rel, text in project.texts.items()
+    }
+    kept = [f for f in found if not suppressions[f.path].suppresses(f.line, f.code)]
+    warnings = [(rel, w) for rel, s in sorted(suppressions.items()) for w in s.warnings]
+    return CheckResult(tree, kept, len(found) - len(kept), project, warnings)
+
+
+def suppression_warnings(project: Project) -> list[tuple[str, SuppressionWarning]]:
+    """The malformed or unknown suppressions of ``project``'s files, by path."""
+    return [
+        (rel, warning)
+        for rel, text in sorted(project.texts.items())
+        for warning in parse_suppressions(text, checks.CODES).warnings
+    ]
 
 
 def select_codes(select: Sequence[str] | None, ignore: Sequence[str] | None) -> list[str]:
@@ -226,6 +231,17 @@ def _uri(path: str) -> str:
     return quote(path.replace(os.sep, "/"))
 
 
+SRCROOT = "%SRCROOT%"
+
+
+def _artifact(path: str) -> dict[str, str]:
+    """Where a finding is: relative to the current directory (``%SRCROOT%``, the repository
+    root when pdguard runs there, as in CI), or an absolute ``file:`` URI outside it."""
+    if os.path.isabs(path) or path.split(os.sep, 1)[0] == os.pardir:
+        return {"uri": Path(path).resolve().as_uri()}
+    return {"uri": _uri(path), "uriBaseId": SRCROOT}
+
+
 def sarif(results: Sequence[CheckResult]) -> str:
     rules = []
     for rule in checks.RULES:
@@ -251,7 +267,7 @@ def sarif(results: Sequence[CheckResult]) -> str:
             "locations": [
                 {
                     "physicalLocation": {
-                        "artifactLocation": {"uri": _uri(path)},
+                        "artifactLocation": _artifact(path),
                         "region": {"startLine": f.line, "startColumn": f.col},
                     },
                     "logicalLocations": [{"fullyQualifiedName": f.symbol, "kind": "function"}],
@@ -273,6 +289,7 @@ def sarif(results: Sequence[CheckResult]) -> str:
                         "rules": rules,
                     }
                 },
+                "originalUriBaseIds": {SRCROOT: {"uri": Path.cwd().as_uri().rstrip("/") + "/"}},
                 "results": sarif_results,
             }
         ],
@@ -297,18 +314,33 @@ FORMATS = {"text": text, "json": as_json, "sarif": sarif, "github": github}
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "paths",
-        nargs="+",
+        nargs="*",
+        default=["."],
         metavar="PATH",
-        help="an SGLang tree (as for apply), or files inside one (as pre-commit passes them)",
+        help="an SGLang tree (as for apply), or files inside one (as pre-commit passes them);"
+        " default: .",
     )
     add_format(parser, FORMATS)
-    parser.add_argument("--select", action="append", metavar="CODES", help="e.g. PDG001,PDG004")
-    parser.add_argument("--ignore", action="append", metavar="CODES", help="e.g. PDG004")
+    add_output_file(parser, "pdguard.sarif")
+    add_exit_zero(parser)
+    parser.add_argument(
+        "--select",
+        action="append",
+        metavar="CODES",
+        help="run only these rules (comma-separated, repeatable; prefixes work: PDG00)",
+    )
+    parser.add_argument(
+        "--ignore",
+        action="append",
+        metavar="CODES",
+        help="do not run these rules (e.g. PDG006,PDG007)",
+    )
     parser.add_argument(
         "--simulate",
         action="store_true",
         help="also run `pdguard simulate`'s scenarios on the tree (text or json format)",
     )
+    cache.add_argument(parser)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -316,7 +348,22 @@ def run(args: argparse.Namespace) -> int:
         raise UsageError("--simulate reports in --format text or json")
     codes = select_codes(args.select, args.ignore)
     trees = trees_for(args.paths)
-    results = [check_tree(tree, codes) for tree in trees]
+    store = cache.ResultCache() if cache.enabled(args) else None
+    results = [
+        cache.check_tree_cached(
+            tree, codes, store, compute=check_tree, load=load_project, result=CheckResult
+        )
+        for tree in trees
+    ]
+    for result in results:
+        # a cached result keeps no warnings: they are cheap to read again from the texts
+        warnings = result.warnings or suppression_warnings(result.project)
+        for rel, warning in warnings:
+            print(
+                f"{result.display_rel(rel)}:{warning.line}:{warning.col}: warning: "
+                f"{warning.message}",
+                file=sys.stderr,
+            )
     failed = any(r.findings for r in results)
     output = FORMATS[args.format](results)
     if args.simulate:
@@ -325,9 +372,8 @@ def run(args: argparse.Namespace) -> int:
         simulations = [simulate(tree) for tree in trees]
         failed = failed or not all(s.passed for s in simulations)
         output = SIMULATE_FORMATS[args.format](output, simulations)
-    if output:
-        print(output)
-    return EXIT_CHANGES if failed else EXIT_OK
+    emit(output, args.output_file)
+    return EXIT_CHANGES if failed and not args.exit_zero else EXIT_OK
 
 
 def _with_simulation_json(output: str, simulations: Sequence[SimulationReport]) -> str:

@@ -1,15 +1,21 @@
-"""``pdguard demo``: fetch a pinned SGLang release, patch a temporary copy, show the diff and the
-report (``apply``'s)."""
+"""``pdguard demo``: fetch a pinned SGLang release, patch a copy of it, show the diff and the
+report (``apply``'s), and say where that copy is (removed on exit, or kept with ``--keep``)."""
 
 from __future__ import annotations
 
 import argparse
+import contextlib
+import json
 import shutil
 import sys
 import tempfile
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
-from ..errors import RefusedError
+from ..errors import RefusedError, UsageError
 from ..tree import open_tree
 from . import apply
 from .base import EXIT_OK, add_format
@@ -17,35 +23,110 @@ from .base import EXIT_OK, add_format
 NAME = "demo"
 HELP = "fetch a pinned SGLang release, patch a copy, show the diff and the report"
 DESCRIPTION = (
-    "Fetch a pinned release with vendor_sglang (PyPI, sha256-checked), apply the fixes to a "
-    "temporary copy, print the diff and the report."
+    "Fetch a pinned release with vendor_sglang (PyPI, sha256-checked, cached), apply the fixes "
+    "to a copy of it, and print the diff and apply's report. The copy is temporary (removed "
+    "when the demo ends) unless --keep DIR is given."
 )
 RELEASE = "0.5.14"
 # The demo shows apply's report.
 FORMATS = apply.FORMATS
 
 
-def epilog() -> str | None:
-    return None
+def epilog() -> str:
+    return """\
+Progress (the download on a first run) goes to stderr. --format json prints one JSON
+object on stdout: apply's report, the diff ("diff") and where the copy was ("demo").
+
+exit codes: 0 patched; 2 error (an unknown release, a download that fails or does not
+match its sha256, a refused fix, --keep DIR that already holds the release).
+"""
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--release", default=RELEASE, help=f"default: {RELEASE}")
+    parser.add_argument(
+        "--release", default=RELEASE, help=f"the pinned release to patch (default: {RELEASE})"
+    )
+    parser.add_argument(
+        "--keep",
+        metavar="DIR",
+        help="patch the copy in DIR/sglang-<release> and keep it (default: a temporary copy, "
+        "removed at the end)",
+    )
     add_format(parser, FORMATS)
 
 
+@contextmanager
+def _progress(what: str) -> Iterator[None]:
+    """``what`` on stderr, then a tick every few seconds while it runs, then how long it took."""
+    print(f"pdguard demo: {what} ...", file=sys.stderr, flush=True)
+    done = threading.Event()
+    start = time.monotonic()
+
+    def tick() -> None:
+        while not done.wait(5.0):
+            print(
+                f"pdguard demo: ... {time.monotonic() - start:.0f} s", file=sys.stderr, flush=True
+            )
+
+    ticker = threading.Thread(target=tick, daemon=True)
+    ticker.start()
+    try:
+        yield
+    finally:
+        done.set()
+        ticker.join()
+    print(f"pdguard demo: done in {time.monotonic() - start:.1f} s", file=sys.stderr, flush=True)
+
+
 def run(args: argparse.Namespace) -> int:
-    from pdguard.vendor_sglang import fetch_release
+    from pdguard.vendor_sglang import fetch_release, get_release
 
     release = args.release
-    source = fetch_release(release)
-    print(f"pdguard demo: sglang {release} from PyPI (sha256-pinned), patched in a temporary copy")
+    get_release(release)  # an unknown release: one error line, before any progress
+    with _progress(f"fetching sglang {release} from PyPI (sha256-pinned, cached after)"):
+        source = fetch_release(release)
+    if args.keep is not None:
+        copy = Path(args.keep) / f"sglang-{release}"
+        if copy.exists():
+            raise UsageError(f"--keep {args.keep}: {copy} exists; remove it or choose another DIR")
+        return _demo(args, release, source, copy, kept=True)
     with tempfile.TemporaryDirectory(prefix="pdguard-demo-") as tmp:
-        copy = Path(tmp) / f"sglang-{release}"
-        shutil.copytree(source, copy)
-        result = apply.plan(open_tree(copy))
-        sys.stdout.write(result.diff())
-        print(FORMATS[args.format](result, written=False))
-        if result.refused:
-            raise RefusedError(result.refusal())
-        return EXIT_OK
+        return _demo(args, release, source, Path(tmp) / f"sglang-{release}", kept=False)
+
+
+def _demo(args: argparse.Namespace, release: str, source: Path, copy: Path, *, kept: bool) -> int:
+    shutil.copytree(source, copy)
+    result = apply.plan(open_tree(copy))
+    written = not result.refused
+    if written and result.changes:
+        apply.write(result)
+    with contextlib.chdir(copy.parent):  # the report names files as sglang-<release>/sglang/...
+        diff = result.diff()
+        report_json = apply.as_json(result, written=written, diff=diff)
+        report_text = apply.text(result, written=written)
+    where = (
+        f"patched the copy kept at {copy}"
+        if kept
+        else f"patched a temporary copy ({copy}), removed now that the demo ends; "
+        "use --keep DIR to keep it"
+    )
+    if result.refused:
+        where = f"refused: nothing written to the copy at {copy}"
+    if args.format == "json":
+        payload = json.loads(report_json)
+        payload["demo"] = {
+            "release": release,
+            "source": "PyPI wheel, sha256-pinned (vendor_sglang)",
+            "copy": str(copy),  # files_changed and the diff are relative to its parent
+            "kept": kept,
+            "summary": where,
+        }
+        print(json.dumps(payload, indent=2))
+    else:
+        print(f"pdguard demo: sglang {release} from PyPI (sha256-pinned)")
+        sys.stdout.write(diff)
+        print(report_text)
+        print(f"pdguard demo: {where}")
+    if result.refused:
+        raise RefusedError(result.refusal())
+    return EXIT_OK

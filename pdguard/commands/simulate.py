@@ -12,7 +12,7 @@ from ..errors import UsageError
 from ..fixes.inflight_deadline import FIX
 from ..sglang_names import INFLIGHT_FUNCTION
 from ..tree import open_tree
-from .base import EXIT_CHANGES, EXIT_OK, add_format
+from .base import EXIT_CHANGES, EXIT_OK, add_format, add_output_file, emit
 
 if TYPE_CHECKING:
     from ..simulate import SimulationReport
@@ -31,10 +31,13 @@ def epilog() -> str:
 Each scenario expects what the {FIX} fix should give; on an unpatched tree the
 wedge rows fail and show the bug.
 
-exit codes: 0 every scenario passes (or does not apply); 1 any fails (e.g. an unpatched
-tree); 2 the target's code cannot be loaded or reaches something with no stand-in, such as
-an import only a fork has (one line: the file, the line and the name). Names a fork only
-passes along (its own metrics, tracer, logprob processor) get recording stand-ins.
+`pdguard simulate --list` lists the scenarios and what each shows.
+
+exit codes: 0 every scenario passes (or does not apply), or --list; 1 any fails (e.g. an
+unpatched tree); 2 the target's code cannot be loaded or reaches something with no
+stand-in, such as an import only a fork has (one line: the file, the line and the name),
+an unknown scenario, no PATH without --list. Names a fork only passes along (its own
+metrics, tracer, logprob processor) get recording stand-ins.
 """
 
 
@@ -58,6 +61,10 @@ def text(report: SimulationReport, width: int = 100) -> str:
         lines.append(lead + expected[0])
         lines += [pad + "  " + part for part in expected[1:]]
         lines += [pad + observed[0]] + [pad + "  " + part for part in observed[1:]]
+        if row.verdict == "fail":
+            for rid, error in row.failed[:3]:
+                said = textwrap.wrap(f"client error ({rid}): {error}", text_width)
+                lines += [pad + said[0]] + [pad + "  " + part for part in said[1:]]
     failed = sum(row.verdict == "fail" for row in report.rows)
     lines += ["", f"{len(report.rows) - failed} passed, {failed} failed"]
     return "\n".join(lines)
@@ -77,6 +84,9 @@ def as_json(report: SimulationReport) -> str:
                     "verdict": row.verdict,
                     "observed": row.observed,
                     "simulated_seconds": row.seconds,
+                    "failed_requests": [
+                        {"rid": rid, "client_error": error} for rid, error in row.failed
+                    ],
                 }
                 for row in report.rows
             ],
@@ -92,12 +102,36 @@ FORMATS = {"text": text, "json": as_json}
 # -- the command ----------------------------------------------------------------------------
 
 
+def scenario_list(fmt: str) -> str:
+    """The scenarios and what each shows (``--list``)."""
+    from ..simulate import SCENARIOS
+
+    if fmt == "json":
+        return json.dumps([{"name": s.name, "expected": s.expected} for s in SCENARIOS], indent=2)
+    width = max(len(s.name) for s in SCENARIOS)
+    pad = " " * (width + 2)
+    return "\n".join(
+        f"{s.name:<{width}}  "
+        + "\n".join(textwrap.wrap(s.expected, 100, initial_indent=pad, subsequent_indent=pad))[
+            len(pad) :
+        ]
+        for s in SCENARIOS
+    )
+
+
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("target", metavar="PATH", help="the SGLang tree (as for apply)")
+    parser.add_argument("target", nargs="?", metavar="PATH", help="the SGLang tree (as for apply)")
+    parser.add_argument(
+        "--list", action="store_true", help="list the scenarios and what each shows; run nothing"
+    )
     parser.add_argument("--ranks", type=int, default=2, help="simulated TP ranks (default 2)")
     add_format(parser, FORMATS)
+    add_output_file(parser, "simulate.json")
     parser.add_argument(
-        "--scenario", action="append", metavar="NAME", help="run only this scenario (repeat)"
+        "--scenario",
+        action="append",
+        metavar="NAME",
+        help="run only this scenario (repeat; see --list)",
     )
 
 
@@ -105,11 +139,16 @@ def run(args: argparse.Namespace) -> int:
     from ..simulate import NAMES
     from ..simulate import run as simulate
 
+    if args.list:
+        emit(scenario_list(args.format), args.output_file)
+        return EXIT_OK
+    if args.target is None:
+        raise UsageError("simulate needs PATH (or --list)")
     if args.ranks < 1:
         raise UsageError(f"--ranks must be at least 1, got {args.ranks}")
     unknown = sorted(set(args.scenario or ()) - set(NAMES))
     if unknown:
         raise UsageError(f"unknown scenario {unknown[0]!r}; the scenarios: {', '.join(NAMES)}")
     result = simulate(open_tree(args.target), ranks=args.ranks, names=args.scenario)
-    print(FORMATS[args.format](result))
+    emit(FORMATS[args.format](result), args.output_file)
     return EXIT_OK if result.passed else EXIT_CHANGES

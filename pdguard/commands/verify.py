@@ -20,18 +20,28 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING
 
-from pdguard import checks
+from pdguard import cache, checks
 from pdguard.checks.project import Project
 
-from ..errors import TargetError, UsageError
+from ..errors import ConfigError, PdguardError, TargetError, UsageError
 from ..fixes import FIXES, Fix, Status
-from ..tree import SourceTree
+from ..tree import DirectoryTree, SourceTree
 
 if TYPE_CHECKING:
     from concurrent.futures import Future
 
     from ..workspace import Workspace
-from .base import EXIT_CHANGES, EXIT_OK, add_format, github_escape, positive
+from .base import (
+    EXIT_CHANGES,
+    EXIT_ERROR,
+    EXIT_OK,
+    add_exit_zero,
+    add_format,
+    add_output_file,
+    emit,
+    github_escape,
+    positive,
+)
 from .check import check_tree, finding_json
 
 NAME = "verify"
@@ -52,12 +62,21 @@ not-applicable.
 the rules that prove each fix:
 {proofs}
 
-exit codes: 0 every ref carried/upstream/not-applicable for every fix; 1 any
-applicable or drifted; 2 error (unknown ref, not a git repo, no SGLang tree at a ref).
+A ref that cannot be verified (unknown, a tag that points at a tree, objects missing
+in a shallow clone, no SGLang tree, malformed isort settings) is an error row (status
+`error` and the one-line reason) and the other refs are still reported.
+
+Paths in notes and findings are relative to the repository root
+(python/sglang/srt/...), as GitHub annotations need them.
+
+exit codes: 0 every ref carried/upstream/not-applicable for every fix (or
+--exit-zero); 1 any applicable or drifted; 2 error: any ref errored (each one is
+also one `pdguard: error:` line on stderr), not a git repo, no tag matches.
 """
 
 
 GOOD = frozenset({"carried", "upstream", "not-applicable"})
+ERROR = "error"  # the status of every fix of a ref that could not be verified
 
 
 @dataclass
@@ -68,10 +87,17 @@ class RefReport:
     fixes: dict[str, str] = field(default_factory=dict)
     notes: dict[str, str] = field(default_factory=dict)
     findings: list[dict[str, object]] = field(default_factory=list)
+    error: str | None = None  # why this ref could not be verified (one line)
 
     @property
     def ok(self) -> bool:
         return set(self.fixes.values()) <= GOOD
+
+    @classmethod
+    def errored(cls, ref: str, commit: str | None, why: str) -> RefReport:
+        report = cls(ref, commit, None, error=" ".join(why.splitlines()))
+        report.fixes = {fix.name: ERROR for fix in FIXES}
+        return report
 
     def as_json(self) -> dict[str, object]:
         return asdict(self)
@@ -87,6 +113,12 @@ _VERIFY_STATUS = {
 }
 
 
+def repo_path(tree: SourceTree, rel: str) -> str:
+    """A file as verify names it: relative to the repository root for a ref
+    (``python/sglang/srt/...``), to the wheel's root for a release (``sglang/srt/...``)."""
+    return rel if isinstance(tree, DirectoryTree) else tree.display(rel)
+
+
 def verify_tree(tree: SourceTree, ref: str, commit: str | None) -> RefReport:
     """All fixes on one in-memory workspace (they touch different files), then one check of
     the result for the rules of the fixes that applied."""
@@ -94,13 +126,13 @@ def verify_tree(tree: SourceTree, ref: str, commit: str | None) -> RefReport:
 
     result = check_tree(tree)
     report = RefReport(ref, commit, tree.sglang_version())
-    report.findings = [finding_json(f, f.path) for f in result.findings]
+    report.findings = [finding_json(f, repo_path(tree, f.path)) for f in result.findings]
     workspace = Workspace(tree)
     applied = _plan_fixes(tree, workspace, report)
     if applied:
         texts = dict(result.project.texts)
         texts.update({rel: new.text for rel, new in workspace.changed().items()})
-        _recheck(Project(texts), applied, report)
+        _recheck(tree, Project(texts), applied, report)
     return report
 
 
@@ -110,13 +142,15 @@ def _plan_fixes(tree: SourceTree, workspace: Workspace, report: RefReport) -> li
     for fix in FIXES:
         try:
             outcome = fix.plan(workspace)
+        except ConfigError:
+            raise  # the target's settings are broken: the ref is an error, not a drift
         except TargetError as exc:  # a file the fix needs vanished or does not parse
             report.fixes[fix.name], report.notes[fix.name] = "drifted", str(exc)
             continue
         report.fixes[fix.name] = _VERIFY_STATUS[outcome.status]
         note = outcome.note or ""
         if outcome.status is Status.REFUSED and outcome.where:
-            note = f"{tree.display(outcome.where)}: {note}"
+            note = f"{repo_path(tree, outcome.where)}: {note}"
         if note:
             report.notes[fix.name] = note
         if outcome.status is Status.APPLIED:
@@ -124,7 +158,7 @@ def _plan_fixes(tree: SourceTree, workspace: Workspace, report: RefReport) -> li
     return applied
 
 
-def _recheck(patched: Project, applied: list[Fix], report: RefReport) -> None:
+def _recheck(tree: SourceTree, patched: Project, applied: list[Fix], report: RefReport) -> None:
     """A fix whose rules still report on the patched texts has drifted: apply anchors, but
     the property does not hold."""
     left = checks.run(patched, [code for fix in applied for code in fix.rules])
@@ -133,16 +167,26 @@ def _recheck(patched: Project, applied: list[Fix], report: RefReport) -> None:
         if mine:
             report.fixes[fix.name] = "drifted"
             report.notes[fix.name] = "apply anchors but check still reports " + ", ".join(
-                f"{f.code} {f.path}:{f.line}" for f in mine
+                f"{f.code} {repo_path(tree, f.path)}:{f.line}" for f in mine
             )
 
 
 def _verify_git_ref(repo_path: str, ref: str) -> RefReport:
+    """One ref's report; a ref that cannot be verified is an error row (``RefReport.error``)."""
+    import git
+
     from ..git_tree import open_git_tree, open_repo
 
-    repo = open_repo(repo_path)
-    tree = open_git_tree(repo, ref)
-    return verify_tree(tree, ref, tree.commit.hexsha)
+    commit = None
+    try:
+        repo = open_repo(repo_path)
+        tree = open_git_tree(repo, ref)
+        commit = tree.commit.hexsha
+        return verify_tree(tree, ref, commit)
+    except PdguardError as exc:
+        return RefReport.errored(ref, commit, str(exc))
+    except (git.GitError, ValueError) as exc:  # GitPython on a broken or partial repository
+        return RefReport.errored(ref, commit, f"{ref}: cannot read from git: {exc}")
 
 
 def _verify_release(version: str) -> RefReport:
@@ -150,7 +194,10 @@ def _verify_release(version: str) -> RefReport:
 
     from ..tree import open_tree
 
-    return verify_tree(open_tree(fetch_release(version)), version, None)
+    try:
+        return verify_tree(open_tree(fetch_release(version)), version, None)
+    except PdguardError as exc:
+        return RefReport.errored(version, None, str(exc))
 
 
 def select_tags(repo_path: str, pattern: str) -> list[str]:
@@ -161,15 +208,6 @@ def select_tags(repo_path: str, pattern: str) -> list[str]:
     if not tags:
         raise TargetError(f"{repo_path}: no tag matches {pattern!r}")
     return tags
-
-
-def check_refs(repo_path: str, refs: Sequence[str]) -> None:
-    """Fail early (exit 2) on a ref that does not resolve or holds no SGLang tree."""
-    from ..git_tree import open_git_tree, open_repo
-
-    repo = open_repo(repo_path)
-    for ref in refs:
-        open_git_tree(repo, ref)
 
 
 def _progress(done: int, total: int) -> None:
@@ -222,7 +260,9 @@ def _as_completed(futures: Iterable[Future[RefReport]]) -> Iterator[Future[RefRe
 def verify_git(
     repo_path: str, refs: Sequence[str], processes: int | None = None
 ) -> list[RefReport]:
-    check_refs(repo_path, refs)
+    from ..git_tree import open_repo
+
+    open_repo(repo_path)  # not a git repository: exit 2 before any worker starts
     return run_parallel(_verify_git_ref, [(repo_path, ref) for ref in refs], processes)
 
 
@@ -252,6 +292,8 @@ def text(reports: Sequence[RefReport]) -> str:
         for row in [header, *rows]
     ]
     for r in reports:
+        if r.error is not None:
+            lines.append(f"{r.ref}: error: {r.error}")
         for name, note in r.notes.items():
             if r.fixes.get(name) not in ("carried", "upstream"):
                 lines.append(f"{r.ref}: {name}: {note}")
@@ -265,6 +307,10 @@ def as_json(reports: Sequence[RefReport]) -> str:
 def github(reports: Sequence[RefReport]) -> str:
     lines = []
     for r in reports:
+        if r.error is not None:
+            title = github_escape(f"pdguard verify {r.ref}", prop=True)
+            lines.append(f"::error title={title}::{github_escape(f'error: {r.error}')}")
+            continue
         for name, status in r.fixes.items():
             if status in ("applicable", "drifted"):
                 level = "error" if status == "drifted" else "warning"
@@ -282,16 +328,28 @@ FORMATS = {"text": text, "json": as_json, "github": github}
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     source = parser.add_mutually_exclusive_group(required=True)
-    source.add_argument("--repo", metavar="PATH", help="a git repository holding SGLang")
     source.add_argument(
-        "--pypi", nargs="+", metavar="VERSION", help="released wheels (vendor_sglang)"
+        "--repo", metavar="PATH", help="a git repository holding SGLang (python/sglang/...)"
     )
-    parser.add_argument("--ref", action="append", default=[], help="a ref to verify (repeat)")
-    parser.add_argument("--tags", metavar="PATTERN", help="every tag matching, e.g. 'v0.5.*'")
+    source.add_argument(
+        "--pypi",
+        nargs="+",
+        metavar="VERSION",
+        help="released wheels instead (vendor_sglang: sha256-pinned, cached)",
+    )
+    parser.add_argument(
+        "--ref", action="append", default=[], help="a ref to verify (repeat; with --repo)"
+    )
+    parser.add_argument(
+        "--tags", metavar="PATTERN", help="every tag matching, e.g. 'v0.5.*' (with --repo)"
+    )
     add_format(parser, FORMATS)
+    add_output_file(parser, "verify.json")
+    add_exit_zero(parser, "a fix is applicable or drifted")
     parser.add_argument(
         "--jobs", type=positive, default=None, help="worker processes (default: CPUs)"
     )
+    cache.add_argument(parser)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -301,12 +359,22 @@ def run(args: argparse.Namespace) -> int:
             refs += [t for t in select_tags(args.repo, args.tags) if t not in refs]
         if not refs:
             raise UsageError("verify --repo needs --ref REF or --tags PATTERN")
-        reports = verify_git(args.repo, refs, args.jobs)
+        store = cache.ResultCache() if cache.enabled(args) else None
+        reports = cache.verify_refs_cached(
+            args.repo,
+            refs,
+            store,
+            compute=lambda todo: verify_git(args.repo, todo, args.jobs),
+            report=RefReport,
+        )
     else:
         if args.ref or args.tags:
             raise UsageError("--ref/--tags go with --repo, not --pypi")
         reports = verify_pypi(args.pypi, args.jobs)
-    output = FORMATS[args.format](reports)
-    if output:
-        print(output)
-    return EXIT_OK if all(r.ok for r in reports) else EXIT_CHANGES
+    emit(FORMATS[args.format](reports), args.output_file)
+    errored = [r for r in reports if r.error is not None]
+    for report in errored:
+        print(f"pdguard: error: {report.error}", file=sys.stderr)
+    if errored:
+        return EXIT_ERROR
+    return EXIT_OK if args.exit_zero or all(r.ok for r in reports) else EXIT_CHANGES

@@ -9,12 +9,16 @@ in ``FIXES``.
 from __future__ import annotations
 
 from .base import Fix, Outcome, Status
+from .decode_queue_bound import DecodeQueueBoundFix
 from .inflight_deadline import InflightDeadline
+from .receiver_waiting_timeout import ReceiverWaitingTimeoutFix
 from .sender_bootstrap_timeout import SenderBootstrapTimeoutFix
 
 FIXES: tuple[Fix, ...] = (
     InflightDeadline(),
     SenderBootstrapTimeoutFix(),
+    ReceiverWaitingTimeoutFix(),
+    DecodeQueueBoundFix(),
 )
 
 __all__ = ["FIXES", "Fix", "Outcome", "Status"]

@@ -1,7 +1,8 @@
 """``pdguard simulate``: run the target's own inflight-queue code against a simulated scheduler.
 
 The target's ``process_disagg_prefill_inflight_queue`` (and the methods around it: the
-inflight-queue append, the bootstrap queue, NIXL's sender) is loaded from its source with
+inflight-queue append, the bootstrap queue, optimistic prefill's requeue, the release's own
+Mooncake and NIXL senders with their bases) is loaded from its source with
 ``ast`` (``loader``), given stand-ins for everything SGLang's runtime would give it
 (``standins``), and run on N simulated ranks in lock step (``world``) through named scenarios
 (``scenarios``), each with the verdict the inflight-deadline fix should produce.
@@ -17,7 +18,17 @@ from ..tree import SourceTree
 from . import loader, standins, world
 from .scenarios import NAMES, SCENARIOS
 
-__all__ = ["NAMES", "LoadError", "Row", "SimulationGap", "SimulationReport", "load", "run"]
+__all__ = [
+    "NAMES",
+    "SCENARIOS",
+    "LoadError",
+    "Row",
+    "SimulationGap",
+    "SimulationReport",
+    "client_errors",
+    "load",
+    "run",
+]
 
 
 @dataclass(frozen=True)
@@ -27,6 +38,9 @@ class Row:
     verdict: str  # pass, fail, n/a
     observed: str
     seconds: float
+    # each request failed to its client: (rid, the error text the client receives, from
+    # rank 0, which answers the client)
+    failed: tuple[tuple[str, str], ...] = ()
 
 
 @dataclass
@@ -47,6 +61,15 @@ def load(tree: SourceTree) -> loader.Target:
     return loader.load(tree, standins.KEYS, standins.SchedulerStandIn.REPLACES)
 
 
+def client_errors(trace: world.Trace) -> tuple[tuple[str, str], ...]:
+    """(rid, error text) of every request rank 0 answered with an error, first answer only."""
+    found: dict[str, str] = {}
+    for event in trace.events_of("client_error"):
+        if event.rank == 0 and event.rid is not None:
+            found.setdefault(event.rid, event.detail)
+    return tuple(found.items())
+
+
 def run(tree: SourceTree, ranks: int = 2, names: Sequence[str] | None = None) -> SimulationReport:
     """Run the scenarios (all, or those named) on ``tree``. Raises LoadError when the target's
     code cannot be loaded, SimulationGap when it reaches something with no stand-in."""
@@ -63,7 +86,10 @@ def run(tree: SourceTree, ranks: int = 2, names: Sequence[str] | None = None) ->
         if why_not is not None:
             report.rows.append(Row(scenario.name, scenario.expected, "n/a", why_not, 0.0))
             continue
-        trace = world.simulate(scenario.world(ranks), target)
+        config = scenario.world(ranks)
+        if scenario.fit is not None:
+            config = scenario.fit(target, config)
+        trace = world.simulate(config, target)
         if trace.failure is not None and trace.failure.gap is not None:
             raise SimulationGap(f"{trace.failure.gap} (scenario {scenario.name})")
         try:
@@ -72,7 +98,12 @@ def run(tree: SourceTree, ranks: int = 2, names: Sequence[str] | None = None) ->
             raise SimulationGap(f"{exc} (scenario {scenario.name})") from exc
         report.rows.append(
             Row(
-                scenario.name, scenario.expected, outcome.verdict, outcome.observed, outcome.seconds
+                scenario.name,
+                scenario.expected,
+                outcome.verdict,
+                outcome.observed,
+                outcome.seconds,
+                client_errors(trace),
             )
         )
     return report

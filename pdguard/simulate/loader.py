@@ -31,6 +31,7 @@ import __future__
 import ast
 import builtins
 import dis
+import re
 import traceback
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
@@ -45,6 +46,7 @@ from ..sglang_names import (
     NIXL_CONN_PATH,
     NIXL_SENDER,
     PREFILL_PATH,
+    REQ_SENDER,
 )
 from ..sglang_names import BOOTSTRAP_QUEUE_METHODS as BOOTSTRAP_ENTRIES
 from ..sglang_names import SENDER_METHODS as SENDER_ENTRIES
@@ -52,6 +54,22 @@ from ..tree import SourceTree
 from . import passalong
 
 NIXL_PATH = NIXL_CONN_PATH
+MOONCAKE_PATH = "sglang/srt/disaggregation/mooncake/conn.py"
+MOONCAKE_SENDER = "MooncakeKVSender"
+# Where a release sets the default of SGLANG_DISAGGREGATION_BOOTSTRAP_TIMEOUT, in the order read.
+BOOTSTRAP_DEFAULT_PATHS = (
+    "sglang/srt/environ.py",
+    "sglang/srt/disaggregation/common/conn.py",
+    MOONCAKE_PATH,
+)
+_BOOTSTRAP_DEFAULT = re.compile(
+    r"SGLANG_DISAGGREGATION_BOOTSTRAP_TIMEOUT(?:\"\s*,\s*|\s*=\s*EnvInt\()(\d+)"
+)
+# Module-level functions of the target that are loaded rather than given a stand-in: the
+# release's own test hook that sends a request through optimistic prefill's requeue (0.5.13+).
+LOADED_FUNCTIONS = frozenset({"should_force_retry"})
+# Sender methods the simulated data path replaces (tensors, the transfer engine).
+SENDER_SKIPPED = frozenset({"send"})
 
 _FLAGS = __future__.annotations.compiler_flag  # every SGLang module has the future import
 _BUILTINS = frozenset(dir(builtins))
@@ -85,6 +103,7 @@ class Built:
     mixin: type
     bootstrap_queue: type
     nixl_sender: type | None
+    mooncake_sender: type | None = None
 
 
 @dataclass
@@ -106,6 +125,20 @@ class Target:
     # every attribute the loaded code reads -> whether it may get a Recorder, and why not
     attributes: dict[str, passalong.Verdict] = field(default_factory=dict)
     display: dict[str, str] = field(default_factory=dict)  # module -> how messages name it
+    # the release's own MooncakeKVSender (module, class): every request's sender, unless the
+    # tree has none (then a scripted one)
+    mooncake_sender: tuple[str, str] | None = None
+    # the release's default of SGLANG_DISAGGREGATION_BOOTSTRAP_TIMEOUT (None: it has none)
+    bootstrap_timeout_default: int | None = None
+    # mixin methods the target defines (all of them, loaded or not)
+    mixin_methods: frozenset[str] = frozenset()
+    # attributes the target's inflight function reads (``pending_bootstrap``, ...)
+    inflight_attrs: frozenset[str] = frozenset()
+    # the target's NixlKVSender reads its status from its KV manager (``check_status``), so the
+    # scripted transport moves it; 0.4.6.x polls its transfer engine's handles instead
+    nixl_polls_manager: bool = False
+    # the parameters of the target's inflight function (``rids_to_check``: PP, 0.4.7.post1+)
+    inflight_args: tuple[str, ...] = ()
 
     def where(self, rel: str, line: int) -> str:
         """``<file>:<line>`` as messages name a line of the target's module ``rel``."""
@@ -160,6 +193,7 @@ class Target:
             mixin=cls(self.mixin),
             bootstrap_queue=cls(self.bootstrap_queue),
             nixl_sender=cls(self.nixl_sender) if self.nixl_sender else None,
+            mooncake_sender=cls(self.mooncake_sender) if self.mooncake_sender else None,
         )
 
 
@@ -180,7 +214,9 @@ def load(
     # The bootstrap queue calls scheduler methods through self.scheduler.X.
     mixin_entries = (INFLIGHT_FUNCTION, APPEND_FUNCTION, *sorted(_scheduler_attrs(queue_plan)))
     mixin_plan = loader.plan_class(PREFILL_PATH, mixin, mixin_entries, skip=scheduler_methods)
-    nixl = _plan_nixl_sender(loader)
+    sender_calls = _sender_calls(loader.parsed(PREFILL_PATH))
+    nixl = _plan_sender(loader, NIXL_PATH, NIXL_SENDER, sender_calls)
+    mooncake = _plan_sender(loader, MOONCAKE_PATH, MOONCAKE_SENDER, sender_calls)
     loader.resolve()
     self_reads = {
         mixin: _self_reads(_methods_of(mixin_plan)),
@@ -201,6 +237,59 @@ def load(
         pass_along=frozenset(a for a, v in attributes.items() if v.passes_along),
         attributes=attributes,
         display={rel: tree.display(rel) for rel in loader.order},
+        mooncake_sender=mooncake,
+        nixl_polls_manager=nixl is not None and _polls_manager(loader, *nixl),
+        bootstrap_timeout_default=_bootstrap_timeout_default(tree),
+        mixin_methods=frozenset(_class_methods(loader.node(mixin))),
+        inflight_args=tuple(
+            a.arg for a in _class_methods(loader.node(mixin))[INFLIGHT_FUNCTION].args.args
+        ),
+        inflight_attrs=frozenset(
+            n.attr
+            for n in ast.walk(_class_methods(loader.node(mixin))[INFLIGHT_FUNCTION])
+            if isinstance(n, ast.Attribute)
+        ),
+    )
+
+
+def _polls_manager(loader: _Loader, rel: str, name: str) -> bool:
+    """Does the sender's ``poll`` (the first class of its hierarchy defining it, and the
+    ``_poll_with_status`` it may call) read ``check_status`` of its KV manager?"""
+    for method in ("poll", "_poll_with_status"):
+        for _, node, _ in loader.hierarchy(rel, name):
+            function = _class_methods(node).get(method)
+            if function is not None:
+                if any(
+                    isinstance(n, ast.Attribute) and n.attr == "check_status"
+                    for n in ast.walk(function)
+                ):
+                    return True
+                break
+    return False
+
+
+def _bootstrap_timeout_default(tree: SourceTree) -> int | None:
+    """The release's own default of SGLANG_DISAGGREGATION_BOOTSTRAP_TIMEOUT: ``EnvInt(300)`` in
+    environ.py, or ``get_int_env_var("...", 30)`` in a KV manager (0.4.7 - 0.5.7)."""
+    for rel in BOOTSTRAP_DEFAULT_PATHS:
+        data = tree.read_bytes(rel)
+        if data is None:
+            continue
+        found = _BOOTSTRAP_DEFAULT.search(data.decode("utf-8", "replace"))
+        if found:
+            return int(found.group(1))
+    return None
+
+
+def _sender_calls(module: ast.Module) -> frozenset[str]:
+    """Every ``X`` of ``<...>.disagg_kv_sender.X`` in prefill.py: the sender methods the
+    scheduler's code may call."""
+    return frozenset(
+        node.attr
+        for node in ast.walk(module)
+        if isinstance(node, ast.Attribute)
+        and isinstance(node.value, ast.Attribute)
+        and node.value.attr == REQ_SENDER
     )
 
 
@@ -239,12 +328,18 @@ def _scheduler_reads(plan: _ClassPlan) -> dict[str, tuple[str, int]]:
     }
 
 
-def _plan_nixl_sender(loader: _Loader) -> tuple[str, str] | None:
-    """Plan the release's NixlKVSender, if it has one: (module, class)."""
-    if loader.tree.read_bytes(NIXL_PATH) is None or NIXL_SENDER not in loader.classes(NIXL_PATH):
+def _plan_sender(
+    loader: _Loader, rel: str, name: str, calls: frozenset[str]
+) -> tuple[str, str] | None:
+    """Plan the release's sender class ``name`` in ``rel``, if it has one: (module, class).
+    Its entries are SGLang's sender interface and every sender method prefill.py calls, but
+    not ``send`` (the simulated data path marks the transfer instead)."""
+    if loader.tree.read_bytes(rel) is None or name not in loader.classes(rel):
         return None
-    loader.plan_class(NIXL_PATH, NIXL_SENDER, SENDER_ENTRIES)
-    return (NIXL_PATH, NIXL_SENDER)
+    defined = {m for _, node, _ in loader.hierarchy(rel, name) for m in _class_methods(node)}
+    entries = (*SENDER_ENTRIES, *sorted(calls & defined))
+    loader.plan_class(rel, name, tuple(e for e in entries if e not in SENDER_SKIPPED))
+    return (rel, name)
 
 
 def _loaded_methods(loader: _Loader) -> dict[str, list[str]]:
@@ -377,6 +472,11 @@ class _Loader:
         definitions = {
             n.name for n in plan.module.body if isinstance(n, ast.ClassDef | ast.FunctionDef)
         }
+        functions = {
+            n.name: n
+            for n in plan.module.body
+            if isinstance(n, ast.FunctionDef) and n.name in LOADED_FUNCTIONS
+        }
         self._rewrite_local_imports(plan)
         while True:
             plan.code = _compile_module(plan)
@@ -398,6 +498,9 @@ class _Loader:
                 bound = name in imports or name in assigned or name in definitions
                 if key is not None and bound:
                     plan.standins[name] = key
+                elif name in functions and name not in imports:
+                    plan.statements.append(functions[name])
+                    changed = True
                 elif name in assigned and name not in imports:
                     plan.statements += [s for s in assigned[name] if s not in plan.statements]
                     changed = True

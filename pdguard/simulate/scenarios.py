@@ -7,6 +7,7 @@ bug looks like ("still waiting after 600 s"): the simulation shows the bug, not 
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import random
 from collections.abc import Callable
@@ -24,6 +25,7 @@ BOOTSTRAP_ENV = names.BOOTSTRAP_TIMEOUT_ENV
 DEFAULT_TIMEOUT = 300.0
 WEDGE_HORIZON = 2 * DEFAULT_TIMEOUT
 BOOTSTRAP_TIMEOUT = 30.0
+RETRY_HOOK_ENV = "SGLANG_TEST_FORCE_OPTIMISTIC_PREFILL_RETRY_PROB"
 WEDGED = RequestSpec("wedged", arrival=0.0, prefill_s=1.0, transfer_s=None)
 
 
@@ -41,6 +43,8 @@ class Scenario:
     world: Callable[[int], WorldConfig]  # ranks -> the world
     judge: Callable[[Trace], Outcome]
     applies: Callable[[Target], str | None] = lambda target: None  # why not, or None
+    # the world as it fits the target (a backend only some releases can run), or None
+    fit: Callable[[Target, WorldConfig], WorldConfig] | None = None
 
 
 # -- judging -----------------------------------------------------------------------------------
@@ -256,6 +260,130 @@ def _has_nixl(target: Target) -> str | None:
     return None if target.nixl_sender else f"the target has no {names.NIXL_SENDER}"
 
 
+def _without_unrunnable_nixl(target: Target, config: WorldConfig) -> WorldConfig:
+    """Leave out requests on NIXL's sender where it cannot run on the scripted transport."""
+    if target.nixl_sender is not None and target.nixl_polls_manager:
+        return config
+    kept = tuple(r for r in config.requests if r.backend != "nixl")
+    return dataclasses.replace(config, requests=kept)
+
+
+def _has_mooncake(target: Target) -> str | None:
+    return None if target.mooncake_sender else "the target has no MooncakeKVSender"
+
+
+REQUEUE = "optimistic_release_and_requeue"
+
+
+def _has_requeue(target: Target) -> str | None:
+    if REQUEUE in target.mixin_methods:
+        return None
+    return f"no optimistic prefill in this release (no {REQUEUE}, 0.5.13+)"
+
+
+def _parks(target: Target) -> str | None:
+    if "pending_bootstrap" in target.inflight_attrs:
+        return None
+    return (
+        f"the inflight queue holds no parked requests in this release ({names.INFLIGHT_FUNCTION} "
+        "never reads pending_bootstrap; 0.5.16+)"
+    )
+
+
+def _ran(trace: Trace, rid: str, method: str) -> int:
+    """How many times the target's own ``method`` ran for ``rid`` on rank 0."""
+    return sum(1 for e in trace.events_of("called", rid) if e.rank == 0 and e.detail == method)
+
+
+def _optimistic_requeue(trace: Trace) -> Outcome:
+    crash = _crash(trace)
+    if crash is not None:
+        return crash
+    times = _ran(trace, "optimistic", REQUEUE)
+    if not times:
+        raise SimulationGap(
+            f"the scenario did not reach the release's own {REQUEUE}: its path cannot be run"
+        )
+    outcome = _never_failed(trace)
+    where = f"left through the release's {REQUEUE} {times} time(s) and came back; "
+    entered = _last_entry(trace, "optimistic", outcome.seconds)
+    if outcome.verdict == "fail" and entered is not None:
+        where += f"it entered the inflight queue again at {entered:g} s; "
+    return Outcome(outcome.verdict, where + outcome.observed, outcome.seconds)
+
+
+def _last_entry(trace: Trace, rid: str, until: float) -> float | None:
+    """When ``rid`` last entered rank 0's inflight queue, at or before ``until``."""
+    times = [
+        e.time
+        for e in trace.events_of("entered_inflight", rid)
+        if e.rank == 0 and e.time <= until + EPS
+    ]
+    return times[-1] if times else None
+
+
+def _parked(trace: Trace) -> Outcome:
+    crash = _crash(trace)
+    if crash is not None:
+        return crash
+    spec = trace.config.requests[0]
+    parked = [s for s in trace.snapshots if spec.rid in s.inflight[0] and s.time < spec.bootstrap_s]
+    if not parked:
+        raise SimulationGap(
+            f"{spec.rid} was never parked in the inflight queue while bootstrapping: the "
+            "scenario cannot run the parked path"
+        )
+    outcome = _never_failed(trace)
+    where = (
+        f"parked in the inflight queue from {parked[0].time:g} s to {parked[-1].time:g} s "
+        f"while bootstrapping; "
+    )
+    completes = "mark_prefill_complete() ran; " if trace.events_of("prefill_complete") else ""
+    return Outcome(outcome.verdict, where + completes + outcome.observed, outcome.seconds)
+
+
+def _pp_consensus(target: Target) -> str | None:
+    if "rids_to_check" in target.inflight_args:
+        return None
+    return f"no PP consensus in this release ({names.INFLIGHT_FUNCTION} takes no rids_to_check)"
+
+
+def _consistent(trace: Trace) -> Outcome:
+    """One outcome on every rank: the same step, the same finish (success or a client error),
+    KV released, no queue holding it; never before its deadline."""
+    crash = _crash(trace)
+    if crash is not None:
+        return crash
+    rid = trace.config.requests[0].rid
+    fates = [_fate(trace, rid, r) for r in range(trace.config.ranks)]
+    if any(f.step is None for f in fates):
+        return Outcome(
+            "fail",
+            f"not ended on every rank after {trace.end:g} s ({_where(trace, rid)})",
+            trace.end,
+        )
+    steps = {f.step for f in fates}
+    kinds = {f.aborted for f in fates}
+    at = fates[0].time or 0.0
+    unit = "stage" if trace.config.pp_stages > 1 else "rank"
+    if len(steps) > 1 or len(kinds) > 1:
+        each = ", ".join(
+            f"{unit} {r}: {'error' if f.aborted else 'success'} at {f.time:g} s"
+            for r, f in enumerate(fates)
+        )
+        return Outcome("fail", f"{unit}s disagree ({each})", at)
+    if not all(f.kv_released for f in fates) or any(f.held for f in fates):
+        return Outcome("fail", f"ended at {at:g} s but its KV or a queue still holds it", at)
+    entry = trace.entered_inflight(rid)
+    deadline = (entry.time if entry else 0.0) + trace.config.lag_of(0) + DEFAULT_TIMEOUT
+    if fates[0].aborted and at < deadline - EPS:
+        return Outcome("fail", f"failed at {at:g} s, before its deadline ({deadline:g} s)", at)
+    what = "a client error" if fates[0].aborted else "success"
+    return Outcome(
+        "pass", f"{what} on every {unit} in the same step at {at:g} s (deadline {deadline:g} s)", at
+    )
+
+
 # -- worlds ------------------------------------------------------------------------------------
 
 
@@ -275,6 +403,10 @@ def _healthy(count: int, seed: int, start: float = 0.0) -> tuple[RequestSpec, ..
 def _spread(ranks: int, width: float) -> tuple[float, ...]:
     return tuple(width * r / (ranks - 1) for r in range(ranks)) if ranks > 1 else (0.0,)
 
+
+OPTIMISTIC_TIMEOUT = 60.0
+PARKED_BOOTSTRAP_S = 100.0
+MEMORY_WAIT_S = 90.0
 
 SCENARIOS: tuple[Scenario, ...] = (
     Scenario(
@@ -356,6 +488,94 @@ SCENARIOS: tuple[Scenario, ...] = (
             (WEDGED,), ranks, horizon=WEDGE_HORIZON, env={TIMEOUT_ENV: "120"}
         ),
         _deadline(120.0),
+    ),
+    Scenario(
+        "success-at-deadline",
+        "the transfer completes in the very step the deadline passes (rank 0 already overdue, "
+        "rank 1 not yet): one outcome on every rank, in the same step (success everywhere or "
+        "a client error everywhere), KV released, no queue holds it",
+        lambda ranks: WorldConfig(
+            (RequestSpec("at-deadline", prefill_s=1.0, transfer_s=DEFAULT_TIMEOUT + 0.25),),
+            ranks,
+            horizon=DEFAULT_TIMEOUT + 20,
+            lag_spread=0.2,
+        ),
+        _consistent,
+    ),
+    Scenario(
+        "decode-memory-wait",
+        f"decode has no free memory for {MEMORY_WAIT_S:g} s, so the release's own senders "
+        "(Mooncake's, and NIXL's where it reads its status from its KV manager) stay "
+        f"Bootstrapping that long, then the transfer completes ({BOOTSTRAP_ENV} left at the "
+        "release's default): never failed. A bootstrap timeout shorter than upstream's "
+        "(pdguard's 30 s on 0.4.7 - 0.4.8) fails it",
+        lambda ranks: WorldConfig(
+            (
+                RequestSpec("memory-wait", bootstrap_s=MEMORY_WAIT_S, transfer_s=2.0),
+                RequestSpec(
+                    "memory-wait-nixl", bootstrap_s=MEMORY_WAIT_S, transfer_s=2.0, backend="nixl"
+                ),
+            ),
+            ranks,
+            horizon=MEMORY_WAIT_S + 30,
+        ),
+        _never_failed,
+        _has_mooncake,
+        _without_unrunnable_nixl,
+    ),
+    Scenario(
+        "optimistic-requeue",
+        f"{TIMEOUT_ENV}={OPTIMISTIC_TIMEOUT:g}, optimistic prefill: the request leaves through "
+        f"the release's own {REQUEUE} (the pool is full and another request waits, or the "
+        "release's retry hook) and comes back after 80 s: each entry starts a fresh deadline, "
+        "so it completes, never failed",
+        lambda ranks: WorldConfig(
+            (
+                RequestSpec("optimistic", bootstrap_s=5.0, prefill_s=1.0, transfer_s=5.0),
+                RequestSpec("waiting", arrival=1.5, prefill_s=1.0, transfer_s=1.0),
+            ),
+            ranks,
+            horizon=120.0,
+            env={TIMEOUT_ENV: f"{OPTIMISTIC_TIMEOUT:g}", RETRY_HOOK_ENV: "1"},
+            optimistic_attempts=2,
+            pool_full=((2.0, 80.0),),
+        ),
+        _optimistic_requeue,
+        _has_requeue,
+    ),
+    Scenario(
+        "parked-bootstrap",
+        f"{TIMEOUT_ENV}={OPTIMISTIC_TIMEOUT:g}, optimistic prefill: the request is parked in "
+        f"the inflight queue while it bootstraps for {PARKED_BOOTSTRAP_S:g} s (longer than the "
+        "inflight deadline, within the bootstrap timeout; decode allocates after prefill, "
+        "mark_prefill_complete, on 0.5.22+): parked time is not counted, so it completes, "
+        "never failed by the inflight deadline",
+        lambda ranks: WorldConfig(
+            (RequestSpec("parked", bootstrap_s=PARKED_BOOTSTRAP_S, transfer_s=2.0),),
+            ranks,
+            horizon=PARKED_BOOTSTRAP_S + 30,
+            env={TIMEOUT_ENV: f"{OPTIMISTIC_TIMEOUT:g}"},
+            optimistic_attempts=1,
+            allocation_policy="prefill_complete",
+        ),
+        _parked,
+        _parks,
+    ),
+    Scenario(
+        "pp-stages",
+        "two PP stages (the second stamps 0.2 s later); the transfer completes in the round "
+        "before the first stage's deadline passes, so the stages agree it transferred: both "
+        "stages end it the same way in the same round (success on both, or a client error on "
+        "both), KV released, no queue holds it",
+        lambda ranks: WorldConfig(
+            (RequestSpec("pp", prefill_s=1.0, transfer_s=DEFAULT_TIMEOUT),),
+            2,
+            horizon=DEFAULT_TIMEOUT + 20,
+            lag_spread=0.2,
+            pp_stages=2,
+        ),
+        _consistent,
+        _pp_consensus,
     ),
     Scenario(
         "deadline-off",

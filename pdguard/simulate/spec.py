@@ -15,6 +15,9 @@ class RequestSpec:
     bootstrap_s: float = 0.0
     transfer_s: float | None = 1.0  # None: the decode side is gone; WaitingForInput for ever
     nixl: bool = False  # the target's NixlKVSender, with a kv_mgr stuck in Bootstrapping
+    # The backend whose sender the release gives the request: "mooncake", or "nixl" (its
+    # NixlKVSender on the same scripted transport as Mooncake's)
+    backend: str = "mooncake"
     # Taken out of the inflight queue and handed to the append site again this often while it
     # waits there (a re-queue, as SGLang's optimistic prefill does); None: never.
     requeue_every: float | None = None

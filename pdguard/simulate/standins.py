@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import abc
 import array
+import hashlib
 import http
 import sys
 import threading
@@ -37,6 +38,7 @@ ENV_DEFAULTS: dict[str, bool | int | float | str] = {  # environ.py defaults for
     names.BOOTSTRAP_TIMEOUT_ENV: 300,
     names.WAITING_TIMEOUT_ENV: 300,
     "SGLANG_DISAGGREGATION_FORCE_QUERY_PREFILL_DP_RANK": False,
+    "SGLANG_TEST_FORCE_OPTIMISTIC_PREFILL_RETRY_PROB": 0.0,  # the release's own test hook
 }
 
 
@@ -68,6 +70,29 @@ class Context(Protocol):
     def record(self, kind: str, req: object, detail: str = "") -> None: ...
 
     def new_sender(self, *args: Any, **kwargs: Any) -> object: ...
+
+    def spec_of_room(self, room: int) -> RequestSpec | None:
+        """The script of the request with this bootstrap room."""
+        ...
+
+    @property
+    def bootstrap_timeout_default(self) -> int:
+        """The release's default of SGLANG_DISAGGREGATION_BOOTSTRAP_TIMEOUT."""
+        ...
+
+    @property
+    def optimistic_attempts(self) -> int:
+        """Optimistic prefill attempts before bootstrap (``--optimistic-prefill-*``)."""
+        ...
+
+    @property
+    def allocation_policy(self) -> str:
+        """``disaggregation_decode_allocation_policy``: on_bootstrap or prefill_complete."""
+        ...
+
+    def pool_full(self) -> bool:
+        """Is the request pool full now (nothing can be admitted)?"""
+        ...
 
 
 # -- inert and strict objects ------------------------------------------------------------------
@@ -246,10 +271,13 @@ class FINISH_ABORT:
 
 class KVTransferError(Exception):
     def __init__(self, bootstrap_room: int, failure_reason: str, **kwargs: object) -> None:
-        super().__init__(f"room {bootstrap_room}: {failure_reason}")
+        super().__init__(failure_reason)
         self.bootstrap_room = bootstrap_room
         self.failure_reason = failure_reason
         self.is_from_another_rank = bool(kwargs.get("is_from_another_rank", False))
+
+    def __str__(self) -> str:  # as SGLang's
+        return f"KVTransferError(bootstrap_room={self.bootstrap_room}): {self.failure_reason}"
 
 
 class TransferBackend:
@@ -447,10 +475,25 @@ class SimReq(Strict):
         self.output_topk_index = None
         self.sampling_params = Inert("req.sampling_params")
         self.time_stats = Inert("req.time_stats", prefill_retry_count=0)
-        self.kv = Inert("req.kv")
+        self.kv = Inert("req.kv", cache_protected_len=0)
+        self.skip_radix_cache_insert = False
+        self.full_untruncated_fill_ids = self.origin_input_ids
+        self.early_send_prefix_end = None
 
     def finished(self) -> bool:
         return self.finished_reason is not None
+
+    # what optimistic prefill's requeue calls (0.5.13+)
+
+    def reset_for_retract(self) -> None:
+        self.prefix_indices: list[int] = []
+        self.extend_end = None
+
+    def _compute_max_prefix_len(self, input_len: int) -> int:
+        return max(input_len - 1, 0)
+
+    def advance_cache_request_handle(self) -> None:
+        pass
 
     def add_latency(self, *_: object) -> None:
         pass
@@ -518,15 +561,42 @@ class ScriptedSender:
         self._ctx.record("sender_abort", self._spec.rid)
 
 
+class DeferredBootstrap(Strict):
+    """0.5.22+: the KV manager's table of rooms whose decode allocation waits for prefill to
+    complete. Opening a room succeeds; completing it is recorded."""
+
+    _what = "kv_mgr.deferred_bootstrap"
+
+    def __init__(self, ctx: Context) -> None:
+        self._ctx = ctx
+
+    def open(self, bootstrap_room: int, sender: object) -> Config:
+        return Config("room_state", failed=False)
+
+    def complete(self, bootstrap_room: int, sender: object) -> None:
+        self._ctx.record("prefill_complete", None, str(bootstrap_room))
+
+    def close(self, bootstrap_room: int, *_: object, **__: object) -> None:
+        return None
+
+
 class SimKVManager(Strict):
-    """A KV manager whose decode side never sends its bootstrap info: a room stays in
-    Bootstrapping unless the sender itself moves it (``update_status``)."""
+    """The KV manager of the release's own senders, with a scripted transport in place of the
+    bootstrap server and the transfer engine. The release's sender calls it as it calls its
+    real manager (``update_status``, ``check_status``, ``record_failure``,
+    ``failure_records``). What the threads of the real manager would do, it does when a status
+    is read: a room created ``bootstrap_s`` ago has got decode's bootstrap info
+    (WaitingForInput); once the scheduler sent the last chunk (``sim_sent``) it is Transferring
+    for ``transfer_s``, then Success; with ``transfer_s`` None decode is gone (WaitingForInput
+    for ever). A room whose request is scripted ``nixl`` (or unknown) is never moved: decode
+    never sends its info. A status the sender set (Failed by ``abort()`` or a timeout) is
+    never overwritten."""
 
     _what = "kv_mgr"
 
     def __init__(self, ctx: Context) -> None:
         self._ctx = ctx
-        timeout = int(ctx.env.get(names.BOOTSTRAP_TIMEOUT_ENV, "300"))
+        timeout = int(ctx.env.get(names.BOOTSTRAP_TIMEOUT_ENV, str(ctx.bootstrap_timeout_default)))
         self.bootstrap_timeout = timeout
         self.bootstrap_time_out = timeout  # its name in 0.4.7 - 0.4.9
         self.request_status: dict[int, int] = {}
@@ -540,19 +610,61 @@ class SimKVManager(Strict):
         self.enable_staging = False
         self.is_dummy_cp_rank = False
         self.attn_dp_rank = 0
-        self.deferred_bootstrap = None
-        self.defer_decode_allocation = False
+        # 0.5.22+: decode allocates after prefill; mark_prefill_complete() restarts the
+        # bootstrap budget through the deferred bootstrap
+        deferred = ctx.allocation_policy == "prefill_complete"
+        self.defer_decode_allocation = deferred
+        self.deferred_bootstrap = DeferredBootstrap(ctx) if deferred else None
         self.sender_trace_module = None
         self.reports_transfer_latency = False
         self.server_args = Config(
             "kv_mgr.server_args", dp_size=1, load_balance_method="round_robin"
         )
         self.kv_args = Config("kv_mgr.kv_args", kv_item_lens=[1])
+        self.enable_trace = False
+        self.kv_item_lens_sum = 1
+        self.state_item_lens_sum = 0
+        self.enable_all_cp_ranks_for_transfer = False
+        self._created: dict[int, float] = {}
+        self._sent: dict[int, float] = {}
+
+    def _advance(self, room: int) -> None:
+        """Move ``room`` as decode and the transfer engine would have by now."""
+        status = self.request_status.get(room)
+        if status is None or status in (KVPoll.Failed, KVPoll.Success):
+            return
+        spec = self._ctx.spec_of_room(room)
+        if spec is None or spec.nixl:
+            return
+        now = self._ctx.world_time()
+        if now + 1e-9 < self._created.get(room, now) + spec.bootstrap_s:
+            return
+        new = KVPoll.WaitingForInput
+        sent = self._sent.get(room)
+        if sent is not None and spec.transfer_s is not None:
+            done = now + 1e-9 >= sent + spec.transfer_s
+            new = KVPoll.Success if done else KVPoll.Transferring
+        self.request_status[room] = max(status, new)
+
+    def _notify_bootstrap(self, bootstrap_room: int, *_: object) -> None:
+        self._ctx.record("bootstrap_notified", None, str(bootstrap_room))
+
+    def get_session_id(self) -> str:
+        return "sim-session"
+
+    def get_kv_replica_factor(self) -> int:
+        return 1
+
+    def sim_sent(self, room: int) -> None:
+        """The scheduler sent the request's last chunk (``send_kv_chunk``)."""
+        self._sent.setdefault(room, self._ctx.world_time())
 
     def check_status(self, bootstrap_room: int) -> int:
+        self._advance(bootstrap_room)
         return self.request_status.get(bootstrap_room, KVPoll.Bootstrapping)
 
     def update_status(self, bootstrap_room: int, status: int) -> None:
+        self._created.setdefault(bootstrap_room, self._ctx.world_time())
         old = self.request_status.get(bootstrap_room)
         if old is None or status == KVPoll.Failed:
             self.request_status[bootstrap_room] = status
@@ -634,8 +746,8 @@ class SchedulerStandIn(Strict):
         self.ps = Config("self.ps", pp_rank=0, tp_rank=ctx.rank, pp_size=1)
         self.server_args = Config(
             "server_args",
-            optimistic_prefill_retries=0,  # no optimistic prefill before bootstrap
-            optimistic_prefill_attempts=0,
+            optimistic_prefill_retries=ctx.optimistic_attempts,  # 0.5.13 - 0.5.15
+            optimistic_prefill_attempts=ctx.optimistic_attempts,  # 0.5.16+
             enable_dp_attention=False,
             enable_sp_layernorm=False,
             enable_prefill_context_parallel=False,
@@ -644,7 +756,9 @@ class SchedulerStandIn(Strict):
         )
         self.tree_cache = TreeCache(ctx)
         self.req_to_metadata_buffer_idx_allocator = allocator
-        self.req_to_token_pool = Config("req_to_token_pool", available_size=lambda: 1 << 20)
+        self.req_to_token_pool = Config(
+            "req_to_token_pool", available_size=lambda: 0 if ctx.pool_full() else 1 << 20
+        )
         self.token_to_kv_pool_allocator = Config("token_to_kv_pool_allocator", page_size=1)
         self.disagg_prefill_inflight_queue: list[SimReq] = []
         self.disagg_prefill_bootstrap_queue: Any = None
@@ -667,15 +781,22 @@ class SchedulerStandIn(Strict):
     def stream_output(self, reqs: list[SimReq], *_: object, **__: object) -> None:
         for req in reqs:
             self._ctx.record("streamed", req, repr(req.finished_reason))
+            reason = req.finished_reason
+            if isinstance(reason, FINISH_ABORT):  # what the client receives
+                self._ctx.record("client_error", req, str(reason.message))
 
     def send_kv_chunk(
         self, req: SimReq, last_chunk: bool = False, token_id: object = None, **_: object
     ) -> None:
         if last_chunk or token_id is not None:  # 0.4.6 - 0.4.6.post4: the token marks the last
             self._ctx.record("kv_send", req)
-            mark = getattr(req.disagg_kv_sender, "sim_sent", None)
-            if mark is not None:
-                mark()
+            sender = req.disagg_kv_sender
+            if isinstance(sender, ScriptedSender):
+                sender.sim_sent()
+                return
+            manager = getattr(sender, "kv_mgr", None)
+            if isinstance(manager, SimKVManager):
+                manager.sim_sent(req.bootstrap_room)
 
     def retire_unadmitted_request(self, req: SimReq) -> None:
         self._ctx.record("rejected", req)
@@ -858,7 +979,8 @@ REGISTRY: dict[str, Callable[[Context], object]] = {
     "maybe_release_metadata_buffer": _constant(release_metadata_buffer),
     "is_aborted": _constant(is_aborted),
     "is_unadmitted_reject": _constant(lambda req: False),
-    "should_force_retry": _constant(lambda req: False),
+    # should_force_retry (a test hook of 0.5.13+) is the release's own, loaded from prefill.py
+    "hashlib": _constant(hashlib),
     "_uses_write_through_cache": _constant(lambda cache: False),
     "CacheRequestOutcome": _constant(
         Config("CacheRequestOutcome", SUCCESS="success", ABORT="abort")
@@ -878,11 +1000,11 @@ REGISTRY: dict[str, Callable[[Context], object]] = {
     "TraceReqContext": _constant(Inert),
     "get_observability": _constant(lambda: Config("get_observability()", enable_trace=False)),
     # configuration and parallelism
-    "get_disagg": _constant(
+    "get_disagg": lambda ctx: (
         lambda: Config(
             "get_disagg()",
-            disaggregation_decode_allocation_policy="on_bootstrap",
-            optimistic_prefill_attempts=0,
+            disaggregation_decode_allocation_policy=ctx.allocation_policy,
+            optimistic_prefill_attempts=ctx.optimistic_attempts,
         )
     ),
     "get_parallel": lambda ctx: (

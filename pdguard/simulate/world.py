@@ -6,11 +6,18 @@ step is one iteration of SGLang's prefill event loop:
 
 1. requests that arrived are added to the bootstrap queue (the target's ``add``, which creates
    the sender);
-2. the target's ``pop_bootstrapped`` polls the bootstrap queue; popped requests start their
-   prefill, which takes the request's ``prefill_s`` simulated seconds;
+2. the target's ``pop_bootstrapped`` polls the bootstrap queue; popped requests join the
+   waiting queue, which, unless the request pool is full (``pool_full``), is admitted: each
+   request's prefill takes its ``prefill_s`` simulated seconds;
 3. requests whose prefill finished go through the target's
-   ``process_batch_result_disagg_prefill`` (the inflight-queue append);
-4. if the inflight queue is not empty, the target's ``process_disagg_prefill_inflight_queue``.
+   ``process_batch_result_disagg_prefill`` (the inflight-queue append, or optimistic prefill's
+   requeue);
+4. if the inflight queue is not empty, the target's ``process_disagg_prefill_inflight_queue``;
+   with PP stages, one round of the PP consensus first (``Rank._pp_round``).
+
+Each request's sender is the target's own (``MooncakeKVSender``, or ``NixlKVSender`` for a
+request scripted ``nixl``) on the rank's ``SimKVManager``, whose transport follows the
+request's script.
 
 Every ``poll_and_all_reduce*`` the target calls exchanges the local polls of all ranks through
 a :class:`threading.Barrier` and MIN-reduces them, as ``dist.all_reduce(op=MIN)`` does. After
@@ -58,6 +65,16 @@ class WorldConfig:
     # rank r's lag is ``lag + lag_spread * r / (ranks - 1)``.
     lag: float = 0.1
     lag_spread: float = 0.0
+    # optimistic prefill before bootstrap (0.5.13+): attempts a request may make
+    optimistic_attempts: int = 0
+    # decode allocates on bootstrap, or after prefill ("prefill_complete", 0.5.22+)
+    allocation_policy: str = "on_bootstrap"
+    # (start, end) simulated seconds while the request pool is full: the waiting queue admits
+    # nothing and ``req_to_token_pool.available_size()`` is 0
+    pool_full: tuple[tuple[float, float], ...] = ()
+    # Pipeline parallelism: with 2 or more, each rank is a PP stage (a TP group of its own)
+    # and the stages agree, as SGLang's PP mixin does, on which requests have transferred
+    pp_stages: int = 1
 
     def lag_of(self, rank: int) -> float:
         return self.lag + (self.lag_spread * rank / (self.ranks - 1) if self.ranks > 1 else 0.0)
@@ -135,6 +152,22 @@ class _Collective:
         return [min(column) for column in zip(*slots, strict=True)]
 
 
+class _Consensus:
+    """PP stages passing their transferred request ids along: every stage gets the ids all
+    stages reported (the intersection the last stage sends back to the first)."""
+
+    def __init__(self, stages: int) -> None:
+        self.barrier = threading.Barrier(stages, timeout=BARRIER_TIMEOUT)
+        self.slots: list[list[str]] = [[] for _ in range(stages)]
+
+    def __call__(self, stage: int, rids: list[str]) -> list[str]:
+        self.slots[stage] = list(rids)
+        self.barrier.wait()
+        agreed = [rid for rid in self.slots[0] if all(rid in s for s in self.slots[1:])]
+        self.barrier.wait()
+        return agreed
+
+
 class Rank:
     """One scheduler rank; the :class:`standins.Context` of its stand-ins."""
 
@@ -147,13 +180,15 @@ class Rank:
         self.offset = config.clock_offsets[index] if config.clock_offsets else 0.0
         self.handling_lag = config.lag_of(index)
         self.lag = 0.0  # the handling lag while the rank handles arrivals and prefill results
-        self.tp_group = Group(index, world.collective if config.ranks > 1 else None)
+        tp = config.ranks > 1 and config.pp_stages <= 1
+        self.tp_group = Group(index, world.collective if tp else None)
+        self.release_rids: list[str] = []  # PP: the consensus of the previous round
         self.cp_group = Group(index, None)
         self.recorders = standins.Recorders(target.pass_along, self)
         self.built = target.build(standins.for_rank(self), self.recorders.make, standins.no_import)
         allocator = MetadataAllocator()
         scheduler_cls: type[SchedulerStandIn] = type(
-            "Scheduler", (self.built.mixin, SchedulerStandIn), {}
+            "Scheduler", (self.built.mixin, SchedulerStandIn), _observed(self.built.mixin, self)
         )
         self.scheduler: Any = scheduler_cls.__new__(scheduler_cls)
         self.scheduler.sim_init(self, allocator)
@@ -182,13 +217,37 @@ class Rank:
         rid = req if isinstance(req, str) or req is None else getattr(req, "rid", None)
         self.events.append(Event(self.world.step, self.world.time, self.rank, kind, rid, detail))
 
+    def spec_of_room(self, room: int) -> RequestSpec | None:
+        return self.world.by_room.get(room)
+
+    @property
+    def optimistic_attempts(self) -> int:
+        return self.world.config.optimistic_attempts
+
+    @property
+    def allocation_policy(self) -> str:
+        return self.world.config.allocation_policy
+
+    def pool_full(self) -> bool:
+        now = self.world.time
+        return any(start - EPS <= now < end - EPS for start, end in self.world.config.pool_full)
+
+    @property
+    def bootstrap_timeout_default(self) -> int:
+        default = self.world.target.bootstrap_timeout_default
+        return 300 if default is None else default
+
     def new_sender(self, *args: Any, **kwargs: Any) -> object:
+        """The release's own sender class for the request: NIXL's for a request scripted
+        ``nixl``, Mooncake's otherwise (a scripted sender only in a tree without one)."""
         room = kwargs["bootstrap_room"] if "bootstrap_room" in kwargs else args[2]
         spec = self.world.by_room[room]
-        if spec.nixl:
+        if spec.nixl or spec.backend == "nixl":
             if self.built.nixl_sender is None:
                 raise standins.MissingStandIn(f"the target has no {names.NIXL_SENDER}")
             return self.built.nixl_sender(*args, **kwargs)
+        if self.built.mooncake_sender is not None:
+            return self.built.mooncake_sender(*args, **kwargs)
         return ScriptedSender(self, spec, *args, **kwargs)
 
     # one step of the prefill event loop
@@ -204,8 +263,11 @@ class Rank:
                 self.queue.add(req, 8) if self._add_takes_heads else self.queue.add(req)
             finally:
                 self.lag = 0.0
-        for req in self.queue.pop_bootstrapped():
-            self.prefilling.append((now + self.world.specs[req.rid].prefill_s, req))
+        self.scheduler.waiting_queue.extend(self.queue.pop_bootstrapped())
+        if not self.pool_full():  # admit the waiting queue: each request's prefill starts
+            for req in self.scheduler.waiting_queue:
+                self.prefilling.append((now + self.world.specs[req.rid].prefill_s, req))
+            self.scheduler.waiting_queue = []
         done = [req for at, req in self.prefilling if at <= now + EPS]
         requeued = [
             r for r in self.scheduler.disagg_prefill_inflight_queue if self._requeue(r, now)
@@ -220,12 +282,35 @@ class Rank:
             batch, result = standins.prefill_batch(done)
             _give_recorders(self.recorders, batch, result)
             self.lag = self.handling_lag
+            before = {id(r) for r in self.scheduler.disagg_prefill_inflight_queue}
             try:
                 self.scheduler.process_batch_result_disagg_prefill(batch, result)
             finally:
                 self.lag = 0.0
-        if len(self.scheduler.disagg_prefill_inflight_queue) > 0:
+            for req in self.scheduler.disagg_prefill_inflight_queue:
+                if id(req) not in before:
+                    self.record("entered_inflight", req)
+        if self.world.config.pp_stages > 1:
+            self._pp_round()
+        elif len(self.scheduler.disagg_prefill_inflight_queue) > 0:
             self.scheduler.process_disagg_prefill_inflight_queue()
+
+    def _pp_round(self) -> None:
+        """One round of SGLang's PP prefill loop (``event_loop_pp_disagg_prefill``, in the PP
+        mixin outside the disaggregation package, so modelled here): each stage reports the
+        requests whose TP-reduced poll is terminal (``get_rids(..., [Success, Failed])``),
+        the stages intersect them, and the consensus of the previous round is the
+        ``rids_to_check`` every stage passes to the target's own inflight function."""
+        queue = self.scheduler.disagg_prefill_inflight_queue
+        polls = standins.poll_and_all_reduce_attn_cp_tp_group(
+            [req.disagg_kv_sender for req in queue], self.cp_group, self.tp_group
+        )
+        terminal = (int(standins.KVPoll.Success), int(standins.KVPoll.Failed))
+        local = [req.rid for req, poll in zip(queue, polls, strict=True) if poll in terminal]
+        consensus = self.world.exchange(self.rank, local)
+        release, self.release_rids = self.release_rids, consensus
+        if len(queue) > 0:
+            self.scheduler.process_disagg_prefill_inflight_queue(release)
 
     def _requeue(self, req: SimReq, now: float) -> bool:
         """Is it time to hand ``req`` (waiting in the inflight queue) to the append site again?"""
@@ -242,7 +327,10 @@ class Rank:
         return (
             tuple(r.rid for r in self.scheduler.disagg_prefill_inflight_queue),
             tuple(r.rid for r in self.queue.queue),
-            tuple(r.rid for _, r in self.prefilling),
+            (
+                *(r.rid for r in self.scheduler.waiting_queue),
+                *(r.rid for _, r in self.prefilling),
+            ),
         )
 
 
@@ -257,6 +345,7 @@ class World:
         self.by_room = {self.rooms[rid]: spec for rid, spec in self.specs.items()}
         self.target = target
         self.collective = _Collective(config.ranks)
+        self.exchange = _Consensus(config.ranks)
         self.step_barrier = threading.Barrier(
             config.ranks, action=self._end_step, timeout=BARRIER_TIMEOUT
         )
@@ -309,6 +398,7 @@ class World:
                 self.failure = RankFailure(rank.rank, self.time, exc, where, gap)
             self.done = True
         self.collective.barrier.abort()
+        self.exchange.barrier.abort()
         self.step_barrier.abort()
 
     def _end_step(self) -> None:
@@ -341,6 +431,27 @@ class World:
             if any(last.holds(rid, rank.rank) for rid in self.specs):
                 return False
         return True
+
+
+# The target's own mixin methods whose every call the trace records (the method still runs):
+# a scenario asks whether the path it is about really ran.
+OBSERVED_METHODS = ("optimistic_release_and_requeue",)
+
+
+def _observed(mixin: type, rank: Rank) -> dict[str, object]:
+    """Wrappers recording each call of the target's OBSERVED_METHODS (``called`` events)."""
+    wrappers: dict[str, object] = {}
+    for name in OBSERVED_METHODS:
+        method = getattr(mixin, name, None)
+        if method is None:
+            continue
+
+        def wrapper(self: Any, req: Any, *args: Any, _m: Any = method, _n: str = name) -> Any:
+            rank.record("called", req, _n)
+            return _m(self, req, *args)
+
+        wrappers[name] = wrapper
+    return wrappers
 
 
 def _give_recorders(recorders: standins.Recorders, *objects: object) -> None:

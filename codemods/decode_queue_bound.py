@@ -1,0 +1,320 @@
+"""Bound the two places where SGLang's decode queues keep a request that waits on its prefill.
+
+* ``pending``: the prealloc queue puts a request back into ``pending_reqs`` every step while its
+  prefill DP rank cannot be resolved (0.5.10+), with no counter and no deadline. The re-queue
+  (``remaining.append(decode_req)``) becomes: stamp the request the first time it is put back,
+  and once it has waited longer than ``SGLANG_DISAGGREGATION_WAITING_TIMEOUT``, log it and fail
+  it through its receiver (``kv_receiver.abort()``, as the queue's own ``_ensure_prefill_info``
+  does after its retries), so the queue's normal Failed path cleans it up.
+* ``gate``: ``process_decode_queue`` returns while retracted requests wait for memory
+  (0.4.7.post1+), before either queue is polled. The early return becomes a flag, and only
+  the admission of new requests (``pop_preallocated()`` and the ``extend`` of the transfer
+  queue with what it returns) is skipped while the flag is set, as the return skipped it. The
+  transfer queue is still polled, so its failures, timeouts and aborts are acted on and free
+  their KV.
+
+Every inserted piece carries the marker comment ``# pdguard: decode-queue-bound``.
+"""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Sequence
+
+import isort
+import libcst as cst
+import libcst.matchers as m
+from libcst.codemod import CodemodContext
+
+from pdguard.fix_names import DECODE_GATE_FLAG as GATE_FLAG
+from pdguard.fix_names import DECODE_PENDING_STAMP as PENDING_STAMP
+from pdguard.fix_names import DECODE_QUEUE_BOUND as FIX
+from pdguard.sglang_names import POP_PREALLOCATED, RECEIVER_ABORT, REQ_RECEIVER, RETRACTED_QUEUE
+
+from .anchors import AnchorError, find_method, marker
+from .command import SourceCodemod
+from .insertion import StatementEdit, apply_edits, parse_statements, simple_statements
+from .isort_imports import DEFAULT_ISORT_CONFIG, AddIsortedImports, ImportRequest, reference_to
+from .sender_bootstrap_timeout import LINE_LENGTH
+
+_PENDING = """\
+{marker}: bounded wait for the DP rank.
+if getattr({item}, "{stamp}", None) is None:
+    {item}.{stamp} = {clock}()
+pending_waited = {clock}() - {item}.{stamp}
+pending_limit = {timeout}
+if pending_waited > pending_limit:
+{log}    if {item}.{receiver} is not None:
+        {item}.{receiver}.{abort}()
+else:
+    {local}.append({item})
+"""
+
+_LOG = """\
+    logger.error(
+        f"Request {{{item}.req.rid}}: prefill DP rank"
+        f" not resolved in {{pending_waited:.0f}}s"
+    )
+"""
+
+_GATE_COMMENT = (
+    "{marker}: while retracted requests wait for memory,",
+    "# admit no new request (as the early return did), but still poll the",
+    "# transfer queue: its failures, timeouts and aborts free their KV.",
+)
+
+
+def _flat(node: cst.CSTNode) -> str:
+    return cst.Module(body=[]).code_for_node(node).strip()
+
+
+def _mentions(node: cst.CSTNode, attr: str) -> bool:
+    return bool(m.findall(node, m.Attribute(attr=m.Name(attr))))
+
+
+def _comment_lines(lines: Sequence[str]) -> list[cst.EmptyLine]:
+    return [cst.EmptyLine(comment=cst.Comment(line)) for line in lines]
+
+
+class DecodeQueueBound(SourceCodemod):
+    DESCRIPTION: str = "Bound the decode queues' pending re-queue and their retraction gate."
+
+    @staticmethod
+    def add_args(arg_parser: argparse.ArgumentParser) -> None:
+        arg_parser.add_argument(
+            "--pending",
+            action="append",
+            default=[],
+            help="Class.method:local:item of a re-queue to bound",
+        )
+        arg_parser.add_argument(
+            "--gate", default=None, help="[Class.]function holding the retraction gate"
+        )
+        arg_parser.add_argument(
+            "--timeout", default="envs.SGLANG_DISAGGREGATION_WAITING_TIMEOUT.get()"
+        )
+        arg_parser.add_argument("--no-log", dest="log", action="store_false")
+        arg_parser.add_argument("--import", dest="imports", action="append", default=[])
+
+    def __init__(
+        self,
+        context: CodemodContext,
+        pending: Sequence[str] = (),
+        gate: str | None = None,
+        timeout: str = "envs.SGLANG_DISAGGREGATION_WAITING_TIMEOUT.get()",
+        log: bool = True,
+        imports: Sequence[ImportRequest | str] = (),
+        isort_config: isort.Config = DEFAULT_ISORT_CONFIG,
+    ) -> None:
+        super().__init__(context)
+        self.pending = list(pending)
+        self.gate = gate
+        self.timeout = timeout
+        self.log = log
+        self.imports = [
+            i if isinstance(i, ImportRequest) else ImportRequest(*i.split(":", 1)) for i in imports
+        ]
+        self.isort_config = isort_config
+
+    def transform_module_impl(self, tree: cst.Module) -> cst.Module:
+        edits: list[tuple[cst.CSTNode, StatementEdit]] = []
+        imports = list(self.imports)
+        if self.pending:
+            clock = reference_to(tree, "time", "monotonic")
+            if clock is None:
+                imports.append(ImportRequest("time"))
+            for spec in self.pending:
+                edits.append(self._bound_pending(tree, spec, clock or "time.monotonic"))
+        if self.gate:
+            edits.extend(self._open_gate(tree, self.gate))
+        tree = apply_edits(tree, edits)
+        return AddIsortedImports(self.context, imports, self.isort_config).transform_module(tree)
+
+    # -- the pending re-queue -----------------------------------------------------------
+
+    def _bound_pending(
+        self, tree: cst.Module, spec: str, clock: str
+    ) -> tuple[cst.CSTNode, StatementEdit]:
+        where, local, item = spec.split(":")
+        class_name, method = where.rsplit(".", 1)
+        _, func = find_method(tree, method, class_name)
+        append = m.SimpleStatementLine(
+            body=[
+                m.Expr(
+                    value=m.Call(
+                        func=m.Attribute(value=m.Name(local), attr=m.Name("append")),
+                        args=[m.Arg(value=m.Name(item))],
+                    )
+                )
+            ]
+        )
+        sites = simple_statements(func, lambda s: m.matches(s, append))
+        if len(sites) != 1:
+            raise AnchorError(
+                f"{class_name}.{method}() has {len(sites)} statements "
+                f"{local}.append({item}); expected one"
+            )
+        code = _PENDING.format(
+            marker=marker(FIX),
+            item=item,
+            stamp=PENDING_STAMP,
+            clock=clock,
+            timeout=self.timeout,
+            log=_LOG.format(item=item) if self.log else "",
+            receiver=REQ_RECEIVER,
+            abort=RECEIVER_ABORT,
+            local=local,
+        )
+        new = parse_statements(code, tree.config_for_parsing)
+        return sites[0], StatementEdit(before=new, replacement=None)
+
+    # -- the retraction gate ------------------------------------------------------------
+
+    def _open_gate(self, tree: cst.Module, where: str) -> list[tuple[cst.CSTNode, StatementEdit]]:
+        class_name, _, name = where.rpartition(".")
+        if class_name:
+            _, func = find_method(tree, name, class_name)
+        else:
+            funcs = [
+                s for s in tree.body if isinstance(s, cst.FunctionDef) and s.name.value == name
+            ]
+            if len(funcs) != 1:
+                raise AnchorError(f"{len(funcs)} top-level functions {name}(); expected one")
+            func = funcs[0]
+        gates = [
+            stmt
+            for stmt in func.body.body
+            if isinstance(stmt, cst.If)
+            and stmt.orelse is None
+            and _mentions(stmt.test, RETRACTED_QUEUE)
+            and isinstance(stmt.body, cst.IndentedBlock)
+            and len(stmt.body.body) == 1
+            and m.matches(stmt.body.body[0], m.SimpleStatementLine(body=[m.Return(value=None)]))
+        ]
+        if len(gates) != 1:
+            raise AnchorError(
+                f"{name}() has {len(gates)} `if <retracted requests>: return` statements; "
+                "expected one"
+            )
+        gate = gates[0]
+        edits: list[tuple[cst.CSTNode, StatementEdit]] = [
+            (gate, StatementEdit(replacement=self._flag(tree, gate)))
+        ]
+        admissions = [
+            stmt for stmt in simple_statements(func, lambda s: bool(self._admission_targets(s)))
+        ]
+        if not admissions:
+            raise AnchorError(f"{name}() calls no {POP_PREALLOCATED}() after its gate")
+        blocks = self._blocks_holding(func, admissions)
+        for stmt in admissions:
+            block, level = blocks[id(stmt)]
+            body = list(block.body)
+            index = next(i for i, s in enumerate(body) if s is stmt)
+            names = self._admission_targets(stmt)
+            following = body[index + 1] if index + 1 < len(body) else None
+            if not isinstance(following, cst.SimpleStatementLine) or not any(
+                m.findall(following, m.Call(func=m.Attribute(attr=m.Name("extend"))))
+                and m.findall(following, m.Name(n))
+                for n in names
+            ):
+                raise AnchorError(
+                    f"{name}(): {POP_PREALLOCATED}()'s result is not handed to an extend() "
+                    "right after it"
+                )
+            wrapped = self._guarded(tree, [stmt, following], level + 1)
+            edits.append((stmt, StatementEdit(replacement=wrapped)))
+            edits.append((following, StatementEdit(replacement=None)))
+        return edits
+
+    def _flag(self, tree: cst.Module, gate: cst.If) -> cst.SimpleStatementLine:
+        test = _flat(gate.test)
+        code = f"{GATE_FLAG} = {test}\n"
+        if 2 * len(tree.default_indent) + len(code) - 1 > LINE_LENGTH:
+            code = f"{GATE_FLAG} = (\n    {test}\n)\n"
+        (flag,) = parse_statements(code, tree.config_for_parsing)
+        comments = _comment_lines([_GATE_COMMENT[0].format(marker=marker(FIX)), *_GATE_COMMENT[1:]])
+        return flag.with_changes(leading_lines=[*gate.leading_lines, *comments])  # type: ignore[return-value]
+
+    @staticmethod
+    def _admission_targets(stmt: cst.SimpleStatementLine) -> set[str]:
+        """The names ``stmt`` binds from a ``...pop_preallocated(...)`` call."""
+        if len(stmt.body) != 1 or not isinstance(stmt.body[0], cst.Assign):
+            return set()
+        assign = stmt.body[0]
+        if not m.matches(assign.value, m.Call(func=m.Attribute(attr=m.Name(POP_PREALLOCATED)))):
+            return set()
+        return {
+            n.value  # type: ignore[attr-defined]
+            for target in assign.targets
+            for n in m.findall(target.target, m.Name())
+        }
+
+    @staticmethod
+    def _blocks_holding(
+        func: cst.FunctionDef, stmts: list[cst.SimpleStatementLine]
+    ) -> dict[int, tuple[cst.IndentedBlock, int]]:
+        """For each statement, the block that holds it and the block's indentation level."""
+        wanted = {id(s) for s in stmts}
+        found: dict[int, tuple[cst.IndentedBlock, int]] = {}
+
+        def walk(block: cst.BaseSuite, level: int) -> None:
+            if not isinstance(block, cst.IndentedBlock):
+                return
+            for stmt in block.body:
+                if id(stmt) in wanted:
+                    found[id(stmt)] = (block, level)
+                for child in stmt.children:
+                    if isinstance(child, cst.IndentedBlock):
+                        walk(child, level + 1)
+                    elif isinstance(child, cst.Else | cst.ExceptHandler | cst.Finally):
+                        walk(child.body, level + 1)
+                    elif isinstance(child, cst.If):  # elif
+                        walk(child.body, level + 1)
+                        orelse = child.orelse
+                        while orelse is not None:
+                            walk(orelse.body, level + 1)
+                            orelse = orelse.orelse if isinstance(orelse, cst.If) else None
+
+        walk(func.body, 2)
+        return found
+
+    def _guarded(
+        self, tree: cst.Module, stmts: list[cst.SimpleStatementLine], level: int
+    ) -> cst.If:
+        """``if not <flag>:`` around ``stmts``, each laid out as black lays it out one level
+        deeper."""
+        indent = len(tree.default_indent)
+        body = []
+        for index, stmt in enumerate(stmts):
+            stmt = stmt.with_changes(leading_lines=[]) if index == 0 else stmt
+            body.append(_black_deeper(stmt, level * indent, tree))
+        (guard,) = parse_statements(f"if not {GATE_FLAG}:\n    pass\n", tree.config_for_parsing)
+        assert isinstance(guard, cst.If)
+        comment = _comment_lines([f"{marker(FIX)}: not while retracted requests wait"])
+        return guard.with_changes(
+            body=guard.body.with_changes(body=body),
+            leading_lines=[*stmts[0].leading_lines, *comment],
+        )
+
+
+def _black_deeper(stmt: cst.BaseStatement, indent: int, tree: cst.Module) -> cst.BaseStatement:
+    """``stmt`` as black lays it out at ``indent``: a ``target = call()`` too long for one line
+    gets its value in parentheses on a line of its own."""
+    if not isinstance(stmt, cst.SimpleStatementLine):
+        return stmt
+    line = _flat(stmt.with_changes(leading_lines=[]))
+    if "\n" in line or indent + len(line) <= LINE_LENGTH:
+        return stmt
+    assign = stmt.body[0] if len(stmt.body) == 1 else None
+    if not isinstance(assign, cst.Assign) or not isinstance(assign.value, cst.Call):
+        raise AnchorError(f"cannot lay out `{line}` one level deeper within {LINE_LENGTH}")
+    targets = " = ".join(_flat(t.target) for t in assign.targets)
+    value = _flat(assign.value)
+    if indent + 4 + len(value) > LINE_LENGTH:
+        raise AnchorError(f"cannot lay out `{line}` one level deeper within {LINE_LENGTH}")
+    comment = ""
+    trailing = stmt.trailing_whitespace
+    if trailing.comment is not None:
+        comment = f"  {trailing.comment.value}"
+    (new,) = parse_statements(f"{targets} = (\n    {value}\n){comment}\n", tree.config_for_parsing)
+    return new

@@ -1,0 +1,315 @@
+"""A cache of results keyed by content, kept where ruff and mypy keep theirs.
+
+``check`` and ``verify`` ask it before they analyse anything:
+
+* ``check`` of a directory tree: the key is a hash of the texts the rules read (every file of
+  ``sglang/srt/disaggregation`` that passes the text prefilter, by path), the selected rule
+  codes, and pdguard's fingerprint. A file that changes, appears or vanishes changes the key.
+* ``verify`` of a git ref: the key is the git tree id of ``sglang/srt/disaggregation`` (every
+  file the rules and fixes read is in it), the blob ids of isort's settings files in the
+  directories above it, where the package sits in the repository, the fixes and rule codes,
+  and pdguard's fingerprint. Of a ref whose key hits, only the version file is read (for the
+  report's ``sglang_version``). Refs with the same key in one run are analysed once.
+
+pdguard's fingerprint is its version and a hash of its own source files, so a new pdguard (or an
+edited checkout of it) never reads another's results. Where the cache lives:
+``$PDGUARD_CACHE/results``, else ``$XDG_CACHE_HOME/pdguard/results``, else
+``~/.cache/pdguard/results``; one JSON file per key. ``--no-cache`` (or ``PDGUARD_NO_CACHE=1``)
+turns it off. Writes are atomic (a temporary file in the same directory, renamed), and an entry
+that cannot be read, does not decode or does not carry its own key is a miss, never an error;
+so is a cache directory that cannot be written.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+from collections.abc import Callable, Iterable, Sequence
+from functools import cache
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from .checks import Finding, Project
+    from .git_tree import GitTree
+    from .tree import SourceTree
+
+# What the commands give and take (``commands.check.CheckResult``, ``commands.verify.RefReport``):
+# this module does not import the commands, which import it.
+CheckResult = Any
+RefReport = Any
+
+NO_CACHE_ENV = "PDGUARD_NO_CACHE"
+FORMAT = 1  # the layout of an entry; bump it when it changes
+_TREE = "\x00tree\x00"  # stands for a ref's display prefix ("v0.5.23:python/") in a stored note
+
+
+def add_argument(parser: argparse.ArgumentParser) -> None:
+    """``--no-cache`` for a command that uses the cache."""
+    parser.add_argument(
+        "--no-cache",
+        action="store_true",
+        help="neither read nor write pdguard's result cache (also PDGUARD_NO_CACHE=1)",
+    )
+
+
+def enabled(args: argparse.Namespace | None = None) -> bool:
+    """Whether this run may use the cache: not ``--no-cache``, not ``PDGUARD_NO_CACHE``."""
+    if args is not None and getattr(args, "no_cache", False):
+        return False
+    return os.environ.get(NO_CACHE_ENV, "") in ("", "0")
+
+
+def cache_root() -> Path:
+    """``$PDGUARD_CACHE/results``, else ``$XDG_CACHE_HOME/pdguard/results``, else
+    ``~/.cache/pdguard/results`` (the releases ``vendor_sglang`` fetches sit beside it)."""
+    override = os.environ.get("PDGUARD_CACHE")
+    if override:
+        return Path(override).expanduser() / "results"
+    xdg = os.environ.get("XDG_CACHE_HOME")
+    base = Path(xdg).expanduser() if xdg else Path.home() / ".cache"
+    return base / "pdguard" / "results"
+
+
+@cache
+def _source_hash() -> str:
+    """A hash of pdguard's own ``.py`` files (rules, fixes, codemods included)."""
+    import hashlib
+
+    package = Path(__file__).resolve().parent
+    digest = hashlib.sha256()
+    for dirpath, dirnames, filenames in os.walk(package, followlinks=True):
+        dirnames[:] = sorted(d for d in dirnames if d != "__pycache__")
+        for name in sorted(filenames):
+            if name.endswith(".py"):
+                path = Path(dirpath, name)
+                digest.update(path.relative_to(package).as_posix().encode() + b"\0")
+                digest.update(path.read_bytes() + b"\0")
+    return digest.hexdigest()
+
+
+def fingerprint() -> str:
+    """pdguard's version and a hash of its source: a new pdguard reads no old entry."""
+    import pdguard
+
+    return f"{pdguard.__version__}:{_source_hash()}"
+
+
+class ResultCache:
+    """JSON values by key, one file each under ``root``."""
+
+    def __init__(self, root: Path | None = None) -> None:
+        self.root = root if root is not None else cache_root()
+
+    def key(self, kind: str, parts: Iterable[str]) -> str:
+        import hashlib
+
+        digest = hashlib.sha256(f"{FORMAT}\0{fingerprint()}\0{kind}".encode())
+        for part in parts:
+            digest.update(b"\0" + part.encode("utf-8", "surrogatepass"))
+        return digest.hexdigest()
+
+    def _path(self, key: str) -> Path:
+        return self.root / key[:2] / f"{key}.json"
+
+    def get(self, key: str) -> Any | None:
+        """The value stored under ``key``; None when there is none or it cannot be used."""
+        try:
+            entry = json.loads(self._path(key).read_bytes())
+        except (OSError, ValueError):  # missing, unreadable, not JSON, not UTF-8
+            return None
+        if not isinstance(entry, dict) or entry.get("key") != key or "value" not in entry:
+            return None
+        return entry["value"]
+
+    def put(self, key: str, value: object) -> None:
+        """Store ``value`` atomically; a cache that cannot be written is skipped."""
+        import tempfile
+
+        path = self._path(key)
+        data = json.dumps({"key": key, "value": value}, separators=(",", ":")).encode()
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            fd, tmp = tempfile.mkstemp(prefix=f".{key[:16]}-", suffix=".tmp", dir=path.parent)
+            try:
+                with os.fdopen(fd, "wb") as handle:
+                    handle.write(data)
+                os.replace(tmp, path)
+            except BaseException:
+                os.unlink(tmp)
+                raise
+        except OSError:
+            pass
+
+
+# -- check ------------------------------------------------------------------------------------
+
+
+def _finding_from(value: object) -> Finding:
+    from .checks import Finding
+
+    if not isinstance(value, list) or len(value) != 6:
+        raise ValueError("not a finding")
+    path, line, col, code, symbol, message = value
+    if not (isinstance(line, int) and isinstance(col, int)):
+        raise ValueError("not a finding")
+    return Finding(str(path), line, col, str(code), str(symbol), str(message))
+
+
+def check_tree_cached(
+    tree: SourceTree,
+    codes: Sequence[str],
+    store: ResultCache | None,
+    *,
+    compute: Callable[[SourceTree, Sequence[str]], CheckResult],
+    load: Callable[[SourceTree], Project],
+    result: Callable[..., CheckResult],
+) -> CheckResult:
+    """``compute(tree, codes)`` (``check_tree``), or, from ``store`` (None: no cache), its
+    findings for the same texts (``load``: ``load_project``) as ``result(tree, findings,
+    suppressed, project)`` (``CheckResult``)."""
+    if store is None:
+        return compute(tree, codes)
+    project = load(tree)  # read and decoded: the key is their texts
+    parts = [",".join(codes)]
+    for rel in sorted(project.texts):
+        parts += [rel, project.texts[rel]]
+    key = store.key("check", parts)
+    value = store.get(key)
+    if isinstance(value, dict):
+        try:
+            findings = [_finding_from(f) for f in value["findings"]]
+            suppressed = int(value["suppressed"])
+        except (KeyError, TypeError, ValueError):
+            pass
+        else:
+            return result(tree, findings, suppressed, project)
+    computed = compute(tree, codes)
+    store.put(
+        key,
+        {
+            "findings": [
+                [f.path, f.line, f.col, f.code, f.symbol, f.message] for f in computed.findings
+            ],
+            "suppressed": computed.suppressed,
+        },
+    )
+    return computed
+
+
+# -- verify -----------------------------------------------------------------------------------
+
+
+def _config_sources() -> tuple[str, ...]:
+    from isort.settings import CONFIG_SOURCES
+
+    return tuple(CONFIG_SOURCES)
+
+
+def ref_key(store: ResultCache, tree: GitTree) -> str:
+    """What ``verify`` reads of ``tree``, by git object id (see the module docstring)."""
+    from . import checks
+    from .fixes import FIXES
+    from .sglang_names import DISAGGREGATION_DIR
+
+    root = tree.commit.tree
+    parts = [
+        tree.prefix,
+        ",".join(f"{fix.name}={'+'.join(fix.rules)}" for fix in FIXES),
+        ",".join(checks.CODES),
+    ]
+    disaggregation = root / (tree.prefix + DISAGGREGATION_DIR)
+    parts.append(f"{DISAGGREGATION_DIR}={disaggregation.hexsha}")
+    # isort's settings in each directory above the disaggregation directory (those inside it
+    # are in its tree id)
+    names = _config_sources()
+    here = root
+    directories = (tree.prefix + DISAGGREGATION_DIR).split("/")[:-1]
+    for depth in range(len(directories) + 1):
+        for name in names:
+            parts.append(f"{'/'.join(directories[:depth])}/{name}={_entry_id(here, name)}")
+        if depth < len(directories):
+            here = here / directories[depth]
+    return store.key("verify-ref", parts)
+
+
+def _entry_id(git_tree: Any, name: str) -> str:
+    try:
+        return str((git_tree / name).hexsha)
+    except KeyError:
+        return "-"
+
+
+def _report_value(report: RefReport, prefix: str) -> dict[str, object]:
+    notes = {name: note.replace(prefix, _TREE) for name, note in report.notes.items()}
+    return {
+        "fixes": report.fixes,
+        "notes": notes,
+        "findings": report.findings,
+    }
+
+
+def _report_from(
+    value: object,
+    ref: str,
+    commit: str,
+    prefix: str,
+    version: str | None,
+    make: Callable[..., RefReport],
+) -> RefReport | None:
+    if not isinstance(value, dict):
+        return None
+    try:
+        fixes, notes, findings = value["fixes"], value["notes"], value["findings"]
+        if not (
+            isinstance(fixes, dict)
+            and isinstance(notes, dict)
+            and isinstance(findings, list)
+            and all(isinstance(f, dict) for f in findings)
+        ):
+            return None
+        notes = {str(k): str(v).replace(_TREE, prefix) for k, v in notes.items()}
+        return make(ref, commit, version, dict(fixes), notes, list(findings))
+    except (KeyError, TypeError, AttributeError):
+        return None
+
+
+def verify_refs_cached(
+    repo_path: str,
+    refs: Sequence[str],
+    store: ResultCache | None,
+    *,
+    compute: Callable[[list[str]], list[RefReport]],
+    report: Callable[..., RefReport],
+) -> list[RefReport]:
+    """``compute(refs)`` (the refs' reports, in order), asking ``store`` first: only the refs
+    whose key misses are computed, and of refs with the same key (the same content: a tag and
+    the branch at it, a release whose version file alone changed, ...) only the first; a hit
+    is ``report(ref, commit, version, fixes, notes, findings)`` (``RefReport``)."""
+    if store is None:
+        return compute(list(refs))
+    from .git_tree import open_git_tree, open_repo
+
+    repo = open_repo(repo_path)
+    reports: dict[str, RefReport] = {}
+    # key -> [(ref, commit, display prefix, version)]
+    pending: dict[str, list[tuple[str, str, str, str | None]]] = {}
+    for ref in refs:
+        tree = open_git_tree(repo, ref)
+        key = ref_key(store, tree)
+        seen = (ref, tree.commit.hexsha, tree.display(""), tree.sglang_version())
+        hit = _report_from(store.get(key), *seen, report)
+        if hit is not None:
+            reports[ref] = hit
+        else:
+            pending.setdefault(key, []).append(seen)
+    if pending:
+        for computed in compute([same[0][0] for same in pending.values()]):
+            key = next(k for k, same in pending.items() if same[0][0] == computed.ref)
+            value = _report_value(computed, pending[key][0][2])
+            store.put(key, value)
+            reports[computed.ref] = computed
+            for seen in pending[key][1:]:
+                reports[seen[0]] = _report_from(value, *seen, report)
+    return [reports[ref] for ref in refs]

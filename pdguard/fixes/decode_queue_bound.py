@@ -1,0 +1,228 @@
+"""The ``decode-queue-bound`` fix: no decode queue keeps a request that waits on its prefill
+without a bound (PDG007).
+
+Two places, found by the checker's own decode-queue model:
+
+* the prealloc queue's ``pending_reqs`` re-queue while the prefill DP rank cannot be resolved
+  (0.5.10 - 0.5.23): bounded by ``SGLANG_DISAGGREGATION_WAITING_TIMEOUT``, counted from the
+  first time the request is put back; an overdue request is failed through its receiver;
+* the retraction gate of ``process_decode_queue`` (0.4.7.post1 - 0.5.23): the transfer queue
+  is polled while retracted requests wait for memory; new requests are still not admitted.
+
+Releases whose decode queues raise on a Failed poll (0.4.6 - 0.4.6.post4) are refused when
+there is something to fix (there is not: they have neither place).
+"""
+
+from __future__ import annotations
+
+import ast
+from collections import defaultdict
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from .. import fix_names
+from ..sglang_names import (
+    DECODE_PATH,
+    ENVIRON_MODULE,
+    ENVIRON_OBJECT,
+    POP_PREALLOCATED,
+    POP_TRANSFERRED,
+    RETRACTED_QUEUE,
+    WAITING_TIMEOUT_ENV,
+)
+from .base import Fix, Outcome, Status, has_marker
+from .receiver_waiting_timeout import decode_project, env_reader, failed_poll_raises
+
+if TYPE_CHECKING:
+    from pdguard.checks.decode_queues import DecodeQueueModel, EarlyReturn, Requeue
+    from pdguard.codemods.isort_imports import ImportRequest
+
+    from ..workspace import Workspace
+
+FIX = fix_names.DECODE_QUEUE_BOUND
+# pdguard's own names in the code it writes.
+PENDING_STAMP = fix_names.DECODE_PENDING_STAMP
+GATE_FLAG = fix_names.DECODE_GATE_FLAG
+
+
+@dataclass
+class _FilePlan:
+    """What the codemod does in one file."""
+
+    pending: list[str] = field(default_factory=list)  # "Class.method:local:item"
+    gate: str | None = None  # "[Class.]function" holding the retraction gate
+    timeout: str = ""
+    log: bool = True
+    imports: list[ImportRequest] = field(default_factory=list)
+
+
+class _Refused(Exception):
+    def __init__(self, note: str, where: str | None = None) -> None:
+        super().__init__(note)
+        self.outcome = Outcome(Status.REFUSED, note, where)
+
+
+def _module_binds(tree: ast.Module, name: str) -> bool:
+    for node in tree.body:
+        if isinstance(node, ast.Assign) and any(
+            isinstance(t, ast.Name) and t.id == name for t in node.targets
+        ):
+            return True
+        if isinstance(node, ast.Import | ast.ImportFrom) and any(
+            (a.asname or a.name.split(".")[0]) == name for a in node.names
+        ):
+            return True
+    return False
+
+
+class DecodeQueueBoundFix(Fix):
+    name = FIX
+    summary = "a bound on the decode queues' pending re-queue and retraction gate (0.4.7.post1+)"
+    rules = ("PDG007",)
+
+    def plan(self, workspace: Workspace) -> Outcome:
+        model = decode_project(workspace).decode_queues
+        requeues = list(model.requeues())
+        gates = list(model.early_returns())
+        if not requeues and not gates:
+            return self._already_bounded(workspace, model)
+        line = failed_poll_raises(workspace)
+        if line is not None:
+            return Outcome(
+                Status.REFUSED,
+                "a KVPoll.Failed poll in the decode queues raises inside the scheduler, so a "
+                "request failed by a bound would crash it",
+                f"{DECODE_PATH}:{line}",
+            )
+        try:
+            plans = self._plans(workspace, model, requeues, gates)
+            self._run_codemods(workspace, plans)
+        except _Refused as refused:
+            return refused.outcome
+        return self._proved(workspace, requeues, gates)
+
+    def _already_bounded(self, workspace: Workspace, model: DecodeQueueModel) -> Outcome:
+        rels = sorted({info.rel for info in model.index.classes.values()})
+        marked = [rel for rel in rels if has_marker(workspace.text(rel), FIX)]
+        if marked:
+            return Outcome(Status.PRESENT, f"marker in {', '.join(marked)}")
+        if not model.queues():
+            return Outcome(Status.NOT_APPLICABLE, "no decode queue found")
+        return Outcome(
+            Status.UPSTREAM,
+            "no request is re-queued without a bound and no early return skips polling the "
+            "decode queues",
+        )
+
+    def _plans(
+        self,
+        workspace: Workspace,
+        model: DecodeQueueModel,
+        requeues: list[Requeue],
+        gates: list[EarlyReturn],
+    ) -> dict[str, _FilePlan]:
+        plans: dict[str, _FilePlan] = defaultdict(_FilePlan)
+        for requeue in requeues:
+            # the class that defines the method holding the re-queue (a helper may be inherited)
+            owner = next(
+                (
+                    info
+                    for info in model.index.classes.values()
+                    if any(f is requeue.func for f in info.methods.values())
+                ),
+                requeue.owner,
+            )
+            rel = owner.rel
+            call = requeue.node
+            local = getattr(call.func.value, "id", None)  # type: ignore[attr-defined]
+            item = call.args[0] if len(call.args) == 1 else None
+            if (
+                call.func.attr != "append"  # type: ignore[attr-defined]
+                or local is None
+                or not isinstance(item, ast.Name)
+            ):
+                raise _Refused(
+                    f"{requeue.owner.name}.{requeue.func.name}: the re-queue is not "
+                    "`<list>.append(<request>)`",
+                    f"{rel}:{call.lineno}",
+                )
+            plans[rel].pending.append(f"{owner.name}.{requeue.func.name}:{local}:{item.id}")
+            self._timeout(workspace, rel, plans[rel])
+        for gate in gates:
+            rel = gate.rel
+            where = f"{gate.owner.name}.{gate.func.name}" if gate.owner else gate.func.name
+            odd = [
+                name
+                for name in gate.skipped
+                if name.rsplit(".", 1)[-1] not in (POP_PREALLOCATED, POP_TRANSFERRED)
+            ]
+            if odd or RETRACTED_QUEUE not in gate.condition:
+                raise _Refused(
+                    f"{where}: the early return (while `{gate.condition}`) is not the "
+                    f"retraction gate pdguard knows, or skips {', '.join(odd)}",
+                    f"{rel}:{gate.node.lineno}",
+                )
+            if plans[rel].gate not in (None, where):
+                raise _Refused(f"{rel}: two functions return early before polling", rel)
+            plans[rel].gate = where
+        return plans
+
+    def _timeout(self, workspace: Workspace, rel: str, plan: _FilePlan) -> None:
+        """``SGLANG_DISAGGREGATION_WAITING_TIMEOUT`` as the release reads it."""
+        from pdguard.codemods.isort_imports import ImportRequest
+
+        tree = workspace.ast(rel)
+        if _module_binds(tree, ENVIRON_OBJECT) and f"from {ENVIRON_MODULE} import" in (
+            workspace.text(rel)
+        ):
+            plan.timeout = f"{ENVIRON_OBJECT}.{WAITING_TIMEOUT_ENV}.get()"
+            return
+        reader = env_reader(decode_project(workspace), WAITING_TIMEOUT_ENV)
+        if reader is None:
+            raise _Refused(f"{rel}: the release reads {WAITING_TIMEOUT_ENV} nowhere", rel)
+        source, origin, name = reader
+        plan.timeout = " ".join(source.split())
+        root = name or origin.split(".")[0]
+        if not _module_binds(tree, root) and ImportRequest(origin, name) not in plan.imports:
+            plan.imports.append(ImportRequest(origin, name))
+
+    def _run_codemods(self, workspace: Workspace, plans: dict[str, _FilePlan]) -> None:
+        from libcst.codemod import CodemodContext
+
+        from pdguard.codemods.anchors import AnchorError
+        from pdguard.codemods.decode_queue_bound import DecodeQueueBound
+
+        for rel, plan in sorted(plans.items()):
+            plan.log = _module_binds(workspace.ast(rel), "logger")
+            try:
+                module = DecodeQueueBound(
+                    CodemodContext(filename=rel),
+                    pending=plan.pending,
+                    gate=plan.gate,
+                    timeout=plan.timeout,
+                    log=plan.log,
+                    imports=plan.imports,
+                    isort_config=workspace.isort_config(rel),
+                ).transform_module(workspace.cst(rel))
+            except AnchorError as exc:
+                raise _Refused(f"{rel}: {exc}", rel) from exc
+            workspace.set_text(rel, module.code)
+
+    def _proved(
+        self, workspace: Workspace, requeues: list[Requeue], gates: list[EarlyReturn]
+    ) -> Outcome:
+        after = decode_project(workspace).decode_queues
+        still = [f"{r.owner.name}.{r.func.name}:{r.node.lineno}" for r in after.requeues()] + [
+            f"{g.func.name}:{g.node.lineno}" for g in after.early_returns()
+        ]
+        if still:
+            return Outcome(Status.REFUSED, f"the fix did not bound: {', '.join(still)}")
+        done = [
+            f"{r.owner.name}.{r.func.name}: re-queue bounded by {WAITING_TIMEOUT_ENV}"
+            for r in requeues
+        ] + [
+            f"{g.func.name}: transfer queue polled while retracted requests wait, no new "
+            "request admitted"
+            for g in gates
+        ]
+        return Outcome(Status.APPLIED, "; ".join(done))

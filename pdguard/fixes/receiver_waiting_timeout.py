@@ -1,0 +1,437 @@
+"""The ``receiver-waiting-timeout`` fix: upstream's own decode-side waiting timeout (Mooncake
+0.4.9.post1, NIXL 0.5.6), ported to every KV receiver that lacks it (PDG006).
+
+A receiver needs it when its ``poll()`` can stay non-terminal after its KV indices were sent
+with no waiting timeout that can fire: Mooncake 0.4.6 - 0.4.9, NIXL 0.4.6 - 0.5.5.post3. The
+fix goes into the class that defines ``__init__``, the sending method and ``poll``; it reads
+``SGLANG_DISAGGREGATION_WAITING_TIMEOUT`` (300 s) as the release reads its environment.
+
+Releases whose decode queues raise on a Failed poll (0.4.6 - 0.4.6.post4) are refused: a
+receiver that times out there would crash the decode scheduler.
+"""
+
+from __future__ import annotations
+
+import ast
+from collections import defaultdict
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from pdguard.checks.project import Project
+
+from .. import fix_names
+from ..sglang_names import (
+    BOOTSTRAP_TIMEOUT_ENV,
+    DECODE_PATH,
+    DISAGGREGATION_DIR,
+    HANDLE_NODE_FAILURE,
+    KVPOLL,
+    MANAGER_CHECK_STATUS,
+    MANAGER_RECORD_FAILURE,
+    NEEDLES,
+    RECEIVER_CONCLUDE_STATE,
+    RECEIVER_SEND_METHODS,
+    TRANSFER_STATUSES,
+    WAITING_TIMEOUT_ENV,
+    KVPoll,
+)
+from .base import Fix, Outcome, Status, has_marker
+
+if TYPE_CHECKING:
+    from pdguard.checks.kv_receivers import ReceiverIndex
+    from pdguard.checks.kv_senders import ClassInfo
+    from pdguard.codemods.isort_imports import ImportRequest
+
+    from ..workspace import Workspace
+
+FIX = fix_names.RECEIVER_WAITING_TIMEOUT
+# pdguard's own name: the receiver attribute holding the timeout it reads.
+WAITING_TIMEOUT_ATTR = fix_names.RECEIVER_WAITING_TIMEOUT_ATTR
+DEFAULT_WAITING_TIMEOUT = 300
+
+
+class _Refused(Exception):
+    def __init__(self, note: str, where: str | None = None) -> None:
+        super().__init__(note)
+        self.outcome = Outcome(Status.REFUSED, note, where)
+
+
+@dataclass
+class _ClassEdit:
+    rel: str
+    class_name: str
+    check: str = "status"
+    send_method: str = "init"
+    timeout_setting: str = ""
+    record_failure: bool = False
+    conclude_state: bool = False
+    log: bool = False
+    imports: tuple[ImportRequest, ...] = ()
+    heartbeat_manager: str | None = None  # NIXL 0.5.3 - 0.5.5.post3: its weak heartbeat
+
+    def describe(self) -> str:
+        what = f"{self.class_name}: init_time in {self.send_method}() + check ({self.check})"
+        if self.heartbeat_manager:
+            what += f", {self.heartbeat_manager}'s heartbeat fails every tracked room"
+        return what
+
+
+def decode_project(workspace: Workspace) -> Project:
+    """The checker's view of the workspace's current receiver, manager and decode files."""
+    rels = workspace.files_containing(DISAGGREGATION_DIR, *NEEDLES)  # as check's prefilter
+    for rel in rels:
+        workspace.ast(rel)  # a file that does not parse: the workspace's file:line:col error
+    return Project({rel: workspace.text(rel) for rel in rels})
+
+
+def failed_poll_raises(workspace: Workspace) -> int | None:
+    """The line of a decode queue's ``KVPoll.Failed`` branch that raises (0.4.6 - 0.4.6.post4:
+    ``raise Exception("Handshake failed")``), if any."""
+    if DECODE_PATH not in workspace.files_containing(DISAGGREGATION_DIR, KVPOLL):
+        return None
+    for node in ast.walk(workspace.ast(DECODE_PATH)):
+        if (
+            isinstance(node, ast.If)
+            and isinstance(node.test, ast.Compare)
+            and len(node.test.ops) == 1
+            and isinstance(node.test.ops[0], ast.Eq | ast.Is)
+            and isinstance(node.test.comparators[0], ast.Attribute)
+            and node.test.comparators[0].attr == KVPoll.Failed.name
+            and node.body
+            and isinstance(node.body[0], ast.Raise)
+        ):
+            return node.body[0].lineno
+    return None
+
+
+def _reads_env(node: ast.expr, env: str) -> bool:
+    return isinstance(node, ast.Call) and any(
+        (isinstance(n, ast.Constant) and n.value == env)
+        or (isinstance(n, ast.Attribute) and n.attr == env)
+        for n in ast.walk(node)
+    )
+
+
+def _import_origin(tree: ast.Module, local: str) -> tuple[str, str | None] | None:
+    for node in tree.body:
+        if isinstance(node, ast.ImportFrom) and node.module and not node.level:
+            for alias in node.names:
+                if alias.asname is None and alias.name == local:
+                    return node.module, alias.name
+        elif isinstance(node, ast.Import):
+            for alias in node.names:
+                if alias.asname is None and alias.name == local:
+                    return alias.name, None
+    return None
+
+
+def _root(expr: ast.expr) -> str | None:
+    while isinstance(expr, ast.Call | ast.Attribute):
+        expr = expr.func if isinstance(expr, ast.Call) else expr.value
+    return expr.id if isinstance(expr, ast.Name) else None
+
+
+def env_reader(project: Project, env: str) -> tuple[str, str, str | None] | None:
+    """An expression the release reads ``env`` with, anywhere in the tree: (its source, the
+    module its root name is imported from, the imported name or None)."""
+    for rel in sorted(project.texts):
+        tree = project.tree(rel)
+        if tree is None:
+            continue
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Assign) and _reads_env(node.value, env):
+                root = _root(node.value)
+                origin = _import_origin(tree, root) if root else None
+                source = ast.get_source_segment(project.texts[rel], node.value)
+                if origin is not None and source is not None:
+                    return source, origin[0], origin[1]
+    return None
+
+
+def _as_waiting_reader(source: str) -> str | None:
+    """A reader of the bootstrap timeout turned into one of the waiting timeout (its name,
+    and its default as 300)."""
+    import libcst as cst
+
+    expr = cst.parse_expression(source.replace(BOOTSTRAP_TIMEOUT_ENV, WAITING_TIMEOUT_ENV))
+    if not isinstance(expr, cst.Call) or len(expr.args) != 2:
+        return None
+    default = expr.args[1].value
+    if isinstance(default, cst.Integer):
+        new: cst.BaseExpression = cst.Integer(str(DEFAULT_WAITING_TIMEOUT))
+    elif isinstance(default, cst.SimpleString):
+        new = cst.SimpleString(f'"{DEFAULT_WAITING_TIMEOUT}"')
+    else:
+        return None
+    expr = expr.with_changes(args=[expr.args[0], expr.args[1].with_changes(value=new)])
+    return cst.Module(body=[]).code_for_node(expr)
+
+
+def _module_binds(tree: ast.Module, name: str) -> bool:
+    for node in tree.body:
+        if isinstance(node, ast.Assign) and any(
+            isinstance(t, ast.Name) and t.id == name for t in node.targets
+        ):
+            return True
+        if isinstance(node, ast.Import | ast.ImportFrom) and any(
+            (a.asname or a.name.split(".")[0]) == name for a in node.names
+        ):
+            return True
+    return False
+
+
+def _reads_self_attr(func: ast.FunctionDef, attr: str) -> bool:
+    return any(
+        isinstance(n, ast.Attribute)
+        and n.attr == attr
+        and isinstance(n.value, ast.Name)
+        and n.value.id == "self"
+        for n in ast.walk(func)
+    )
+
+
+def _self_attr_named(node: ast.AST, attr: str) -> bool:
+    return (
+        isinstance(node, ast.Attribute)
+        and node.attr == attr
+        and isinstance(node.value, ast.Name)
+        and node.value.id == "self"
+    )
+
+
+def _tests_transfer_status(test: ast.expr, op: type) -> bool:
+    return (
+        isinstance(test, ast.Compare)
+        and len(test.ops) == 1
+        and isinstance(test.ops[0], op)
+        and _self_attr_named(test.comparators[0], TRANSFER_STATUSES)
+    )
+
+
+def weak_heartbeat(manager: ClassInfo) -> bool:
+    """NIXL 0.5.3 - 0.5.5.post3: a healthy probe forgets the tracked rooms that have no transfer
+    status yet, and a node failure fails only the rooms that have one."""
+    failure = manager.methods.get(HANDLE_NODE_FAILURE)
+    fails_some = failure is not None and any(
+        isinstance(n, ast.If)
+        and isinstance(n.test, ast.BoolOp)
+        and isinstance(n.test.op, ast.And)
+        and _tests_transfer_status(n.test.values[0], ast.In)
+        for n in ast.walk(failure)
+    )
+    forgets = any(
+        isinstance(loop, ast.For)
+        and any(
+            isinstance(n, ast.If) and _tests_transfer_status(n.test, ast.NotIn)
+            for n in ast.walk(loop)
+        )
+        and any(isinstance(n, ast.Attribute) and n.attr == "discard" for n in ast.walk(loop))
+        for loop in ast.walk(manager.node)
+    )
+    return fails_some and forgets
+
+
+def _check_mode(poll: ast.FunctionDef) -> str | None:
+    reads = [
+        n
+        for n in ast.walk(poll)
+        if isinstance(n, ast.Call)
+        and isinstance(n.func, ast.Attribute)
+        and n.func.attr == MANAGER_CHECK_STATUS
+    ]
+    if len(reads) == 1:
+        return "status"
+    last = poll.body[-1]
+    if (
+        not reads
+        and isinstance(last, ast.Return)
+        and isinstance(last.value, ast.Attribute)
+        and last.value.attr in KVPoll.__members__
+        and last.value.attr not in (KVPoll.Success.name, KVPoll.Failed.name)
+    ):
+        return "final"
+    return None
+
+
+class ReceiverWaitingTimeoutFix(Fix):
+    name = FIX
+    summary = "a waiting timeout in every *KVReceiver (Mooncake 0.4.6 - 0.4.9, NIXL - 0.5.5)"
+    rules = ("PDG006",)
+
+    def plan(self, workspace: Workspace) -> Outcome:
+        project = decode_project(workspace)
+        receivers = project.receivers
+        concrete = list(receivers.concrete())
+        if not concrete:
+            return Outcome(Status.NOT_APPLICABLE, "no KV receiver class found")
+        broken = [name for name in concrete if receivers.verdict(name).waits_forever]
+        if not broken:
+            return self._already_live(workspace, receivers, concrete)
+        line = failed_poll_raises(workspace)
+        if line is not None:
+            return Outcome(
+                Status.REFUSED,
+                "a KVPoll.Failed poll in the decode queues raises inside the scheduler, so a "
+                "receiver that times out would crash it; receivers without a waiting timeout: "
+                + ", ".join(broken),
+                f"{DECODE_PATH}:{line}",
+            )
+        try:
+            edits = self._edits(workspace, project, broken)
+            self._run_codemods(workspace, edits)
+        except _Refused as refused:
+            return refused.outcome
+        return self._proved(workspace, concrete, edits)
+
+    def _already_live(
+        self, workspace: Workspace, receivers: ReceiverIndex, concrete: list[str]
+    ) -> Outcome:
+        owners = {}
+        for name in concrete:
+            for method in ("poll", *RECEIVER_SEND_METHODS):
+                owner = receivers.index.resolve(name, method)
+                if owner is not None:
+                    owners[owner.name] = owner
+        marked = sorted(
+            name for name, o in owners.items() if has_marker(_source(workspace, o.rel, o.node), FIX)
+        )
+        names = ", ".join(concrete)
+        if marked:
+            return Outcome(Status.PRESENT, f"marker in {', '.join(marked)}; checked: {names}")
+        return Outcome(Status.UPSTREAM, f"waiting timeout already live in: {names}")
+
+    def _edits(
+        self, workspace: Workspace, project: Project, broken: list[str]
+    ) -> dict[str, _ClassEdit]:
+        index = project.receivers.index
+        edits: dict[str, _ClassEdit] = {}
+        for name in broken:
+            sends = [m for m in RECEIVER_SEND_METHODS if index.resolve(name, m) is not None]
+            if not sends:
+                raise _Refused(f"{name} has no method that sends its KV indices")
+            owners = {
+                method: index.resolve(name, method) for method in ("__init__", "poll", sends[-1])
+            }
+            missing = [m for m, o in owners.items() if o is None]
+            if missing:
+                raise _Refused(f"{name} has no {', '.join(missing)}")
+            classes = {o.name for o in owners.values() if o is not None}
+            if len(classes) != 1:
+                raise _Refused(
+                    f"{name}: __init__, poll and {sends[-1]} are defined in different classes "
+                    f"({', '.join(sorted(classes))}); pdguard patches one class"
+                )
+            info = owners["poll"]
+            assert info is not None
+            if info.name in edits:
+                continue
+            poll = info.methods["poll"]
+            check = _check_mode(poll)
+            if check is None:
+                raise _Refused(
+                    f"{info.name}.poll() neither reads check_status() once nor ends with a "
+                    "return of a non-terminal KVPoll",
+                    f"{info.rel}:{poll.lineno}",
+                )
+            edit = _ClassEdit(info.rel, info.name, check=check, send_method=sends[-1])
+            edit.conclude_state = _reads_self_attr(poll, RECEIVER_CONCLUDE_STATE)
+            manager = project.classes.manager_of(name)
+            edit.record_failure = bool(manager) and project.classes.manager_has(
+                manager,  # type: ignore[arg-type]
+                MANAGER_RECORD_FAILURE,
+            )
+            tree = workspace.ast(info.rel)
+            edit.log = _module_binds(tree, "logger")
+            owner = project.classes.classes.get(manager) if manager else None
+            if owner is not None and owner.rel == info.rel and weak_heartbeat(owner):
+                edit.heartbeat_manager = owner.name
+            self._timeout_setting(workspace, project, edit)
+            edits[info.name] = edit
+        return edits
+
+    def _timeout_setting(self, workspace: Workspace, project: Project, edit: _ClassEdit) -> None:
+        """``SGLANG_DISAGGREGATION_WAITING_TIMEOUT`` read the way this release reads it: its own
+        reader of that variable, else its reader of the bootstrap timeout, else ``os.environ``."""
+        from pdguard.codemods.isort_imports import ImportRequest, reference_to, top_level_bindings
+
+        module = workspace.cst(edit.rel)
+        reader = env_reader(project, WAITING_TIMEOUT_ENV)
+        setting = reader[0] if reader else None
+        if reader is None:
+            reader = env_reader(project, BOOTSTRAP_TIMEOUT_ENV)
+            setting = _as_waiting_reader(reader[0]) if reader else None
+        if reader is None or setting is None:
+            environ = reference_to(module, "os", "environ")
+            edit.timeout_setting = (
+                f'int({environ or "os.environ"}.get("{WAITING_TIMEOUT_ENV}", '
+                f'"{DEFAULT_WAITING_TIMEOUT}"))'
+            )
+            edit.imports = () if environ else (ImportRequest("os"),)
+            return
+        _, origin, name = reader
+        edit.timeout_setting = setting
+        root = name or origin.split(".")[0]
+        if root not in top_level_bindings(module):
+            edit.imports = (ImportRequest(origin, name),)
+
+    def _run_codemods(self, workspace: Workspace, edits: dict[str, _ClassEdit]) -> None:
+        from libcst.codemod import CodemodContext
+
+        from pdguard.codemods.anchors import AnchorError
+        from pdguard.codemods.receiver_waiting_timeout import (
+            NixlHeartbeatRooms,
+            ReceiverWaitingTimeout,
+        )
+
+        by_file: dict[str, list[_ClassEdit]] = defaultdict(list)
+        for edit in edits.values():
+            by_file[edit.rel].append(edit)
+        for rel, file_edits in sorted(by_file.items()):
+            module = workspace.cst(rel)
+            context = CodemodContext(filename=rel)
+            try:
+                for edit in file_edits:
+                    module = ReceiverWaitingTimeout(
+                        context,
+                        class_name=edit.class_name,
+                        check=edit.check,
+                        send_method=edit.send_method,
+                        timeout_setting=edit.timeout_setting,
+                        record_failure=edit.record_failure,
+                        conclude_state=edit.conclude_state,
+                        log=edit.log,
+                        imports=edit.imports,
+                        isort_config=workspace.isort_config(rel),
+                    ).transform_module(module)
+                    if edit.heartbeat_manager:
+                        module = NixlHeartbeatRooms(
+                            context,
+                            manager_class=edit.heartbeat_manager,
+                            receiver_class=edit.class_name,
+                        ).transform_module(module)
+            except AnchorError as exc:
+                raise _Refused(f"{rel}: {exc}", rel) from exc
+            workspace.set_text(rel, module.code)
+
+    def _proved(
+        self, workspace: Workspace, concrete: list[str], edits: dict[str, _ClassEdit]
+    ) -> Outcome:
+        after = decode_project(workspace).receivers
+        still = [name for name in concrete if after.verdict(name).waits_forever]
+        if still:
+            return Outcome(
+                Status.REFUSED, f"the fix did not make the waiting timeout live in {still}"
+            )
+        note = "; ".join(edit.describe() for edit in edits.values())
+        fine = [name for name in concrete if not any(name == e for e in edits)]
+        if fine:
+            note += f"; already live or terminal: {', '.join(fine)}"
+        return Outcome(Status.APPLIED, note)
+
+
+def _source(workspace: Workspace, rel: str, node: ast.ClassDef) -> str:
+    lines = workspace.text(rel).splitlines()
+    return "\n".join(lines[node.lineno - 1 : node.end_lineno])
+
+
+__all__ = ["FIX", "WAITING_TIMEOUT_ATTR", "ReceiverWaitingTimeoutFix"]

@@ -1,0 +1,883 @@
+"""The decode-side fixes, ``receiver-waiting-timeout`` (PDG006) and ``decode-queue-bound``
+(PDG007): their codemods on hand-written snippets shaped like SGLang's releases, and
+``pdguard apply`` on one fetched release per decode shape family (D1 - D13 of the decode
+reference; all 62 with ``PDGUARD_ALL_RELEASES=1``).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import textwrap
+from pathlib import Path
+
+import libcst as cst
+import pytest
+from libcst.codemod import CodemodContext, CodemodTest
+
+from pdguard.cli import main
+from pdguard.codemods.anchors import AnchorError
+from pdguard.codemods.decode_queue_bound import DecodeQueueBound
+from pdguard.codemods.receiver_waiting_timeout import NixlHeartbeatRooms, ReceiverWaitingTimeout
+from pdguard.vendor_sglang import fetch_release, load_manifest
+from tests.quality import black_complaints, isort_complaints, ruff_findings
+
+_VERSIONS = [r.version for r in load_manifest()]
+
+
+def _at_least(version: str, first: str) -> bool:
+    return _VERSIONS.index(version) >= _VERSIONS.index(first)
+
+
+def decode_expected(version: str) -> dict[str, str]:
+    """The decode fixes' statuses on a release (the decode reference's ranges, checked)."""
+    if not _at_least(version, "0.4.6.post5"):
+        receiver = "refused"  # D1: a decode Failed poll raises
+    elif not _at_least(version, "0.5.6"):
+        receiver = "applied"  # Mooncake up to 0.4.9, NIXL up to 0.5.5.post3
+    else:
+        receiver = "upstream"
+    # No pending re-queue and no retraction gate before 0.4.7.post1.
+    queues = "applied" if _at_least(version, "0.4.7.post1") else "upstream"
+    return {"receiver-waiting-timeout": receiver, "decode-queue-bound": queues}
+
+
+# One release per decode family (D1 - D13).
+DECODE_CI = (
+    "0.4.6",
+    "0.4.6.post5",
+    "0.4.7",
+    "0.4.8",
+    "0.4.9",
+    "0.5.2",
+    "0.5.3",
+    "0.5.6",
+    "0.5.10",
+    "0.5.14",
+    "0.5.17",
+    "0.5.20",
+    "0.5.23",
+)
+RELEASES = [v for v in _VERSIONS if v in DECODE_CI or os.environ.get("PDGUARD_ALL_RELEASES") == "1"]
+
+
+def _snapshot(root: Path) -> dict[str, bytes]:
+    return {p.relative_to(root).as_posix(): p.read_bytes() for p in root.rglob("*") if p.is_file()}
+
+
+def _json(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, dict]:
+    code = main(list(argv))
+    out = capsys.readouterr().out
+    return code, json.loads(out[out.index("{") :])
+
+
+@pytest.mark.releases
+@pytest.mark.parametrize("version", RELEASES)
+def test_decode_fixes_on_release(
+    version: str,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    root = tmp_path / f"sglang-{version}"
+    shutil.copytree(fetch_release(version), root)
+    before = _snapshot(root)
+    monkeypatch.chdir(root)  # apply names files relative to the current directory
+    code, report = _json(capsys, "apply", ".", "--format", "json")
+    monkeypatch.chdir(tmp_path)  # ruff below must not leave its cache in the tree
+    expected = decode_expected(version)
+    assert {name: report["fixes"][name] for name in expected} == expected, report["notes"]
+    if expected["receiver-waiting-timeout"] == "refused":
+        assert code == 2
+        assert "raises" in report["notes"]["receiver-waiting-timeout"]
+        assert _snapshot(root) == before
+        return
+    assert code == 0
+    after = _snapshot(root)
+    for rel in report["files_changed"]:
+        old, new = before[rel].decode(), after[rel].decode()
+        compile(new, rel, "exec")
+        assert black_complaints(old, new) == [], rel
+        assert isort_complaints(old, new) == [], rel
+        original = tmp_path / "original.py"
+        original.write_bytes(before[rel])
+        assert ruff_findings(root / rel) == ruff_findings(original), rel
+
+    if _at_least(version, "0.5.3") and not _at_least(version, "0.5.6"):
+        # NIXL 0.5.3 - 0.5.5.post3: 0.5.6's heartbeat change is ported with the timeout.
+        assert "heartbeat fails every tracked room" in report["notes"]["receiver-waiting-timeout"]
+
+    # Proved: the decode rules are silent on the patched tree.
+    code, findings = _json(
+        capsys, "check", str(root), "--select", "PDG006,PDG007", "--format", "json"
+    )
+    assert (code, findings["findings"]) == (0, [])
+
+    # Idempotent: no byte changes, pdguard's fixes present.
+    code, again = _json(capsys, "apply", str(root), "--format", "json")
+    assert code == 0 and again["files_changed"] == []
+    assert _snapshot(root) == after
+    assert {name: again["fixes"][name] for name in expected} == {
+        name: "present" if status == "applied" else status for name, status in expected.items()
+    }
+
+
+@pytest.mark.releases
+def test_unpatched_releases_report_what_the_fixes_bound(capsys: pytest.CaptureFixture[str]) -> None:
+    """The rules report the unpatched trees: the fixes have something to prove."""
+    tree = str(fetch_release("0.5.3"))
+    code, report = _json(capsys, "check", tree, "--select", "PDG006,PDG007", "--format", "json")
+    assert code == 1
+    assert {(f["code"], f["symbol"]) for f in report["findings"]} == {
+        ("PDG006", "NixlKVReceiver.poll"),
+        ("PDG007", "SchedulerDisaggregationDecodeMixin.process_decode_queue"),
+    }
+
+
+# -- the codemods on hand-written snippets ------------------------------------------------
+
+
+class TestReceiverWaitingTimeout(CodemodTest):
+    TRANSFORM = ReceiverWaitingTimeout
+
+    def test_mooncake_with_conclude_state(self) -> None:
+        # Mooncake 0.4.7 - 0.4.9: conclude_state, check_status() read once, record_failure.
+        before = """
+            import logging
+            import time
+
+            from sglang.srt.utils import get_int_env_var
+
+            logger = logging.getLogger(__name__)
+
+
+            class MooncakeKVReceiver(BaseKVReceiver):
+                def __init__(self, mgr, bootstrap_addr, bootstrap_room=None):
+                    self.bootstrap_room = bootstrap_room
+                    self.kv_mgr = mgr
+                    self.conclude_state = None
+
+                def init(self, kv_indices, aux_index=None):
+                    for info in self.bootstrap_infos:
+                        self.send(info, kv_indices)
+
+                def poll(self) -> KVPoll:
+                    if self.conclude_state is None:
+                        status = self.kv_mgr.check_status(self.bootstrap_room)
+                        if status in (KVPoll.Success, KVPoll.Failed):
+                            self.conclude_state = status
+                        return status
+                    else:
+                        return self.conclude_state
+        """
+        after = """
+            import logging
+            import time
+
+            from sglang.srt.utils import get_int_env_var
+
+            logger = logging.getLogger(__name__)
+
+
+            class MooncakeKVReceiver(BaseKVReceiver):
+                def __init__(self, mgr, bootstrap_addr, bootstrap_room=None):
+                    # pdguard: receiver-waiting-timeout: set when the KV indices are sent.
+                    self.init_time = None
+                    self.waiting_timeout = get_int_env_var(
+                        "SGLANG_DISAGGREGATION_WAITING_TIMEOUT", 300
+                    )
+                    self.bootstrap_room = bootstrap_room
+                    self.kv_mgr = mgr
+                    self.conclude_state = None
+
+                def init(self, kv_indices, aux_index=None):
+                    for info in self.bootstrap_infos:
+                        self.send(info, kv_indices)
+                    # pdguard: receiver-waiting-timeout: the waiting timeout counts from here.
+                    self.init_time = time.time()
+
+                def poll(self) -> KVPoll:
+                    if self.conclude_state is None:
+                        status = self.kv_mgr.check_status(self.bootstrap_room)
+                        # pdguard: receiver-waiting-timeout
+                        if (
+                            status not in (KVPoll.Success, KVPoll.Failed)
+                            and self.init_time is not None
+                        ):
+                            elapsed = time.time() - self.init_time
+                            if elapsed >= self.waiting_timeout:
+                                reason = (
+                                    f"Request {self.bootstrap_room} timed out after {elapsed:.1f}s"
+                                    " waiting for its KV cache"
+                                )
+                                logger.error(f"{reason} (SGLANG_DISAGGREGATION_WAITING_TIMEOUT)")
+                                self.kv_mgr.record_failure(self.bootstrap_room, reason)
+                                self.conclude_state = KVPoll.Failed
+                                return KVPoll.Failed
+                        if status in (KVPoll.Success, KVPoll.Failed):
+                            self.conclude_state = status
+                        return status
+                    else:
+                        return self.conclude_state
+        """
+        self.assertCodemod(
+            before,
+            after,
+            class_name="MooncakeKVReceiver",
+            check="status",
+            timeout_setting='get_int_env_var("SGLANG_DISAGGREGATION_WAITING_TIMEOUT", 300)',
+        )
+
+    def test_returned_status_is_split_and_time_imported(self) -> None:
+        # Mooncake 0.4.6.post5: poll() returns check_status() directly, no conclude_state.
+        before = """
+            import os
+
+
+            class MooncakeKVReceiver(BaseKVReceiver):
+                def __init__(self, mgr, bootstrap_addr, bootstrap_room=None):
+                    \"\"\"A receiver.\"\"\"
+                    self.bootstrap_room = bootstrap_room
+
+                def init(self, kv_indices, aux_index=None):
+                    self.send(kv_indices)
+
+                def poll(self) -> KVPoll:
+                    return self.kv_mgr.check_status(self.bootstrap_room)
+        """
+        after = """
+            import os
+            import time
+
+
+            class MooncakeKVReceiver(BaseKVReceiver):
+                def __init__(self, mgr, bootstrap_addr, bootstrap_room=None):
+                    \"\"\"A receiver.\"\"\"
+                    # pdguard: receiver-waiting-timeout: set when the KV indices are sent.
+                    self.init_time = None
+                    self.waiting_timeout = int(
+                        os.environ.get("SGLANG_DISAGGREGATION_WAITING_TIMEOUT", "300")
+                    )
+                    self.bootstrap_room = bootstrap_room
+
+                def init(self, kv_indices, aux_index=None):
+                    self.send(kv_indices)
+                    # pdguard: receiver-waiting-timeout: the waiting timeout counts from here.
+                    self.init_time = time.time()
+
+                def poll(self) -> KVPoll:
+                    status = self.kv_mgr.check_status(self.bootstrap_room)
+                    # pdguard: receiver-waiting-timeout
+                    if status not in (KVPoll.Success, KVPoll.Failed) and self.init_time is not None:
+                        elapsed = time.time() - self.init_time
+                        if elapsed >= self.waiting_timeout:
+                            return KVPoll.Failed
+                    return status
+        """
+        self.assertCodemod(
+            before,
+            after,
+            class_name="MooncakeKVReceiver",
+            check="status",
+            record_failure=False,
+            conclude_state=False,
+            log=False,
+        )
+
+    def test_nixl_final_return(self) -> None:
+        # NIXL 0.4.8.post1 - 0.5.5.post3: the check goes before the final WaitingForInput.
+        before = """
+            import time
+
+
+            class NixlKVReceiver(CommonKVReceiver):
+                def __init__(self, mgr, bootstrap_addr, bootstrap_room=None):
+                    self.started_transfer = False
+                    self.conclude_state = None
+                    super().__init__(mgr, bootstrap_addr, bootstrap_room)
+
+                def init(self, kv_indices, aux_index=None):
+                    self.send(kv_indices)
+                    self.started_transfer = True
+
+                def poll(self) -> KVPoll:
+                    if self.conclude_state is not None:
+                        return self.conclude_state
+                    if not self.started_transfer:
+                        return KVPoll.WaitingForInput  # type: ignore
+                    if self.kv_mgr.check_transfer_done(self.bootstrap_room):
+                        self.conclude_state = KVPoll.Success
+                        return KVPoll.Success  # type: ignore
+                    return KVPoll.WaitingForInput  # type: ignore
+        """
+        after = """
+            import time
+
+
+            class NixlKVReceiver(CommonKVReceiver):
+                def __init__(self, mgr, bootstrap_addr, bootstrap_room=None):
+                    # pdguard: receiver-waiting-timeout: set when the KV indices are sent.
+                    self.init_time = None
+                    self.waiting_timeout = 300
+                    self.started_transfer = False
+                    self.conclude_state = None
+                    super().__init__(mgr, bootstrap_addr, bootstrap_room)
+
+                def init(self, kv_indices, aux_index=None):
+                    self.send(kv_indices)
+                    self.started_transfer = True
+                    # pdguard: receiver-waiting-timeout: the waiting timeout counts from here.
+                    self.init_time = time.time()
+
+                def poll(self) -> KVPoll:
+                    if self.conclude_state is not None:
+                        return self.conclude_state
+                    if not self.started_transfer:
+                        return KVPoll.WaitingForInput  # type: ignore
+                    if self.kv_mgr.check_transfer_done(self.bootstrap_room):
+                        self.conclude_state = KVPoll.Success
+                        return KVPoll.Success  # type: ignore
+                    # pdguard: receiver-waiting-timeout
+                    if self.init_time is not None:
+                        elapsed = time.time() - self.init_time
+                        if elapsed >= self.waiting_timeout:
+                            self.conclude_state = KVPoll.Failed
+                            return KVPoll.Failed
+                    return KVPoll.WaitingForInput  # type: ignore
+        """
+        self.assertCodemod(
+            before,
+            after,
+            class_name="NixlKVReceiver",
+            check="final",
+            timeout_setting="300",
+            record_failure=False,
+            log=False,
+        )
+
+    def test_final_check_needs_a_non_terminal_return(self) -> None:
+        code = """
+            class NixlKVReceiver(BaseKVReceiver):
+                def __init__(self):
+                    self.x = 1
+
+                def init(self, kv_indices):
+                    pass
+
+                def poll(self):
+                    return KVPoll.Success
+        """
+        module = cst.parse_module(textwrap.dedent(code))
+        with pytest.raises(AnchorError, match="non-terminal"):
+            ReceiverWaitingTimeout(
+                CodemodContext(), class_name="NixlKVReceiver", check="final"
+            ).transform_module(module)
+
+
+class TestNixlHeartbeatRooms(CodemodTest):
+    TRANSFORM = NixlHeartbeatRooms
+
+    def test_every_tracked_room_fails_with_its_prefill(self) -> None:
+        # NIXL 0.5.3 - 0.5.5.post3, cut down to the three places 0.5.6 changed.
+        before = """
+            class NixlKVManager(CommonKVManager):
+                def _start_heartbeat_checker_thread(self):
+                    def heartbeat_checker():
+                        for bootstrap_addr in addresses:
+                            if response.status_code == 200:
+                                self.heartbeat_failures[bootstrap_addr] = 0
+
+                                current_rooms = self.addr_to_rooms_tracker[
+                                    bootstrap_addr
+                                ].copy()
+
+                                for bootstrap_room in current_rooms:
+                                    # Remove successful transfers from the tracker
+                                    if bootstrap_room not in self.transfer_statuses:
+                                        self.addr_to_rooms_tracker[bootstrap_addr].discard(
+                                            bootstrap_room
+                                        )
+                            else:
+                                self.heartbeat_failures[bootstrap_addr] += 1
+
+                def _handle_node_failure(self, failed_bootstrap_addr):
+                    affected_rooms = []
+                    for room in possible_affected_rooms:
+                        if (
+                            room in self.transfer_statuses
+                            and not self.transfer_statuses[room].is_done()
+                        ):
+                            self.transfer_statuses[room].num_kvs_expected = -1
+                            affected_rooms.append(room)
+
+
+            class NixlKVReceiver(CommonKVReceiver):
+                def poll(self) -> KVPoll:
+                    if self.kv_mgr.check_transfer_done(self.bootstrap_room):  # type: ignore
+                        # Check if the transfer failed
+                        del self.kv_mgr.transfer_statuses[self.bootstrap_room]
+                        return self.conclude_state  # type: ignore
+                    return KVPoll.WaitingForInput  # type: ignore
+        """
+        after = """
+            class NixlKVManager(CommonKVManager):
+                def _start_heartbeat_checker_thread(self):
+                    def heartbeat_checker():
+                        for bootstrap_addr in addresses:
+                            if response.status_code == 200:
+                                # pdguard: receiver-waiting-timeout: a healthy
+                                # probe keeps every tracked room; poll() drops
+                                # it once its transfer is done (as in 0.5.6).
+                                self.heartbeat_failures[bootstrap_addr] = 0
+                            else:
+                                self.heartbeat_failures[bootstrap_addr] += 1
+
+                def _handle_node_failure(self, failed_bootstrap_addr):
+                    affected_rooms = []
+                    for room in possible_affected_rooms:
+                        # pdguard: receiver-waiting-timeout: also a room no chunk reached yet
+                        if not self.transfer_statuses[room].is_done():
+                            self.transfer_statuses[room].num_kvs_expected = -1
+                            affected_rooms.append(room)
+
+
+            class NixlKVReceiver(CommonKVReceiver):
+                def poll(self) -> KVPoll:
+                    if self.kv_mgr.check_transfer_done(self.bootstrap_room):  # type: ignore
+                        # pdguard: receiver-waiting-timeout: untracked once done.
+                        self.kv_mgr.addr_to_rooms_tracker[self.bootstrap_addr].discard(
+                            self.bootstrap_room
+                        )
+                        # Check if the transfer failed
+                        del self.kv_mgr.transfer_statuses[self.bootstrap_room]
+                        return self.conclude_state  # type: ignore
+                    return KVPoll.WaitingForInput  # type: ignore
+        """
+        self.assertCodemod(
+            before, after, manager_class="NixlKVManager", receiver_class="NixlKVReceiver"
+        )
+
+
+_PENDING_BEFORE = """
+    import logging
+    import time
+
+    from sglang.srt.environ import envs
+
+    logger = logging.getLogger(__name__)
+
+
+    class DecodePreallocQueue:
+        def _resolve_pending_reqs(self) -> None:
+            remaining = []
+            for decode_req in self.pending_reqs:
+                rank = self.lookup(decode_req)
+                if rank is not None:
+                    decode_req.kv_receiver.init(rank)
+                else:
+                    remaining.append(decode_req)
+            self.pending_reqs = remaining
+
+
+    class SchedulerDisaggregationDecodeMixin:
+        def process_decode_queue(self):
+            resumed_reqs = self.disagg_decode_prealloc_queue.resume_retracted_reqs()
+            self.waiting_queue.extend(resumed_reqs)
+            if len(self.disagg_decode_prealloc_queue.retracted_queue) > 0:
+                # if there are still retracted requests, we do not allocate new requests
+                return
+
+            req_conns = self.disagg_decode_prealloc_queue.pop_preallocated()
+            self.disagg_decode_transfer_queue.extend(req_conns)
+            alloc_reqs = (
+                self.disagg_decode_transfer_queue.pop_transferred()
+            )  # the requests which kv has arrived
+            self.waiting_queue.extend(alloc_reqs)
+"""
+
+_PENDING_AFTER = """
+    import logging
+    import time
+
+    from sglang.srt.environ import envs
+
+    logger = logging.getLogger(__name__)
+
+
+    class DecodePreallocQueue:
+        def _resolve_pending_reqs(self) -> None:
+            remaining = []
+            for decode_req in self.pending_reqs:
+                rank = self.lookup(decode_req)
+                if rank is not None:
+                    decode_req.kv_receiver.init(rank)
+                else:
+                    # pdguard: decode-queue-bound: bounded wait for the DP rank.
+                    if getattr(decode_req, "pending_since", None) is None:
+                        decode_req.pending_since = time.monotonic()
+                    pending_waited = time.monotonic() - decode_req.pending_since
+                    pending_limit = envs.SGLANG_DISAGGREGATION_WAITING_TIMEOUT.get()
+                    if pending_waited > pending_limit:
+                        logger.error(
+                            f"Request {decode_req.req.rid}: prefill DP rank"
+                            f" not resolved in {pending_waited:.0f}s"
+                        )
+                        if decode_req.kv_receiver is not None:
+                            decode_req.kv_receiver.abort()
+                    else:
+                        remaining.append(decode_req)
+            self.pending_reqs = remaining
+
+
+    class SchedulerDisaggregationDecodeMixin:
+        def process_decode_queue(self):
+            resumed_reqs = self.disagg_decode_prealloc_queue.resume_retracted_reqs()
+            self.waiting_queue.extend(resumed_reqs)
+            # pdguard: decode-queue-bound: while retracted requests wait for memory,
+            # admit no new request (as the early return did), but still poll the
+            # transfer queue: its failures, timeouts and aborts free their KV.
+            retracted_waiting = len(self.disagg_decode_prealloc_queue.retracted_queue) > 0
+
+            # pdguard: decode-queue-bound: not while retracted requests wait
+            if not retracted_waiting:
+                req_conns = self.disagg_decode_prealloc_queue.pop_preallocated()
+                self.disagg_decode_transfer_queue.extend(req_conns)
+            alloc_reqs = (
+                self.disagg_decode_transfer_queue.pop_transferred()
+            )  # the requests which kv has arrived
+            self.waiting_queue.extend(alloc_reqs)
+"""
+
+
+class TestDecodeQueueBound(CodemodTest):
+    TRANSFORM = DecodeQueueBound
+
+    def test_pending_and_gate(self) -> None:
+        self.assertCodemod(
+            _PENDING_BEFORE,
+            _PENDING_AFTER,
+            pending=["DecodePreallocQueue._resolve_pending_reqs:remaining:decode_req"],
+            gate="SchedulerDisaggregationDecodeMixin.process_decode_queue",
+        )
+
+    def test_a_deeper_admission_is_laid_out_as_black_does(self) -> None:
+        before = """
+            class SchedulerDisaggregationDecodeMixin:
+                def process_decode_queue(self):
+                    if len(self.disagg_decode_prealloc_queue.retracted_queue) > 0:
+                        return
+                    if self.polling:
+                        if self.threshold:
+                            if self.deeper:
+                                req_conns, _ = self.disagg_decode_prealloc_queue.pop_preallocated()
+                                self.disagg_decode_transfer_queue.extend(req_conns)
+                        self.disagg_decode_transfer_queue.pop_transferred()
+        """
+        after = """
+            class SchedulerDisaggregationDecodeMixin:
+                def process_decode_queue(self):
+                    # pdguard: decode-queue-bound: while retracted requests wait for memory,
+                    # admit no new request (as the early return did), but still poll the
+                    # transfer queue: its failures, timeouts and aborts free their KV.
+                    retracted_waiting = len(self.disagg_decode_prealloc_queue.retracted_queue) > 0
+                    if self.polling:
+                        if self.threshold:
+                            if self.deeper:
+                                # pdguard: decode-queue-bound: not while retracted requests wait
+                                if not retracted_waiting:
+                                    req_conns, _ = (
+                                        self.disagg_decode_prealloc_queue.pop_preallocated()
+                                    )
+                                    self.disagg_decode_transfer_queue.extend(req_conns)
+                        self.disagg_decode_transfer_queue.pop_transferred()
+        """
+        self.assertCodemod(
+            before, after, gate="SchedulerDisaggregationDecodeMixin.process_decode_queue"
+        )
+
+    def test_refuses_without_the_gate(self) -> None:
+        module = cst.parse_module(
+            textwrap.dedent(
+                """
+                class SchedulerDisaggregationDecodeMixin:
+                    def process_decode_queue(self):
+                        self.disagg_decode_transfer_queue.pop_transferred()
+                """
+            )
+        )
+        with pytest.raises(AnchorError, match="retracted"):
+            DecodeQueueBound(
+                CodemodContext(), gate="SchedulerDisaggregationDecodeMixin.process_decode_queue"
+            ).transform_module(module)
+
+    def test_refuses_two_requeues(self) -> None:
+        module = cst.parse_module(
+            textwrap.dedent(
+                """
+                import time
+
+
+                class DecodePreallocQueue:
+                    def _resolve_pending_reqs(self):
+                        remaining = []
+                        for decode_req in self.pending_reqs:
+                            remaining.append(decode_req)
+                            remaining.append(decode_req)
+                """
+            )
+        )
+        with pytest.raises(AnchorError, match="expected one"):
+            DecodeQueueBound(
+                CodemodContext(),
+                pending=["DecodePreallocQueue._resolve_pending_reqs:remaining:decode_req"],
+            ).transform_module(module)
+
+
+# -- the patched release code, executed -----------------------------------------------------
+# The rules prove the fixes statically; these run the release's own patched methods (loaded
+# with ``ast``, without its imports) against stand-ins, on a clock the test moves.
+
+
+class _Clock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def time(self) -> float:
+        return self.now
+
+    def monotonic(self) -> float:
+        return self.now
+
+
+def _patched(version: str) -> dict[str, str]:
+    from pdguard.commands.apply import plan
+    from pdguard.tree import open_tree
+
+    result = plan(open_tree(fetch_release(version)))
+    return {rel: new.text for rel, new in result.changes.items()}
+
+
+def _load_class(text: str, name: str, namespace: dict, *, whole: bool = False) -> type:
+    """Class ``name`` of ``text``, with its methods only (no bases, no decorators), compiled
+    in ``namespace``; ``whole``: as written (a dataclass)."""
+    import __future__
+
+    import ast
+
+    tree = ast.parse(text)
+    cls = next(n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == name)
+    if not whole:
+        methods = [f for f in cls.body if isinstance(f, ast.FunctionDef)]
+        for method in methods:
+            method.decorator_list = []
+        cls.body, cls.bases, cls.keywords, cls.decorator_list = methods, [], [], []
+    module = ast.Module(body=[cls], type_ignores=[])
+    flags = __future__.annotations.compiler_flag
+    exec(compile(module, name, "exec", flags=flags, dont_inherit=True), namespace)
+    return namespace[name]
+
+
+class _KVPoll:
+    Failed, Bootstrapping, WaitingForInput, Transferring, Success = range(5)
+
+
+class _Logger:
+    def __init__(self) -> None:
+        self.errors: list[str] = []
+
+    def error(self, message: str, *args: object) -> None:
+        self.errors.append(message)
+
+    info = warning = debug = error
+
+
+NIXL = "sglang/srt/disaggregation/nixl/conn.py"
+DECODE = "sglang/srt/disaggregation/decode.py"
+
+
+@pytest.mark.releases
+def test_patched_nixl_receiver_times_out_and_heartbeat_fails_unstarted_rooms() -> None:
+    """NIXL 0.5.3: the patched poll() fails a transfer after the waiting timeout and keeps
+    saying so; the patched heartbeat fails a tracked room no chunk reached yet."""
+    import dataclasses
+    import threading
+    from collections import defaultdict
+    from typing import Optional
+
+    text = _patched("0.5.3")[NIXL]
+    clock, logger = _Clock(), _Logger()
+    namespace: dict = {"KVPoll": _KVPoll, "time": clock, "logger": logger}
+    namespace.update(dataclasses=dataclasses, Optional=Optional, Set=set)
+    receiver_cls = _load_class(text, "NixlKVReceiver", namespace)
+    status_cls = _load_class(text, "TransferStatus", namespace, whole=True)
+    manager_cls = _load_class(text, "NixlKVManager", namespace)
+
+    failures: list[tuple[int, str]] = []
+    manager = object.__new__(manager_cls)
+    manager.transfer_statuses = defaultdict(status_cls)
+    manager.addr_to_rooms_tracker = defaultdict(set)
+    manager.connection_lock = threading.Lock()
+    manager.connection_pool = {}
+    manager.prefill_tp_size_table = {}
+    manager.prefill_attn_tp_size_table = {}
+    manager.prefill_dp_size_table = {}
+    manager.prefill_pp_size_table = {}
+    manager.update_transfer_status = lambda: None
+    manager.record_failure = lambda room, reason: failures.append((room, reason))
+
+    def receiver(room: int):  # as init() leaves it: indices sent, clock started
+        r = object.__new__(receiver_cls)
+        r.kv_mgr, r.bootstrap_room, r.bootstrap_addr = manager, room, "prefill:8998"
+        r.conclude_state, r.started_transfer = None, True
+        r.init_time, r.waiting_timeout = clock.now, 300
+        manager.addr_to_rooms_tracker[r.bootstrap_addr].add(room)
+        return r
+
+    wedged = receiver(7)
+    clock.now += 299
+    assert wedged.poll() == _KVPoll.WaitingForInput
+    clock.now += 1
+    assert wedged.poll() == _KVPoll.Failed
+    assert wedged.conclude_state == _KVPoll.Failed and wedged.poll() == _KVPoll.Failed
+    assert failures and failures[0][0] == 7 and "timed out after 300.0s" in failures[0][1]
+
+    # The prefill dies before the first chunk of room 8 arrived.
+    unstarted = receiver(8)
+    manager._handle_node_failure("prefill:8998")
+    assert unstarted.poll() == _KVPoll.Failed  # long before the waiting timeout
+    assert 8 not in manager.transfer_statuses  # poll() consumed the failure
+
+
+def _decode_mixin(text: str, namespace: dict):
+    return _load_class(text, "SchedulerDisaggregationDecodeMixin", namespace)
+
+
+class _Queue:
+    def __init__(self, retracted: int) -> None:
+        self.retracted_queue = ["retracted"] * retracted
+        self.calls: list[str] = []
+
+    def resume_retracted_reqs(self) -> list:
+        self.calls.append("resume")
+        return []
+
+    def pop_preallocated(self, *args: object):
+        self.calls.append("pop_preallocated")
+        return ([], []) if self.returns_pair else []
+
+    def pop_transferred(self, *args: object) -> list:
+        self.calls.append("pop_transferred")
+        return ["finished"]
+
+    def extend(self, reqs: list) -> None:
+        self.calls.append("extend")
+
+    def resolve_deferred_releases(self) -> None:
+        pass
+
+
+@pytest.mark.releases
+@pytest.mark.parametrize("version", ["0.4.8", "0.5.23"])
+def test_patched_retraction_gate_polls_transfers_but_admits_nothing(version: str) -> None:
+    from types import SimpleNamespace
+    from unittest import mock
+
+    text = _patched(version)[DECODE]
+    settings = SimpleNamespace(
+        disaggregation_decode_enable_offload_kvcache=False,
+        disaggregation_decode_polling_interval=1,
+        disaggregation_decode_host_receive_threshold=1,
+    )
+    mixin = _decode_mixin(text, {"get_disagg": lambda: settings})
+    for retracted, admitted in ((1, False), (0, True)):
+        scheduler = mock.MagicMock()
+        prealloc, transfer = _Queue(retracted), _Queue(0)
+        prealloc.returns_pair = transfer.returns_pair = version != "0.4.8"
+        scheduler.disagg_decode_prealloc_queue = prealloc
+        scheduler.disagg_decode_transfer_queue = transfer
+        scheduler.enable_decode_hicache = scheduler.enable_hisparse = False
+        scheduler.server_args.disaggregation_decode_enable_offload_kvcache = False
+        scheduler.server_args.disaggregation_decode_polling_interval = 1
+        scheduler.waiting_queue = []
+        del scheduler.polling_count  # hasattr() is False, as on a fresh scheduler
+        mixin.process_decode_queue(scheduler)
+        assert ("pop_preallocated" in prealloc.calls) == admitted, (retracted, prealloc.calls)
+        assert transfer.calls.count("pop_transferred") == 1, transfer.calls
+        assert scheduler.waiting_queue == ["finished"]
+
+
+@pytest.mark.releases
+@pytest.mark.parametrize("version", ["0.5.10", "0.5.23"])
+def test_patched_pending_requeue_fails_after_the_timeout(version: str) -> None:
+    from types import SimpleNamespace
+    from unittest import mock
+
+    text = _patched(version)[DECODE]
+    clock, logger = _Clock(), _Logger()
+    environ = SimpleNamespace(
+        SGLANG_DISAGGREGATION_WAITING_TIMEOUT=SimpleNamespace(get=lambda: 300)
+    )
+    receiver = mock.MagicMock()
+    query = mock.MagicMock(return_value={})  # the prefill never registers the room
+    namespace = {
+        "time": clock,
+        "logger": logger,
+        "envs": environ,
+        "_bootstrap_addr": lambda req: "prefill:8998",
+        "CommonKVReceiver": SimpleNamespace(query_prefill_dp_ranks=query),
+    }
+    queue_cls = _load_class(text, "DecodePreallocQueue", namespace)
+    queue = object.__new__(queue_cls)
+    decode_req = SimpleNamespace(
+        req=SimpleNamespace(rid="r1", bootstrap_room=42), kv_receiver=receiver
+    )
+    queue.pending_reqs = [decode_req]
+    queue._ensure_prefill_info = lambda addr_to_reqs: (dict(addr_to_reqs), [])
+    queue._resolve_prefill_dp_rank = lambda req: None
+    queue._prefill_dp_rank_queries = {}
+    queue._cancel_prefill_dp_rank_queries = lambda: None
+
+    for _ in range(3):  # re-queued while the bound has not passed
+        queue._resolve_pending_reqs()
+        assert queue.pending_reqs == [decode_req] and not receiver.abort.called
+        clock.now += 100
+    clock.now += 1
+    queue._resolve_pending_reqs()
+    assert queue.pending_reqs == [] and receiver.abort.call_count == 1
+    assert logger.errors and "r1" in logger.errors[-1] and "not resolved" in logger.errors[-1]
+
+
+@pytest.mark.releases
+def test_unpatched_code_shows_the_wedges_these_tests_catch() -> None:
+    """The same stand-ins on unpatched 0.5.23 and 0.5.3: the gate polls nothing while a
+    request is retracted, and NIXL's receiver waits on after any timeout."""
+    from types import SimpleNamespace
+    from unittest import mock
+
+    settings = SimpleNamespace(
+        disaggregation_decode_enable_offload_kvcache=False,
+        disaggregation_decode_polling_interval=1,
+        disaggregation_decode_host_receive_threshold=1,
+    )
+    text = (fetch_release("0.5.23") / DECODE).read_text()
+    mixin = _decode_mixin(text, {"get_disagg": lambda: settings})
+    scheduler = mock.MagicMock()
+    scheduler.disagg_decode_prealloc_queue, scheduler.disagg_decode_transfer_queue = (
+        _Queue(1),
+        _Queue(0),
+    )
+    mixin.process_decode_queue(scheduler)
+    assert scheduler.disagg_decode_transfer_queue.calls == []
+
+    clock = _Clock()
+    namespace = {"KVPoll": _KVPoll, "time": clock, "logger": _Logger()}
+    receiver_cls = _load_class(
+        (fetch_release("0.5.3") / NIXL).read_text(), "NixlKVReceiver", namespace
+    )
+    receiver = object.__new__(receiver_cls)
+    receiver.kv_mgr = mock.MagicMock()
+    receiver.kv_mgr.check_transfer_done.return_value = False
+    receiver.bootstrap_room, receiver.conclude_state, receiver.started_transfer = 7, None, True
+    clock.now += 10_000
+    assert receiver.poll() == _KVPoll.WaitingForInput
