@@ -417,17 +417,6 @@ SCENARIOS: tuple[Scenario, ...] = (
         _deadline(DEFAULT_TIMEOUT),
     ),
     Scenario(
-        "requeued-wedge",
-        "decode gone, the request re-queued every 100 s: still failed 300 s after it first "
-        "entered the inflight queue (a re-queue keeps the first stamp)",
-        lambda ranks: WorldConfig(
-            (RequestSpec("wedged", prefill_s=1.0, transfer_s=None, requeue_every=100.0),),
-            ranks,
-            horizon=WEDGE_HORIZON,
-        ),
-        _deadline(DEFAULT_TIMEOUT),
-    ),
-    Scenario(
         "long-prefill",
         "164 s prefill, then a 2 s transfer: completes, never failed",
         lambda ranks: WorldConfig(
