@@ -321,3 +321,22 @@ def test_apply_refuses_an_entry_it_cannot_stamp(
     code, _, err = _apply(capsys, root)
     assert code == 2
     assert "extend() of an expression pdguard cannot stamp without evaluating it twice" in err
+
+
+def test_a_keep_through_the_queue_itself_needs_no_stamp_and_reapplies_present(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A request taken from the queue and appended back to it inside the inflight function is
+    a keep, not an entry: apply stamps only real entries, and a second run says present."""
+    files = _unpatched("stamp-before-append")
+    files[PREFILL] = files[PREFILL].replace(
+        "            if poll in [KVPoll.WaitingForInput, KVPoll.Transferring]:\n",
+        "            if poll in [KVPoll.WaitingForInput, KVPoll.Transferring]:\n"
+        "                self.disagg_prefill_inflight_queue.append(req)\n",
+        1,
+    )
+    root = _write(tmp_path, files)
+    code, fixes, err = _apply(capsys, root)
+    assert code == 0 and fixes["inflight-deadline"] == "applied", err
+    code, fixes, err = _apply(capsys, root)
+    assert code == 0 and fixes["inflight-deadline"] == "present", err

@@ -12,7 +12,6 @@ from pdguard.checks.kv_senders import BASE_SENDER
 
 from .. import fix_names
 from ..sglang_names import INFLIGHT_FUNCTION as FUNCTION
-from ..sglang_names import INFLIGHT_QUEUE as QUEUE
 from ..sglang_names import KVPOLL, MANAGER_RECORD_FAILURE, PREFILL_PATH
 from ..sglang_names import KVPoll as KVPollState
 from .base import Fix, Outcome, Status, has_marker
@@ -203,23 +202,11 @@ def _missing_pieces(tree: ast.Module) -> list[str]:
         for n in ast.walk(function)
     ):
         missing.append(f"the {HELPER}() call in {FUNCTION}()")
-    stamps = sum(
-        1
-        for n in ast.walk(tree)
-        if isinstance(n, ast.Assign)
-        and any(isinstance(t, ast.Attribute) and t.attr == STAMP for t in n.targets)
-    )
-    appends = sum(
-        1
-        for n in ast.walk(tree)
-        if isinstance(n, ast.Call)
-        and isinstance(n.func, ast.Attribute)
-        and n.func.attr == "append"
-        and isinstance(n.func.value, ast.Attribute)
-        and n.func.value.attr == QUEUE
-    )
-    if stamps < appends:
-        missing.append(f"the {STAMP} stamp at {appends - stamps} append site(s)")
+    model = analyse(tree)
+    unstamped = [e for e in model.unstamped() if e.line] if model is not None else []
+    if unstamped:
+        lines = ", ".join(str(e.line) for e in unstamped)
+        missing.append(f"the {STAMP} stamp where requests enter the queue (line {lines})")
     return missing
 
 
