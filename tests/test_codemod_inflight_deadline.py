@@ -15,12 +15,11 @@ from pdguard.codemods.anchors import AnchorError
 from pdguard.codemods.inflight_deadline import InflightDeadline
 
 PREFILL = '''\
-"""Prefill."""
+"""A hand-written prefill module for the codemod tests."""
 
 from __future__ import annotations
 
 import logging
-from typing import List
 
 from sglang.srt.disaggregation.base import KVPoll
 from sglang.srt.disaggregation.utils import poll_and_all_reduce
@@ -33,40 +32,39 @@ class SchedulerDisaggregationPrefillMixin:
         for req in batch.reqs:
             self.disagg_prefill_inflight_queue.append(req)
 
-    def process_disagg_prefill_inflight_queue(self) -> List:
+    def process_disagg_prefill_inflight_queue(self) -> list:
         if len(self.disagg_prefill_inflight_queue) == 0:
             return []
 
-        done_reqs = []
+        finished = []
 
         polls = poll_and_all_reduce(
             [req.disagg_kv_sender for req in self.disagg_prefill_inflight_queue],
             self.attn_tp_cpu_group,
         )
 
-        undone_reqs = []
+        still_waiting = []
         for req, poll in zip(self.disagg_prefill_inflight_queue, polls):
             if poll in [KVPoll.WaitingForInput, KVPoll.Transferring]:
-                undone_reqs.append(req)
+                still_waiting.append(req)
             elif poll == KVPoll.Success:
-                done_reqs.append(req)
+                finished.append(req)
             elif poll == KVPoll.Failed:
-                req.failed = True
-                done_reqs.append(req)
+                req.ended_with_error = True
+                finished.append(req)
 
-        self.disagg_prefill_inflight_queue = undone_reqs
-        return done_reqs
+        self.disagg_prefill_inflight_queue = still_waiting
+        return finished
 '''
 
 EXPECTED = '''\
-"""Prefill."""
+"""A hand-written prefill module for the codemod tests."""
 
 from __future__ import annotations
 
 import logging
 import os
 import time
-from typing import List
 
 from sglang.srt.disaggregation.base import KVPoll
 from sglang.srt.disaggregation.utils import poll_and_all_reduce
@@ -123,11 +121,11 @@ class SchedulerDisaggregationPrefillMixin:
             # handles once it has sent), so pin the sender's result to Failed.
             sender.poll = lambda: KVPoll.Failed
 
-    def process_disagg_prefill_inflight_queue(self) -> List:
+    def process_disagg_prefill_inflight_queue(self) -> list:
         if len(self.disagg_prefill_inflight_queue) == 0:
             return []
 
-        done_reqs = []
+        finished = []
 
         # pdguard: inflight-deadline: fail overdue requests before the poll
         # all-reduce, so that every rank sees them Failed in the same step.
@@ -137,18 +135,18 @@ class SchedulerDisaggregationPrefillMixin:
             self.attn_tp_cpu_group,
         )
 
-        undone_reqs = []
+        still_waiting = []
         for req, poll in zip(self.disagg_prefill_inflight_queue, polls):
             if poll in [KVPoll.WaitingForInput, KVPoll.Transferring]:
-                undone_reqs.append(req)
+                still_waiting.append(req)
             elif poll == KVPoll.Success:
-                done_reqs.append(req)
+                finished.append(req)
             elif poll == KVPoll.Failed:
-                req.failed = True
-                done_reqs.append(req)
+                req.ended_with_error = True
+                finished.append(req)
 
-        self.disagg_prefill_inflight_queue = undone_reqs
-        return done_reqs
+        self.disagg_prefill_inflight_queue = still_waiting
+        return finished
 '''
 
 
@@ -208,8 +206,8 @@ class TestInflightDeadline(CodemodTest):
         ("logger = logging.getLogger(__name__)", "log = 1", "logger"),
         ("self.disagg_prefill_inflight_queue.append(req)", "pass", "append"),
         (
-            "        undone_reqs = []\n",
-            "        undone_reqs = []\n        poll_and_all_reduce([], None)\n",
+            "        still_waiting = []\n",
+            "        still_waiting = []\n        poll_and_all_reduce([], None)\n",
             "2 poll_and_all_reduce",
         ),
     ],
@@ -318,7 +316,7 @@ def test_written_code_fails_a_wedged_request_at_the_deadline(monkeypatch) -> Non
     assert scheduler.disagg_prefill_inflight_queue == [req]
     clock.now += 2.0
     assert scheduler.process_disagg_prefill_inflight_queue() == [req]
-    assert req.failed and req.disagg_kv_sender.aborted == 1
+    assert req.ended_with_error and req.disagg_kv_sender.aborted == 1
     assert req.disagg_kv_sender.poll() == 0  # pinned to Failed, also for later polls
     assert scheduler.disagg_prefill_inflight_queue == []
 
@@ -378,7 +376,7 @@ def test_pp_leaves_a_request_every_stage_agreed_on_to_its_poll() -> None:
     """PP (0.5.10+): the helper takes rids_to_check, and a request every stage already agreed
     has ended its transfer is not failed by this stage's deadline."""
     src = PREFILL.replace(
-        "def process_disagg_prefill_inflight_queue(self) -> List:",
+        "def process_disagg_prefill_inflight_queue(self) -> list:",
         "def process_disagg_prefill_inflight_queue(\n"
         "        self: Scheduler, rids_to_check: Optional[List[str]] = None\n"
         "    ) -> List[Req]:",

@@ -305,11 +305,11 @@ class TestReceiverWaitingTimeout(CodemodTest):
                     if self.conclude_state is not None:
                         return self.conclude_state
                     if not self.started_transfer:
-                        return KVPoll.WaitingForInput  # type: ignore
+                        return KVPoll.WaitingForInput
                     if self.kv_mgr.check_transfer_done(self.bootstrap_room):
                         self.conclude_state = KVPoll.Success
-                        return KVPoll.Success  # type: ignore
-                    return KVPoll.WaitingForInput  # type: ignore
+                        return KVPoll.Success
+                    return KVPoll.WaitingForInput
         """
         after = """
             import time
@@ -334,17 +334,17 @@ class TestReceiverWaitingTimeout(CodemodTest):
                     if self.conclude_state is not None:
                         return self.conclude_state
                     if not self.started_transfer:
-                        return KVPoll.WaitingForInput  # type: ignore
+                        return KVPoll.WaitingForInput
                     if self.kv_mgr.check_transfer_done(self.bootstrap_room):
                         self.conclude_state = KVPoll.Success
-                        return KVPoll.Success  # type: ignore
+                        return KVPoll.Success
                     # pdguard: receiver-waiting-timeout
                     if self.init_time is not None:
                         elapsed = time.time() - self.init_time
                         if elapsed >= self.waiting_timeout:
                             self.conclude_state = KVPoll.Failed
                             return KVPoll.Failed
-                    return KVPoll.WaitingForInput  # type: ignore
+                    return KVPoll.WaitingForInput
         """
         self.assertCodemod(
             before,
@@ -388,12 +388,11 @@ class TestNixlHeartbeatRooms(CodemodTest):
                             if response.status_code == 200:
                                 self.heartbeat_failures[bootstrap_addr] = 0
 
-                                current_rooms = self.addr_to_rooms_tracker[
+                                tracked_rooms = self.addr_to_rooms_tracker[
                                     bootstrap_addr
                                 ].copy()
 
-                                for bootstrap_room in current_rooms:
-                                    # Remove successful transfers from the tracker
+                                for bootstrap_room in tracked_rooms:
                                     if bootstrap_room not in self.transfer_statuses:
                                         self.addr_to_rooms_tracker[bootstrap_addr].discard(
                                             bootstrap_room
@@ -414,11 +413,10 @@ class TestNixlHeartbeatRooms(CodemodTest):
 
             class NixlKVReceiver(CommonKVReceiver):
                 def poll(self) -> KVPoll:
-                    if self.kv_mgr.check_transfer_done(self.bootstrap_room):  # type: ignore
-                        # Check if the transfer failed
+                    if self.kv_mgr.check_transfer_done(self.bootstrap_room):
                         del self.kv_mgr.transfer_statuses[self.bootstrap_room]
-                        return self.conclude_state  # type: ignore
-                    return KVPoll.WaitingForInput  # type: ignore
+                        return self.conclude_state
+                    return KVPoll.WaitingForInput
         """
         after = """
             class NixlKVManager(CommonKVManager):
@@ -444,15 +442,14 @@ class TestNixlHeartbeatRooms(CodemodTest):
 
             class NixlKVReceiver(CommonKVReceiver):
                 def poll(self) -> KVPoll:
-                    if self.kv_mgr.check_transfer_done(self.bootstrap_room):  # type: ignore
+                    if self.kv_mgr.check_transfer_done(self.bootstrap_room):
                         # pdguard: receiver-waiting-timeout: untracked once done.
                         self.kv_mgr.addr_to_rooms_tracker[self.bootstrap_addr].discard(
                             self.bootstrap_room
                         )
-                        # Check if the transfer failed
                         del self.kv_mgr.transfer_statuses[self.bootstrap_room]
-                        return self.conclude_state  # type: ignore
-                    return KVPoll.WaitingForInput  # type: ignore
+                        return self.conclude_state
+                    return KVPoll.WaitingForInput
         """
         self.assertCodemod(
             before, after, manager_class="NixlKVManager", receiver_class="NixlKVReceiver"
@@ -485,15 +482,12 @@ _PENDING_BEFORE = """
             resumed_reqs = self.disagg_decode_prealloc_queue.resume_retracted_reqs()
             self.waiting_queue.extend(resumed_reqs)
             if len(self.disagg_decode_prealloc_queue.retracted_queue) > 0:
-                # if there are still retracted requests, we do not allocate new requests
                 return
 
             req_conns = self.disagg_decode_prealloc_queue.pop_preallocated()
             self.disagg_decode_transfer_queue.extend(req_conns)
-            alloc_reqs = (
-                self.disagg_decode_transfer_queue.pop_transferred()
-            )  # the requests which kv has arrived
-            self.waiting_queue.extend(alloc_reqs)
+            arrived = self.disagg_decode_transfer_queue.pop_transferred()
+            self.waiting_queue.extend(arrived)
 """
 
 _PENDING_AFTER = """
@@ -543,10 +537,8 @@ _PENDING_AFTER = """
             if not retracted_waiting:
                 req_conns = self.disagg_decode_prealloc_queue.pop_preallocated()
                 self.disagg_decode_transfer_queue.extend(req_conns)
-            alloc_reqs = (
-                self.disagg_decode_transfer_queue.pop_transferred()
-            )  # the requests which kv has arrived
-            self.waiting_queue.extend(alloc_reqs)
+            arrived = self.disagg_decode_transfer_queue.pop_transferred()
+            self.waiting_queue.extend(arrived)
 """
 
 
