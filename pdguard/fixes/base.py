@@ -19,7 +19,7 @@ if TYPE_CHECKING:
     from ..workspace import Workspace
 
 
-__all__ = ["MARKER_PREFIX", "Fix", "Outcome", "Status", "has_marker", "marker"]
+__all__ = ["MARKER_PREFIX", "Fix", "Outcome", "Refused", "Status", "has_marker", "marker"]
 
 
 class Status(StrEnum):
@@ -40,6 +40,15 @@ class Outcome:
     def refusal(self, name: str, tree: SourceTree) -> str:
         """The refusal line for fix ``name``, naming the file as ``tree`` shows it."""
         return refusal(name, self.note, tree.display(self.where) if self.where else None)
+
+
+class Refused(Exception):
+    """A step's refusal inside a fix's ``plan`` (an ``AnchorError`` of a codemod, or a class
+    it cannot anchor on): ``plan`` returns its ``outcome``."""
+
+    def __init__(self, note: str, where: str | None = None) -> None:
+        super().__init__(note)
+        self.outcome = Outcome(Status.REFUSED, note, where)
 
 
 class Fix:

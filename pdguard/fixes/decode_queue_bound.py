@@ -20,6 +20,8 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+from pdguard.checks.bindings import bindings_in_force
+
 from .. import fix_names
 from ..sglang_names import (
     DECODE_PATH,
@@ -30,7 +32,7 @@ from ..sglang_names import (
     RETRACTED_QUEUE,
     WAITING_TIMEOUT_ENV,
 )
-from .base import Fix, Outcome, Status, has_marker
+from .base import Fix, Outcome, Refused, Status, has_marker
 from .receiver_waiting_timeout import decode_project, env_reader, failed_poll_raises
 
 if TYPE_CHECKING:
@@ -56,25 +58,6 @@ class _FilePlan:
     imports: list[ImportRequest] = field(default_factory=list)
 
 
-class _Refused(Exception):
-    def __init__(self, note: str, where: str | None = None) -> None:
-        super().__init__(note)
-        self.outcome = Outcome(Status.REFUSED, note, where)
-
-
-def _module_binds(tree: ast.Module, name: str) -> bool:
-    for node in tree.body:
-        if isinstance(node, ast.Assign) and any(
-            isinstance(t, ast.Name) and t.id == name for t in node.targets
-        ):
-            return True
-        if isinstance(node, ast.Import | ast.ImportFrom) and any(
-            (a.asname or a.name.split(".")[0]) == name for a in node.names
-        ):
-            return True
-    return False
-
-
 class DecodeQueueBoundFix(Fix):
     name = FIX
     summary = "a bound on the decode queues' pending re-queue and retraction gate (0.4.7.post1+)"
@@ -97,7 +80,7 @@ class DecodeQueueBoundFix(Fix):
         try:
             plans = self._plans(workspace, model, requeues, gates)
             self._run_codemods(workspace, plans)
-        except _Refused as refused:
+        except Refused as refused:
             return refused.outcome
         return self._proved(workspace, requeues, gates)
 
@@ -141,7 +124,7 @@ class DecodeQueueBoundFix(Fix):
                 or local is None
                 or not isinstance(item, ast.Name)
             ):
-                raise _Refused(
+                raise Refused(
                     f"{requeue.owner.name}.{requeue.func.name}: the re-queue is not "
                     "`<list>.append(<request>)`",
                     f"{rel}:{call.lineno}",
@@ -157,13 +140,13 @@ class DecodeQueueBoundFix(Fix):
                 if name.rsplit(".", 1)[-1] not in (POP_PREALLOCATED, POP_TRANSFERRED)
             ]
             if odd or RETRACTED_QUEUE not in gate.condition:
-                raise _Refused(
+                raise Refused(
                     f"{where}: the early return (while `{gate.condition}`) is not the "
                     f"retraction gate pdguard knows, or skips {', '.join(odd)}",
                     f"{rel}:{gate.node.lineno}",
                 )
             if plans[rel].gate not in (None, where):
-                raise _Refused(f"{rel}: two functions return early before polling", rel)
+                raise Refused(f"{rel}: two functions return early before polling", rel)
             plans[rel].gate = where
         return plans
 
@@ -172,18 +155,21 @@ class DecodeQueueBoundFix(Fix):
         from pdguard.codemods.isort_imports import ImportRequest
 
         tree = workspace.ast(rel)
-        if _module_binds(tree, ENVIRON_OBJECT) and f"from {ENVIRON_MODULE} import" in (
+        if (ENVIRON_OBJECT in bindings_in_force(tree.body)) and f"from {ENVIRON_MODULE} import" in (
             workspace.text(rel)
         ):
             plan.timeout = f"{ENVIRON_OBJECT}.{WAITING_TIMEOUT_ENV}.get()"
             return
         reader = env_reader(decode_project(workspace), WAITING_TIMEOUT_ENV)
         if reader is None:
-            raise _Refused(f"{rel}: the release reads {WAITING_TIMEOUT_ENV} nowhere", rel)
+            raise Refused(f"{rel}: the release reads {WAITING_TIMEOUT_ENV} nowhere", rel)
         source, origin, name = reader
         plan.timeout = " ".join(source.split())
         root = name or origin.split(".")[0]
-        if not _module_binds(tree, root) and ImportRequest(origin, name) not in plan.imports:
+        if (
+            root not in bindings_in_force(tree.body)
+            and ImportRequest(origin, name) not in plan.imports
+        ):
             plan.imports.append(ImportRequest(origin, name))
 
     def _run_codemods(self, workspace: Workspace, plans: dict[str, _FilePlan]) -> None:
@@ -193,7 +179,7 @@ class DecodeQueueBoundFix(Fix):
         from pdguard.codemods.decode_queue_bound import DecodeQueueBound
 
         for rel, plan in sorted(plans.items()):
-            plan.log = _module_binds(workspace.ast(rel), "logger")
+            plan.log = "logger" in bindings_in_force(workspace.ast(rel).body)
             try:
                 module = DecodeQueueBound(
                     CodemodContext(filename=rel),
@@ -205,7 +191,7 @@ class DecodeQueueBoundFix(Fix):
                     isort_config=workspace.isort_config(rel),
                 ).transform_module(workspace.cst(rel))
             except AnchorError as exc:
-                raise _Refused(f"{rel}: {exc}", rel) from exc
+                raise Refused(f"{rel}: {exc}", rel) from exc
             workspace.set_text(rel, module.code)
 
     def _proved(

@@ -17,6 +17,7 @@ from collections import defaultdict
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from pdguard.checks.bindings import bindings_in_force
 from pdguard.checks.project import Project
 
 from .. import fix_names
@@ -35,7 +36,7 @@ from ..sglang_names import (
     WAITING_TIMEOUT_ENV,
     KVPoll,
 )
-from .base import Fix, Outcome, Status, has_marker
+from .base import Fix, Outcome, Refused, Status, has_marker
 
 if TYPE_CHECKING:
     from pdguard.checks.kv_receivers import ReceiverIndex
@@ -48,12 +49,6 @@ FIX = fix_names.RECEIVER_WAITING_TIMEOUT
 # pdguard's own name: the receiver attribute holding the timeout it reads.
 WAITING_TIMEOUT_ATTR = fix_names.RECEIVER_WAITING_TIMEOUT_ATTR
 DEFAULT_WAITING_TIMEOUT = 300
-
-
-class _Refused(Exception):
-    def __init__(self, note: str, where: str | None = None) -> None:
-        super().__init__(note)
-        self.outcome = Outcome(Status.REFUSED, note, where)
 
 
 @dataclass
@@ -167,19 +162,6 @@ def _as_waiting_reader(source: str) -> str | None:
     return cst.Module(body=[]).code_for_node(expr)
 
 
-def _module_binds(tree: ast.Module, name: str) -> bool:
-    for node in tree.body:
-        if isinstance(node, ast.Assign) and any(
-            isinstance(t, ast.Name) and t.id == name for t in node.targets
-        ):
-            return True
-        if isinstance(node, ast.Import | ast.ImportFrom) and any(
-            (a.asname or a.name.split(".")[0]) == name for a in node.names
-        ):
-            return True
-    return False
-
-
 def _reads_self_attr(func: ast.FunctionDef, attr: str) -> bool:
     return any(
         isinstance(n, ast.Attribute)
@@ -279,7 +261,7 @@ class ReceiverWaitingTimeoutFix(Fix):
         try:
             edits = self._edits(workspace, project, broken)
             self._run_codemods(workspace, edits)
-        except _Refused as refused:
+        except Refused as refused:
             return refused.outcome
         return self._proved(workspace, concrete, edits)
 
@@ -308,16 +290,16 @@ class ReceiverWaitingTimeoutFix(Fix):
         for name in broken:
             sends = [m for m in RECEIVER_SEND_METHODS if index.resolve(name, m) is not None]
             if not sends:
-                raise _Refused(f"{name} has no method that sends its KV indices")
+                raise Refused(f"{name} has no method that sends its KV indices")
             owners = {
                 method: index.resolve(name, method) for method in ("__init__", "poll", sends[-1])
             }
             missing = [m for m, o in owners.items() if o is None]
             if missing:
-                raise _Refused(f"{name} has no {', '.join(missing)}")
+                raise Refused(f"{name} has no {', '.join(missing)}")
             classes = {o.name for o in owners.values() if o is not None}
             if len(classes) != 1:
-                raise _Refused(
+                raise Refused(
                     f"{name}: __init__, poll and {sends[-1]} are defined in different classes "
                     f"({', '.join(sorted(classes))}); pdguard patches one class"
                 )
@@ -328,7 +310,7 @@ class ReceiverWaitingTimeoutFix(Fix):
             poll = info.methods["poll"]
             check = _check_mode(poll)
             if check is None:
-                raise _Refused(
+                raise Refused(
                     f"{info.name}.poll() neither reads check_status() once nor ends with a "
                     "return of a non-terminal KVPoll",
                     f"{info.rel}:{poll.lineno}",
@@ -341,7 +323,7 @@ class ReceiverWaitingTimeoutFix(Fix):
                 MANAGER_RECORD_FAILURE,
             )
             tree = workspace.ast(info.rel)
-            edit.log = _module_binds(tree, "logger")
+            edit.log = "logger" in bindings_in_force(tree.body)
             owner = project.classes.classes.get(manager) if manager else None
             if owner is not None and owner.rel == info.rel and weak_heartbeat(owner):
                 edit.heartbeat_manager = owner.name
@@ -410,7 +392,7 @@ class ReceiverWaitingTimeoutFix(Fix):
                             receiver_class=edit.class_name,
                         ).transform_module(module)
             except AnchorError as exc:
-                raise _Refused(f"{rel}: {exc}", rel) from exc
+                raise Refused(f"{rel}: {exc}", rel) from exc
             workspace.set_text(rel, module.code)
 
     def _proved(

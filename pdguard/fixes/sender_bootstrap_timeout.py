@@ -16,7 +16,7 @@ from pdguard.checks.kv_senders import BOOTSTRAP_TIMEOUT_ENV, ClassIndex, SenderF
 
 from .. import fix_names
 from ..sglang_names import DISAGGREGATION_DIR, MANAGER_RECORD_FAILURE
-from .base import Fix, Outcome, Status, has_marker
+from .base import Fix, Outcome, Refused, Status, has_marker
 from .sender_index import sender_index
 
 if TYPE_CHECKING:
@@ -76,14 +76,6 @@ def _raised(expression: str, minimum: int) -> str:
     return expression
 
 
-class _Refused(Exception):
-    """A step's refusal (an ``AnchorError`` of a codemod, or a class it cannot anchor on)."""
-
-    def __init__(self, note: str, where: str | None = None) -> None:
-        super().__init__(note)
-        self.outcome = Outcome(Status.REFUSED, note, where)
-
-
 class SenderBootstrapTimeoutFix(Fix):
     name = FIX
     summary = "a bootstrap timeout that can fire in every *KVSender (NIXL 0.4.7 - 0.5.17, ...)"
@@ -105,7 +97,7 @@ class SenderBootstrapTimeoutFix(Fix):
             edits = self._edits(workspace, index, broken)
             raised = self._raise_default(workspace, edits)
             self._run_codemods(workspace, edits)
-        except _Refused as refused:
+        except Refused as refused:
             return refused.outcome
         return self._proved(workspace, index, bootstrapping, edits, raised)
 
@@ -155,7 +147,7 @@ class SenderBootstrapTimeoutFix(Fix):
                         isort_config=workspace.isort_config(rel),
                     ).transform_module(module)
             except AnchorError as exc:
-                raise _Refused(f"{rel}: {exc}", rel) from exc
+                raise Refused(f"{rel}: {exc}", rel) from exc
             workspace.set_text(rel, module.code)
 
     def _raise_default(self, workspace: Workspace, edits: dict[str, _ClassEdit]) -> list[str]:
@@ -225,7 +217,7 @@ class SenderBootstrapTimeoutFix(Fix):
             if facts.init_time_flag:
                 owner = facts.poll_owner.name if facts.poll_owner else facts.name
                 rel = facts.poll_owner.rel if facts.poll_owner else facts.rel
-                raise _Refused(
+                raise Refused(
                     f"{owner}.poll() decides its result on init_time: it is a state flag there, "
                     "not a clock, and setting it at construction would report a state the "
                     "sender never reached (leave this fix out with --ignore "
@@ -234,11 +226,11 @@ class SenderBootstrapTimeoutFix(Fix):
                 )
             if facts.init_time != "time":
                 if facts.init_owner is None:
-                    raise _Refused(f"{facts.name} has no __init__ to start init_time in")
+                    raise Refused(f"{facts.name} has no __init__ to start init_time in")
                 edit_for(facts.init_owner.name).set_init_time = True
             if not facts.check_reached:
                 if facts.poll_owner is None:
-                    raise _Refused(f"{facts.name} has no poll() to check the timeout in")
+                    raise Refused(f"{facts.name} has no poll() to check the timeout in")
                 edit = edit_for(facts.poll_owner.name)
                 edit.add_check = True
                 if not facts.has_helper:
@@ -260,7 +252,7 @@ class SenderBootstrapTimeoutFix(Fix):
             edit.timeout = f"self.kv_mgr.{attr}"
             return
         if not edit.set_init_time:
-            raise _Refused(
+            raise Refused(
                 f"{edit.class_name}: its manager has no bootstrap timeout and its __init__ "
                 "is not being patched to read one"
             )
