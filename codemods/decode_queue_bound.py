@@ -34,7 +34,7 @@ from pdguard.sglang_names import POP_PREALLOCATED, RECEIVER_ABORT, REQ_RECEIVER,
 from .anchors import AnchorError, find_method, marker
 from .command import SourceCodemod
 from .insertion import StatementEdit, apply_edits, parse_statements, simple_statements
-from .isort_imports import DEFAULT_ISORT_CONFIG, AddIsortedImports, ImportRequest, reference_to
+from .isort_imports import DEFAULT_ISORT_CONFIG, AddIsortedImports, ImportRequest, spelling
 from .sender_bootstrap_timeout import LINE_LENGTH
 
 _PENDING = """\
@@ -120,11 +120,11 @@ class DecodeQueueBound(SourceCodemod):
         edits: list[tuple[cst.CSTNode, StatementEdit]] = []
         imports = list(self.imports)
         if self.pending:
-            clock = reference_to(tree, "time", "monotonic")
-            if clock is None:
-                imports.append(ImportRequest("time"))
+            clock, time_import = spelling(tree, "time", "monotonic")
+            if time_import is not None:
+                imports.append(time_import)
             for spec in self.pending:
-                edits.append(self._bound_pending(tree, spec, clock or "time.monotonic"))
+                edits.append(self._bound_pending(tree, spec, clock))
         if self.gate:
             edits.extend(self._open_gate(tree, self.gate))
         tree = apply_edits(tree, edits)

@@ -46,7 +46,7 @@ from pdguard.sglang_names import (
 from .anchors import AnchorError, find_method, marker
 from .command import SourceCodemod
 from .insertion import Statement, StatementEdit, apply_edits, parse_statements
-from .isort_imports import DEFAULT_ISORT_CONFIG, AddIsortedImports, ImportRequest, reference_to
+from .isort_imports import DEFAULT_ISORT_CONFIG, AddIsortedImports, ImportRequest, spelling
 from .sender_bootstrap_timeout import LINE_LENGTH, black_assignment
 
 _INIT = """\
@@ -192,9 +192,8 @@ class ReceiverWaitingTimeout(SourceCodemod):
 
     def transform_module_impl(self, tree: cst.Module) -> cst.Module:
         # time.time(), as upstream's receivers measure it; the module's own spelling of it.
-        clock = reference_to(tree, "time", "time")
-        self.clock = clock or "time.time"
-        imports = [*self.imports, *([] if clock else [ImportRequest("time")])]
+        self.clock, time_import = spelling(tree, "time", "time")
+        imports = [*self.imports, *([time_import] if time_import else [])]
         edits = [self._init(tree), self._stamp(tree), self._poll(tree)]
         tree = apply_edits(tree, edits)
         return AddIsortedImports(self.context, imports, self.isort_config).transform_module(tree)

@@ -334,7 +334,7 @@ class ReceiverWaitingTimeoutFix(Fix):
     def _timeout_setting(self, workspace: Workspace, project: Project, edit: _ClassEdit) -> None:
         """``SGLANG_DISAGGREGATION_WAITING_TIMEOUT`` read the way this release reads it: its own
         reader of that variable, else its reader of the bootstrap timeout, else ``os.environ``."""
-        from pdguard.codemods.isort_imports import ImportRequest, reference_to, top_level_bindings
+        from pdguard.codemods.isort_imports import ImportRequest, spelling, top_level_bindings
 
         module = workspace.cst(edit.rel)
         reader = env_reader(project, WAITING_TIMEOUT_ENV)
@@ -343,12 +343,11 @@ class ReceiverWaitingTimeoutFix(Fix):
             reader = env_reader(project, BOOTSTRAP_TIMEOUT_ENV)
             setting = _as_waiting_reader(reader[0]) if reader else None
         if reader is None or setting is None:
-            environ = reference_to(module, "os", "environ")
+            environ, os_import = spelling(module, "os", "environ")
             edit.timeout_setting = (
-                f'int({environ or "os.environ"}.get("{WAITING_TIMEOUT_ENV}", '
-                f'"{DEFAULT_WAITING_TIMEOUT}"))'
+                f'int({environ}.get("{WAITING_TIMEOUT_ENV}", "{DEFAULT_WAITING_TIMEOUT}"))'
             )
-            edit.imports = () if environ else (ImportRequest("os"),)
+            edit.imports = (os_import,) if os_import else ()
             return
         _, origin, name = reader
         edit.timeout_setting = setting
