@@ -13,7 +13,6 @@ receiver that times out there would crash the decode scheduler.
 from __future__ import annotations
 
 import ast
-from collections import defaultdict
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -37,8 +36,12 @@ from ..sglang_names import (
     KVPoll,
 )
 from .base import Fix, Outcome, Refused, Status, has_marker
+from .per_class import run_per_class
 
 if TYPE_CHECKING:
+    import libcst as cst
+    from libcst.codemod import CodemodContext
+
     from pdguard.checks.kv_receivers import ReceiverIndex
     from pdguard.checks.kv_senders import ClassInfo
     from pdguard.codemods.isort_imports import ImportRequest
@@ -356,43 +359,33 @@ class ReceiverWaitingTimeoutFix(Fix):
             edit.imports = (ImportRequest(origin, name),)
 
     def _run_codemods(self, workspace: Workspace, edits: dict[str, _ClassEdit]) -> None:
-        from libcst.codemod import CodemodContext
-
-        from pdguard.codemods.anchors import AnchorError
         from pdguard.codemods.receiver_waiting_timeout import (
             NixlHeartbeatRooms,
             ReceiverWaitingTimeout,
         )
 
-        by_file: dict[str, list[_ClassEdit]] = defaultdict(list)
-        for edit in edits.values():
-            by_file[edit.rel].append(edit)
-        for rel, file_edits in sorted(by_file.items()):
-            module = workspace.cst(rel)
-            context = CodemodContext(filename=rel)
-            try:
-                for edit in file_edits:
-                    module = ReceiverWaitingTimeout(
-                        context,
-                        class_name=edit.class_name,
-                        check=edit.check,
-                        send_method=edit.send_method,
-                        timeout_setting=edit.timeout_setting,
-                        record_failure=edit.record_failure,
-                        conclude_state=edit.conclude_state,
-                        log=edit.log,
-                        imports=edit.imports,
-                        isort_config=workspace.isort_config(rel),
-                    ).transform_module(module)
-                    if edit.heartbeat_manager:
-                        module = NixlHeartbeatRooms(
-                            context,
-                            manager_class=edit.heartbeat_manager,
-                            receiver_class=edit.class_name,
-                        ).transform_module(module)
-            except AnchorError as exc:
-                raise Refused(f"{rel}: {exc}", rel) from exc
-            workspace.set_text(rel, module.code)
+        def transform(module: cst.Module, context: CodemodContext, edit: _ClassEdit) -> cst.Module:
+            module = ReceiverWaitingTimeout(
+                context,
+                class_name=edit.class_name,
+                check=edit.check,
+                send_method=edit.send_method,
+                timeout_setting=edit.timeout_setting,
+                record_failure=edit.record_failure,
+                conclude_state=edit.conclude_state,
+                log=edit.log,
+                imports=edit.imports,
+                isort_config=workspace.isort_config(edit.rel),
+            ).transform_module(module)
+            if edit.heartbeat_manager:
+                module = NixlHeartbeatRooms(
+                    context,
+                    manager_class=edit.heartbeat_manager,
+                    receiver_class=edit.class_name,
+                ).transform_module(module)
+            return module
+
+        run_per_class(workspace, edits.values(), transform)
 
     def _proved(
         self, workspace: Workspace, concrete: list[str], edits: dict[str, _ClassEdit]

@@ -8,7 +8,6 @@ subclass that inherits it (Ascend from Mooncake) is fixed with it.
 
 from __future__ import annotations
 
-from collections import defaultdict
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -17,9 +16,13 @@ from pdguard.checks.kv_senders import BOOTSTRAP_TIMEOUT_ENV, ClassIndex, SenderF
 from .. import fix_names
 from ..sglang_names import DISAGGREGATION_DIR, MANAGER_RECORD_FAILURE
 from .base import Fix, Outcome, Refused, Status, has_marker
+from .per_class import run_per_class
 from .sender_index import sender_index
 
 if TYPE_CHECKING:
+    import libcst as cst
+    from libcst.codemod import CodemodContext
+
     from pdguard.codemods.isort_imports import ImportRequest
 
     from ..workspace import Workspace
@@ -121,34 +124,23 @@ class SenderBootstrapTimeoutFix(Fix):
 
     def _run_codemods(self, workspace: Workspace, edits: dict[str, _ClassEdit]) -> None:
         """The codemod once per class to fix, file by file, into ``workspace``."""
-        from libcst.codemod import CodemodContext
-
-        from pdguard.codemods.anchors import AnchorError
         from pdguard.codemods.sender_bootstrap_timeout import SenderBootstrapTimeout
 
-        by_file: dict[str, list[_ClassEdit]] = defaultdict(list)
-        for edit in edits.values():
-            by_file[edit.rel].append(edit)
-        for rel, file_edits in sorted(by_file.items()):
-            module = workspace.cst(rel)
-            context = CodemodContext(filename=rel)
-            try:
-                for edit in file_edits:
-                    module = SenderBootstrapTimeout(
-                        context,
-                        class_name=edit.class_name,
-                        set_init_time=edit.set_init_time,
-                        add_check=edit.add_check,
-                        check_style=edit.check_style,
-                        timeout=edit.timeout,
-                        timeout_setting=edit.timeout_setting,
-                        record_failure=edit.record_failure,
-                        imports=edit.imports,
-                        isort_config=workspace.isort_config(rel),
-                    ).transform_module(module)
-            except AnchorError as exc:
-                raise Refused(f"{rel}: {exc}", rel) from exc
-            workspace.set_text(rel, module.code)
+        def transform(module: cst.Module, context: CodemodContext, edit: _ClassEdit) -> cst.Module:
+            return SenderBootstrapTimeout(
+                context,
+                class_name=edit.class_name,
+                set_init_time=edit.set_init_time,
+                add_check=edit.add_check,
+                check_style=edit.check_style,
+                timeout=edit.timeout,
+                timeout_setting=edit.timeout_setting,
+                record_failure=edit.record_failure,
+                imports=edit.imports,
+                isort_config=workspace.isort_config(edit.rel),
+            ).transform_module(module)
+
+        run_per_class(workspace, edits.values(), transform)
 
     def _raise_default(self, workspace: Workspace, edits: dict[str, _ClassEdit]) -> list[str]:
         """Where pdguard starts a sender's clock at its creation, a bootstrap-timeout default
