@@ -23,7 +23,6 @@ from collections.abc import Sequence
 
 import isort
 import libcst as cst
-import libcst.matchers as m
 from libcst.codemod import CodemodContext
 
 from pdguard.fix_names import DECODE_GATE_FLAG as GATE_FLAG
@@ -35,6 +34,7 @@ from .anchors import AnchorError, find_method, marker
 from .command import SourceCodemod
 from .insertion import StatementEdit, apply_edits, parse_statements, simple_statements
 from .isort_imports import DEFAULT_ISORT_CONFIG, AddIsortedImports, ImportRequest, spelling
+from .nodes import find_all, is_method_call, is_name, sole
 from .sender_bootstrap_timeout import LINE_LENGTH
 
 _PENDING = """\
@@ -69,7 +69,27 @@ def _flat(node: cst.CSTNode) -> str:
 
 
 def _mentions(node: cst.CSTNode, attr: str) -> bool:
-    return bool(m.findall(node, m.Attribute(attr=m.Name(attr))))
+    return any(a.attr.value == attr for a in find_all(node, cst.Attribute))
+
+
+def _appends(stmt: cst.CSTNode, local: str, item: str) -> bool:
+    """``<local>.append(<item>)`` as a line of its own."""
+    expr = sole(stmt, cst.Expr)
+    call = expr.value if expr is not None else None
+    return (
+        isinstance(call, cst.Call)
+        and isinstance(call.func, cst.Attribute)
+        and is_name(call.func.value, local)
+        and call.func.attr.value == "append"
+        and len(call.args) == 1
+        and is_name(call.args[0].value, item)
+    )
+
+
+def _returns_nothing(stmt: cst.CSTNode) -> bool:
+    """A line ``return`` (no value)."""
+    returned = sole(stmt, cst.Return)
+    return returned is not None and returned.value is None
 
 
 def _comment_lines(lines: Sequence[str]) -> list[cst.EmptyLine]:
@@ -138,17 +158,7 @@ class DecodeQueueBound(SourceCodemod):
         where, local, item = spec.split(":")
         class_name, method = where.rsplit(".", 1)
         _, func = find_method(tree, method, class_name)
-        append = m.SimpleStatementLine(
-            body=[
-                m.Expr(
-                    value=m.Call(
-                        func=m.Attribute(value=m.Name(local), attr=m.Name("append")),
-                        args=[m.Arg(value=m.Name(item))],
-                    )
-                )
-            ]
-        )
-        sites = simple_statements(func, lambda s: m.matches(s, append))
+        sites = simple_statements(func, lambda s: _appends(s, local, item))
         if len(sites) != 1:
             raise AnchorError(
                 f"{class_name}.{method}() has {len(sites)} statements "
@@ -189,7 +199,7 @@ class DecodeQueueBound(SourceCodemod):
             and _mentions(stmt.test, RETRACTED_QUEUE)
             and isinstance(stmt.body, cst.IndentedBlock)
             and len(stmt.body.body) == 1
-            and m.matches(stmt.body.body[0], m.SimpleStatementLine(body=[m.Return(value=None)]))
+            and _returns_nothing(stmt.body.body[0])
         ]
         if len(gates) != 1:
             raise AnchorError(
@@ -213,8 +223,8 @@ class DecodeQueueBound(SourceCodemod):
             names = self._admission_targets(stmt)
             following = body[index + 1] if index + 1 < len(body) else None
             if not isinstance(following, cst.SimpleStatementLine) or not any(
-                m.findall(following, m.Call(func=m.Attribute(attr=m.Name("extend"))))
-                and m.findall(following, m.Name(n))
+                any(is_method_call(call, "extend") for call in find_all(following, cst.Call))
+                and any(is_name(used, n) for used in find_all(following, cst.Name))
                 for n in names
             ):
                 raise AnchorError(
@@ -232,8 +242,9 @@ class DecodeQueueBound(SourceCodemod):
         if 2 * len(tree.default_indent) + len(code) - 1 > LINE_LENGTH:
             code = f"{GATE_FLAG} = (\n    {test}\n)\n"
         (flag,) = parse_statements(code, tree.config_for_parsing)
+        assert isinstance(flag, cst.SimpleStatementLine)  # `flag = <test>`
         comments = _comment_lines([_GATE_COMMENT[0].format(marker=marker(FIX)), *_GATE_COMMENT[1:]])
-        return flag.with_changes(leading_lines=[*gate.leading_lines, *comments])  # type: ignore[return-value]
+        return flag.with_changes(leading_lines=[*gate.leading_lines, *comments])
 
     @staticmethod
     def _admission_targets(stmt: cst.SimpleStatementLine) -> set[str]:
@@ -241,13 +252,9 @@ class DecodeQueueBound(SourceCodemod):
         if len(stmt.body) != 1 or not isinstance(stmt.body[0], cst.Assign):
             return set()
         assign = stmt.body[0]
-        if not m.matches(assign.value, m.Call(func=m.Attribute(attr=m.Name(POP_PREALLOCATED)))):
+        if not is_method_call(assign.value, POP_PREALLOCATED):
             return set()
-        return {
-            n.value  # type: ignore[attr-defined]
-            for target in assign.targets
-            for n in m.findall(target.target, m.Name())
-        }
+        return {n.value for target in assign.targets for n in find_all(target.target, cst.Name)}
 
     @staticmethod
     def _blocks_holding(

@@ -27,7 +27,6 @@ from collections.abc import Sequence
 
 import isort
 import libcst as cst
-import libcst.matchers as m
 from libcst.codemod import CodemodContext
 
 from pdguard.fix_names import RECEIVER_WAITING_TIMEOUT as FIX
@@ -45,8 +44,9 @@ from pdguard.sglang_names import (
 
 from .anchors import AnchorError, find_method, marker
 from .command import SourceCodemod
-from .insertion import Statement, StatementEdit, apply_edits, parse_statements
+from .insertion import Statement, StatementEdit, apply_edits, parse_statements, simple_statements
 from .isort_imports import DEFAULT_ISORT_CONFIG, AddIsortedImports, ImportRequest, spelling
+from .nodes import find_all, is_method_call, is_name, is_self_attr, sole
 from .sender_bootstrap_timeout import LINE_LENGTH, black_assignment
 
 _INIT = """\
@@ -82,24 +82,16 @@ _NON_TERMINAL = tuple(p.name for p in KVPoll if p not in (KVPoll.Success, KVPoll
 
 
 def _is_check_status(expr: cst.CSTNode | None) -> bool:
-    return expr is not None and m.matches(
-        expr, m.Call(func=m.Attribute(attr=m.Name(MANAGER_CHECK_STATUS)))
-    )
+    return expr is not None and is_method_call(expr, MANAGER_CHECK_STATUS)
 
 
 def _returns_non_terminal(stmt: cst.CSTNode) -> bool:
-    return m.matches(
-        stmt,
-        m.SimpleStatementLine(
-            body=[
-                m.Return(
-                    value=m.Attribute(
-                        value=m.Name("KVPoll"),
-                        attr=m.OneOf(*(m.Name(name) for name in _NON_TERMINAL)),
-                    )
-                )
-            ]
-        ),
+    returned = sole(stmt, cst.Return)
+    value = returned.value if returned is not None else None
+    return (
+        isinstance(value, cst.Attribute)
+        and is_name(value.value, "KVPoll")
+        and value.attr.value in _NON_TERMINAL
     )
 
 
@@ -136,7 +128,8 @@ def _level(block: cst.CSTNode, target: cst.CSTNode, level: int) -> int | None:
 
 
 def _is_docstring(stmt: cst.CSTNode) -> bool:
-    return m.matches(stmt, m.SimpleStatementLine(body=[m.Expr(value=m.SimpleString())]))
+    expr = sole(stmt, cst.Expr)
+    return expr is not None and isinstance(expr.value, cst.SimpleString)
 
 
 class ReceiverWaitingTimeout(SourceCodemod):
@@ -223,7 +216,7 @@ class ReceiverWaitingTimeout(SourceCodemod):
             config,
         )
         last = send.body.body[-1]
-        if m.matches(last, m.SimpleStatementLine(body=[m.Return()])):
+        if sole(last, cst.Return) is not None:
             return last, StatementEdit(before=new)
         return last, StatementEdit(after=new)
 
@@ -238,18 +231,20 @@ class ReceiverWaitingTimeout(SourceCodemod):
                 )
             started = f"self.{RECEIVER_INIT_TIME} is not None"
             return last, StatementEdit(before=self._check(started, 2, tree, config))
-        assigned = [
-            stmt
-            for stmt in m.findall(poll, m.SimpleStatementLine(body=[m.Assign()]))
-            if _is_check_status(stmt.body[0].value)  # type: ignore[attr-defined]
-            and len(stmt.body[0].targets) == 1  # type: ignore[attr-defined]
-            and isinstance(stmt.body[0].targets[0].target, cst.Name)  # type: ignore[attr-defined]
-        ]
-        returned = [
-            stmt
-            for stmt in m.findall(poll, m.SimpleStatementLine(body=[m.Return()]))
-            if _is_check_status(stmt.body[0].value)  # type: ignore[attr-defined]
-        ]
+        # (the line, the name it binds the status to); (the line, its return, the read)
+        assigned: list[tuple[cst.SimpleStatementLine, str]] = []
+        returned: list[tuple[cst.SimpleStatementLine, cst.Return, cst.BaseExpression]] = []
+        for line in simple_statements(poll, lambda _: True):
+            assign, ret = sole(line, cst.Assign), sole(line, cst.Return)
+            if (
+                assign is not None
+                and _is_check_status(assign.value)
+                and len(assign.targets) == 1
+                and isinstance(assign.targets[0].target, cst.Name)
+            ):
+                assigned.append((line, assign.targets[0].target.value))
+            elif ret is not None and ret.value is not None and _is_check_status(ret.value):
+                returned.append((line, ret, ret.value))
         if len(assigned) + len(returned) != 1:
             raise AnchorError(
                 f"{self.class_name}.poll() reads check_status() {len(assigned) + len(returned)} "
@@ -262,19 +257,20 @@ class ReceiverWaitingTimeout(SourceCodemod):
                 f"and self.{RECEIVER_INIT_TIME} is not None"
             )
 
-        stmt = (assigned or returned)[0]
+        stmt = assigned[0][0] if assigned else returned[0][0]
         level = _level(poll.body, stmt, 2) or 2
         if assigned:
-            status = stmt.body[0].targets[0].target.value  # type: ignore[attr-defined]
+            status = assigned[0][1]
             check = self._check(condition(status), level, tree, config)
             return stmt, StatementEdit(after=check)
-        call = cst.Module(body=[]).code_for_node(stmt.body[0].value)  # type: ignore[attr-defined]
+        _, ret, read = returned[0]
+        call = cst.Module(body=[]).code_for_node(read)
         before = [
             *parse_statements(f"status = {call}\n", config),
             *self._check(condition("status"), level, tree, config),
         ]
         new_return = stmt.with_changes(
-            body=[stmt.body[0].with_changes(value=cst.Name("status"))],  # type: ignore[attr-defined]
+            body=[ret.with_changes(value=cst.Name("status"))],
             leading_lines=[],
         )
         return stmt, StatementEdit(before=before, replacement=new_return)
@@ -323,17 +319,30 @@ self.kv_mgr.{tracker}[self.bootstrap_addr].discard(
 
 
 def _in_transfer_statuses(node: cst.BaseExpression, negated: bool) -> bool:
-    op = m.NotIn() if negated else m.In()
-    return m.matches(
-        node,
-        m.Comparison(
-            comparisons=[
-                m.ComparisonTarget(
-                    operator=op,
-                    comparator=m.Attribute(value=m.Name("self"), attr=m.Name(TRANSFER_STATUSES)),
-                )
-            ]
-        ),
+    if not isinstance(node, cst.Comparison) or len(node.comparisons) != 1:
+        return False
+    (target,) = node.comparisons
+    op = cst.NotIn if negated else cst.In
+    return isinstance(target.operator, op) and is_self_attr(target.comparator, TRANSFER_STATUSES)
+
+
+def _fails_rooms_with_status(node: cst.If) -> cst.BooleanOperation | None:
+    """The test of ``if <room> in self.<transfer statuses> and ...:``, else None."""
+    test = node.test
+    if (
+        isinstance(test, cst.BooleanOperation)
+        and isinstance(test.operator, cst.And)
+        and _in_transfer_statuses(test.left, negated=False)
+    ):
+        return test
+    return None
+
+
+def _assigns(stmt: cst.BaseStatement, name: str) -> bool:
+    """``<name> = ...``: a line with one assignment, to ``name`` alone."""
+    assign = sole(stmt, cst.Assign)
+    return (
+        assign is not None and len(assign.targets) == 1 and is_name(assign.targets[0].target, name)
     )
 
 
@@ -373,19 +382,17 @@ class NixlHeartbeatRooms(SourceCodemod):
     def _keep_rooms(self, manager: cst.ClassDef) -> list[tuple[cst.CSTNode, StatementEdit]]:
         loops = [
             loop
-            for loop in m.findall(manager, m.For())
-            if any(
-                _in_transfer_statuses(i.test, negated=True)  # type: ignore[attr-defined]
-                for i in m.findall(loop, m.If())
-            )
-            and m.findall(loop, m.Call(func=m.Attribute(attr=m.Name("discard"))))
+            for loop in find_all(manager, cst.For)
+            if any(_in_transfer_statuses(i.test, negated=True) for i in find_all(loop, cst.If))
+            and any(is_method_call(call, "discard") for call in find_all(loop, cst.Call))
         ]
         # the innermost: not a loop around another one
         loops = [
             loop
             for loop in loops
             if not any(
-                other is not loop and m.findall(loop, m.For()).count(other) for other in loops
+                other is not loop and any(inner is other for inner in find_all(loop, cst.For))
+                for other in loops
             )
         ]
         if len(loops) != 1:
@@ -396,23 +403,14 @@ class NixlHeartbeatRooms(SourceCodemod):
         loop = loops[0]
         holder = next(
             block
-            for block in m.findall(manager, m.IndentedBlock())
-            if any(s is loop for s in block.body)  # type: ignore[attr-defined]
+            for block in find_all(manager, cst.IndentedBlock)
+            if any(s is loop for s in block.body)
         )
-        body = list(holder.body)  # type: ignore[attr-defined]
+        body = list(holder.body)
         index = next(i for i, s in enumerate(body) if s is loop)
-        iterated = loop.iter.value if isinstance(loop.iter, cst.Name) else None  # type: ignore[attr-defined]
-        drop = [loop]
-        if (
-            index > 0
-            and iterated
-            and m.matches(
-                body[index - 1],
-                m.SimpleStatementLine(
-                    body=[m.Assign(targets=[m.AssignTarget(target=m.Name(iterated))])]
-                ),
-            )
-        ):
+        iterated = loop.iter.value if isinstance(loop.iter, cst.Name) else None
+        drop: list[cst.BaseStatement] = [loop]
+        if index > 0 and iterated and _assigns(body[index - 1], iterated):
             drop.insert(0, body[index - 1])
         kept = [s for s in body if not any(s is d for d in drop)]
         if not kept:
@@ -422,6 +420,7 @@ class NixlHeartbeatRooms(SourceCodemod):
             for line in (_KEEP_ROOMS[0].format(marker=marker(FIX)), *_KEEP_ROOMS[1:])
         ]
         first = kept[0]
+        assert isinstance(first, Statement)  # a block's statement: a line or a compound one
         edits: list[tuple[cst.CSTNode, StatementEdit]] = [
             (first, StatementEdit(replacement=first.with_changes(
                 leading_lines=[*first.leading_lines, *comment]
@@ -433,19 +432,17 @@ class NixlHeartbeatRooms(SourceCodemod):
     def _every_room(self, tree: cst.Module) -> tuple[cst.CSTNode, StatementEdit]:
         _, failure = find_method(tree, HANDLE_NODE_FAILURE, self.manager_class)
         found = [
-            node
-            for node in m.findall(failure, m.If())
-            if isinstance(node.test, cst.BooleanOperation)  # type: ignore[attr-defined]
-            and isinstance(node.test.operator, cst.And)  # type: ignore[attr-defined]
-            and _in_transfer_statuses(node.test.left, negated=False)  # type: ignore[attr-defined]
+            (node, test)
+            for node in find_all(failure, cst.If)
+            if (test := _fails_rooms_with_status(node)) is not None
         ]
         if len(found) != 1:
             raise AnchorError(
                 f"{self.manager_class}.{HANDLE_NODE_FAILURE}() fails {len(found)} sets of rooms "
                 "only when they have a transfer status; expected one"
             )
-        node: cst.If = found[0]  # type: ignore[assignment]
-        rest = node.test.right.with_changes(lpar=[], rpar=[])  # type: ignore[attr-defined]
+        node, test = found[0]
+        rest = test.right.with_changes(lpar=[], rpar=[])
         comment = cst.EmptyLine(comment=cst.Comment(_EVERY_ROOM.format(marker=marker(FIX))))
         new = node.with_changes(
             test=rest,
@@ -458,10 +455,9 @@ class NixlHeartbeatRooms(SourceCodemod):
         _, poll = find_method(tree, "poll", self.receiver_class)
         done = [
             node
-            for node in m.findall(poll, m.If())
-            if m.findall(
-                node.test,  # type: ignore[attr-defined]
-                m.Call(func=m.Attribute(attr=m.Name(CHECK_TRANSFER_DONE))),
+            for node in find_all(poll, cst.If)
+            if any(
+                is_method_call(call, CHECK_TRANSFER_DONE) for call in find_all(node.test, cst.Call)
             )
         ]
         if len(done) != 1:
@@ -469,7 +465,7 @@ class NixlHeartbeatRooms(SourceCodemod):
                 f"{self.receiver_class}.poll() checks {CHECK_TRANSFER_DONE}() {len(done)} "
                 "times; expected once"
             )
-        first = done[0].body.body[0]  # type: ignore[attr-defined]
+        first = done[0].body.body[0]
         new = parse_statements(
             _DONE.format(marker=marker(FIX), tracker=ROOMS_TRACKER), tree.config_for_parsing
         )

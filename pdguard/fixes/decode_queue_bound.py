@@ -117,10 +117,12 @@ class DecodeQueueBoundFix(Fix):
             )
             rel = owner.rel
             call = requeue.node
-            local = getattr(call.func.value, "id", None)  # type: ignore[attr-defined]
+            func = call.func  # `<local>.append(...)`, as the model finds re-queues
+            local = getattr(func.value, "id", None) if isinstance(func, ast.Attribute) else None
             item = call.args[0] if len(call.args) == 1 else None
             if (
-                call.func.attr != "append"  # type: ignore[attr-defined]
+                not isinstance(func, ast.Attribute)
+                or func.attr != "append"
                 or local is None
                 or not isinstance(item, ast.Name)
             ):

@@ -321,9 +321,8 @@ class ReceiverWaitingTimeoutFix(Fix):
             edit = _ClassEdit(info.rel, info.name, check=check, send_method=sends[-1])
             edit.conclude_state = _reads_self_attr(poll, RECEIVER_CONCLUDE_STATE)
             manager = project.classes.manager_of(name)
-            edit.record_failure = bool(manager) and project.classes.manager_has(
-                manager,  # type: ignore[arg-type]
-                MANAGER_RECORD_FAILURE,
+            edit.record_failure = bool(
+                manager and project.classes.manager_has(manager, MANAGER_RECORD_FAILURE)
             )
             tree = workspace.ast(info.rel)
             edit.log = "logger" in bindings_in_force(tree.body)
