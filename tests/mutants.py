@@ -139,7 +139,7 @@ def _stamp_statement(source: _Source, stamp: ast.Assign) -> ast.stmt:
 
 
 def _stamped_name(stamp: ast.Assign) -> str:
-    return ast.unparse(stamp.targets[0].value)  # type: ignore[attr-defined]
+    return ast.unparse(stamp.targets[0].value)  # type: ignore[attr-defined]  # the stamp's target is an Attribute (see _stamps)
 
 
 def _deadline_calls(source: _Source) -> list[ast.Expr]:
@@ -213,7 +213,7 @@ def _stamp_at_sender_creation(texts: Texts) -> Texts | None:
         if not stamps or creation is None:
             return False
         source.remove(_stamp_statement(source, stamps[0]), INFLIGHT_MARKER)
-        req = creation.targets[0].value.id  # type: ignore[attr-defined]
+        req = creation.targets[0].value.id
         stamp = f"{source.indent(creation)}{req}.{STAMP_ATTR} = time.monotonic()\n"
         source.insert(creation.lineno, [stamp])
         return True

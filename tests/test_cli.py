@@ -379,7 +379,7 @@ def test_failed_write_exits_2_and_changes_nothing(
 ) -> None:
     before = snapshot(tree)
 
-    def failing_replace(src, dst):  # type: ignore[no-untyped-def]
+    def failing_replace(src, dst):  # type: ignore[no-untyped-def]  # a stand-in for os.replace
         raise PermissionError(13, "Permission denied", str(dst))
 
     monkeypatch.setattr(writer.os, "replace", failing_replace)
@@ -396,7 +396,7 @@ def test_file_edited_during_the_run_is_not_overwritten(
     real_plan = apply.plan
     edited = prefill_text() + "# edited while pdguard was working\n"
 
-    def plan_then_edit(source_tree, fixes):  # type: ignore[no-untyped-def]
+    def plan_then_edit(source_tree, fixes):  # type: ignore[no-untyped-def]  # a stand-in for apply.plan
         result = real_plan(source_tree, fixes)
         (tree / PREFILL_REL).write_text(edited)
         return result

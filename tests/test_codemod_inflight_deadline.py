@@ -291,7 +291,7 @@ def _load(
         poll_and_all_reduce=lambda senders, group: [s.poll() for s in senders],
     )
     exec(compile(code, "prefill_under_test", "exec"), module.__dict__)
-    module.time = types.SimpleNamespace(monotonic=clock.monotonic)  # type: ignore[attr-defined]
+    module.time = types.SimpleNamespace(monotonic=clock.monotonic)  # type: ignore[attr-defined]  # a module built at run time
     return module, clock
 
 

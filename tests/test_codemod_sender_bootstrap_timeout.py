@@ -30,7 +30,7 @@ class TestSenderBootstrapTimeout(CodemodTest):
 
                 def poll(self) -> KVPoll:
                     if self._send_failed:
-                        return KVPoll.Failed  # type: ignore
+                        return KVPoll.Failed
                     status = self.kv_mgr.check_status(self.bootstrap_room)
                     return status
         """
@@ -49,7 +49,7 @@ class TestSenderBootstrapTimeout(CodemodTest):
 
                 def poll(self) -> KVPoll:
                     if self._send_failed:
-                        return KVPoll.Failed  # type: ignore
+                        return KVPoll.Failed
                     status = self.kv_mgr.check_status(self.bootstrap_room)
                     # pdguard: sender-bootstrap-timeout
                     if status == KVPoll.Bootstrapping:

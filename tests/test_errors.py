@@ -241,14 +241,14 @@ def test_refusal_is_one_line_and_the_report(
 # --- format names ----------------------------------------------------------------------------
 
 
-def _format_action(command: str):  # type: ignore[no-untyped-def]
+def _format_action(command: str):  # type: ignore[no-untyped-def]  # returns argparse's private Action
     parser = cli.build_parser()
-    sub = parser._subparsers._group_actions[0].choices[command]  # type: ignore[union-attr]
+    sub = parser._subparsers._group_actions[0].choices[command]  # type: ignore[union-attr, index]  # argparse's private subparser list
     return next((a for a in sub._actions if a.dest == "format"), None)
 
 
 @pytest.mark.parametrize("module", COMMANDS, ids=lambda m: m.NAME)
-def test_format_choices_are_the_output_registry(module) -> None:  # type: ignore[no-untyped-def]
+def test_format_choices_are_the_output_registry(module) -> None:  # type: ignore[no-untyped-def]  # a command module, parametrized
     assert set(module.FORMATS) <= SHARED_FORMATS
     assert "text" in module.FORMATS
     action = _format_action(module.NAME)
@@ -269,7 +269,7 @@ def test_table_is_a_hidden_alias_of_text(command: str) -> None:
     action = _format_action(command)
     assert action.type("table") == "text"
     assert "table" not in action.metavar
-    help_text = cli.build_parser()._subparsers._group_actions[0].choices[command].format_help()  # type: ignore[union-attr]
+    help_text = cli.build_parser()._subparsers._group_actions[0].choices[command].format_help()  # type: ignore[union-attr, index]  # argparse's private subparser list
     assert "table" not in help_text
 
 

@@ -19,7 +19,7 @@ def _help(*argv: str) -> str:
     parser = build_parser()
     if not argv:
         return parser.format_help()
-    return parser._subparsers._group_actions[0].choices[argv[0]].format_help()  # type: ignore[union-attr]
+    return parser._subparsers._group_actions[0].choices[argv[0]].format_help()  # type: ignore[union-attr, index]  # argparse's private subparser list
 
 
 def test_every_rule_has_code_name_and_one_line_summary() -> None:

@@ -313,9 +313,7 @@ def test_pass_along_reads_of_configuration_and_batches_get_recorders(tmp_path: P
     report = simulate.run(open_tree(_toy(tmp_path, text)), names=["healthy-traffic"])
     assert report.rows[0].verdict == "pass"
     attributes = report.loaded["pass_along_attributes"]
-    assert {"enable_fork_tracing", "fork_tracer", "fork_stats", "logprob_stats"} <= set(
-        attributes  # type: ignore[arg-type]
-    )
+    assert {"enable_fork_tracing", "fork_tracer", "fork_stats", "logprob_stats"} <= set(attributes)
 
 
 def test_dunder_import_in_the_target_exits_2(
@@ -451,4 +449,4 @@ def test_the_recorder_records_calls_and_refuses_to_be_a_value() -> None:
     strict._recorders = standins.Recorders(frozenset({"logprob_processor"}))
     assert isinstance(strict.logprob_processor, standins.Recorder)
     with pytest.raises(standins.MissingStandIn, match=r"req\.fork_priority"):
-        _ = strict.fork_priority  # type: ignore[attr-defined]
+        _ = strict.fork_priority

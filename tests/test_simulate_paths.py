@@ -108,8 +108,8 @@ def test_a_hand_written_abort_deadline_passes_with_the_releases_own_sender(
     assert rows["wedge"].verdict == "pass", rows["wedge"].observed
     assert rows["healthy-traffic"].verdict == "pass"
     loaded = report.loaded["loaded"]
-    assert {"__init__", "poll", "abort"} <= set(loaded["MooncakeKVSender"])  # type: ignore[index]
-    assert "abort" in loaded["CommonKVSender"]  # type: ignore[index]
+    assert {"__init__", "poll", "abort"} <= set(loaded["MooncakeKVSender"])  # type: ignore[index]  # the report's JSON is typed object
+    assert "abort" in loaded["CommonKVSender"]  # type: ignore[index]  # the report's JSON is typed object
     # the client's error is the release's Failed branch with the release's failure record
     ((rid, error),) = rows["wedge"].failed
     assert rid == "wedged"
@@ -155,7 +155,7 @@ def test_each_path_runs_the_releases_own_code_or_is_na(release) -> None:
     optimistic = rows["optimistic-requeue"]
     if release.family in OPTIMISTIC:
         assert "left through the release's optimistic_release_and_requeue" in optimistic.observed
-        assert "optimistic_release_and_requeue" in report.loaded["loaded"][MIXIN]  # type: ignore[index]
+        assert "optimistic_release_and_requeue" in report.loaded["loaded"][MIXIN]  # type: ignore[index]  # the report's JSON is typed object
     else:
         assert optimistic.verdict == "n/a"
         assert "no optimistic prefill" in optimistic.observed

@@ -111,4 +111,4 @@ def test_source_file_is_immutable() -> None:
     assert changed.encoding == source.encoding
     assert changed.rel == source.rel
     with pytest.raises(AttributeError):
-        source.text = "y"  # type: ignore[misc]
+        source.text = "y"  # type: ignore[misc]  # assigning to a frozen field is the test

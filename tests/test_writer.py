@@ -94,7 +94,7 @@ def test_failed_rename_rolls_everything_back(
     real_replace = os.replace
     calls: list[tuple[str, str]] = []
 
-    def flaky_replace(src, dst):  # type: ignore[no-untyped-def]
+    def flaky_replace(src, dst):  # type: ignore[no-untyped-def]  # a stand-in for os.replace
         calls.append((str(src), str(dst)))
         if len(calls) == fail_on:
             raise PermissionError(13, "Permission denied", str(dst))
@@ -121,7 +121,7 @@ def test_second_rename_failing_restores_the_first_file(
     real_replace = os.replace
     count = 0
 
-    def flaky_replace(src, dst):  # type: ignore[no-untyped-def]
+    def flaky_replace(src, dst):  # type: ignore[no-untyped-def]  # a stand-in for os.replace
         nonlocal count
         count += 1
         if count == 2:
@@ -167,7 +167,7 @@ def test_staging_failure_writes_nothing(tmp_path: Path, monkeypatch: pytest.Monk
     real_fchmod = os.fchmod
     count = 0
 
-    def flaky_fchmod(fd, mode):  # type: ignore[no-untyped-def]
+    def flaky_fchmod(fd, mode):  # type: ignore[no-untyped-def]  # a stand-in for os.fchmod
         nonlocal count
         count += 1
         if count == 3:  # staging the third file
@@ -188,7 +188,7 @@ def test_temp_files_live_next_to_their_target(
     real_replace = os.replace
     seen: list[tuple[Path, Path]] = []
 
-    def spy_replace(src, dst):  # type: ignore[no-untyped-def]
+    def spy_replace(src, dst):  # type: ignore[no-untyped-def]  # a stand-in for os.replace
         seen.append((Path(src), Path(dst)))
         return real_replace(src, dst)
 
@@ -238,7 +238,7 @@ def test_owner_that_cannot_be_kept_is_refused(
     os.chown(specs[2][0], OTHER_UID, OTHER_GID)
     before = {p: (p.read_bytes(), p.stat().st_ino) for p, _, _ in specs}
 
-    def no_chown(fd, uid, gid):  # type: ignore[no-untyped-def]
+    def no_chown(fd, uid, gid):  # type: ignore[no-untyped-def]  # a stand-in for os.fchown
         raise PermissionError(1, "Operation not permitted")
 
     monkeypatch.setattr(writer.os, "fchown", no_chown)
@@ -277,7 +277,7 @@ def test_file_the_user_cannot_write_is_refused(
     denied = specs[1][0]
     real_access = os.access
 
-    def access(path, mode, **kwargs):  # type: ignore[no-untyped-def]
+    def access(path, mode, **kwargs):  # type: ignore[no-untyped-def]  # a stand-in for os.access
         if Path(path) == denied and mode == os.W_OK:
             return False
         return real_access(path, mode, **kwargs)
@@ -303,10 +303,10 @@ def test_rollback_without_hard_links_restores_a_copy_with_owner_and_mode(
     real_replace = os.replace
     count = 0
 
-    def no_link(src, dst, **kwargs):  # type: ignore[no-untyped-def]
+    def no_link(src, dst, **kwargs):  # type: ignore[no-untyped-def]  # a stand-in for os.link
         raise OSError(1, "Operation not permitted", str(src))
 
-    def flaky_replace(src, dst):  # type: ignore[no-untyped-def]
+    def flaky_replace(src, dst):  # type: ignore[no-untyped-def]  # a stand-in for os.replace
         nonlocal count
         count += 1
         if count == 2:
@@ -504,7 +504,7 @@ def test_failed_rollback_keeps_the_journal_for_the_next_run(
     real_replace = os.replace
     count = 0
 
-    def flaky_replace(src, dst):  # type: ignore[no-untyped-def]
+    def flaky_replace(src, dst):  # type: ignore[no-untyped-def]  # a stand-in for os.replace
         nonlocal count
         count += 1
         if count in (3, 4):  # the third rename fails, then putting the first file back fails
