@@ -1,0 +1,143 @@
+"""``pdguard simulate``'s decode scenarios: the release's own decode queues and KV receivers,
+run on unpatched and patched (``pdguard apply``) copies of representative releases.
+
+The expectations are sglang-decode-releases.md's: no waiting timeout in Mooncake up to 0.4.9
+and NIXL up to 0.5.5.post3 (``prefill-gone`` wedges there), the retraction gate in every
+release from 0.4.7.post1 (``retracted-under-pressure`` wedges), no release tells the decode
+that its prefill failed a request (``prefill-deadline-pair`` needs both halves of the patch).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from pdguard import simulate
+from pdguard.errors import LoadError, SimulationGap
+from pdguard.simulate import decode_world
+from pdguard.tree import open_tree
+from pdguard.vendor_sglang import fetch_release
+from tests.helpers import patched_copy
+
+DECODE = list(simulate.DECODE_NAMES)
+# release -> the decode rows that fail unpatched (the wedge), per the reference
+WEDGED = {
+    "0.4.9": {"prefill-gone", "prefill-deadline-pair", "retracted-under-pressure"},
+    "0.4.9.post1": {"prefill-gone", "prefill-deadline-pair", "retracted-under-pressure"},
+    "0.5.5": {"prefill-gone", "prefill-deadline-pair", "retracted-under-pressure"},
+    "0.5.6": {"prefill-deadline-pair", "retracted-under-pressure"},
+}
+# releases whose decode code the simulation cannot run yet: the run exits 2 naming the path
+NOT_RUNNABLE = ("0.5.10", "0.5.17", "0.5.23")
+
+
+def _verdicts(report: simulate.SimulationReport) -> dict[str, str]:
+    return {row.scenario: row.verdict for row in report.rows}
+
+
+def _row(report: simulate.SimulationReport, name: str) -> simulate.Row:
+    return next(row for row in report.rows if row.scenario == name)
+
+
+@pytest.fixture(scope="module")
+def patched(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    root = tmp_path_factory.mktemp("decode-patched")
+    return {v: patched_copy(v, root / v) for v in (*WEDGED, *NOT_RUNNABLE)}
+
+
+@pytest.mark.parametrize("version", sorted(WEDGED))
+def test_unpatched_release_shows_the_decode_wedge(version: str) -> None:
+    report = simulate.run(open_tree(fetch_release(version)), names=DECODE)
+    verdicts = _verdicts(report)
+    assert {name for name, v in verdicts.items() if v == "fail"} == WEDGED[version]
+    assert verdicts["decode-backpressure"] == "pass"
+    assert verdicts["pending-unresolved"] == "n/a"  # no pending_reqs before 0.5.10
+    if "prefill-gone" in WEDGED[version]:
+        row = _row(report, "prefill-gone")
+        assert "still waiting after 600 simulated seconds (in the transfer queue" in row.observed
+        assert "metadata slots are held" in row.observed
+    gate = _row(report, "retracted-under-pressure")
+    assert "still waiting after 600 simulated seconds (in the transfer queue" in gate.observed
+
+
+def test_unpatched_nixl_alone_wedges_on_0_4_9_post1() -> None:
+    """Mooncake has the waiting timeout from 0.4.9.post1; NIXL only from 0.5.6."""
+    report = simulate.run(open_tree(fetch_release("0.4.9.post1")), names=["prefill-gone"])
+    observed = _row(report, "prefill-gone").observed
+    mooncake, nixl = observed.split("; gone-nixl: ")
+    assert "gone-mooncake: failed at 300 s" in mooncake
+    assert nixl.startswith("still waiting after 600 simulated seconds")
+
+
+@pytest.mark.parametrize("version", sorted(WEDGED))
+def test_patched_release_passes_every_decode_scenario(
+    version: str, patched: dict[str, Path]
+) -> None:
+    report = simulate.run(open_tree(patched[version]), names=DECODE)
+    assert report.passed
+    assert _verdicts(report) == {
+        "prefill-gone": "pass",
+        "prefill-deadline-pair": "pass",
+        "decode-backpressure": "pass",
+        "pending-unresolved": "n/a",
+        "retracted-under-pressure": "pass",
+    }
+    gone = _row(report, "prefill-gone")
+    assert "gone-mooncake: failed at 300 s" in gone.observed
+    assert "gone-nixl: failed at 300 s" in gone.observed
+    assert "request-pool and metadata slots free" in gone.observed
+    pair = _row(report, "prefill-deadline-pair").observed
+    assert pair.startswith("prefill: failed at 301.25 s")
+    assert all(rid for rid, error in _row(report, "prefill-gone").failed if error)
+
+
+def test_release_without_retraction_reports_n_a(tmp_path: Path) -> None:
+    report = simulate.run(
+        open_tree(fetch_release("0.4.7")), names=["retracted-under-pressure", "prefill-gone"]
+    )
+    row = _row(report, "retracted-under-pressure")
+    assert row.verdict == "n/a"
+    assert "no retraction in this release" in row.observed
+    assert _row(report, "prefill-gone").verdict == "fail"  # Mooncake 0.4.7: no timeout
+
+
+@pytest.mark.parametrize("version", NOT_RUNNABLE)
+def test_release_the_decode_world_cannot_run_exits_2_naming_the_path(
+    version: str, patched: dict[str, Path]
+) -> None:
+    for root in (fetch_release(version), patched[version]):
+        with pytest.raises((LoadError, SimulationGap)) as raised:
+            simulate.run(open_tree(root), names=DECODE)
+        message = str(raised.value)
+        assert "sglang/srt/disaggregation/" in message
+        assert "cannot load" in message or "cannot run" in message
+
+
+def test_decode_scenarios_run_only_when_asked() -> None:
+    tree = open_tree(fetch_release("0.4.9"))
+    report = simulate.run(tree, names=["wedge"])
+    assert [row.scenario for row in report.rows] == ["wedge"]
+    both = simulate.run(tree, names=["wedge", "prefill-gone"])
+    assert [row.scenario for row in both.rows] == ["wedge", "prefill-gone"]
+    assert "decode" in both.loaded
+
+
+def test_the_release_code_is_loaded_not_modelled() -> None:
+    target = decode_world.load(open_tree(fetch_release("0.4.9")))
+    assert set(target.receivers) == {"mooncake", "nixl"}
+    assert "poll" in target.code.loaded["MooncakeKVReceiver"]
+    assert "pop_transferred" in target.code.loaded["DecodeTransferQueue"]
+    assert "process_decode_queue" in target.code.loaded[target.mixin]
+    assert "_pre_alloc" not in target.code.loaded["DecodePreallocQueue"]
+    assert "DecodePreallocQueue._pre_alloc" in target.replaced
+
+
+def test_cli_lists_the_decode_scenarios(capsys: pytest.CaptureFixture[str]) -> None:
+    from pdguard.cli import main
+
+    assert main(["simulate", "--list"]) == 0
+    listed = capsys.readouterr().out
+    for name in DECODE:
+        assert name in listed
+    assert "[decode]" in listed
