@@ -27,9 +27,12 @@ WEDGED = {
     "0.4.9.post1": {"prefill-gone", "prefill-deadline-pair", "retracted-under-pressure"},
     "0.5.5": {"prefill-gone", "prefill-deadline-pair", "retracted-under-pressure"},
     "0.5.6": {"prefill-deadline-pair", "retracted-under-pressure"},
+    "0.5.10": {"prefill-deadline-pair", "pending-unresolved", "retracted-under-pressure"},
+    "0.5.17": {"prefill-deadline-pair", "pending-unresolved", "retracted-under-pressure"},
 }
+PENDS = {"0.5.10", "0.5.17"}  # releases with pending_reqs (0.5.10+)
 # releases whose decode code the simulation cannot run yet: the run exits 2 naming the path
-NOT_RUNNABLE = ("0.5.10", "0.5.17", "0.5.23")
+NOT_RUNNABLE = ("0.5.23",)
 
 
 def _verdicts(report: simulate.SimulationReport) -> dict[str, str]:
@@ -52,7 +55,11 @@ def test_unpatched_release_shows_the_decode_wedge(version: str) -> None:
     verdicts = _verdicts(report)
     assert {name for name, v in verdicts.items() if v == "fail"} == WEDGED[version]
     assert verdicts["decode-backpressure"] == "pass"
-    assert verdicts["pending-unresolved"] == "n/a"  # no pending_reqs before 0.5.10
+    if version in PENDS:
+        pending = _row(report, "pending-unresolved").observed
+        assert "still pending after 600 simulated seconds" in pending
+    else:
+        assert verdicts["pending-unresolved"] == "n/a"  # no pending_reqs before 0.5.10
     if "prefill-gone" in WEDGED[version]:
         row = _row(report, "prefill-gone")
         assert "still waiting after 600 simulated seconds (in the transfer queue" in row.observed
@@ -80,7 +87,7 @@ def test_patched_release_passes_every_decode_scenario(
         "prefill-gone": "pass",
         "prefill-deadline-pair": "pass",
         "decode-backpressure": "pass",
-        "pending-unresolved": "n/a",
+        "pending-unresolved": "pass" if version in PENDS else "n/a",
         "retracted-under-pressure": "pass",
     }
     gone = _row(report, "prefill-gone")

@@ -53,7 +53,7 @@ from .standins import (
     SimReq,
     Strict,
 )
-from .world import BARRIER_TIMEOUT, EPS, Divergence, _Collective
+from .world import BARRIER_TIMEOUT, EPS, Divergence, _Collective, _names_a_standin
 
 DECODE_PATH = "sglang/srt/disaggregation/decode.py"
 UTILS_PATH = "sglang/srt/disaggregation/utils.py"
@@ -109,6 +109,9 @@ class DecodeTarget:
     add_params: tuple[str, ...]
     replaced: tuple[str, ...]
     env_defaults: dict[str, object] = field(default_factory=dict)
+    # DecodeRequest's fields with a default: name -> the default (an enum member by its
+    # lower-case name, as ``_EnumNames`` gives it)
+    request_fields: dict[str, object] = field(default_factory=dict)
 
     @property
     def retracts(self) -> bool:
@@ -168,6 +171,7 @@ def load(tree: SourceTree) -> DecodeTarget:
         get_buf=_get_buf(tree),
         prealloc_methods=frozenset(methods_of(prealloc.node)),
         env_defaults=_env_defaults(tree),
+        request_fields=_request_fields(ldr.classes(DECODE_PATH).get("DecodeRequest")),
         add_params=tuple(a.arg for a in add.args.args) if add is not None else (),
         replaced=tuple(
             sorted(
@@ -212,6 +216,19 @@ def _arity(ldr: loader._Loader, rel: str, name: str) -> dict[str, int]:
                 if isinstance(n, ast.Return) and n.value is not None
             ]
             found[method] = max(lengths, default=1)
+    return found
+
+
+def _request_fields(node: ast.ClassDef | None) -> dict[str, object]:
+    """The defaults of the ``DecodeRequest`` dataclass (constants and enum members)."""
+    found: dict[str, object] = {}
+    for stmt in node.body if node is not None else []:
+        if not isinstance(stmt, ast.AnnAssign) or not isinstance(stmt.target, ast.Name):
+            continue
+        if isinstance(stmt.value, ast.Constant):
+            found[stmt.target.id] = stmt.value.value
+        elif isinstance(stmt.value, ast.Attribute):
+            found[stmt.target.id] = stmt.value.attr.lower()
     return found
 
 
@@ -296,14 +313,14 @@ class SimDecodeRequest(Strict):
 
     _what = "decode_req"
 
+    # the release's fields with their defaults (``DecodeTarget.request_fields``), per rank
+    fields: ClassVar[dict[str, object]] = {}
+
     def __init__(self, req: SimReq, kv_receiver: Any, **values: object) -> None:
+        for key, value in self.fields.items():
+            setattr(self, key, value)
         self.req = req
         self.kv_receiver = kv_receiver
-        self.waiting_for_input = False
-        self.metadata_buffer_index = -1
-        self.is_rebootstrap = False
-        self.host_staged = False
-        self.prefix_match = None
         for key, value in values.items():
             setattr(self, key, value)
 
@@ -371,6 +388,7 @@ class DecodeKVManager(Strict):
             kv_data_ptrs=[],
             aux_data_ptrs=[],
             state_data_ptrs=[],
+            state_types=[],
             kv_item_lens=[1],
             aux_item_lens=[1],
             prefill_pp_size=1,
@@ -382,6 +400,7 @@ class DecodeKVManager(Strict):
             disaggregation_decode_allocation_policy="on_bootstrap",
         )
         self.bootstrap_timeout = 300
+        self.enable_staging = False
         if waiting_timeout is not None:
             self.waiting_timeout = waiting_timeout
 
@@ -391,6 +410,10 @@ class DecodeKVManager(Strict):
             object.__setattr__(self, attr, table)
             return table
         return super().__getattr__(attr)
+
+    def try_ensure_parallel_info(self, bootstrap_addr: str) -> bool:
+        """The prefill's parallel info is cached (its bootstrap server answered)."""
+        return bootstrap_addr in self.prefill_info_table
 
     # Mooncake's status table
 
@@ -542,6 +565,26 @@ class ReceiverNetwork:
     _connect_to_bootstrap_server = _connect
 
 
+def poll_and_all_reduce(
+    pollers: list[Any],
+    group: Group,
+    decode_reqs: list[SimDecodeRequest] | None = None,
+    metadata_buffers: MetadataBuffers | None = None,
+    server_args: object = None,
+) -> list[int]:
+    """SGLang's decode ``poll_and_all_reduce``: each receiver's poll, with (0.5.13+, when the
+    queue passes its requests and metadata buffers) Success held as Transferring while the
+    request's metadata row has no room yet, then the MIN over the group."""
+    polls = [int(poller.poll()) for poller in pollers]
+    if decode_reqs is not None and metadata_buffers is not None and server_args is not None:
+        success = int(standins.KVPoll.Success)
+        for i, poll in enumerate(polls):
+            index = decode_reqs[i].metadata_buffer_index
+            if poll == success and metadata_buffers.rooms.get(index, 0) == 0:
+                polls[i] = int(standins.KVPoll.Transferring)
+    return group.all_reduce_min(polls)
+
+
 def _kv_to_page_indices(kv_indices: SimTensor, page_size: int) -> SimTensor:
     return kv_indices
 
@@ -568,6 +611,7 @@ OTHER_POOLS = (
     "HybridReqToTokenPool",
     "MambaPool",
     "SWATokenToKVPoolAllocator",
+    "DeepSeekV4TokenToKVPool",
 )
 
 # Names the loaded code reaches only on paths no decode scenario takes (staging buffers,
@@ -575,11 +619,36 @@ OTHER_POOLS = (
 UNREACHED = (
     "poll_and_all_reduce_with_staging",
     "DecodePrefixMatch",
-    "HiCacheRestoreResult",
     "HiCacheRestoreGatedKVReceiver",
     "InitLoadBackParams",
     "MatchPrefixParams",
     "match_prefix_for_req",
+    "dsv4_state_payloads",
+    "get_dsv4_c128_state_indices",
+    "get_num_new_pages",
+    "is_dsv4_c128_online_enabled",
+    "page_align_floor",
+    "AbortNotification",
+    "_bigram_boundary_tokens",
+    "_req_radix_key",
+    "PoolName",
+    "PoolTransfer",
+    "RetractionBackup",
+    "_bind_root_prefix",
+    "_generate_fake_prefill_handoff_output_id",
+    "all_reduce_flags",
+    "ceil_align",
+    "discard_kv_cache_backup",
+    "dsv4_needs_rebootstrap",
+    "ensure_mamba_capacity",
+    "get_dsa_tail_state_indices",
+    "get_memory",
+    "get_qsa_pending_state_indices",
+    "is_swa_req_ring",
+    "match_kv_cache",
+    "minimax_index_transfer_pages",
+    "restore_kv_cache",
+    "suffix_page_indices",
 )
 
 
@@ -588,6 +657,19 @@ class KVTransferDestination:
 
     DEVICE = "device"
     HOST = "host"
+
+
+class _EnumNames:
+    """A string enum of SGLang's (``StateType``): each member is its lower-case name; the
+    simulated model has no extra state, so the members only key dictionaries."""
+
+    def __init__(self, name: str) -> None:
+        self._name = name
+
+    def __getattr__(self, attr: str) -> str:
+        if attr.startswith("__"):
+            raise AttributeError(attr)
+        return attr.lower()
 
 
 class DecodeEnvs:
@@ -655,14 +737,30 @@ def _unreached(name: str) -> Callable[[Any], object]:
     return lambda ctx: standins.Unavailable(name)
 
 
+DISAGG_ARGS = {  # the decode server's disaggregation arguments (SGLang's defaults)
+    "disaggregation_decode_enable_offload_kvcache": False,
+    "disaggregation_decode_allocation_policy": "on_bootstrap",
+    "disaggregation_decode_polling_interval": 1,
+    "disaggregation_decode_enable_radix_cache": False,
+    "disaggregation_transfer_backend": "mooncake",
+}
+
 KEYS_EXTRA: dict[str, Callable[[Any], object]] = {
+    "poll_and_all_reduce": lambda ctx: poll_and_all_reduce,
+    "get_disagg": lambda ctx: lambda: Config("get_disagg()", **DISAGG_ARGS),
     "envs": lambda ctx: DecodeEnvs(ctx.env, ctx.world.target.env_defaults),
     "KVTransferDestination": lambda ctx: KVTransferDestination,
+    "StateType": lambda ctx: _EnumNames("StateType"),
+    "HiCacheRestoreResult": lambda ctx: _EnumNames("HiCacheRestoreResult"),
+    # the simulated decode runs on a GPU-less host like a CUDA one: no NPU, HIP or XPU paths
+    **{name: (lambda ctx: _not_fake) for name in ("is_npu", "is_hip", "is_xpu", "is_cpu")},
     "pack_int_lists": lambda ctx: lambda *lists: b"",
     **{name: _unreached(name) for name in UNREACHED},
     **{name: _pool_type(name) for name in OTHER_POOLS},
     "get_kv_class": lambda ctx: lambda backend, class_type: ctx.new_receiver,
-    "DecodeRequest": lambda ctx: SimDecodeRequest,
+    "DecodeRequest": lambda ctx: type(
+        "DecodeRequest", (SimDecodeRequest,), {"fields": ctx.world.target.request_fields}
+    ),
     "kv_to_page_indices": lambda ctx: _kv_to_page_indices,
     "_bootstrap_addr": lambda ctx: _bootstrap_addr,
     "_is_fake_transfer": lambda ctx: _not_fake,
@@ -696,6 +794,10 @@ def for_rank(ctx: Any) -> Callable[[str], object]:
 # -- the scheduler and the queues' state -----------------------------------------------------
 
 
+# No speculative decoding: ``spec_algorithm.is_none()``.
+NO_SPECULATION = Config("spec_algorithm", is_none=lambda: True)
+
+
 class DecodeSchedulerStandIn(Strict):
     """What ``process_decode_queue`` and the queues use of SGLang's ``Scheduler``."""
 
@@ -707,20 +809,25 @@ class DecodeSchedulerStandIn(Strict):
         self.running_batch = Config("running_batch", reqs=[], is_empty=lambda: True)
         self.last_batch = None
         self.enable_hisparse = False
+        self.enable_decode_hicache = False
+        self.enable_priority_scheduling = False
+        self.schedule_low_priority_values_first = False
+        self.enable_lora = False
+        self.enable_overlap = False
+        self.kv_checksum_computer = None
+        self.sliding_window_size = None
+        self.running_mbs: list[object] = []
+        self.metrics_reporter = Inert("metrics_reporter")
+        self.tp_worker = Inert("tp_worker")
+        self.batch_result_processor = Inert("batch_result_processor")
+        self.output_streamer = Config("output_streamer", stream_output=self.stream_output)
         self.enable_metrics = False
         self.enable_hicache_storage = False
         self.metrics_collector = Inert("metrics_collector")
-        self.spec_algorithm = Inert("spec_algorithm")
+        self.spec_algorithm = NO_SPECULATION
         self.tree_cache = rank.tree_cache
         self.pp_size = 1
-        self.server_args = Config(
-            "server_args",
-            disaggregation_decode_enable_offload_kvcache=False,
-            disaggregation_decode_polling_interval=1,
-            disaggregation_decode_allocation_policy="on_bootstrap",
-            enable_dp_attention=False,
-            disaggregation_transfer_backend="mooncake",
-        )
+        self.server_args = Config("server_args", enable_dp_attention=False, **DISAGG_ARGS)
 
     def stream_output(self, reqs: list[SimReq], *_: object, **__: object) -> None:
         for req in reqs:
@@ -767,6 +874,25 @@ class _TokenRows:
         return SimTensor(list(range(4096)))
 
 
+class _RoomColumn:
+    """``metadata_buffers.bootstrap_room``: the room the prefill wrote into each row."""
+
+    def __init__(self, rooms: dict[int, int]) -> None:
+        self._rooms = rooms
+
+    @staticmethod
+    def _row(key: object) -> int:
+        row = key[0] if isinstance(key, tuple) else key
+        assert isinstance(row, int)
+        return row
+
+    def __getitem__(self, key: object) -> SimTensor:
+        return SimTensor([self._rooms.get(self._row(key), 0)])
+
+    def __setitem__(self, key: object, value: int) -> None:
+        self._rooms[self._row(key)] = int(value)
+
+
 class MetadataBuffers(Strict):
     """The metadata rows the prefill writes (``get_buf`` returns the release's buffers)."""
 
@@ -775,11 +901,12 @@ class MetadataBuffers(Strict):
     def __init__(self, names: tuple[str, ...]) -> None:
         self._names = names
         self.rooms: dict[int, int] = {}
+        self.bootstrap_room = _RoomColumn(self.rooms)
 
     def get_buf(self, idx: int) -> tuple[SimTensor | None, ...]:
         room = self.rooms.get(idx, 0)
         return tuple(
-            SimTensor([room]) if name == "bootstrap_room" else SimTensor([7, 0, 0, 0])
+            SimTensor([room]) if name == "bootstrap_room" else SimTensor([7] + [0] * 15)
             for name in self._names
         )
 
@@ -813,7 +940,7 @@ class QueueState(Strict):
         self.metadata_buffers = rank.metadata_buffers
         self.num_reserved_decode_tokens = 512
         self.max_total_num_tokens = 1 << 20
-        self.spec_algorithm = Inert("spec_algorithm")
+        self.spec_algorithm = NO_SPECULATION
         self.enable_staging = False
         self.prefill_pp_size = 1
         self._ensure_last_attempt_time: dict[str, float] = {}
@@ -958,14 +1085,25 @@ class DecodeRank:
         self.kv_manager = DecodeKVManager(
             self, int(waiting) if any(target.manager_waiting_timeout.values()) else None
         )
+        # The prefill's layout and this rank's mapping onto it (one prefill TP rank per
+        # decode rank), as the manager's try_ensure_parallel_info leaves them (0.5.10+)
         self.kv_manager.prefill_info_table[PREFILL_SERVER] = PrefillInfo(
             "prefill_info",
             dp_size=config.prefill_dp_size,
-            tp_size=1,
+            tp_size=config.ranks,
             pp_size=1,
             cp_size=1,
-            attn_tp_size=1,
+            attn_tp_size=config.ranks,
+            attn_cp_size=1,
+            page_size=1,
+            kv_cache_dtype=None,
             follow_bootstrap_room=config.prefill_dp_size == 1,
+            target_tp_rank=index,
+            target_tp_ranks=[index],
+            target_cp_ranks=[0],
+            target_pp_ranks=[0],
+            required_dst_info_num=1,
+            required_prefill_response_num=1,
         )
         for receiver in self.receivers.values():
             receiver.sim_manager = self.kv_manager  # type: ignore[attr-defined]
@@ -1107,6 +1245,7 @@ class DecodeReq(SimReq):
         self.top_logprobs_num = 0
         self.data_parallel_rank = None
         self.kv_committed_len = 0
+        self.pd_rebootstrap_forced_output_id = None
 
     def load_kv_cache(self, *_: object) -> None:
         """A retracted request's KV comes back from the host (nothing to simulate)."""
@@ -1222,6 +1361,8 @@ def _gap(target: DecodeTarget, exc: BaseException, frames: traceback.StackSummar
         what = f"an import ({what}): the simulation never imports"
     elif frames and frames[-1].filename in here and not isinstance(exc, Divergence):
         what = f"a stand-in raised {what} (in {frames[-1].name}): it does not model this call"
+    elif isinstance(exc, TypeError) and _names_a_standin(str(exc)):
+        what = f"a stand-in does not take this call ({what})"
     elif isinstance(exc, TypeError | AttributeError) and any(
         f"'{name}' object" in str(exc) for name in _STANDIN_CLASSES
     ):
