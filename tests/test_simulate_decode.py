@@ -14,11 +14,11 @@ from pathlib import Path
 import pytest
 
 from pdguard import simulate
-from pdguard.errors import LoadError, SimulationGap
+from pdguard.errors import SimulationGap
 from pdguard.simulate import decode_world
 from pdguard.tree import open_tree
 from pdguard.vendor_sglang import fetch_release
-from tests.helpers import patched_copy
+from tests.helpers import copy_release, patched_copy
 
 DECODE = list(simulate.DECODE_NAMES)
 # release -> the decode rows that fail unpatched (the wedge), per the reference
@@ -29,10 +29,9 @@ WEDGED = {
     "0.5.6": {"prefill-deadline-pair", "retracted-under-pressure"},
     "0.5.10": {"prefill-deadline-pair", "pending-unresolved", "retracted-under-pressure"},
     "0.5.17": {"prefill-deadline-pair", "pending-unresolved", "retracted-under-pressure"},
+    "0.5.23": {"prefill-deadline-pair", "pending-unresolved", "retracted-under-pressure"},
 }
-PENDS = {"0.5.10", "0.5.17"}  # releases with pending_reqs (0.5.10+)
-# releases whose decode code the simulation cannot run yet: the run exits 2 naming the path
-NOT_RUNNABLE = ("0.5.23",)
+PENDS = {"0.5.10", "0.5.17", "0.5.23"}  # releases with pending_reqs (0.5.10+)
 
 
 def _verdicts(report: simulate.SimulationReport) -> dict[str, str]:
@@ -46,7 +45,7 @@ def _row(report: simulate.SimulationReport, name: str) -> simulate.Row:
 @pytest.fixture(scope="module")
 def patched(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     root = tmp_path_factory.mktemp("decode-patched")
-    return {v: patched_copy(v, root / v) for v in (*WEDGED, *NOT_RUNNABLE)}
+    return {v: patched_copy(v, root / v) for v in WEDGED}
 
 
 @pytest.mark.parametrize("version", sorted(WEDGED))
@@ -109,16 +108,29 @@ def test_release_without_retraction_reports_n_a(tmp_path: Path) -> None:
     assert _row(report, "prefill-gone").verdict == "fail"  # Mooncake 0.4.7: no timeout
 
 
-@pytest.mark.parametrize("version", NOT_RUNNABLE)
-def test_release_the_decode_world_cannot_run_exits_2_naming_the_path(
-    version: str, patched: dict[str, Path]
+def test_a_path_the_world_cannot_run_exits_2_naming_it(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    for root in (fetch_release(version), patched[version]):
-        with pytest.raises((LoadError, SimulationGap)) as raised:
-            simulate.run(open_tree(root), names=DECODE)
-        message = str(raised.value)
-        assert "sglang/srt/disaggregation/" in message
-        assert "cannot load" in message or "cannot run" in message
+    """A receiver that reaches something with no stand-in (here: a fork whose NIXL receiver
+    asks its KV manager for a table of its own) is a gap, never a verdict."""
+    root = copy_release("0.5.6", tmp_path / "fork")
+    conn = root / "sglang/srt/disaggregation/nixl/conn.py"
+    text = conn.read_text()
+    anchor = "        super().__init__(mgr, bootstrap_addr, bootstrap_room, prefill_dp_rank)\n"
+    assert anchor in text
+    conn.write_text(
+        text.replace(anchor, anchor + "        self.fork_peers = self.kv_mgr.fork_peer_list\n", 1)
+    )
+    with pytest.raises(SimulationGap) as raised:
+        simulate.run(open_tree(root), names=["prefill-gone"])
+    message = str(raised.value)
+    assert "sglang/srt/disaggregation/nixl/conn.py:" in message
+    assert "kv_mgr.fork_peer_list" in message and "(scenario prefill-gone)" in message
+    from pdguard.cli import main
+
+    assert main(["simulate", str(root), "--scenario", "prefill-gone"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "kv_mgr.fork_peer_list" in err
 
 
 def test_decode_scenarios_run_only_when_asked() -> None:

@@ -102,6 +102,9 @@ class DecodeTarget:
     # the KV manager of a backend sets ``self.waiting_timeout`` (upstream's receiver timeout
     # reads it there: Mooncake 0.4.9.post1+, NIXL 0.5.6+)
     manager_waiting_timeout: dict[str, bool]
+    # backend -> the class-level defaults of the receiver's hierarchy the loader leaves out
+    # (it loads methods only): constants, and nullcontext() / Lock() / RLock() as made
+    class_defaults: dict[str, dict[str, object]]
     # backend -> replaced look-up -> how many values its return gives (a tuple's length)
     arity: dict[str, dict[str, int]]
     get_buf: tuple[str, ...]  # the metadata buffers MetadataBuffers.get_buf returns, in order
@@ -130,6 +133,7 @@ def load(tree: SourceTree) -> DecodeTarget:
     receivers: dict[str, tuple[str, str]] = {}
     waiting: dict[str, bool] = {}
     arity: dict[str, dict[str, int]] = {}
+    defaults: dict[str, dict[str, object]] = {}
     for backend, (rel, name) in RECEIVERS.items():
         if tree.read_bytes(rel) is None or name not in ldr.classes(rel):
             continue
@@ -137,10 +141,24 @@ def load(tree: SourceTree) -> DecodeTarget:
         receivers[backend] = (rel, name)
         waiting[backend] = _manager_sets(ldr, rel, "waiting_timeout")
         arity[backend] = _arity(ldr, rel, name)
+        defaults[backend] = _class_defaults(ldr, rel, name)
     # after the receivers: decode.py names their base classes (built first)
-    prealloc = ldr.plan_class(DECODE_PATH, PREALLOC_QUEUE, PREALLOC_ENTRIES, PREALLOC_REPLACED)
-    ldr.plan_class(DECODE_PATH, TRANSFER_QUEUE, TRANSFER_ENTRIES, TRANSFER_REPLACED)
     mixin = ldr.class_defining(DECODE_PATH, PROCESS_QUEUE)
+    # what the mixin and each queue call on the other queue (``self.transfer_queue.X``,
+    # ``self.scheduler.disagg_decode_prealloc_queue.X``, ...)
+    module = ldr.parsed(DECODE_PATH)
+    prealloc = ldr.plan_class(
+        DECODE_PATH,
+        PREALLOC_QUEUE,
+        (*PREALLOC_ENTRIES, *_called_on(module, PREALLOC_HOLDERS)),
+        PREALLOC_REPLACED,
+    )
+    ldr.plan_class(
+        DECODE_PATH,
+        TRANSFER_QUEUE,
+        (*TRANSFER_ENTRIES, *_called_on(module, TRANSFER_HOLDERS)),
+        TRANSFER_REPLACED,
+    )
     mixin_plan = ldr.plan_class(DECODE_PATH, mixin, (PROCESS_QUEUE,))
     ldr.resolve()
     attributes = loader._attribute_verdicts(ldr)
@@ -168,6 +186,7 @@ def load(tree: SourceTree) -> DecodeTarget:
         receivers=receivers,
         manager_waiting_timeout=waiting,
         arity=arity,
+        class_defaults=defaults,
         get_buf=_get_buf(tree),
         prealloc_methods=frozenset(methods_of(prealloc.node)),
         env_defaults=_env_defaults(tree),
@@ -180,6 +199,53 @@ def load(tree: SourceTree) -> DecodeTarget:
             )
         ),
     )
+
+
+_CLASS_VALUES: dict[str, Callable[[], object]] = {
+    "nullcontext": lambda: _Lock(),
+    "Lock": threading.Lock,
+    "RLock": threading.RLock,
+}
+
+
+def _class_defaults(ldr: loader._Loader, rel: str, name: str) -> dict[str, object]:
+    """Class-level ``name = <constant>`` (and ``nullcontext()``, ``threading.Lock()``) of the
+    class and its bases, the class's own first."""
+    found: dict[str, object] = {}
+    for _, cls, _ in ldr.hierarchy(rel, name):
+        for stmt in cls.body:
+            target: ast.expr | None = stmt.target if isinstance(stmt, ast.AnnAssign) else None
+            if isinstance(stmt, ast.Assign) and len(stmt.targets) == 1:
+                target = stmt.targets[0]
+            value = getattr(stmt, "value", None)
+            if not isinstance(target, ast.Name) or target.id in found or value is None:
+                continue
+            if isinstance(value, ast.Constant):
+                found[target.id] = value.value
+            elif isinstance(value, ast.Call) and not value.args:
+                func = value.func
+                called = func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", "")
+                if called in _CLASS_VALUES:
+                    found[target.id] = _CLASS_VALUES[called]
+    return found
+
+
+PREALLOC_HOLDERS = frozenset({"disagg_decode_prealloc_queue", "prealloc_queue"})
+TRANSFER_HOLDERS = frozenset({"disagg_decode_transfer_queue", "transfer_queue"})
+
+
+def _called_on(module: ast.Module, holders: frozenset[str]) -> list[str]:
+    """Every X of ``<...>.<holder>.X`` or ``<holder>.X`` (a local) in decode.py: what the
+    mixin and the other queue call on a queue."""
+    found: set[str] = set()
+    for n in ast.walk(module):
+        if not isinstance(n, ast.Attribute):
+            continue
+        value = n.value
+        held = value.attr if isinstance(value, ast.Attribute) else getattr(value, "id", None)
+        if held in holders:
+            found.add(n.attr)
+    return sorted(found)
 
 
 def _manager_sets(ldr: loader._Loader, rel: str, attr: str) -> bool:
@@ -256,6 +322,9 @@ def _buffer_name(node: ast.expr) -> str:
 # -- stand-ins -------------------------------------------------------------------------------
 
 
+KV_INDICES_MARK = b"pdguard-kv-indices:"
+
+
 class SimTensor:
     """A small CPU tensor / numpy array: KV indices and metadata-buffer rows."""
 
@@ -286,7 +355,10 @@ class SimTensor:
         return SimTensor(self._values)
 
     def tobytes(self) -> bytes:
-        return b"".join(v.to_bytes(8, "little", signed=True) for v in self._values)
+        """The indices as the receiver sends them, marked so the socket knows them."""
+        return KV_INDICES_MARK + b"".join(
+            v.to_bytes(8, "little", signed=True) for v in self._values
+        )
 
     def astype(self, *_: object) -> SimTensor:
         return self
@@ -294,6 +366,30 @@ class SimTensor:
     @property
     def size(self) -> int:
         return len(self._values)
+
+
+class FakeTorch:
+    """``torch`` as the decode queues use it on the CPU: ``torch.distributed.ReduceOp``
+    names for ``all_reduce_flags`` (0.5.23); anything else is not simulated."""
+
+    def __init__(self) -> None:
+        self.distributed = Config(
+            "torch.distributed", ReduceOp=Config("ReduceOp", MIN="min", MAX="max")
+        )
+
+    def __getattr__(self, attr: str) -> Any:
+        if attr.startswith("__"):
+            raise AttributeError(attr)
+        raise MissingStandIn(f"torch.{attr} (used by {standins._caller()}) is not simulated")
+
+
+def all_reduce_flags(flags: list[int], group: Group, op: str) -> list[int]:
+    """SGLang's ``all_reduce_flags`` (0.5.23): MIN or MAX of each entry over the group."""
+    if not flags:
+        return flags
+    if op == "max":
+        return [-v for v in group.all_reduce_min([-int(f) for f in flags])]
+    return group.all_reduce_min([int(f) for f in flags])
 
 
 class FakeNumpy:
@@ -397,10 +493,13 @@ class DecodeKVManager(Strict):
         )
         self.server_args = Config(
             "kv_mgr.server_args",
-            disaggregation_decode_allocation_policy="on_bootstrap",
+            disaggregation_decode_allocation_policy="early",
         )
         self.bootstrap_timeout = 300
         self.enable_staging = False
+        self.defer_decode_allocation = False  # the default allocation policy, early
+        self.enable_deferred_decode_kv_release = False
+        self.connection_lock = threading.Lock()
         if waiting_timeout is not None:
             self.waiting_timeout = waiting_timeout
 
@@ -410,6 +509,13 @@ class DecodeKVManager(Strict):
             object.__setattr__(self, attr, table)
             return table
         return super().__getattr__(attr)
+
+    def build_receiver_metadata_message(self, *, bootstrap_room: int, **_: object) -> list[bytes]:
+        """The message that carries a room's KV indices (0.5.23): the room first."""
+        return [str(bootstrap_room).encode("ascii"), KV_INDICES_MARK]
+
+    def build_receiver_registration_message(self, *_: object, **__: object) -> list[bytes]:
+        return [b"None", b"kv-args"]
 
     def try_ensure_parallel_info(self, bootstrap_addr: str) -> bool:
         """The prefill's parallel info is cached (its bootstrap server answered)."""
@@ -506,8 +612,9 @@ class _Lock:
 
 class SimSocket:
     """The ZMQ PUSH socket to the prefill: a message that names a room in its first two
-    frames (NIXL sends a guard frame first) hands that room's KV indices to the transport;
-    an abort notification (0.5.13+) is recorded."""
+    frames (NIXL sends a guard frame first) and carries KV indices (``SimTensor.tobytes``)
+    hands that room's indices to the transport; an abort notification (0.5.13+) is
+    recorded; any other message (a registration) changes nothing."""
 
     def __init__(self, manager: DecodeKVManager) -> None:
         self._manager = manager
@@ -519,7 +626,7 @@ class SimSocket:
             return
         if any("abort" in t.lower() for t in texts):
             self._manager.sim_abort_sent(room)
-        else:
+        elif any(isinstance(f, bytes) and f.startswith(KV_INDICES_MARK) for f in frames):
             self._manager.sim_sent(room)
 
 
@@ -636,19 +743,16 @@ UNREACHED = (
     "RetractionBackup",
     "_bind_root_prefix",
     "_generate_fake_prefill_handoff_output_id",
-    "all_reduce_flags",
     "ceil_align",
     "discard_kv_cache_backup",
-    "dsv4_needs_rebootstrap",
-    "ensure_mamba_capacity",
     "get_dsa_tail_state_indices",
-    "get_memory",
     "get_qsa_pending_state_indices",
     "is_swa_req_ring",
     "match_kv_cache",
     "minimax_index_transfer_pages",
     "restore_kv_cache",
     "suffix_page_indices",
+    "DecodeStagingHandler",
 )
 
 
@@ -739,15 +843,24 @@ def _unreached(name: str) -> Callable[[Any], object]:
 
 DISAGG_ARGS = {  # the decode server's disaggregation arguments (SGLang's defaults)
     "disaggregation_decode_enable_offload_kvcache": False,
-    "disaggregation_decode_allocation_policy": "on_bootstrap",
+    "disaggregation_decode_allocation_policy": "early",
     "disaggregation_decode_polling_interval": 1,
     "disaggregation_decode_enable_radix_cache": False,
     "disaggregation_transfer_backend": "mooncake",
+    "disaggregation_decode_host_receive_threshold": 1.0,  # 1: never receive into host memory
+    "disaggregation_decode_retraction_backup": False,
+    "disaggregation_enable_kv_checksum": False,
+    "disaggregation_ib_device": None,
 }
 
 KEYS_EXTRA: dict[str, Callable[[Any], object]] = {
     "poll_and_all_reduce": lambda ctx: poll_and_all_reduce,
     "get_disagg": lambda ctx: lambda: Config("get_disagg()", **DISAGG_ARGS),
+    "get_memory": lambda ctx: lambda: Config("get_memory()", disable_radix_cache=True),
+    # no DeepSeek-V4 pools: a retracted request waits in retracted_queue (0.5.23)
+    "dsv4_needs_rebootstrap": lambda ctx: lambda *_, **__: False,
+    # no Mamba state: its capacity never limits admission
+    "ensure_mamba_capacity": lambda ctx: lambda *_, **__: True,
     "envs": lambda ctx: DecodeEnvs(ctx.env, ctx.world.target.env_defaults),
     "KVTransferDestination": lambda ctx: KVTransferDestination,
     "StateType": lambda ctx: _EnumNames("StateType"),
@@ -764,7 +877,8 @@ KEYS_EXTRA: dict[str, Callable[[Any], object]] = {
     "kv_to_page_indices": lambda ctx: _kv_to_page_indices,
     "_bootstrap_addr": lambda ctx: _bootstrap_addr,
     "_is_fake_transfer": lambda ctx: _not_fake,
-    "torch": lambda ctx: standins.Unavailable("torch"),
+    "torch": lambda ctx: FakeTorch(),
+    "all_reduce_flags": lambda ctx: all_reduce_flags,
     "numpy": lambda ctx: FakeNumpy(),
     "zmq": lambda ctx: standins.Unavailable("zmq"),
     "requests": lambda ctx: standins.Unavailable("requests"),
@@ -851,6 +965,11 @@ class DecodeTreeCache(Strict):
     def release_aborted_request(self, rid: str) -> None:
         pass
 
+    def unlock(self, lock: object) -> None:
+        """Release a HiCache restore lock (0.5.23); the simulated decode takes none."""
+        if lock is not None:
+            raise MissingStandIn("a HiCache restore lock: HiCache is not simulated")
+
 
 class ReqToTokenPool(Strict):
     """``req_to_token_pool``: request slots, none free while decode memory is full."""
@@ -893,6 +1012,39 @@ class _RoomColumn:
         self._rooms[self._row(key)] = int(value)
 
 
+class TokenAllocator(Strict):
+    """``token_to_kv_pool_allocator``: one token a page, no free token while memory is full."""
+
+    _what = "token_to_kv_pool_allocator"
+    SIZE = 1 << 20
+
+    def __init__(self, rank: DecodeRank) -> None:
+        self._rank = rank
+        self.page_size = 1
+        self.size = self.SIZE
+        self.device = "cpu"
+
+    def available_size(self) -> int:
+        return 0 if self._rank.memory_full() else self.SIZE
+
+    def translate_kv_indices_for_transfer(self, indices: SimTensor) -> SimTensor:
+        """The same indices: no compressed or host-side layout (0.5.23)."""
+        return indices
+
+    def prealloc_fits_assumes_reclaim(self) -> bool:
+        return False
+
+    def prealloc_fits(
+        self, tree_cache: object, full_tokens: int, swa_tokens: int, **budgets: Any
+    ) -> bool:
+        """A plain allocator's check: the full tokens within their budget (0.5.23)."""
+        return full_tokens <= budgets["full_budget_tokens"]
+
+    def prealloc_ceiling_fits(self, *_: object) -> None:
+        """No unified FULL/SWA byte budget (0.5.23): None, as SGLang's plain allocator."""
+        return None
+
+
 class MetadataBuffers(Strict):
     """The metadata rows the prefill writes (``get_buf`` returns the release's buffers)."""
 
@@ -902,6 +1054,10 @@ class MetadataBuffers(Strict):
         self._names = names
         self.rooms: dict[int, int] = {}
         self.bootstrap_room = _RoomColumn(self.rooms)
+
+    def clear_slot(self, idx: int) -> None:
+        """The row is free again: no room written (0.5.23)."""
+        self.rooms.pop(idx, None)
 
     def get_buf(self, idx: int) -> tuple[SimTensor | None, ...]:
         room = self.rooms.get(idx, 0)
@@ -933,9 +1089,7 @@ class QueueState(Strict):
         self.transfer_backend = "mooncake"
         self.req_to_token_pool = rank.req_pool
         self.token_to_kv_pool = Config("token_to_kv_pool", page_size=1)
-        self.token_to_kv_pool_allocator = Config(
-            "token_to_kv_pool_allocator", page_size=1, available_size=lambda: 1 << 20
-        )
+        self.token_to_kv_pool_allocator = TokenAllocator(rank)
         self.req_to_metadata_buffer_idx_allocator = rank.metadata_allocator
         self.metadata_buffers = rank.metadata_buffers
         self.num_reserved_decode_tokens = 512
@@ -948,6 +1102,21 @@ class QueueState(Strict):
         self._max_ensure_retries = 15
         self._ensure_retry_interval = 1.0
         self._rank = rank
+        # 0.5.19+: rebootstrap, deferred KV release (off by default), host receive (off)
+        self.held_rebootstrap_reqs: list[SimReq] = []
+        self._deferred_releases: list[object] = []
+        self.enable_deferred_kv_release = False
+        self.deferred_kv_release_timeout = 30.0
+        self.enable_host_receive = False
+        self.host_pool = None
+        self.host_reserved_tokens = 0
+        self._num_published_destinations = 0
+        self._skipped_checksum_signatures: set[object] = set()
+        self.kv_checksum_signature = 0
+        self.staging_handler = None
+        self.is_mla_backend = False
+        self.draft_token_to_kv_pool = None
+        self._prefill_dp_rank_queries: dict[str, object] = {}
 
     # device memory, replaced
 
@@ -1076,37 +1245,23 @@ class DecodeRank:
         for backend, (rel, name) in target.receivers.items():
             cls = namespaces[rel][name]
             assert isinstance(cls, type)
-            given = {"sim_arity": target.arity[backend], "sim_manager": None}
+            given = {
+                key: value() if callable(value) else value
+                for key, value in target.class_defaults[backend].items()
+            }
+            given |= {"sim_arity": target.arity[backend], "sim_manager": None}
             self.receivers[backend] = type(name, (cls, ReceiverNetwork), given)
             common = namespaces[rel].get("CommonKVReceiver")
             if isinstance(common, type):  # its static network look-up, called on the class
                 common.query_prefill_dp_ranks = staticmethod(self.query_dp_ranks)  # type: ignore[attr-defined]
-        waiting = self.env.get("SGLANG_DISAGGREGATION_WAITING_TIMEOUT", "300")
-        self.kv_manager = DecodeKVManager(
-            self, int(waiting) if any(target.manager_waiting_timeout.values()) else None
-        )
-        # The prefill's layout and this rank's mapping onto it (one prefill TP rank per
-        # decode rank), as the manager's try_ensure_parallel_info leaves them (0.5.10+)
-        self.kv_manager.prefill_info_table[PREFILL_SERVER] = PrefillInfo(
-            "prefill_info",
-            dp_size=config.prefill_dp_size,
-            tp_size=config.ranks,
-            pp_size=1,
-            cp_size=1,
-            attn_tp_size=config.ranks,
-            attn_cp_size=1,
-            page_size=1,
-            kv_cache_dtype=None,
-            follow_bootstrap_room=config.prefill_dp_size == 1,
-            target_tp_rank=index,
-            target_tp_ranks=[index],
-            target_cp_ranks=[0],
-            target_pp_ranks=[0],
-            required_dst_info_num=1,
-            required_prefill_response_num=1,
-        )
-        for receiver in self.receivers.values():
-            receiver.sim_manager = self.kv_manager  # type: ignore[attr-defined]
+        # one KV manager per backend, as each backend has its own (the queue's is the first)
+        self.kv_managers = {
+            backend: self._manager(target.manager_waiting_timeout[backend])
+            for backend in self.receivers
+        } or {"mooncake": self._manager(False)}
+        for backend, receiver in self.receivers.items():
+            receiver.sim_manager = self.kv_managers[backend]  # type: ignore[attr-defined]
+        self.kv_manager = next(iter(self.kv_managers.values()))
         scheduler_cls: Any = type(
             "Scheduler", (_class(decode, target.mixin), DecodeSchedulerStandIn), {}
         )
@@ -1122,11 +1277,39 @@ class DecodeRank:
         self.scheduler.disagg_decode_prealloc_queue = self.prealloc
         self.scheduler.disagg_decode_transfer_queue = self.transfer
         self.scheduler.req_to_token_pool = self.req_pool
-        for obj in (self.scheduler, self.prealloc, self.transfer, self.kv_manager):
+        for obj in (self.scheduler, self.prealloc, self.transfer, *self.kv_managers.values()):
             obj._recorders = self.recorders
         self.arrivals = sorted(config.requests, key=lambda s: s.arrival)
         self.running: list[tuple[float, SimReq]] = []
         self._backend_of: dict[int, str] = {}
+
+    def _manager(self, has_waiting_timeout: bool) -> DecodeKVManager:
+        """A backend's KV manager, with the prefill's layout and this rank's mapping onto it
+        (one prefill TP rank per decode rank) as try_ensure_parallel_info leaves them
+        (0.5.10+), and ``waiting_timeout`` where the release's manager sets one."""
+        config = self.world.config
+        waiting = self.env.get("SGLANG_DISAGGREGATION_WAITING_TIMEOUT", "300")
+        manager = DecodeKVManager(self, int(waiting) if has_waiting_timeout else None)
+        manager.prefill_info_table[PREFILL_SERVER] = PrefillInfo(
+            "prefill_info",
+            dp_size=config.prefill_dp_size,
+            tp_size=config.ranks,
+            pp_size=1,
+            cp_size=1,
+            attn_tp_size=config.ranks,
+            attn_cp_size=1,
+            page_size=1,
+            kv_cache_dtype=None,
+            follow_bootstrap_room=config.prefill_dp_size == 1,
+            target_tp_rank=self.rank,
+            target_tp_ranks=[self.rank],
+            target_cp_ranks=[0],
+            target_pp_ranks=[0],
+            required_dst_info_num=1,
+            required_prefill_response_num=1,
+            decode_allocation_policy=DISAGG_ARGS["disaggregation_decode_allocation_policy"],
+        )
+        return manager
 
     # the stand-ins' context
 
@@ -1159,6 +1342,10 @@ class DecodeRank:
         cls = self.receivers.get(spec.backend)
         if cls is None:
             raise MissingStandIn(f"the target has no {RECEIVERS[spec.backend][1]}")
+        if "mgr" in kwargs:  # the backend's own manager
+            kwargs["mgr"] = self.kv_managers[spec.backend]
+        elif args:
+            args = (self.kv_managers[spec.backend], *args[1:])
         return cls(*args, **kwargs)
 
     def query_dp_ranks(self, bootstrap_addr: str, rooms: list[int]) -> dict[str, int]:
