@@ -137,7 +137,8 @@ def load(tree: SourceTree) -> DecodeTarget:
     for backend, (rel, name) in RECEIVERS.items():
         if tree.read_bytes(rel) is None or name not in ldr.classes(rel):
             continue
-        ldr.plan_class(rel, name, RECEIVER_ENTRIES, RECEIVER_REPLACED)
+        used = _called_on(ldr.parsed(DECODE_PATH), frozenset({"kv_receiver"}))
+        ldr.plan_class(rel, name, (*RECEIVER_ENTRIES, *used), RECEIVER_REPLACED)
         receivers[backend] = (rel, name)
         waiting[backend] = _manager_sets(ldr, rel, "waiting_timeout")
         arity[backend] = _arity(ldr, rel, name)
@@ -268,13 +269,20 @@ def _manager_sets(ldr: loader._Loader, rel: str, attr: str) -> bool:
     return False
 
 
+LIST_OF_SOURCES = -1  # a look-up annotated to return a list of {rank: info} (NIXL 0.4.6.x)
+
+
 def _arity(ldr: loader._Loader, rel: str, name: str) -> dict[str, int]:
     """For each replaced look-up the receiver's hierarchy defines: the length of the tuple
-    its ``return`` gives (1 for a single value)."""
+    its ``return`` gives (1 for a single value; LIST_OF_SOURCES for a list of sources)."""
     found: dict[str, int] = {}
     for _, cls, _ in ldr.hierarchy(rel, name):
         for method, function in methods_of(cls).items():
             if method not in RECEIVER_REPLACED or method in found:
+                continue
+            returns = ast.unparse(function.returns) if function.returns else ""
+            if returns.startswith("Optional[List[Dict"):
+                found[method] = LIST_OF_SOURCES
                 continue
             lengths = [
                 len(n.value.elts) if isinstance(n.value, ast.Tuple) else 1
@@ -468,6 +476,8 @@ class DecodeKVManager(Strict):
         self.pp_rank = 0
         self.system_dp_rank = 0
         self.is_mla_backend = False
+        self.enable_dp_attention = False
+        self.prefill_peer_infos: dict[str, object] = {}  # NIXL 0.4.6.x: its bootstrap cache
         self.enable_all_cp_ranks_for_transfer = False
         self.local_ip = "10.0.0.3"
         self.rank_port = 17100 + rank.rank
@@ -481,6 +491,7 @@ class DecodeKVManager(Strict):
             "kv_args",
             engine_rank=rank.rank,
             gpu_id=rank.rank,
+            page_size=1,
             kv_data_ptrs=[],
             aux_data_ptrs=[],
             state_data_ptrs=[],
@@ -656,8 +667,13 @@ class ReceiverNetwork:
     def _get_prefill_dp_size_from_server(self, *_: object) -> Any:
         return self._sizes("_get_prefill_dp_size_from_server")
 
-    def _get_bootstrap_info_from_server(self, *_: object, **__: object) -> dict[str, object]:
-        return {"rank_ip": PREFILL_SERVER.split(":")[0], "rank_port": PREFILL_RANK_PORT}
+    def _get_bootstrap_info_from_server(self, *_: object, **__: object) -> Any:
+        """The prefill rank's address; NIXL 0.4.6.x asks for a list of {rank: address}
+        ("equal sources"), one entry per prefill rank this rank reads from."""
+        info = {"rank_ip": PREFILL_SERVER.split(":")[0], "rank_port": PREFILL_RANK_PORT}
+        if self.sim_arity.get("_get_bootstrap_info_from_server") == LIST_OF_SOURCES:
+            return [{0: info}]
+        return info
 
     def _register_kv_args(self, *_: object, **__: object) -> None:
         return None
@@ -666,7 +682,10 @@ class ReceiverNetwork:
     sim_manager: DecodeKVManager
 
     @classmethod
-    def _connect(cls, *_: object, **__: object) -> tuple[SimSocket, _Lock]:
+    def _connect(cls, *_: object, **__: object) -> Any:
+        """A socket, with its lock where the release's ``_connect`` returns both."""
+        if cls.sim_arity.get("_connect", 2) == 1:
+            return SimSocket(cls.sim_manager)
         return SimSocket(cls.sim_manager), _Lock()
 
     _connect_to_bootstrap_server = _connect
@@ -753,6 +772,9 @@ UNREACHED = (
     "restore_kv_cache",
     "suffix_page_indices",
     "DecodeStagingHandler",
+    "retraction_restore",
+    "DecLockRefParams",
+    "EvictParams",
 )
 
 
@@ -858,7 +880,10 @@ KEYS_EXTRA: dict[str, Callable[[Any], object]] = {
     "get_disagg": lambda ctx: lambda: Config("get_disagg()", **DISAGG_ARGS),
     "get_memory": lambda ctx: lambda: Config("get_memory()", disable_radix_cache=True),
     # no DeepSeek-V4 pools: a retracted request waits in retracted_queue (0.5.23)
-    "dsv4_needs_rebootstrap": lambda ctx: lambda *_, **__: False,
+    **{
+        name: (lambda ctx: lambda *_, **__: False)
+        for name in ("dsv4_needs_rebootstrap", "dsv41_dspark_needs_rebootstrap")
+    },
     # no Mamba state: its capacity never limits admission
     "ensure_mamba_capacity": lambda ctx: lambda *_, **__: True,
     "envs": lambda ctx: DecodeEnvs(ctx.env, ctx.world.target.env_defaults),
@@ -882,7 +907,7 @@ KEYS_EXTRA: dict[str, Callable[[Any], object]] = {
     "numpy": lambda ctx: FakeNumpy(),
     "zmq": lambda ctx: standins.Unavailable("zmq"),
     "requests": lambda ctx: standins.Unavailable("requests"),
-    "struct": lambda ctx: standins.Unavailable("struct"),
+    "struct": lambda ctx: __import__("struct"),
     "socket": lambda ctx: standins.Unavailable("socket"),
     "defaultdict": lambda ctx: __import__("collections").defaultdict,
     "threading": lambda ctx: threading,
@@ -925,6 +950,7 @@ class DecodeSchedulerStandIn(Strict):
         self.enable_hisparse = False
         self.enable_decode_hicache = False
         self.enable_priority_scheduling = False
+        self.num_tokens_pre_allocated = 0  # 0.4.6 - 0.4.6.post4 count it on the scheduler
         self.schedule_low_priority_values_first = False
         self.enable_lora = False
         self.enable_overlap = False
@@ -1428,7 +1454,8 @@ class DecodeReq(SimReq):
         super().__init__(rid, bootstrap_room)
         self.bootstrap_host, port = PREFILL_SERVER.split(":")
         self.bootstrap_port: Any = port
-        self.sampling_params: Any = Config("sampling_params", max_new_tokens=16)
+        self.sampling_params: Any = Config("sampling_params", max_new_tokens=16, ignore_eos=False)
+        self.eos_token_ids: set[int] = set()
         self.top_logprobs_num = 0
         self.data_parallel_rank = None
         self.kv_committed_len = 0
