@@ -25,7 +25,7 @@ from .decode_world import (
     DecodeTarget,
     DecodeTrace,
 )
-from .scenarios import Outcome
+from .scenarios import Outcome, _deadline
 from .spec import RequestSpec
 
 WAITING_TIMEOUT = 300.0
@@ -222,10 +222,7 @@ def _bounded(trace: DecodeTrace) -> Outcome:
 def _prefill_deadline(tree: SourceTree, ranks: int) -> Outcome:
     """The release's own prefill (its inflight queue) with a request whose transfer never
     completes: pdguard's inflight deadline must fail it (the prefill ``wedge`` scenario)."""
-    from . import load as load_prefill
-    from .scenarios import _deadline
-
-    target: loader.Target = load_prefill(tree)
+    target = loader.load(tree, standins.KEYS, standins.SchedulerStandIn.REPLACES)
     config = prefill_world.WorldConfig(
         (RequestSpec("pair", prefill_s=1.0, transfer_s=None),), ranks, horizon=HORIZON
     )
