@@ -160,3 +160,29 @@ def test_cli_lists_the_decode_scenarios(capsys: pytest.CaptureFixture[str]) -> N
     for name in DECODE:
         assert name in listed
     assert "[decode]" in listed
+
+
+def test_cli_json_report_and_exit_codes(
+    patched: dict[str, Path], capsys: pytest.CaptureFixture[str]
+) -> None:
+    import json
+
+    from pdguard.cli import main
+
+    unpatched = str(fetch_release("0.4.9"))
+    assert main(["simulate", unpatched, "--scenario", "prefill-gone", "--format", "json"]) == 1
+    data = json.loads(capsys.readouterr().out)
+    assert [s["name"] for s in data["scenarios"]] == ["prefill-gone"]
+    assert data["scenarios"][0]["verdict"] == "fail"
+    assert data["scenarios"][0]["failed_requests"] == []  # nobody was told
+    assert "MooncakeKVReceiver" in data["loaded"]["loaded"]
+    assert "DecodePreallocQueue._pre_alloc" in data["loaded"]["replaced_by_standins"]
+    fixed = str(patched["0.4.9"])
+    assert (
+        main(["simulate", fixed, "--decode", "--scenario", "prefill-gone", "--format", "json"]) == 0
+    )
+    row = json.loads(capsys.readouterr().out)["scenarios"][0]
+    assert row["verdict"] == "pass"
+    errors = {f["rid"]: f["client_error"] for f in row["failed_requests"]}
+    assert set(errors) == {"gone-mooncake", "gone-nixl"}
+    assert "waiting for its KV cache" in errors["gone-mooncake"]  # the patch's own reason

@@ -150,6 +150,30 @@ def _each(rids: Callable[[DecodeTrace], list[str]], held: int = 0) -> Callable[.
     return judge
 
 
+def _retracted_waits(judge: Callable[[DecodeTrace], Outcome]) -> Callable[..., Outcome]:
+    """``judge``, once the retracted request is seen waiting in the retracted queue (the
+    retraction gate's path); a run that never put it there cannot show the gate: exit 2."""
+
+    def judged(trace: DecodeTrace) -> Outcome:
+        crash = _crash(trace)
+        if crash is not None:
+            return crash
+        waiting = [s for s in trace.snapshots if "retracted" in s.retracted[0]]
+        if not waiting:
+            raise SimulationGap(
+                "the retracted request never waited in the prealloc queue's retracted_queue: "
+                "the scenario cannot run the retraction gate's path"
+            )
+        outcome = judge(trace)
+        return Outcome(
+            outcome.verdict,
+            f"retracted request waiting from {waiting[0].time:g} s; {outcome.observed}",
+            outcome.seconds,
+        )
+
+    return judged
+
+
 def _gone(trace: DecodeTrace) -> list[str]:
     return [s.rid for s in trace.config.requests if s.transfer_s is None and not s.retracted]
 
@@ -170,6 +194,12 @@ def _never_failed(trace: DecodeTrace) -> Outcome:
             "fail", f"{rid} not complete after {trace.end:g} s ({_where(trace, rid)})", trace.end
         )
     at = max(e.time for e in trace.events_of("streamed"))
+    held = [s for s in trace.snapshots if s.time >= BACKPRESSURE_S / 2 and s.prealloc[0]]
+    if trace.config.memory_full and not held:
+        raise SimulationGap(
+            "no request waited in the prealloc queue while decode memory was full: the "
+            "scenario cannot run the back-pressure path"
+        )
     leak = _slots(trace)
     if leak is not None:
         return Outcome("fail", f"completed by {at:g} s, but {leak}", at)
@@ -335,7 +365,7 @@ DECODE_SCENARIOS: tuple[DecodeScenario, ...] = (
         "prefill is gone after its indices were sent: that request is still failed at the "
         "300 s waiting timeout, KV released, its slots freed (the retracted one may wait)",
         _retracted_world,
-        _each(_gone, held=0),
+        _retracted_waits(_each(_gone)),
         _retracts,
     ),
 )

@@ -41,7 +41,7 @@ from typing import Any, ClassVar, cast
 from ..checks.classes import methods_of
 from ..errors import LoadError
 from ..tree import SourceTree
-from . import loader, passalong, standins
+from . import loader, standins
 from .standins import (
     FINISH_ABORT,
     FINISH_LENGTH,
@@ -160,7 +160,7 @@ def load(tree: SourceTree) -> DecodeTarget:
         (*TRANSFER_ENTRIES, *_called_on(module, TRANSFER_HOLDERS)),
         TRANSFER_REPLACED,
     )
-    mixin_plan = ldr.plan_class(DECODE_PATH, mixin, (PROCESS_QUEUE,))
+    ldr.plan_class(DECODE_PATH, mixin, (PROCESS_QUEUE,))
     ldr.resolve()
     attributes = loader._attribute_verdicts(ldr)
     code = loader.Target(
@@ -178,7 +178,6 @@ def load(tree: SourceTree) -> DecodeTarget:
         display={rel: tree.display(rel) for rel in ldr.order},
     )
     add = methods_of(prealloc.node).get("add")
-    del mixin_plan
     return DecodeTarget(
         label=tree.label,
         version=tree.sglang_version(),
@@ -251,7 +250,7 @@ def _called_on(module: ast.Module, holders: frozenset[str]) -> list[str]:
 
 def _manager_sets(ldr: loader._Loader, rel: str, attr: str) -> bool:
     """Does a ``*KVManager`` class of ``rel`` (or a base it names) assign ``self.<attr>``?"""
-    for name, node in ldr.classes(rel).items():
+    for name in ldr.classes(rel):
         if not name.endswith("KVManager"):
             continue
         for _, cls, _ in ldr.hierarchy(rel, name):
@@ -265,7 +264,6 @@ def _manager_sets(ldr: loader._Loader, rel: str, attr: str) -> bool:
                         and n.value.id == "self"
                     ):
                         return True
-        del node
     return False
 
 
@@ -591,8 +589,6 @@ class _TransferStatus:
     def __init__(self) -> None:
         self.done = False
         self.num_kvs_expected: int | None = None
-        self.received_kvs: set[int] = set()
-        self.received_aux = False
 
     def is_done(self) -> bool:
         return self.done
@@ -1208,16 +1204,19 @@ class DecodeSnapshot:
     metadata_free: tuple[int, ...]  # free metadata slots, per rank
 
     def where(self, rid: str, rank: int) -> str | None:
-        for name, queues in (
-            ("prealloc", self.prealloc),
-            ("transfer", self.transfer),
-            ("retracted", self.retracted),
-            ("pending", self.pending),
-            ("running", self.running),
-        ):
-            if rid in queues[rank]:
-                return name
-        return None
+        """The queues holding ``rid`` on ``rank`` ("prealloc/pending"), or None."""
+        places = [
+            name
+            for name, queues in (
+                ("prealloc", self.prealloc),
+                ("pending", self.pending),
+                ("transfer", self.transfer),
+                ("retracted", self.retracted),
+                ("running", self.running),
+            )
+            if rid in queues[rank]
+        ]
+        return "/".join(places) or None
 
 
 @dataclass(frozen=True)
@@ -1307,7 +1306,6 @@ class DecodeRank:
             obj._recorders = self.recorders
         self.arrivals = sorted(config.requests, key=lambda s: s.arrival)
         self.running: list[tuple[float, SimReq]] = []
-        self._backend_of: dict[int, str] = {}
 
     def _manager(self, has_waiting_timeout: bool) -> DecodeKVManager:
         """A backend's KV manager, with the prefill's layout and this rank's mapping onto it
@@ -1603,4 +1601,12 @@ def describe(target: DecodeTarget) -> Mapping[str, object]:
     return described
 
 
-__all__ = ["DecodeTarget", "LoadError", "load", "passalong", "simulate"]
+__all__ = [
+    "DecodeConfig",
+    "DecodeSpec",
+    "DecodeTarget",
+    "LoadError",
+    "describe",
+    "load",
+    "simulate",
+]
