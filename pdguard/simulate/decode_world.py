@@ -947,6 +947,7 @@ class DecodeSchedulerStandIn(Strict):
         self.enable_decode_hicache = False
         self.enable_priority_scheduling = False
         self.num_tokens_pre_allocated = 0  # 0.4.6 - 0.4.6.post4 count it on the scheduler
+        self.tp_rank = rank.rank
         self.schedule_low_priority_values_first = False
         self.enable_lora = False
         self.enable_overlap = False
