@@ -9,6 +9,7 @@ that its prefill failed a request (``prefill-deadline-pair`` needs both halves o
 
 from __future__ import annotations
 
+import ast
 from pathlib import Path
 
 import pytest
@@ -116,11 +117,19 @@ def test_a_path_the_world_cannot_run_exits_2_naming_it(
     root = copy_release("0.5.6", tmp_path / "fork")
     conn = root / "sglang/srt/disaggregation/nixl/conn.py"
     text = conn.read_text()
-    anchor = "        super().__init__(mgr, bootstrap_addr, bootstrap_room, prefill_dp_rank)\n"
-    assert anchor in text
-    conn.write_text(
-        text.replace(anchor, anchor + "        self.fork_peers = self.kv_mgr.fork_peer_list\n", 1)
+    # after the last statement of NixlKVReceiver.__init__ (found with ast, never spelled out)
+    init = next(
+        f
+        for c in ast.parse(text).body
+        if isinstance(c, ast.ClassDef) and c.name == "NixlKVReceiver"
+        for f in c.body
+        if isinstance(f, ast.FunctionDef) and f.name == "__init__"
     )
+    lines = text.splitlines(keepends=True)
+    end = init.body[-1].end_lineno
+    assert end is not None
+    lines.insert(end, "        self.fork_peers = self.kv_mgr.fork_peer_list\n")
+    conn.write_text("".join(lines))
     with pytest.raises(SimulationGap) as raised:
         simulate.run(open_tree(root), names=["prefill-gone"])
     message = str(raised.value)
