@@ -15,7 +15,7 @@ from pdguard import checks
 from pdguard.cli import build_parser, main
 from pdguard.commands import COMMANDS
 from pdguard.fixes import FIXES
-from pdguard.simulate import SCENARIOS
+from pdguard.simulate import DECODE_SCENARIOS, SCENARIOS
 
 FORMAT_NAMES = {"text", "json", "sarif", "github"}
 
@@ -95,10 +95,12 @@ def test_simulate_list(capsys) -> None:
     assert main(["simulate", "--list"]) == 0
     out = capsys.readouterr().out
     names = [line.split()[0] for line in out.splitlines() if not line.startswith(" ")]
-    assert names == [s.name for s in SCENARIOS]
+    assert names == [s.name for s in (*SCENARIOS, *DECODE_SCENARIOS)]
     assert main(["simulate", "--list", "--format", "json"]) == 0
     data = json.loads(capsys.readouterr().out)
-    assert data == [{"name": s.name, "expected": s.expected} for s in SCENARIOS]
+    assert data == [
+        {"name": s.name, "expected": s.expected} for s in (*SCENARIOS, *DECODE_SCENARIOS)
+    ]
 
 
 def test_simulate_needs_a_path_without_list(capsys) -> None:

@@ -22,7 +22,7 @@ import pytest
 from pdguard import simulate
 from pdguard.cli import main
 from pdguard.errors import SimulationGap
-from pdguard.simulate import SCENARIOS
+from pdguard.simulate import DECODE_SCENARIOS, SCENARIOS
 from pdguard.tree import open_tree
 from pdguard.vendor_sglang import fetch_release
 from tests.helpers import RELEASES
@@ -280,7 +280,7 @@ def test_list_names_every_scenario_with_what_it_shows(capsys: pytest.CaptureFixt
     assert main(["simulate", "--list"]) == 0
     out = capsys.readouterr().out
     names = [line.split()[0] for line in out.splitlines() if line and not line[0].isspace()]
-    assert names == [scenario.name for scenario in SCENARIOS]
+    assert names == [scenario.name for scenario in (*SCENARIOS, *DECODE_SCENARIOS)]
     for name in PATHS:
         assert name in out
     words = " ".join(out.split())

@@ -29,7 +29,10 @@ DESCRIPTION = (
 def epilog() -> str:
     return f"""\
 Each scenario expects what the {FIX} fix should give; on an unpatched tree the
-wedge rows fail and show the bug.
+wedge rows fail and show the bug. The decode scenarios (--decode, or by name) run the
+release's own DecodePreallocQueue, DecodeTransferQueue, process_decode_queue and its
+Mooncake/NIXL KV receivers with a stand-in transport; they expect what the decode fixes
+(receiver-waiting-timeout, decode-queue-bound) give.
 
 `pdguard simulate --list` lists the scenarios and what each shows.
 
@@ -104,18 +107,20 @@ FORMATS = {"text": text, "json": as_json}
 
 def scenario_list(fmt: str) -> str:
     """The scenarios and what each shows (``--list``)."""
-    from ..simulate import SCENARIOS
+    from ..simulate import DECODE_SCENARIOS, SCENARIOS
 
+    every = [(s.name, s.expected, "") for s in SCENARIOS]
+    every += [(s.name, s.expected, "[decode] ") for s in DECODE_SCENARIOS]
     if fmt == "json":
-        return json.dumps([{"name": s.name, "expected": s.expected} for s in SCENARIOS], indent=2)
-    width = max(len(s.name) for s in SCENARIOS)
+        return json.dumps([{"name": name, "expected": text} for name, text, _ in every], indent=2)
+    width = max(len(name) for name, _, _ in every)
     pad = " " * (width + 2)
     return "\n".join(
-        f"{s.name:<{width}}  "
-        + "\n".join(textwrap.wrap(s.expected, 100, initial_indent=pad, subsequent_indent=pad))[
+        f"{name:<{width}}  "
+        + "\n".join(textwrap.wrap(f"{side}{text}", 100, initial_indent=pad, subsequent_indent=pad))[
             len(pad) :
         ]
-        for s in SCENARIOS
+        for name, text, side in every
     )
 
 
@@ -133,10 +138,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="NAME",
         help="run only this scenario (repeat; see --list)",
     )
+    parser.add_argument(
+        "--decode",
+        action="store_true",
+        help="also run every decode scenario (the release's decode queues and KV receivers)",
+    )
 
 
 def run(args: argparse.Namespace) -> int:
-    from ..simulate import NAMES
+    from ..simulate import ALL_NAMES
     from ..simulate import run as simulate
 
     if args.list:
@@ -146,9 +156,11 @@ def run(args: argparse.Namespace) -> int:
         raise UsageError("simulate needs PATH (or --list)")
     if args.ranks < 1:
         raise UsageError(f"--ranks must be at least 1, got {args.ranks}")
-    unknown = sorted(set(args.scenario or ()) - set(NAMES))
+    unknown = sorted(set(args.scenario or ()) - set(ALL_NAMES))
     if unknown:
-        raise UsageError(f"unknown scenario {unknown[0]!r}; the scenarios: {', '.join(NAMES)}")
-    result = simulate(open_tree(args.target), ranks=args.ranks, names=args.scenario)
+        raise UsageError(f"unknown scenario {unknown[0]!r}; the scenarios: {', '.join(ALL_NAMES)}")
+    result = simulate(
+        open_tree(args.target), ranks=args.ranks, names=args.scenario, decode=args.decode
+    )
     emit(FORMATS[args.format](result), args.output_file)
     return EXIT_OK if result.passed else EXIT_CHANGES

@@ -15,10 +15,17 @@ from dataclasses import dataclass, field
 
 from ..errors import LoadError, SimulationGap, UsageError
 from ..tree import SourceTree
-from . import loader, standins, world
+from . import decode_scenarios, decode_world, loader, scenarios, standins, world
+from .decode_scenarios import DECODE_NAMES, DECODE_SCENARIOS
 from .scenarios import NAMES, SCENARIOS
 
+# every scenario, prefill then decode; the decode ones run when named (or ``decode=True``)
+ALL_NAMES = (*NAMES, *DECODE_NAMES)
+
 __all__ = [
+    "ALL_NAMES",
+    "DECODE_NAMES",
+    "DECODE_SCENARIOS",
     "NAMES",
     "SCENARIOS",
     "LoadError",
@@ -70,15 +77,81 @@ def client_errors(trace: world.Trace) -> tuple[tuple[str, str], ...]:
     return tuple(found.items())
 
 
-def run(tree: SourceTree, ranks: int = 2, names: Sequence[str] | None = None) -> SimulationReport:
-    """Run the scenarios (all, or those named) on ``tree``. Raises LoadError when the target's
-    code cannot be loaded, SimulationGap when it reaches something with no stand-in."""
+def run(
+    tree: SourceTree, ranks: int = 2, names: Sequence[str] | None = None, decode: bool = False
+) -> SimulationReport:
+    """Run the scenarios (the prefill ones, or those named; with ``decode`` also every decode
+    scenario) on ``tree``. Raises LoadError when the target's code cannot be loaded,
+    SimulationGap when it reaches something with no stand-in."""
     if ranks < 1:
         raise UsageError("--ranks must be at least 1")
+    wanted_decode = [
+        s for s in DECODE_SCENARIOS if (decode and not names) or (names and s.name in names)
+    ]
+    prefill_named = not names or any(n in NAMES for n in names)
+    if not prefill_named:
+        decoded = decode_world.load(tree)
+        report = SimulationReport(
+            decoded.label, decoded.version, ranks, loaded=dict(decode_world.describe(decoded))
+        )
+        _run_decode(report, tree, decoded, wanted_decode, ranks)
+        return report
     target = load(tree)
     report = SimulationReport(
         target.label, target.version, ranks, loaded=dict(loader.describe(target))
     )
+    _run_prefill(report, target, ranks, names)
+    if wanted_decode:
+        decoded = decode_world.load(tree)
+        report.loaded["decode"] = dict(decode_world.describe(decoded))
+        _run_decode(report, tree, decoded, wanted_decode, ranks)
+    return report
+
+
+def _run_decode(
+    report: SimulationReport,
+    tree: SourceTree,
+    target: decode_world.DecodeTarget,
+    chosen: Sequence[decode_scenarios.DecodeScenario],
+    ranks: int,
+) -> None:
+    for scenario in chosen:
+        why_not = scenario.applies(target)
+        if why_not is not None:
+            report.rows.append(Row(scenario.name, scenario.expected, "n/a", why_not, 0.0))
+            continue
+        trace = decode_world.simulate(scenario.world(target, ranks), target)
+        try:
+            outcome = scenario.judge(trace)
+            if scenario.prefill is not None:
+                half = scenario.prefill(tree, ranks)
+                verdict = "pass" if half.verdict == outcome.verdict == "pass" else "fail"
+                outcome = scenarios.Outcome(
+                    verdict,
+                    f"prefill: {half.observed}; decode: {outcome.observed}",
+                    max(half.seconds, outcome.seconds),
+                )
+        except SimulationGap as exc:
+            raise SimulationGap(f"{exc} (scenario {scenario.name})") from exc
+        errors: dict[str, str] = {}
+        for event in trace.events_of("client_error"):
+            if event.rank == 0 and event.rid is not None:
+                errors.setdefault(event.rid, event.detail)
+        report.rows.append(
+            Row(
+                scenario.name,
+                scenario.expected,
+                outcome.verdict,
+                outcome.observed,
+                outcome.seconds,
+                tuple(errors.items()),
+            )
+        )
+
+
+def _run_prefill(
+    report: SimulationReport, target: loader.Target, ranks: int, names: Sequence[str] | None
+) -> None:
     for scenario in SCENARIOS:
         if names and scenario.name not in names:
             continue
@@ -106,4 +179,3 @@ def run(tree: SourceTree, ranks: int = 2, names: Sequence[str] | None = None) ->
                 client_errors(trace),
             )
         )
-    return report

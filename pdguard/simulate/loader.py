@@ -144,15 +144,13 @@ class Target:
         """``<file>:<line>`` as messages name a line of the target's module ``rel``."""
         return f"{self.display.get(rel, rel)}:{line}"
 
-    def build(
+    def namespaces(
         self,
         standin: Callable[[str], object],
         recorder: Callable[[str], object] | None = None,
         no_import: Callable[..., object] | None = None,
-    ) -> Built:
-        """Execute the compiled code in fresh namespaces; ``standin(key)`` gives a value,
-        ``recorder(label)`` a recording stand-in, and ``no_import`` is the code's
-        ``__import__``."""
+    ) -> dict[str, dict[str, object]]:
+        """Execute the compiled code in fresh namespaces, one per module (see ``build``)."""
         namespaces: dict[str, dict[str, object]] = {}
         loaded_builtins = dict(vars(builtins))
         if no_import is not None:
@@ -183,6 +181,19 @@ class Target:
                     f"{plan.rel} raised {type(exc).__name__}: {exc}"
                 ) from exc
             namespaces[plan.rel] = namespace
+
+        return namespaces
+
+    def build(
+        self,
+        standin: Callable[[str], object],
+        recorder: Callable[[str], object] | None = None,
+        no_import: Callable[..., object] | None = None,
+    ) -> Built:
+        """Execute the compiled code in fresh namespaces; ``standin(key)`` gives a value,
+        ``recorder(label)`` a recording stand-in, and ``no_import`` is the code's
+        ``__import__``."""
+        namespaces = self.namespaces(standin, recorder, no_import)
 
         def cls(where: tuple[str, str]) -> type:
             value = namespaces[where[0]][where[1]]

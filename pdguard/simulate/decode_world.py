@@ -1,0 +1,1613 @@
+"""The decode side of ``pdguard simulate``: the release's own decode queues and KV receivers on
+N simulated ranks.
+
+What runs from the target (loaded by ``loader``, never imported):
+
+* ``DecodePreallocQueue`` (``add``, ``pop_preallocated``, ``resume_retracted_reqs`` and what
+  they reach), ``DecodeTransferQueue`` (``extend``, ``pop_transferred``) and the scheduler
+  mixin's ``process_decode_queue``, which calls both queues (and holds the retraction gate);
+* each backend's KV receiver, ``MooncakeKVReceiver`` and ``NixlKVReceiver`` with their bases:
+  the constructor, ``init``/``send_metadata`` (which sends the KV indices), ``poll``,
+  ``abort``, ``failure_exception`` and ``clear``.
+
+What the simulated world gives instead (``Target.replaced`` lists it in the JSON report):
+
+* the network: the receivers' bootstrap look-ups (``_get_bootstrap_info_from_server``,
+  ``_get_prefill_parallel_info_from_server``, ...), their ZMQ ``_connect`` (a socket that hands
+  the indices to the stand-in transport) and ``_register_kv_args``; the KV manager is
+  :class:`DecodeKVManager`, whose transport follows each request's script: the prefill writes
+  the KV and the metadata and reports Success ``transfer_s`` after the indices arrived, or, when
+  the prefill is gone, nothing ever (no release tells the decode that its prefill failed a
+  request, sgl-project/sglang#28651);
+* device memory: ``_pre_alloc`` (a request-pool slot and the KV pages, recorded) and
+  ``_allocatable_tokens`` (0 while the scenario holds decode memory full);
+* the decode batch: a transferred request decodes for one second and finishes.
+
+Every ``poll_and_all_reduce`` exchanges the ranks' polls through a barrier and MIN-reduces
+them, as on the prefill side (``world._Collective``). A rank step is one iteration of SGLang's
+decode event loop: arrivals (``add``), ``process_decode_queue``, the running batch.
+"""
+
+from __future__ import annotations
+
+import ast
+import inspect
+import threading
+import traceback
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, ClassVar, cast
+
+from ..checks.classes import methods_of
+from ..errors import LoadError
+from ..tree import SourceTree
+from . import loader, standins
+from .standins import (
+    FINISH_ABORT,
+    FINISH_LENGTH,
+    Config,
+    Group,
+    Inert,
+    MetadataAllocator,
+    MissingStandIn,
+    SimReq,
+    Strict,
+)
+from .world import BARRIER_TIMEOUT, EPS, Divergence, _Collective, _names_a_standin
+
+DECODE_PATH = "sglang/srt/disaggregation/decode.py"
+UTILS_PATH = "sglang/srt/disaggregation/utils.py"
+RECEIVERS = {
+    "mooncake": ("sglang/srt/disaggregation/mooncake/conn.py", "MooncakeKVReceiver"),
+    "nixl": ("sglang/srt/disaggregation/nixl/conn.py", "NixlKVReceiver"),
+}
+PREALLOC_QUEUE = "DecodePreallocQueue"
+TRANSFER_QUEUE = "DecodeTransferQueue"
+PROCESS_QUEUE = "process_decode_queue"
+PREALLOC_ENTRIES = ("add", "extend", "pop_preallocated", "resume_retracted_reqs")
+TRANSFER_ENTRIES = ("extend", "pop_transferred")
+RECEIVER_ENTRIES = ("__init__", "init", "send_metadata", "poll", "abort", "failure_exception")
+# Replaced by the simulated world (device memory), never loaded from the target.
+PREALLOC_REPLACED = frozenset({"_pre_alloc", "_allocatable_tokens", "__init__", "_init_kv_manager"})
+TRANSFER_REPLACED = frozenset({"__init__"})
+# The receivers' network: replaced by ReceiverNetwork's methods.
+RECEIVER_REPLACED = frozenset(
+    {
+        "_get_bootstrap_info_from_server",
+        "_get_prefill_parallel_info_from_server",
+        "_get_prefill_dp_size_from_server",
+        "_register_kv_args",
+        "_connect",
+        "_connect_to_bootstrap_server",
+        "query_prefill_dp_ranks",
+    }
+)
+PREFILL_SERVER = "10.0.0.2:8998"
+PREFILL_RANK_PORT = 17000
+EPOCH_ROOM = 1000
+
+
+# -- the target ------------------------------------------------------------------------------
+
+
+@dataclass
+class DecodeTarget:
+    """The release's decode code, compiled once and built per rank."""
+
+    label: str
+    version: str | None
+    code: loader.Target
+    mixin: str
+    receivers: dict[str, tuple[str, str]]  # backend -> (module, class)
+    # the KV manager of a backend sets ``self.waiting_timeout`` (upstream's receiver timeout
+    # reads it there: Mooncake 0.4.9.post1+, NIXL 0.5.6+)
+    manager_waiting_timeout: dict[str, bool]
+    # backend -> the class-level defaults of the receiver's hierarchy the loader leaves out
+    # (it loads methods only): constants, and nullcontext() / Lock() / RLock() as made
+    class_defaults: dict[str, dict[str, object]]
+    # backend -> replaced look-up -> how many values its return gives (a tuple's length)
+    arity: dict[str, dict[str, int]]
+    get_buf: tuple[str, ...]  # the metadata buffers MetadataBuffers.get_buf returns, in order
+    prealloc_methods: frozenset[str]
+    add_params: tuple[str, ...]
+    replaced: tuple[str, ...]
+    env_defaults: dict[str, object] = field(default_factory=dict)
+    # DecodeRequest's fields with a default: name -> the default (an enum member by its
+    # lower-case name, as ``_EnumNames`` gives it)
+    request_fields: dict[str, object] = field(default_factory=dict)
+
+    @property
+    def retracts(self) -> bool:
+        """Does the release retract decode requests into the prealloc queue (0.4.7.post1+)?"""
+        return "is_retracted" in self.add_params
+
+    @property
+    def pends(self) -> bool:
+        """Does the prealloc queue park requests whose prefill DP rank is unknown (0.5.10+)?"""
+        return "_resolve_pending_reqs" in self.prealloc_methods
+
+
+def load(tree: SourceTree) -> DecodeTarget:
+    """The target's decode code, compiled for the simulation; LoadError says why it cannot be."""
+    ldr = loader._Loader(tree, KEYS)
+    receivers: dict[str, tuple[str, str]] = {}
+    waiting: dict[str, bool] = {}
+    arity: dict[str, dict[str, int]] = {}
+    defaults: dict[str, dict[str, object]] = {}
+    for backend, (rel, name) in RECEIVERS.items():
+        if tree.read_bytes(rel) is None or name not in ldr.classes(rel):
+            continue
+        used = _called_on(ldr.parsed(DECODE_PATH), frozenset({"kv_receiver"}))
+        ldr.plan_class(rel, name, (*RECEIVER_ENTRIES, *used), RECEIVER_REPLACED)
+        receivers[backend] = (rel, name)
+        waiting[backend] = _manager_sets(ldr, rel, "waiting_timeout")
+        arity[backend] = _arity(ldr, rel, name)
+        defaults[backend] = _class_defaults(ldr, rel, name)
+    # after the receivers: decode.py names their base classes (built first)
+    mixin = ldr.class_defining(DECODE_PATH, PROCESS_QUEUE)
+    # what the mixin and each queue call on the other queue (``self.transfer_queue.X``,
+    # ``self.scheduler.disagg_decode_prealloc_queue.X``, ...)
+    module = ldr.parsed(DECODE_PATH)
+    prealloc = ldr.plan_class(
+        DECODE_PATH,
+        PREALLOC_QUEUE,
+        (*PREALLOC_ENTRIES, *_called_on(module, PREALLOC_HOLDERS)),
+        PREALLOC_REPLACED,
+    )
+    ldr.plan_class(
+        DECODE_PATH,
+        TRANSFER_QUEUE,
+        (*TRANSFER_ENTRIES, *_called_on(module, TRANSFER_HOLDERS)),
+        TRANSFER_REPLACED,
+    )
+    ldr.plan_class(DECODE_PATH, mixin, (PROCESS_QUEUE,))
+    ldr.resolve()
+    attributes = loader._attribute_verdicts(ldr)
+    code = loader.Target(
+        label=tree.label,
+        version=tree.sglang_version(),
+        mixin=(DECODE_PATH, mixin),
+        bootstrap_queue=(DECODE_PATH, PREALLOC_QUEUE),
+        nixl_sender=None,
+        modules=[ldr.modules[rel] for rel in ldr.order],
+        self_reads={},
+        loaded=loader._loaded_methods(ldr),
+        replaced=(),
+        pass_along=frozenset(a for a, v in attributes.items() if v.passes_along),
+        attributes=attributes,
+        display={rel: tree.display(rel) for rel in ldr.order},
+    )
+    add = methods_of(prealloc.node).get("add")
+    return DecodeTarget(
+        label=tree.label,
+        version=tree.sglang_version(),
+        code=code,
+        mixin=mixin,
+        receivers=receivers,
+        manager_waiting_timeout=waiting,
+        arity=arity,
+        class_defaults=defaults,
+        get_buf=_get_buf(tree),
+        prealloc_methods=frozenset(methods_of(prealloc.node)),
+        env_defaults=_env_defaults(tree),
+        request_fields=_request_fields(ldr.classes(DECODE_PATH).get("DecodeRequest")),
+        add_params=tuple(a.arg for a in add.args.args) if add is not None else (),
+        replaced=tuple(
+            sorted(
+                {f"{PREALLOC_QUEUE}.{m}" for m in PREALLOC_REPLACED - {"__init__"}}
+                | {f"{name}.{m}" for name in ("receivers",) for m in RECEIVER_REPLACED}
+            )
+        ),
+    )
+
+
+_CLASS_VALUES: dict[str, Callable[[], object]] = {
+    "nullcontext": lambda: _Lock(),
+    "Lock": threading.Lock,
+    "RLock": threading.RLock,
+}
+
+
+def _class_defaults(ldr: loader._Loader, rel: str, name: str) -> dict[str, object]:
+    """Class-level ``name = <constant>`` (and ``nullcontext()``, ``threading.Lock()``) of the
+    class and its bases, the class's own first."""
+    found: dict[str, object] = {}
+    for _, cls, _ in ldr.hierarchy(rel, name):
+        for stmt in cls.body:
+            target: ast.expr | None = stmt.target if isinstance(stmt, ast.AnnAssign) else None
+            if isinstance(stmt, ast.Assign) and len(stmt.targets) == 1:
+                target = stmt.targets[0]
+            value = getattr(stmt, "value", None)
+            if not isinstance(target, ast.Name) or target.id in found or value is None:
+                continue
+            if isinstance(value, ast.Constant):
+                found[target.id] = value.value
+            elif isinstance(value, ast.Call) and not value.args:
+                func = value.func
+                called = func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", "")
+                if called in _CLASS_VALUES:
+                    found[target.id] = _CLASS_VALUES[called]
+    return found
+
+
+PREALLOC_HOLDERS = frozenset({"disagg_decode_prealloc_queue", "prealloc_queue"})
+TRANSFER_HOLDERS = frozenset({"disagg_decode_transfer_queue", "transfer_queue"})
+
+
+def _called_on(module: ast.Module, holders: frozenset[str]) -> list[str]:
+    """Every X of ``<...>.<holder>.X`` or ``<holder>.X`` (a local) in decode.py: what the
+    mixin and the other queue call on a queue."""
+    found: set[str] = set()
+    for n in ast.walk(module):
+        if not isinstance(n, ast.Attribute):
+            continue
+        value = n.value
+        held = value.attr if isinstance(value, ast.Attribute) else getattr(value, "id", None)
+        if held in holders:
+            found.add(n.attr)
+    return sorted(found)
+
+
+def _manager_sets(ldr: loader._Loader, rel: str, attr: str) -> bool:
+    """Does a ``*KVManager`` class of ``rel`` (or a base it names) assign ``self.<attr>``?"""
+    for name in ldr.classes(rel):
+        if not name.endswith("KVManager"):
+            continue
+        for _, cls, _ in ldr.hierarchy(rel, name):
+            for function in methods_of(cls).values():
+                for n in ast.walk(function):
+                    if (
+                        isinstance(n, ast.Attribute)
+                        and isinstance(n.ctx, ast.Store)
+                        and n.attr == attr
+                        and isinstance(n.value, ast.Name)
+                        and n.value.id == "self"
+                    ):
+                        return True
+    return False
+
+
+LIST_OF_SOURCES = -1  # a look-up annotated to return a list of {rank: info} (NIXL 0.4.6.x)
+
+
+def _arity(ldr: loader._Loader, rel: str, name: str) -> dict[str, int]:
+    """For each replaced look-up the receiver's hierarchy defines: the length of the tuple
+    its ``return`` gives (1 for a single value; LIST_OF_SOURCES for a list of sources)."""
+    found: dict[str, int] = {}
+    for _, cls, _ in ldr.hierarchy(rel, name):
+        for method, function in methods_of(cls).items():
+            if method not in RECEIVER_REPLACED or method in found:
+                continue
+            returns = ast.unparse(function.returns) if function.returns else ""
+            if returns.startswith("Optional[List[Dict"):
+                found[method] = LIST_OF_SOURCES
+                continue
+            lengths = [
+                len(n.value.elts) if isinstance(n.value, ast.Tuple) else 1
+                for n in ast.walk(function)
+                if isinstance(n, ast.Return) and n.value is not None
+            ]
+            found[method] = max(lengths, default=1)
+    return found
+
+
+def _request_fields(node: ast.ClassDef | None) -> dict[str, object]:
+    """The defaults of the ``DecodeRequest`` dataclass (constants and enum members)."""
+    found: dict[str, object] = {}
+    for stmt in node.body if node is not None else []:
+        if not isinstance(stmt, ast.AnnAssign) or not isinstance(stmt.target, ast.Name):
+            continue
+        if isinstance(stmt.value, ast.Constant):
+            found[stmt.target.id] = stmt.value.value
+        elif isinstance(stmt.value, ast.Attribute):
+            found[stmt.target.id] = stmt.value.attr.lower()
+    return found
+
+
+def _get_buf(tree: SourceTree) -> tuple[str, ...]:
+    """The buffers ``MetadataBuffers.get_buf`` returns, in order (``self.<name>[idx]...``)."""
+    data = tree.read_bytes(UTILS_PATH)
+    if data is None:
+        return ()
+    module = ast.parse(data)
+    for node in ast.walk(module):
+        if isinstance(node, ast.FunctionDef) and node.name == "get_buf":
+            for ret in ast.walk(node):
+                if isinstance(ret, ast.Return) and isinstance(ret.value, ast.Tuple):
+                    return tuple(_buffer_name(e) for e in ret.value.elts)
+    return ()
+
+
+def _buffer_name(node: ast.expr) -> str:
+    for n in ast.walk(node):
+        if isinstance(n, ast.Attribute) and isinstance(n.value, ast.Name) and n.value.id == "self":
+            return n.attr
+    return "?"
+
+
+# -- stand-ins -------------------------------------------------------------------------------
+
+
+KV_INDICES_MARK = b"pdguard-kv-indices:"
+
+
+class SimTensor:
+    """A small CPU tensor / numpy array: KV indices and metadata-buffer rows."""
+
+    def __init__(self, values: list[int]) -> None:
+        self._values = list(values)
+
+    def __getitem__(self, key: int | slice) -> SimTensor:
+        if isinstance(key, slice):
+            return SimTensor(self._values[key])
+        return SimTensor([self._values[key]])
+
+    def __len__(self) -> int:
+        return len(self._values)
+
+    def item(self) -> int:
+        return self._values[0]
+
+    def tolist(self) -> list[int]:
+        return list(self._values)
+
+    def cpu(self) -> SimTensor:
+        return self
+
+    def numpy(self) -> SimTensor:
+        return self
+
+    def clone(self) -> SimTensor:
+        return SimTensor(self._values)
+
+    def tobytes(self) -> bytes:
+        """The indices as the receiver sends them, marked so the socket knows them."""
+        return KV_INDICES_MARK + b"".join(
+            v.to_bytes(8, "little", signed=True) for v in self._values
+        )
+
+    def astype(self, *_: object) -> SimTensor:
+        return self
+
+    @property
+    def size(self) -> int:
+        return len(self._values)
+
+
+class FakeTorch:
+    """``torch`` as the decode queues use it on the CPU: ``torch.distributed.ReduceOp``
+    names for ``all_reduce_flags`` (0.5.23); anything else is not simulated."""
+
+    def __init__(self) -> None:
+        self.distributed = Config(
+            "torch.distributed", ReduceOp=Config("ReduceOp", MIN="min", MAX="max")
+        )
+
+    def __getattr__(self, attr: str) -> Any:
+        if attr.startswith("__"):
+            raise AttributeError(attr)
+        raise MissingStandIn(f"torch.{attr} (used by {standins._caller()}) is not simulated")
+
+
+def all_reduce_flags(flags: list[int], group: Group, op: str) -> list[int]:
+    """SGLang's ``all_reduce_flags`` (0.5.23): MIN or MAX of each entry over the group."""
+    if not flags:
+        return flags
+    if op == "max":
+        return [-v for v in group.all_reduce_min([-int(f) for f in flags])]
+    return group.all_reduce_min([int(f) for f in flags])
+
+
+class FakeNumpy:
+    """``numpy`` as the decode queues use it on the KV indices: dtypes only (``astype``)."""
+
+    int32 = "int32"
+    int64 = "int64"
+
+    def __getattr__(self, attr: str) -> Any:
+        if attr.startswith("__"):
+            raise AttributeError(attr)
+        raise MissingStandIn(f"numpy.{attr} (used by {standins._caller()}) is not simulated")
+
+
+class SimDecodeRequest(Strict):
+    """SGLang's ``DecodeRequest`` dataclass: the fields the queues set and read."""
+
+    _what = "decode_req"
+
+    # the release's fields with their defaults (``DecodeTarget.request_fields``), per rank
+    fields: ClassVar[dict[str, object]] = {}
+
+    def __init__(self, req: SimReq, kv_receiver: Any, **values: object) -> None:
+        for key, value in self.fields.items():
+            setattr(self, key, value)
+        self.req = req
+        self.kv_receiver = kv_receiver
+        for key, value in values.items():
+            setattr(self, key, value)
+
+    @property
+    def seqlen(self) -> int:
+        return len(self.req.origin_input_ids) + len(self.req.output_ids)
+
+
+@dataclass
+class RoomScript:
+    """What the prefill does for one bootstrap room."""
+
+    transfer_s: float | None  # after the indices arrive; None: the prefill is gone
+    registered: bool = True  # the prefill registered the room (answers /query_dp_ranks)
+
+
+class DecodeKVManager(Strict):
+    """The KV manager every receiver of a rank shares, with a scripted transport: the prefill
+    of a room reports Success (and writes the room's metadata) ``transfer_s`` seconds after
+    the decode sent its indices; a prefill that is gone reports nothing."""
+
+    _what = "kv_mgr"
+
+    def __init__(self, rank: DecodeRank, waiting_timeout: int | None) -> None:
+        self._rank = rank
+        self.request_status: dict[int, int] = {}
+        self.failure_records: dict[int, str] = {}
+        self.failure_lock = threading.Lock()
+        self.transfer_statuses: dict[int, _TransferStatus] = _Statuses()
+        self.sent_at: dict[int, float] = {}
+        self.prefill_tp_size_table: dict[str, int] = {}
+        self.prefill_dp_size_table: dict[str, int] = {}
+        self.prefill_pp_size_table: dict[str, int] = {}
+        self.prefill_attention_tp_size_table: dict[str, int] = {}
+        self.prefill_info_table: dict[str, object] = {}
+        self.connection_pool: dict[str, object] = {}
+        self.required_prefill_response_num_table: dict[int, int] = {}
+        self.prefill_response_tracker: dict[int, set[int]] = {}
+        self.addr_to_rooms_tracker: dict[str, set[int]] = _RoomTracker()
+        self.tp_size = rank.world.config.ranks
+        self.dp_size = 1
+        self.attn_tp_size = rank.world.config.ranks
+        self.attn_tp_rank = rank.rank
+        self.attn_cp_size = 1
+        self.attn_cp_rank = 0
+        self.attn_dp_size = 1
+        self.attn_dp_rank = 0
+        self.pp_size = 1
+        self.pp_rank = 0
+        self.system_dp_rank = 0
+        self.is_mla_backend = False
+        self.enable_dp_attention = False
+        self.prefill_peer_infos: dict[str, object] = {}  # NIXL 0.4.6.x: its bootstrap cache
+        self.enable_all_cp_ranks_for_transfer = False
+        self.local_ip = "10.0.0.3"
+        self.rank_port = 17100 + rank.rank
+        self.server_socket = Inert("server_socket")
+        self.agent = Config(
+            "agent",
+            name=f"decode-agent-{rank.rank}",
+            get_agent_metadata=lambda: b"decode-agent-metadata",
+        )
+        self.kv_args = Config(
+            "kv_args",
+            engine_rank=rank.rank,
+            gpu_id=rank.rank,
+            page_size=1,
+            kv_data_ptrs=[],
+            aux_data_ptrs=[],
+            state_data_ptrs=[],
+            state_types=[],
+            kv_item_lens=[1],
+            aux_item_lens=[1],
+            prefill_pp_size=1,
+            pp_rank=0,
+            system_dp_rank=0,
+        )
+        self.server_args = Config(
+            "kv_mgr.server_args",
+            disaggregation_decode_allocation_policy="early",
+        )
+        self.bootstrap_timeout = 300
+        self.enable_staging = False
+        self.defer_decode_allocation = False  # the default allocation policy, early
+        self.enable_deferred_decode_kv_release = False
+        self.connection_lock = threading.Lock()
+        if waiting_timeout is not None:
+            self.waiting_timeout = waiting_timeout
+
+    def __getattr__(self, attr: str) -> Any:
+        if attr.endswith("_table"):  # the per-prefill caches a manager keeps: empty at first
+            table: dict[object, object] = {}
+            object.__setattr__(self, attr, table)
+            return table
+        return super().__getattr__(attr)
+
+    def build_receiver_metadata_message(self, *, bootstrap_room: int, **_: object) -> list[bytes]:
+        """The message that carries a room's KV indices (0.5.23): the room first."""
+        return [str(bootstrap_room).encode("ascii"), KV_INDICES_MARK]
+
+    def build_receiver_registration_message(self, *_: object, **__: object) -> list[bytes]:
+        return [b"None", b"kv-args"]
+
+    def try_ensure_parallel_info(self, bootstrap_addr: str) -> bool:
+        """The prefill's parallel info is cached (its bootstrap server answered)."""
+        return bootstrap_addr in self.prefill_info_table
+
+    # Mooncake's status table
+
+    def get_session_id(self) -> str:
+        return f"decode-session-{self._rank.rank}"
+
+    def update_status(self, room: int, status: int) -> None:
+        if room not in self.request_status or status == int(standins.KVPoll.Failed):
+            self.request_status[room] = int(status)
+        else:
+            self.request_status[room] = max(self.request_status[room], int(status))
+
+    def check_status(self, room: int) -> int:
+        self._deliver(room)
+        return self.request_status[room]
+
+    def record_failure(self, room: int, reason: str) -> None:
+        with self.failure_lock:
+            self.failure_records[room] = reason
+
+    # NIXL's transfer table
+
+    def update_transfer_status(self) -> None:
+        for room in list(self.sent_at):
+            self._deliver(room)
+
+    def check_transfer_done(self, room: int) -> bool:
+        self._deliver(room)
+        status = self.transfer_statuses.get(room)
+        return status is not None and (status.is_done() or status.is_failed())
+
+    # the transport
+
+    def sim_sent(self, room: int) -> None:
+        """The decode sent the room's KV indices (the receiver's socket)."""
+        self.sent_at.setdefault(room, self._rank.now())
+        self._rank.record("indices_sent", self._rank.rid_of(room))
+
+    def sim_abort_sent(self, room: int) -> None:
+        self._rank.record("abort_sent", self._rank.rid_of(room))
+
+    def _deliver(self, room: int) -> None:
+        script = self._rank.script(room)
+        sent = self.sent_at.get(room)
+        if script is None or script.transfer_s is None or sent is None:
+            return
+        if self._rank.now() + EPS < sent + script.transfer_s:
+            return
+        if self.request_status.get(room) != int(standins.KVPoll.Success):
+            self._rank.write_metadata(room)
+            self.update_status(room, int(standins.KVPoll.Success))
+            self.transfer_statuses[room].done = True
+
+
+class _TransferStatus:
+    """NIXL's ``TransferStatus`` of a room."""
+
+    def __init__(self) -> None:
+        self.done = False
+        self.num_kvs_expected: int | None = None
+
+    def is_done(self) -> bool:
+        return self.done
+
+    def is_failed(self) -> bool:
+        return self.num_kvs_expected == -1
+
+
+class _Statuses(dict[int, _TransferStatus]):
+    def __missing__(self, room: int) -> _TransferStatus:
+        self[room] = _TransferStatus()
+        return self[room]
+
+
+class _RoomTracker(dict[str, set[int]]):
+    def __missing__(self, addr: str) -> set[int]:
+        self[addr] = set()
+        return self[addr]
+
+
+class _Lock:
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, *_: object) -> None:
+        return None
+
+
+class SimSocket:
+    """The ZMQ PUSH socket to the prefill: a message that names a room in its first two
+    frames (NIXL sends a guard frame first) and carries KV indices (``SimTensor.tobytes``)
+    hands that room's indices to the transport; an abort notification (0.5.13+) is
+    recorded; any other message (a registration) changes nothing."""
+
+    def __init__(self, manager: DecodeKVManager) -> None:
+        self._manager = manager
+
+    def send_multipart(self, frames: list[bytes], *_: object, **__: object) -> None:
+        texts = [f.decode("ascii", "replace") if isinstance(f, bytes) else "" for f in frames]
+        room = next((int(t) for t in texts[:2] if t.isdigit()), None)
+        if room is None:
+            return
+        if any("abort" in t.lower() for t in texts):
+            self._manager.sim_abort_sent(room)
+        elif any(isinstance(f, bytes) and f.startswith(KV_INDICES_MARK) for f in frames):
+            self._manager.sim_sent(room)
+
+
+class PrefillInfo(Config):
+    """``PrefillServerInfo`` (0.5.10+): the prefill's parallel layout, from its bootstrap
+    server."""
+
+
+class ReceiverNetwork:
+    """The receivers' network calls, replaced (the rest of each receiver is the release's)."""
+
+    kv_mgr: DecodeKVManager
+
+    # how many values the release's own look-up returns (a tuple of sizes), by method
+    sim_arity: ClassVar[dict[str, int]] = {}
+
+    def _sizes(self, method: str) -> Any:
+        """The prefill's TP size (the decode's: one prefill rank per decode rank), then a
+        size of one for each other value (DP, PP, ...)."""
+        arity = self.sim_arity.get(method, 1)
+        tp = self.kv_mgr.tp_size
+        return tp if arity <= 1 else (tp,) + (1,) * (arity - 1)
+
+    def _get_prefill_parallel_info_from_server(self, *_: object) -> Any:
+        return self._sizes("_get_prefill_parallel_info_from_server")
+
+    def _get_prefill_dp_size_from_server(self, *_: object) -> Any:
+        return self._sizes("_get_prefill_dp_size_from_server")
+
+    def _get_bootstrap_info_from_server(self, *_: object, **__: object) -> Any:
+        """The prefill rank's address; NIXL 0.4.6.x asks for a list of {rank: address}
+        ("equal sources"), one entry per prefill rank this rank reads from."""
+        info = {"rank_ip": PREFILL_SERVER.split(":")[0], "rank_port": PREFILL_RANK_PORT}
+        if self.sim_arity.get("_get_bootstrap_info_from_server") == LIST_OF_SOURCES:
+            return [{0: info}]
+        return info
+
+    def _register_kv_args(self, *_: object, **__: object) -> None:
+        return None
+
+    # the rank's KV manager: ``_connect`` is a classmethod in SGLang
+    sim_manager: DecodeKVManager
+
+    @classmethod
+    def _connect(cls, *_: object, **__: object) -> Any:
+        """A socket, with its lock where the release's ``_connect`` returns both."""
+        if cls.sim_arity.get("_connect", 2) == 1:
+            return SimSocket(cls.sim_manager)
+        return SimSocket(cls.sim_manager), _Lock()
+
+    _connect_to_bootstrap_server = _connect
+
+
+def poll_and_all_reduce(
+    pollers: list[Any],
+    group: Group,
+    decode_reqs: list[SimDecodeRequest] | None = None,
+    metadata_buffers: MetadataBuffers | None = None,
+    server_args: object = None,
+) -> list[int]:
+    """SGLang's decode ``poll_and_all_reduce``: each receiver's poll, with (0.5.13+, when the
+    queue passes its requests and metadata buffers) Success held as Transferring while the
+    request's metadata row has no room yet, then the MIN over the group."""
+    polls = [int(poller.poll()) for poller in pollers]
+    if decode_reqs is not None and metadata_buffers is not None and server_args is not None:
+        success = int(standins.KVPoll.Success)
+        for i, poll in enumerate(polls):
+            index = decode_reqs[i].metadata_buffer_index
+            if poll == success and metadata_buffers.rooms.get(index, 0) == 0:
+                polls[i] = int(standins.KVPoll.Transferring)
+    return group.all_reduce_min(polls)
+
+
+def _kv_to_page_indices(kv_indices: SimTensor, page_size: int) -> SimTensor:
+    return kv_indices
+
+
+def _bootstrap_addr(req: SimReq) -> str:
+    return f"{req.bootstrap_host}:{req.bootstrap_port}"
+
+
+def _not_fake(*_: object) -> bool:
+    return False
+
+
+class _NotThisPool:
+    """A KV pool or request pool type the simulated decode does not use (``isinstance`` of
+    the simulated pools with it is False)."""
+
+
+# Pool types the queues test with ``isinstance`` (SWA, hybrid-linear, NSA, Mamba models).
+OTHER_POOLS = (
+    "HybridLinearKVPool",
+    "SWAKVPool",
+    "NSATokenToKVPool",
+    "HybridMambaDecodeReqToTokenPool",
+    "HybridReqToTokenPool",
+    "MambaPool",
+    "SWATokenToKVPoolAllocator",
+    "DeepSeekV4TokenToKVPool",
+)
+
+# Names the loaded code reaches only on paths no decode scenario takes (staging buffers,
+# HiCache restore, host staging): any use is a MissingStandIn, so the run exits 2 naming it.
+UNREACHED = (
+    "poll_and_all_reduce_with_staging",
+    "DecodePrefixMatch",
+    "HiCacheRestoreGatedKVReceiver",
+    "InitLoadBackParams",
+    "MatchPrefixParams",
+    "match_prefix_for_req",
+    "dsv4_state_payloads",
+    "get_dsv4_c128_state_indices",
+    "get_num_new_pages",
+    "is_dsv4_c128_online_enabled",
+    "page_align_floor",
+    "AbortNotification",
+    "_bigram_boundary_tokens",
+    "_req_radix_key",
+    "PoolName",
+    "PoolTransfer",
+    "RetractionBackup",
+    "_bind_root_prefix",
+    "_generate_fake_prefill_handoff_output_id",
+    "ceil_align",
+    "discard_kv_cache_backup",
+    "get_dsa_tail_state_indices",
+    "get_qsa_pending_state_indices",
+    "is_swa_req_ring",
+    "match_kv_cache",
+    "minimax_index_transfer_pages",
+    "restore_kv_cache",
+    "suffix_page_indices",
+    "DecodeStagingHandler",
+    "retraction_restore",
+    "DecLockRefParams",
+    "EvictParams",
+)
+
+
+class KVTransferDestination:
+    """Where a receiver puts the KV (0.5.21+): the simulated decode uses device memory."""
+
+    DEVICE = "device"
+    HOST = "host"
+
+
+class _EnumNames:
+    """A string enum of SGLang's (``StateType``): each member is its lower-case name; the
+    simulated model has no extra state, so the members only key dictionaries."""
+
+    def __init__(self, name: str) -> None:
+        self._name = name
+
+    def __getattr__(self, attr: str) -> str:
+        if attr.startswith("__"):
+            raise AttributeError(attr)
+        return attr.lower()
+
+
+class DecodeEnvs:
+    """``envs``: ``envs.NAME.get()`` reads the scenario's environment, else the release's own
+    default (its environ.py)."""
+
+    def __init__(self, env: dict[str, str], defaults: Mapping[str, object]) -> None:
+        self._env = env
+        self._defaults = defaults
+
+    def __getattr__(self, name: str) -> _EnvValue:
+        if name.startswith("__"):
+            raise AttributeError(name)
+        if name not in self._defaults:
+            raise MissingStandIn(f"envs.{name} has no default in the release's environ.py")
+        return _EnvValue(self._env.get(name), self._defaults[name])
+
+
+class _EnvValue:
+    def __init__(self, raw: str | None, default: object) -> None:
+        self._raw, self._default = raw, default
+
+    def get(self) -> object:
+        if self._raw is None:
+            return self._default
+        if isinstance(self._default, bool):
+            return self._raw.lower() in ("1", "true", "yes")
+        if isinstance(self._default, int | float):
+            return type(self._default)(self._raw)
+        return self._raw
+
+    value = property(get)
+
+
+_ENV_KINDS = {"EnvInt": int, "EnvFloat": float, "EnvBool": bool, "EnvStr": str}
+
+
+def _env_defaults(tree: SourceTree) -> dict[str, object]:
+    """``NAME = EnvInt(300)`` and the like in the release's environ.py: name -> default."""
+    data = tree.read_bytes("sglang/srt/environ.py")
+    found: dict[str, object] = dict(standins.ENV_DEFAULTS)
+    if data is None:
+        return found
+    for node in ast.walk(ast.parse(data)):
+        if not (
+            isinstance(node, ast.Assign)
+            and len(node.targets) == 1
+            and isinstance(node.targets[0], ast.Name)
+            and isinstance(node.value, ast.Call)
+            and isinstance(node.value.func, ast.Name)
+            and node.value.func.id in _ENV_KINDS
+        ):
+            continue
+        args = node.value.args
+        if args and isinstance(args[0], ast.Constant):
+            found[node.targets[0].id] = args[0].value
+    return found
+
+
+def _pool_type(name: str) -> Callable[[Any], object]:
+    return lambda ctx: type(name, (_NotThisPool,), {})
+
+
+def _unreached(name: str) -> Callable[[Any], object]:
+    return lambda ctx: standins.Unavailable(name)
+
+
+DISAGG_ARGS = {  # the decode server's disaggregation arguments (SGLang's defaults)
+    "disaggregation_decode_enable_offload_kvcache": False,
+    "disaggregation_decode_allocation_policy": "early",
+    "disaggregation_decode_polling_interval": 1,
+    "disaggregation_decode_enable_radix_cache": False,
+    "disaggregation_transfer_backend": "mooncake",
+    "disaggregation_decode_host_receive_threshold": 1.0,  # 1: never receive into host memory
+    "disaggregation_decode_retraction_backup": False,
+    "disaggregation_enable_kv_checksum": False,
+    "disaggregation_ib_device": None,
+}
+
+KEYS_EXTRA: dict[str, Callable[[Any], object]] = {
+    "poll_and_all_reduce": lambda ctx: poll_and_all_reduce,
+    "get_disagg": lambda ctx: lambda: Config("get_disagg()", **DISAGG_ARGS),
+    "get_memory": lambda ctx: lambda: Config("get_memory()", disable_radix_cache=True),
+    # no DeepSeek-V4 pools: a retracted request waits in retracted_queue (0.5.23)
+    **{
+        name: (lambda ctx: lambda *_, **__: False)
+        for name in ("dsv4_needs_rebootstrap", "dsv41_dspark_needs_rebootstrap")
+    },
+    # no Mamba state: its capacity never limits admission
+    "ensure_mamba_capacity": lambda ctx: lambda *_, **__: True,
+    "envs": lambda ctx: DecodeEnvs(ctx.env, ctx.world.target.env_defaults),
+    "KVTransferDestination": lambda ctx: KVTransferDestination,
+    "StateType": lambda ctx: _EnumNames("StateType"),
+    "HiCacheRestoreResult": lambda ctx: _EnumNames("HiCacheRestoreResult"),
+    # the simulated decode runs on a GPU-less host like a CUDA one: no NPU, HIP or XPU paths
+    **{name: (lambda ctx: _not_fake) for name in ("is_npu", "is_hip", "is_xpu", "is_cpu")},
+    "pack_int_lists": lambda ctx: lambda *lists: b"",
+    **{name: _unreached(name) for name in UNREACHED},
+    **{name: _pool_type(name) for name in OTHER_POOLS},
+    "get_kv_class": lambda ctx: lambda backend, class_type: ctx.new_receiver,
+    "DecodeRequest": lambda ctx: type(
+        "DecodeRequest", (SimDecodeRequest,), {"fields": ctx.world.target.request_fields}
+    ),
+    "kv_to_page_indices": lambda ctx: _kv_to_page_indices,
+    "_bootstrap_addr": lambda ctx: _bootstrap_addr,
+    "_is_fake_transfer": lambda ctx: _not_fake,
+    "torch": lambda ctx: FakeTorch(),
+    "all_reduce_flags": lambda ctx: all_reduce_flags,
+    "numpy": lambda ctx: FakeNumpy(),
+    "zmq": lambda ctx: standins.Unavailable("zmq"),
+    "requests": lambda ctx: standins.Unavailable("requests"),
+    "struct": lambda ctx: __import__("struct"),
+    "socket": lambda ctx: standins.Unavailable("socket"),
+    "defaultdict": lambda ctx: __import__("collections").defaultdict,
+    "threading": lambda ctx: threading,
+    "get_local_ip_by_remote": lambda ctx: lambda: "10.0.0.3",
+    "is_valid_ipv6_address": lambda ctx: lambda addr: False,
+    "format_tcp_address": lambda ctx: lambda ip, port: f"tcp://{ip}:{port}",
+}
+REGISTRY = {**standins.REGISTRY, **KEYS_EXTRA}
+KEYS = frozenset(REGISTRY)
+
+
+def for_rank(ctx: Any) -> Callable[[str], object]:
+    made: dict[str, object] = {}
+
+    def value(key: str) -> object:
+        if key not in made:
+            made[key] = REGISTRY[key](ctx)
+        return made[key]
+
+    return value
+
+
+# -- the scheduler and the queues' state -----------------------------------------------------
+
+
+# No speculative decoding: ``spec_algorithm.is_none()``.
+NO_SPECULATION = Config("spec_algorithm", is_none=lambda: True)
+
+
+class DecodeSchedulerStandIn(Strict):
+    """What ``process_decode_queue`` and the queues use of SGLang's ``Scheduler``."""
+
+    _what = "self (scheduler)"
+
+    def sim_init(self, rank: DecodeRank) -> None:
+        self._rank = rank
+        self.waiting_queue: list[SimReq] = []
+        self.running_batch = Config("running_batch", reqs=[], is_empty=lambda: True)
+        self.last_batch = None
+        self.enable_hisparse = False
+        self.enable_decode_hicache = False
+        self.enable_priority_scheduling = False
+        self.num_tokens_pre_allocated = 0  # 0.4.6 - 0.4.6.post4 count it on the scheduler
+        self.tp_rank = rank.rank
+        self.schedule_low_priority_values_first = False
+        self.enable_lora = False
+        self.enable_overlap = False
+        self.kv_checksum_computer = None
+        self.sliding_window_size = None
+        self.running_mbs: list[object] = []
+        self.metrics_reporter = Inert("metrics_reporter")
+        self.tp_worker = Inert("tp_worker")
+        self.batch_result_processor = Inert("batch_result_processor")
+        self.output_streamer = Config("output_streamer", stream_output=self.stream_output)
+        self.enable_metrics = False
+        self.enable_hicache_storage = False
+        self.metrics_collector = Inert("metrics_collector")
+        self.spec_algorithm = NO_SPECULATION
+        self.tree_cache = rank.tree_cache
+        self.pp_size = 1
+        self.server_args = Config("server_args", enable_dp_attention=False, **DISAGG_ARGS)
+
+    def stream_output(self, reqs: list[SimReq], *_: object, **__: object) -> None:
+        for req in reqs:
+            self._rank.record("streamed", req, repr(req.finished_reason))
+            reason = req.finished_reason
+            if isinstance(reason, FINISH_ABORT):
+                self._rank.record("client_error", req, str(reason.message))
+
+
+class DecodeTreeCache(Strict):
+    """The radix cache: releasing a request's KV frees its pages and its request-pool slot."""
+
+    _what = "tree_cache"
+
+    def __init__(self, rank: DecodeRank) -> None:
+        self._rank = rank
+
+    def cache_finished_req(self, req: SimReq, *_: object, **__: object) -> None:
+        self._rank.free_kv(req)
+
+    def release_aborted_request(self, rid: str) -> None:
+        pass
+
+    def unlock(self, lock: object) -> None:
+        """Release a HiCache restore lock (0.5.23); the simulated decode takes none."""
+        if lock is not None:
+            raise MissingStandIn("a HiCache restore lock: HiCache is not simulated")
+
+
+class ReqToTokenPool(Strict):
+    """``req_to_token_pool``: request slots, none free while decode memory is full."""
+
+    _what = "req_to_token_pool"
+
+    def __init__(self, rank: DecodeRank, size: int) -> None:
+        self._rank = rank
+        self.size = size
+        self.used: dict[str, int] = {}
+        self.req_to_token = _TokenRows()
+
+    def available_size(self) -> int:
+        if self._rank.memory_full():
+            return 0
+        return self.size - len(self.used)
+
+
+class _TokenRows:
+    def __getitem__(self, idx: object) -> SimTensor:
+        return SimTensor(list(range(4096)))
+
+
+class _RoomColumn:
+    """``metadata_buffers.bootstrap_room``: the room the prefill wrote into each row."""
+
+    def __init__(self, rooms: dict[int, int]) -> None:
+        self._rooms = rooms
+
+    @staticmethod
+    def _row(key: object) -> int:
+        row = key[0] if isinstance(key, tuple) else key
+        assert isinstance(row, int)
+        return row
+
+    def __getitem__(self, key: object) -> SimTensor:
+        return SimTensor([self._rooms.get(self._row(key), 0)])
+
+    def __setitem__(self, key: object, value: int) -> None:
+        self._rooms[self._row(key)] = int(value)
+
+
+class TokenAllocator(Strict):
+    """``token_to_kv_pool_allocator``: one token a page, no free token while memory is full."""
+
+    _what = "token_to_kv_pool_allocator"
+    SIZE = 1 << 20
+
+    def __init__(self, rank: DecodeRank) -> None:
+        self._rank = rank
+        self.page_size = 1
+        self.size = self.SIZE
+        self.device = "cpu"
+
+    def available_size(self) -> int:
+        return 0 if self._rank.memory_full() else self.SIZE
+
+    def translate_kv_indices_for_transfer(self, indices: SimTensor) -> SimTensor:
+        """The same indices: no compressed or host-side layout (0.5.23)."""
+        return indices
+
+    def prealloc_fits_assumes_reclaim(self) -> bool:
+        return False
+
+    def prealloc_fits(
+        self, tree_cache: object, full_tokens: int, swa_tokens: int, **budgets: Any
+    ) -> bool:
+        """A plain allocator's check: the full tokens within their budget (0.5.23)."""
+        return full_tokens <= budgets["full_budget_tokens"]
+
+    def prealloc_ceiling_fits(self, *_: object) -> None:
+        """No unified FULL/SWA byte budget (0.5.23): None, as SGLang's plain allocator."""
+        return None
+
+
+class MetadataBuffers(Strict):
+    """The metadata rows the prefill writes (``get_buf`` returns the release's buffers)."""
+
+    _what = "metadata_buffers"
+
+    def __init__(self, names: tuple[str, ...]) -> None:
+        self._names = names
+        self.rooms: dict[int, int] = {}
+        self.bootstrap_room = _RoomColumn(self.rooms)
+
+    def clear_slot(self, idx: int) -> None:
+        """The row is free again: no room written (0.5.23)."""
+        self.rooms.pop(idx, None)
+
+    def get_buf(self, idx: int) -> tuple[SimTensor | None, ...]:
+        room = self.rooms.get(idx, 0)
+        return tuple(
+            SimTensor([room]) if name == "bootstrap_room" else SimTensor([7] + [0] * 15)
+            for name in self._names
+        )
+
+
+class QueueState(Strict):
+    """The state of a decode queue (its ``__init__`` is not run: it builds the KV manager and
+    device buffers)."""
+
+    _what = "self (decode queue)"
+
+    def sim_init(self, rank: DecodeRank) -> None:
+        self.queue: list[SimDecodeRequest] = []
+        self.retracted_queue: list[SimReq] = []
+        self.pending_reqs: list[SimDecodeRequest] = []
+        self.scheduler = rank.scheduler
+        self.tree_cache = rank.tree_cache
+        self.gloo_group = rank.tp_group
+        self.tp_rank = rank.rank
+        self.tp_size = rank.world.config.ranks
+        self.dp_size = 1
+        self.pp_size = 1
+        self.attn_tp_size = rank.world.config.ranks
+        self.kv_manager = rank.kv_manager
+        self.transfer_backend = "mooncake"
+        self.req_to_token_pool = rank.req_pool
+        self.token_to_kv_pool = Config("token_to_kv_pool", page_size=1)
+        self.token_to_kv_pool_allocator = TokenAllocator(rank)
+        self.req_to_metadata_buffer_idx_allocator = rank.metadata_allocator
+        self.metadata_buffers = rank.metadata_buffers
+        self.num_reserved_decode_tokens = 512
+        self.max_total_num_tokens = 1 << 20
+        self.spec_algorithm = NO_SPECULATION
+        self.enable_staging = False
+        self.prefill_pp_size = 1
+        self._ensure_last_attempt_time: dict[str, float] = {}
+        self._ensure_retry_count: dict[str, int] = {}
+        self._max_ensure_retries = 15
+        self._ensure_retry_interval = 1.0
+        self._rank = rank
+        # 0.5.19+: rebootstrap, deferred KV release (off by default), host receive (off)
+        self.held_rebootstrap_reqs: list[SimReq] = []
+        self._deferred_releases: list[object] = []
+        self.enable_deferred_kv_release = False
+        self.deferred_kv_release_timeout = 30.0
+        self.enable_host_receive = False
+        self.host_pool = None
+        self.host_reserved_tokens = 0
+        self._num_published_destinations = 0
+        self._skipped_checksum_signatures: set[object] = set()
+        self.kv_checksum_signature = 0
+        self.staging_handler = None
+        self.is_mla_backend = False
+        self.draft_token_to_kv_pool = None
+        self._prefill_dp_rank_queries: dict[str, object] = {}
+
+    # device memory, replaced
+
+    def _allocatable_tokens(self, *_: object, **__: object) -> int:
+        return 0 if self._rank.memory_full() else 1 << 20
+
+    def _pre_alloc(self, req: SimReq, *_: object, **__: object) -> SimTensor:
+        self._rank.alloc_kv(req)
+        return SimTensor(list(range(len(req.origin_input_ids))))
+
+
+# -- the world -------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class DecodeSpec:
+    """One decode request and what its prefill does."""
+
+    rid: str
+    backend: str = "mooncake"
+    arrival: float = 0.0
+    transfer_s: float | None = 2.0  # None: the prefill is gone after the indices are sent
+    registered: bool = True  # False: the prefill never registers the room (0.5.10+ pending)
+    retracted: bool = False  # handed to the prealloc queue as retracted (waits for memory)
+    decode_s: float = 1.0
+
+
+@dataclass(frozen=True)
+class DecodeConfig:
+    requests: tuple[DecodeSpec, ...]
+    ranks: int = 2
+    horizon: float = 600.0
+    step: float = 0.25
+    env: Mapping[str, str] = field(default_factory=dict)
+    # (start, end) simulated seconds while decode memory is full
+    memory_full: tuple[tuple[float, float], ...] = ()
+    # the prefill's DP layout as its bootstrap server reports it (0.5.10+): with dp_size > 1
+    # and no follow_bootstrap_room, the decode asks /query_dp_ranks for each room
+    prefill_dp_size: int = 1
+    lag: float = 0.1
+
+
+@dataclass(frozen=True)
+class DecodeEvent:
+    step: int
+    time: float
+    rank: int
+    kind: str  # streamed, client_error, kv_locked, kv_released, indices_sent, log, ...
+    rid: str | None
+    detail: str
+
+
+@dataclass(frozen=True)
+class DecodeSnapshot:
+    step: int
+    time: float
+    prealloc: tuple[tuple[str, ...], ...]
+    transfer: tuple[tuple[str, ...], ...]
+    retracted: tuple[tuple[str, ...], ...]
+    pending: tuple[tuple[str, ...], ...]
+    running: tuple[tuple[str, ...], ...]
+    req_slots: tuple[int, ...]  # request-pool slots in use, per rank
+    metadata_free: tuple[int, ...]  # free metadata slots, per rank
+
+    def where(self, rid: str, rank: int) -> str | None:
+        """The queues holding ``rid`` on ``rank`` ("prealloc/pending"), or None."""
+        places = [
+            name
+            for name, queues in (
+                ("prealloc", self.prealloc),
+                ("pending", self.pending),
+                ("transfer", self.transfer),
+                ("retracted", self.retracted),
+                ("running", self.running),
+            )
+            if rid in queues[rank]
+        ]
+        return "/".join(places) or None
+
+
+@dataclass(frozen=True)
+class DecodeFailure:
+    rank: int
+    time: float
+    error: BaseException
+    where: str
+    gap: str | None = None
+
+
+@dataclass
+class DecodeTrace:
+    config: DecodeConfig
+    snapshots: list[DecodeSnapshot]
+    events: list[DecodeEvent]
+    failure: DecodeFailure | None
+    end: float
+    metadata_slots: int
+
+    def events_of(self, kind: str, rid: str | None = None) -> list[DecodeEvent]:
+        return [e for e in self.events if e.kind == kind and (rid is None or e.rid == rid)]
+
+
+METADATA_SLOTS = 64
+REQ_SLOTS = 64
+
+
+class DecodeRank:
+    """One decode scheduler rank (a thread), with its own copy of the target's classes."""
+
+    def __init__(self, world: DecodeWorld, index: int) -> None:
+        target = world.target
+        config = world.config
+        self.world = world
+        self.rank = index
+        self.env = dict(config.env)
+        self.events: list[DecodeEvent] = []
+        self.lag = 0.0
+        self.tp_group = Group(index, world.collective if config.ranks > 1 else None)
+        self.cp_group = Group(index, None)
+        self.recorders = standins.Recorders(target.code.pass_along, cast(Any, self))
+        namespaces = target.code.namespaces(for_rank(self), self.recorders.make, standins.no_import)
+        decode = namespaces[DECODE_PATH]
+        self.tree_cache = DecodeTreeCache(self)
+        self.req_pool = ReqToTokenPool(self, REQ_SLOTS)
+        self.metadata_allocator = MetadataAllocator(METADATA_SLOTS)
+        self.metadata_buffers = MetadataBuffers(target.get_buf)
+        self.kv_used: set[str] = set()
+        self.receivers: dict[str, type] = {}
+        for backend, (rel, name) in target.receivers.items():
+            cls = namespaces[rel][name]
+            assert isinstance(cls, type)
+            given = {
+                key: value() if callable(value) else value
+                for key, value in target.class_defaults[backend].items()
+            }
+            given |= {"sim_arity": target.arity[backend], "sim_manager": None}
+            self.receivers[backend] = type(name, (cls, ReceiverNetwork), given)
+            common = namespaces[rel].get("CommonKVReceiver")
+            if isinstance(common, type):  # its static network look-up, called on the class
+                common.query_prefill_dp_ranks = staticmethod(self.query_dp_ranks)  # type: ignore[attr-defined]
+        # one KV manager per backend, as each backend has its own (the queue's is the first)
+        self.kv_managers = {
+            backend: self._manager(target.manager_waiting_timeout[backend])
+            for backend in self.receivers
+        } or {"mooncake": self._manager(False)}
+        for backend, receiver in self.receivers.items():
+            receiver.sim_manager = self.kv_managers[backend]  # type: ignore[attr-defined]
+        self.kv_manager = next(iter(self.kv_managers.values()))
+        scheduler_cls: Any = type(
+            "Scheduler", (_class(decode, target.mixin), DecodeSchedulerStandIn), {}
+        )
+        self.scheduler = scheduler_cls.__new__(scheduler_cls)
+        self.scheduler.sim_init(self)
+        prealloc_cls: Any = type(PREALLOC_QUEUE, (_class(decode, PREALLOC_QUEUE), QueueState), {})
+        transfer_cls: Any = type(TRANSFER_QUEUE, (_class(decode, TRANSFER_QUEUE), QueueState), {})
+        self.prealloc = prealloc_cls.__new__(prealloc_cls)
+        self.transfer = transfer_cls.__new__(transfer_cls)
+        self.prealloc.sim_init(self)
+        self.transfer.sim_init(self)
+        self.prealloc.transfer_queue = self.transfer
+        self.scheduler.disagg_decode_prealloc_queue = self.prealloc
+        self.scheduler.disagg_decode_transfer_queue = self.transfer
+        self.scheduler.req_to_token_pool = self.req_pool
+        for obj in (self.scheduler, self.prealloc, self.transfer, *self.kv_managers.values()):
+            obj._recorders = self.recorders
+        self.arrivals = sorted(config.requests, key=lambda s: s.arrival)
+        self.running: list[tuple[float, SimReq]] = []
+
+    def _manager(self, has_waiting_timeout: bool) -> DecodeKVManager:
+        """A backend's KV manager, with the prefill's layout and this rank's mapping onto it
+        (one prefill TP rank per decode rank) as try_ensure_parallel_info leaves them
+        (0.5.10+), and ``waiting_timeout`` where the release's manager sets one."""
+        config = self.world.config
+        waiting = self.env.get("SGLANG_DISAGGREGATION_WAITING_TIMEOUT", "300")
+        manager = DecodeKVManager(self, int(waiting) if has_waiting_timeout else None)
+        manager.prefill_info_table[PREFILL_SERVER] = PrefillInfo(
+            "prefill_info",
+            dp_size=config.prefill_dp_size,
+            tp_size=config.ranks,
+            pp_size=1,
+            cp_size=1,
+            attn_tp_size=config.ranks,
+            attn_cp_size=1,
+            page_size=1,
+            kv_cache_dtype=None,
+            follow_bootstrap_room=config.prefill_dp_size == 1,
+            target_tp_rank=self.rank,
+            target_tp_ranks=[self.rank],
+            target_cp_ranks=[0],
+            target_pp_ranks=[0],
+            required_dst_info_num=1,
+            required_prefill_response_num=1,
+            decode_allocation_policy=DISAGG_ARGS["disaggregation_decode_allocation_policy"],
+        )
+        return manager
+
+    # the stand-ins' context
+
+    def now(self) -> float:
+        return self.world.time + self.lag
+
+    def world_time(self) -> float:
+        return self.world.time
+
+    def record(self, kind: str, req: object, detail: str = "") -> None:
+        rid = req if isinstance(req, str) or req is None else getattr(req, "rid", None)
+        self.events.append(
+            DecodeEvent(self.world.step, self.world.time, self.rank, kind, rid, detail)
+        )
+
+    def rid_of(self, room: int) -> str | None:
+        spec = self.world.by_room.get(room)
+        return spec.rid if spec else None
+
+    def script(self, room: int) -> DecodeSpec | None:
+        return self.world.by_room.get(room)
+
+    def memory_full(self) -> bool:
+        now = self.world.time
+        return any(a - EPS <= now < b - EPS for a, b in self.world.config.memory_full)
+
+    def new_receiver(self, *args: Any, **kwargs: Any) -> object:
+        room: Any = kwargs.get("bootstrap_room", args[2] if len(args) > 2 else None)
+        spec = self.world.by_room[int(room)]
+        cls = self.receivers.get(spec.backend)
+        if cls is None:
+            raise MissingStandIn(f"the target has no {RECEIVERS[spec.backend][1]}")
+        if "mgr" in kwargs:  # the backend's own manager
+            kwargs["mgr"] = self.kv_managers[spec.backend]
+        elif args:
+            args = (self.kv_managers[spec.backend], *args[1:])
+        return cls(*args, **kwargs)
+
+    def query_dp_ranks(self, bootstrap_addr: str, rooms: list[int]) -> dict[str, int]:
+        """``/query_dp_ranks`` of the prefill's bootstrap server: the rooms it registered."""
+        found = {}
+        for room in rooms:
+            spec = self.world.by_room.get(room)
+            if spec is not None and spec.registered:
+                found[str(room)] = room % self.world.config.prefill_dp_size
+        return found
+
+    def write_metadata(self, room: int) -> None:
+        for entry in self.transfer.queue:
+            if entry.req.bootstrap_room == room:
+                self.metadata_buffers.rooms[entry.metadata_buffer_index] = room
+
+    def alloc_kv(self, req: SimReq) -> None:
+        self.req_pool.used[req.rid] = len(self.req_pool.used)
+        self.kv_used.add(req.rid)
+        self.record("kv_locked", req)
+
+    def free_kv(self, req: SimReq) -> None:
+        self.req_pool.used.pop(req.rid, None)
+        if req.rid in self.kv_used:
+            self.kv_used.discard(req.rid)
+            self.record("kv_released", req)
+
+    # one iteration of the decode event loop
+
+    def step(self) -> None:
+        now = self.world.time
+        while self.arrivals and self.arrivals[0].arrival <= now + EPS:
+            spec = self.arrivals.pop(0)
+            req = DecodeReq(spec.rid, self.world.rooms[spec.rid])
+            req._recorders = self.recorders
+            self.lag = self.world.config.lag
+            try:
+                if spec.retracted:
+                    self.alloc_kv(req)  # it decoded before it was retracted
+                    self.free_kv(req)  # ... and gave its KV back (offloaded)
+                    self.prealloc.add(req, is_retracted=True)
+                else:
+                    self.prealloc.add(req)
+            finally:
+                self.lag = 0.0
+        self.scheduler.process_decode_queue()
+        for waiting in self.scheduler.waiting_queue:
+            req = waiting
+            self.running.append((now + self.world.specs[req.rid].decode_s, req))
+            self.record("decoding", req)
+        self.scheduler.waiting_queue = []
+        done = [req for at, req in self.running if at <= now + EPS]
+        if done:
+            self.running = [(at, r) for at, r in self.running if at > now + EPS]
+            for finished in done:
+                finished.finished_reason = FINISH_LENGTH(len(finished.output_ids))
+                self.scheduler.stream_output([finished])
+                self.tree_cache.cache_finished_req(finished)
+
+    def rids(self) -> tuple[tuple[str, ...], ...]:
+        return (
+            tuple(d.req.rid for d in self.prealloc.queue),
+            tuple(d.req.rid for d in self.transfer.queue),
+            tuple(r.rid for r in self.prealloc.retracted_queue),
+            tuple(d.req.rid for d in self.prealloc.pending_reqs),
+            tuple(r.rid for _, r in self.running),
+        )
+
+
+def _class(namespace: Mapping[str, object], name: str) -> type:
+    value = namespace[name]
+    assert isinstance(value, type)
+    return value
+
+
+class DecodeReq(SimReq):
+    """A decode request: SimReq and what the decode queues read of SGLang's ``Req``."""
+
+    def __init__(self, rid: str, bootstrap_room: int) -> None:
+        super().__init__(rid, bootstrap_room)
+        self.bootstrap_host, port = PREFILL_SERVER.split(":")
+        self.bootstrap_port: Any = port
+        self.sampling_params: Any = Config("sampling_params", max_new_tokens=16, ignore_eos=False)
+        self.eos_token_ids: set[int] = set()
+        self.top_logprobs_num = 0
+        self.data_parallel_rank = None
+        self.kv_committed_len = 0
+        self.pd_rebootstrap_forced_output_id = None
+
+    def load_kv_cache(self, *_: object) -> None:
+        """A retracted request's KV comes back from the host (nothing to simulate)."""
+
+    def check_finished(self, *_: object) -> None:
+        """16 new tokens: not finished after the first."""
+
+
+class DecodeWorld:
+    def __init__(self, config: DecodeConfig, target: DecodeTarget) -> None:
+        self.config = config
+        self.target = target
+        self.time = 0.0
+        self.step = 0
+        self.done = False
+        self.specs = {s.rid: s for s in config.requests}
+        self.rooms = {s.rid: EPOCH_ROOM + i for i, s in enumerate(config.requests)}
+        self.by_room = {self.rooms[rid]: spec for rid, spec in self.specs.items()}
+        self.collective = _Collective(config.ranks)
+        self.step_barrier = threading.Barrier(
+            config.ranks, action=self._end_step, timeout=BARRIER_TIMEOUT
+        )
+        self.snapshots: list[DecodeSnapshot] = []
+        self.failure: DecodeFailure | None = None
+        self._lock = threading.Lock()
+        self.ranks = [DecodeRank(self, i) for i in range(config.ranks)]
+
+    def run(self) -> DecodeTrace:
+        threads = [
+            threading.Thread(target=self._loop, args=(rank,), daemon=True) for rank in self.ranks
+        ]
+        for thread in threads:
+            thread.start()
+        while any(thread.is_alive() for thread in threads):
+            for thread in threads:
+                thread.join(timeout=1.0)
+            if self.failure is not None:
+                break
+        events = sorted(
+            (e for rank in self.ranks for e in rank.events), key=lambda e: (e.step, e.rank)
+        )
+        return DecodeTrace(
+            self.config, self.snapshots, events, self.failure, self.time, METADATA_SLOTS
+        )
+
+    def _loop(self, rank: DecodeRank) -> None:
+        try:
+            while not self.done:
+                rank.step()
+                self.step_barrier.wait()
+        except threading.BrokenBarrierError:
+            if self.failure is None:
+                self._fail(rank, TimeoutError(f"a rank did not finish step {self.step}"))
+        except BaseException as exc:
+            self._fail(rank, exc)
+
+    def _fail(self, rank: DecodeRank, exc: BaseException) -> None:
+        with self._lock:
+            if self.failure is None:
+                frames = traceback.extract_tb(exc.__traceback__)
+                last = frames[-1] if frames else None
+                where = f"{last.filename}:{last.lineno} in {last.name}" if last else "a barrier"
+                self.failure = DecodeFailure(
+                    rank.rank, self.time, exc, where, _gap(self.target, exc, frames)
+                )
+            self.done = True
+        self.collective.barrier.abort()
+        self.step_barrier.abort()
+
+    def _end_step(self) -> None:
+        per_rank = [rank.rids() for rank in self.ranks]
+        column = [tuple(r[i] for r in per_rank) for i in range(5)]
+        self.snapshots.append(
+            DecodeSnapshot(
+                self.step,
+                self.time,
+                column[0],
+                column[1],
+                column[2],
+                column[3],
+                column[4],
+                tuple(len(rank.req_pool.used) for rank in self.ranks),
+                tuple(rank.metadata_allocator.available_size() for rank in self.ranks),
+            )
+        )
+        if self._settled() or self.time + self.config.step > self.config.horizon + EPS:
+            self.done = True
+            return
+        self.time = round(self.time + self.config.step, 9)
+        self.step += 1
+
+    def _settled(self) -> bool:
+        if any(rank.arrivals for rank in self.ranks):
+            return False
+        for rank in self.ranks:
+            streamed = {e.rid for e in rank.events if e.kind == "streamed"}
+            if not set(self.specs) <= streamed or any(rank.rids()):
+                return False
+        return True
+
+
+def _gap(target: DecodeTarget, exc: BaseException, frames: traceback.StackSummary) -> str | None:
+    """``<file>:<line>: cannot run: <what>`` when ``exc`` is the simulation's gap (a missing
+    stand-in, an import, a stand-in that does not model the call), not the target's failure."""
+    rels = {plan.rel for plan in target.code.modules}
+    inner = next((f for f in reversed(frames) if f.filename in rels), None)
+    where = target.code.where(inner.filename, inner.lineno or 0) if inner else target.label
+    what = f"{type(exc).__name__}: {exc}"
+    here = {__file__, standins.__file__}
+    if isinstance(exc, MissingStandIn):
+        what = str(exc)
+    elif isinstance(exc, ImportError):
+        what = f"an import ({what}): the simulation never imports"
+    elif frames and frames[-1].filename in here and not isinstance(exc, Divergence):
+        what = f"a stand-in raised {what} (in {frames[-1].name}): it does not model this call"
+    elif isinstance(exc, TypeError) and _names_a_standin(str(exc)):
+        what = f"a stand-in does not take this call ({what})"
+    elif isinstance(exc, TypeError | AttributeError) and any(
+        f"'{name}' object" in str(exc) for name in _STANDIN_CLASSES
+    ):
+        what = f"a stand-in does not model this ({what})"
+    else:
+        return None
+    function = f" in {inner.name}" if inner else ""
+    return f"{where}: cannot run{function}: {what}"
+
+
+_STANDIN_CLASSES = frozenset(
+    name for name, value in [*vars(standins).items(), *globals().items()] if inspect.isclass(value)
+)
+
+
+def simulate(config: DecodeConfig, target: DecodeTarget) -> DecodeTrace:
+    return DecodeWorld(config, target).run()
+
+
+def describe(target: DecodeTarget) -> Mapping[str, object]:
+    """What was loaded, for the JSON report."""
+    described = dict(loader.describe(target.code))
+    described["replaced_by_standins"] = list(target.replaced)
+    return described
+
+
+__all__ = [
+    "DecodeConfig",
+    "DecodeSpec",
+    "DecodeTarget",
+    "LoadError",
+    "describe",
+    "load",
+    "simulate",
+]

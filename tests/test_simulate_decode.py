@@ -1,0 +1,197 @@
+"""``pdguard simulate``'s decode scenarios: the release's own decode queues and KV receivers,
+run on unpatched and patched (``pdguard apply``) copies of representative releases.
+
+The expectations are sglang-decode-releases.md's: no waiting timeout in Mooncake up to 0.4.9
+and NIXL up to 0.5.5.post3 (``prefill-gone`` wedges there), the retraction gate in every
+release from 0.4.7.post1 (``retracted-under-pressure`` wedges), no release tells the decode
+that its prefill failed a request (``prefill-deadline-pair`` needs both halves of the patch).
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+from pdguard import simulate
+from pdguard.errors import SimulationGap
+from pdguard.simulate import decode_world
+from pdguard.tree import open_tree
+from pdguard.vendor_sglang import fetch_release
+from tests.helpers import copy_release, patched_copy
+
+DECODE = list(simulate.DECODE_NAMES)
+# release -> the decode rows that fail unpatched (the wedge), per the reference
+WEDGED = {
+    "0.4.9": {"prefill-gone", "prefill-deadline-pair", "retracted-under-pressure"},
+    "0.4.9.post1": {"prefill-gone", "prefill-deadline-pair", "retracted-under-pressure"},
+    "0.5.5": {"prefill-gone", "prefill-deadline-pair", "retracted-under-pressure"},
+    "0.5.6": {"prefill-deadline-pair", "retracted-under-pressure"},
+    "0.5.10": {"prefill-deadline-pair", "pending-unresolved", "retracted-under-pressure"},
+    "0.5.17": {"prefill-deadline-pair", "pending-unresolved", "retracted-under-pressure"},
+    "0.5.23": {"prefill-deadline-pair", "pending-unresolved", "retracted-under-pressure"},
+}
+PENDS = {"0.5.10", "0.5.17", "0.5.23"}  # releases with pending_reqs (0.5.10+)
+
+
+def _verdicts(report: simulate.SimulationReport) -> dict[str, str]:
+    return {row.scenario: row.verdict for row in report.rows}
+
+
+def _row(report: simulate.SimulationReport, name: str) -> simulate.Row:
+    return next(row for row in report.rows if row.scenario == name)
+
+
+@pytest.fixture(scope="module")
+def patched(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    root = tmp_path_factory.mktemp("decode-patched")
+    return {v: patched_copy(v, root / v) for v in WEDGED}
+
+
+@pytest.mark.parametrize("version", sorted(WEDGED))
+def test_unpatched_release_shows_the_decode_wedge(version: str) -> None:
+    report = simulate.run(open_tree(fetch_release(version)), names=DECODE)
+    verdicts = _verdicts(report)
+    assert {name for name, v in verdicts.items() if v == "fail"} == WEDGED[version]
+    assert verdicts["decode-backpressure"] == "pass"
+    if version in PENDS:
+        pending = _row(report, "pending-unresolved").observed
+        assert "still pending after 600 simulated seconds" in pending
+    else:
+        assert verdicts["pending-unresolved"] == "n/a"  # no pending_reqs before 0.5.10
+    if "prefill-gone" in WEDGED[version]:
+        row = _row(report, "prefill-gone")
+        assert "still waiting after 600 simulated seconds (in the transfer queue" in row.observed
+        assert "metadata slots are held" in row.observed
+    gate = _row(report, "retracted-under-pressure")
+    assert "still waiting after 600 simulated seconds (in the transfer queue" in gate.observed
+
+
+def test_unpatched_nixl_alone_wedges_on_0_4_9_post1() -> None:
+    """Mooncake has the waiting timeout from 0.4.9.post1; NIXL only from 0.5.6."""
+    report = simulate.run(open_tree(fetch_release("0.4.9.post1")), names=["prefill-gone"])
+    observed = _row(report, "prefill-gone").observed
+    mooncake, nixl = observed.split("; gone-nixl: ")
+    assert "gone-mooncake: failed at 300 s" in mooncake
+    assert nixl.startswith("still waiting after 600 simulated seconds")
+
+
+@pytest.mark.parametrize("version", sorted(WEDGED))
+def test_patched_release_passes_every_decode_scenario(
+    version: str, patched: dict[str, Path]
+) -> None:
+    report = simulate.run(open_tree(patched[version]), names=DECODE)
+    assert report.passed
+    assert _verdicts(report) == {
+        "prefill-gone": "pass",
+        "prefill-deadline-pair": "pass",
+        "decode-backpressure": "pass",
+        "pending-unresolved": "pass" if version in PENDS else "n/a",
+        "retracted-under-pressure": "pass",
+    }
+    gone = _row(report, "prefill-gone")
+    assert "gone-mooncake: failed at 300 s" in gone.observed
+    assert "gone-nixl: failed at 300 s" in gone.observed
+    assert "request-pool and metadata slots free" in gone.observed
+    pair = _row(report, "prefill-deadline-pair").observed
+    assert pair.startswith("prefill: failed at 301.25 s")
+    assert all(rid for rid, error in _row(report, "prefill-gone").failed if error)
+
+
+def test_release_without_retraction_reports_n_a(tmp_path: Path) -> None:
+    report = simulate.run(
+        open_tree(fetch_release("0.4.7")), names=["retracted-under-pressure", "prefill-gone"]
+    )
+    row = _row(report, "retracted-under-pressure")
+    assert row.verdict == "n/a"
+    assert "no retraction in this release" in row.observed
+    assert _row(report, "prefill-gone").verdict == "fail"  # Mooncake 0.4.7: no timeout
+
+
+def test_a_path_the_world_cannot_run_exits_2_naming_it(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A receiver that reaches something with no stand-in (here: a fork whose NIXL receiver
+    asks its KV manager for a table of its own) is a gap, never a verdict."""
+    root = copy_release("0.5.6", tmp_path / "fork")
+    conn = root / "sglang/srt/disaggregation/nixl/conn.py"
+    text = conn.read_text()
+    # after the last statement of NixlKVReceiver.__init__ (found with ast, never spelled out)
+    init = next(
+        f
+        for c in ast.parse(text).body
+        if isinstance(c, ast.ClassDef) and c.name == "NixlKVReceiver"
+        for f in c.body
+        if isinstance(f, ast.FunctionDef) and f.name == "__init__"
+    )
+    lines = text.splitlines(keepends=True)
+    end = init.body[-1].end_lineno
+    assert end is not None
+    lines.insert(end, "        self.fork_peers = self.kv_mgr.fork_peer_list\n")
+    conn.write_text("".join(lines))
+    with pytest.raises(SimulationGap) as raised:
+        simulate.run(open_tree(root), names=["prefill-gone"])
+    message = str(raised.value)
+    assert "sglang/srt/disaggregation/nixl/conn.py:" in message
+    assert "kv_mgr.fork_peer_list" in message and "(scenario prefill-gone)" in message
+    from pdguard.cli import main
+
+    assert main(["simulate", str(root), "--scenario", "prefill-gone"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "kv_mgr.fork_peer_list" in err
+
+
+def test_decode_scenarios_run_only_when_asked() -> None:
+    tree = open_tree(fetch_release("0.4.9"))
+    report = simulate.run(tree, names=["wedge"])
+    assert [row.scenario for row in report.rows] == ["wedge"]
+    both = simulate.run(tree, names=["wedge", "prefill-gone"])
+    assert [row.scenario for row in both.rows] == ["wedge", "prefill-gone"]
+    assert "decode" in both.loaded
+
+
+def test_the_release_code_is_loaded_not_modelled() -> None:
+    target = decode_world.load(open_tree(fetch_release("0.4.9")))
+    assert set(target.receivers) == {"mooncake", "nixl"}
+    assert "poll" in target.code.loaded["MooncakeKVReceiver"]
+    assert "pop_transferred" in target.code.loaded["DecodeTransferQueue"]
+    assert "process_decode_queue" in target.code.loaded[target.mixin]
+    assert "_pre_alloc" not in target.code.loaded["DecodePreallocQueue"]
+    assert "DecodePreallocQueue._pre_alloc" in target.replaced
+
+
+def test_cli_lists_the_decode_scenarios(capsys: pytest.CaptureFixture[str]) -> None:
+    from pdguard.cli import main
+
+    assert main(["simulate", "--list"]) == 0
+    listed = capsys.readouterr().out
+    for name in DECODE:
+        assert name in listed
+    assert "[decode]" in listed
+
+
+def test_cli_json_report_and_exit_codes(
+    patched: dict[str, Path], capsys: pytest.CaptureFixture[str]
+) -> None:
+    import json
+
+    from pdguard.cli import main
+
+    unpatched = str(fetch_release("0.4.9"))
+    assert main(["simulate", unpatched, "--scenario", "prefill-gone", "--format", "json"]) == 1
+    data = json.loads(capsys.readouterr().out)
+    assert [s["name"] for s in data["scenarios"]] == ["prefill-gone"]
+    assert data["scenarios"][0]["verdict"] == "fail"
+    assert data["scenarios"][0]["failed_requests"] == []  # nobody was told
+    assert "MooncakeKVReceiver" in data["loaded"]["loaded"]
+    assert "DecodePreallocQueue._pre_alloc" in data["loaded"]["replaced_by_standins"]
+    fixed = str(patched["0.4.9"])
+    assert (
+        main(["simulate", fixed, "--decode", "--scenario", "prefill-gone", "--format", "json"]) == 0
+    )
+    row = json.loads(capsys.readouterr().out)["scenarios"][0]
+    assert row["verdict"] == "pass"
+    errors = {f["rid"]: f["client_error"] for f in row["failed_requests"]}
+    assert set(errors) == {"gone-mooncake", "gone-nixl"}
+    assert "waiting for its KV cache" in errors["gone-mooncake"]  # the patch's own reason
