@@ -5,6 +5,7 @@ number of seconds, run through the release's own code in ``simulate``."""
 
 from __future__ import annotations
 
+import ast
 import shutil
 from pathlib import Path
 
@@ -13,6 +14,7 @@ import libcst as cst
 import pytest
 from libcst.codemod import CodemodContext, CodemodTest
 
+from pdguard.checks.inflight import analyse
 from pdguard.codemods.anchors import AnchorError
 from pdguard.codemods.inflight_timeout import InflightTimeoutEntry
 from pdguard.commands import apply as pipeline
@@ -211,3 +213,55 @@ def test_a_bad_value_warns_at_first_use_and_the_default_applies(
     ]
     assert {e.rank for e in timed_out} == {0, 1}
     assert all(f"(deadline 300s, {ENV})" in e.detail for e in timed_out)
+
+
+# -- check: a deadline is recognised by what it does, however its timeout is read --------------
+
+HAND_WRITTEN = """\
+import time
+
+from sglang.srt.environ import envs
+from sglang.srt.utils import get_int_env_var
+
+from .utils import poll_and_all_reduce
+
+
+def _limit():
+    return 300
+
+
+class Mixin:
+    def add(self, req):
+        req.queued_at = time.monotonic()
+        self.disagg_prefill_inflight_queue.append(req)
+
+    def process_disagg_prefill_inflight_queue(self):
+        now = time.monotonic()
+        for req in self.disagg_prefill_inflight_queue:
+            if {test}:
+                req.disagg_kv_sender.abort()
+        polls = poll_and_all_reduce(
+            [req.disagg_kv_sender for req in self.disagg_prefill_inflight_queue],
+            self.group,
+        )
+        return polls
+"""
+
+
+@pytest.mark.parametrize(
+    "test",
+    [
+        "envs.SGLANG_DISAGGREGATION_INFLIGHT_TIMEOUT.get() < now - req.queued_at",
+        "now - req.queued_at > envs.SGLANG_DISAGGREGATION_INFLIGHT_TIMEOUT.get()",
+        "get_int_env_var('SGLANG_DISAGGREGATION_INFLIGHT_TIMEOUT', 300) < now - req.queued_at",
+        "_limit() < now - req.queued_at",
+        "now - req.queued_at > envs.SGLANG_DISAGGREGATION_INFLIGHT_TIMEOUT.value",
+    ],
+)
+def test_a_deadline_is_recognised_however_the_timeout_is_read(test: str) -> None:
+    """The timeout side is configuration (``envs.X``, a call): never taken for the stamp."""
+    model = analyse(ast.parse(HAND_WRITTEN.format(test=test)))
+    assert model is not None
+    checks = model.valid_checks()
+    assert [c.attr for c in checks] == ["queued_at"]
+    assert model.unstamped() == []
