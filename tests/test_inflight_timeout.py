@@ -170,6 +170,23 @@ def test_a_marker_in_one_of_the_two_files_only_is_refused(tmp_path: Path) -> Non
     assert f"the read of envs.{ENV}" in (outcome.note or "")
 
 
+@pytest.mark.releases
+def test_an_entry_already_in_the_registry_is_used_as_it_is(tmp_path: Path) -> None:
+    root = copy_release("0.5.10", tmp_path / "own-entry")
+    path = root / ENVIRON
+    sibling = "    SGLANG_DISAGGREGATION_WAITING_TIMEOUT = EnvInt(300)\n"
+    text = path.read_text()
+    assert sibling in text
+    path.write_text(text.replace(sibling, f"{sibling}    {ENV} = EnvInt(600)\n"))
+    before = path.read_text()
+    result = pipeline.plan(open_tree(root))
+    assert set(result.changes) >= {PREFILL} and ENVIRON not in result.changes
+    pipeline.write(result)
+    assert path.read_text() == before
+    assert f"envs.{ENV}.get()" in (root / PREFILL).read_text()
+    assert pipeline.plan(open_tree(root)).outcomes["inflight-deadline"].status.value == "present"
+
+
 def _inflight(root: Path) -> Outcome:
     return pipeline.plan(open_tree(root)).outcomes["inflight-deadline"]
 

@@ -379,7 +379,8 @@ class InflightDeadline(Fix):
         return "none", record, ignoring
 
     def _apply(self, workspace: Workspace) -> Outcome:
-        """Run the codemod on ``prefill.py``."""
+        """Run the codemods: on ``prefill.py``, and on ``environ.py`` where the release reads
+        its timeouts from its env registry."""
         from libcst.codemod import CodemodContext
 
         from pdguard.codemods.anchors import AnchorError
@@ -396,7 +397,8 @@ class InflightDeadline(Fix):
         model = analyse(workspace.ast(PREFILL_PATH))
         if model is None:
             return Outcome(Status.REFUSED, f"no {FUNCTION}() in {PREFILL_PATH}", PREFILL_PATH)
-        style = convention(_environ(workspace))
+        environ_tree = _environ(workspace)
+        style = convention(environ_tree)
         codemod = Codemod(
             CodemodContext(filename=PREFILL_PATH),
             convention=style,
@@ -407,15 +409,19 @@ class InflightDeadline(Fix):
         )
         try:
             module = codemod.transform_module(module)
-            if style == fix_names.ENV_REGISTRY:
-                entry = InflightTimeoutEntry(CodemodContext(filename=ENVIRON_PATH))
-                environ = entry.transform_module(workspace.cst(ENVIRON_PATH))
         except AnchorError as exc:
-            where = ENVIRON_PATH if "registry entry" in str(exc) else PREFILL_PATH
-            return Outcome(Status.REFUSED, str(exc), where)
-        workspace.set_text(PREFILL_PATH, module.code)
-        if style == fix_names.ENV_REGISTRY:
+            return Outcome(Status.REFUSED, str(exc), PREFILL_PATH)
+        if (
+            style == fix_names.ENV_REGISTRY
+            and registry_entry(environ_tree, INFLIGHT_TIMEOUT_ENV) is None
+        ):  # the timeout's entry next to its siblings (one already there is used as it is)
+            entry = InflightTimeoutEntry(CodemodContext(filename=ENVIRON_PATH))
+            try:
+                environ = entry.transform_module(workspace.cst(ENVIRON_PATH))
+            except AnchorError as exc:
+                return Outcome(Status.REFUSED, str(exc), ENVIRON_PATH)
             workspace.set_text(ENVIRON_PATH, environ.code)
+        workspace.set_text(PREFILL_PATH, module.code)
         how = _HOW[abort] + (", the timeout recorded as the room's failure" if record else "")
         read = (
             f"an env registry entry in {ENVIRON_PATH}"
