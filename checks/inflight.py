@@ -38,6 +38,16 @@ def clock_names(module: ast.Module) -> set[str]:
     return names
 
 
+def imported_names(module: ast.Module) -> set[str]:
+    """Names the module binds by a module-level import (``envs``, ``os``, ``get_int_env_var``):
+    what they hold is configuration or code, never a request."""
+    names = set()
+    for node in module.body:
+        if isinstance(node, ast.Import | ast.ImportFrom):
+            names |= {(a.asname or a.name).split(".")[0] for a in node.names}
+    return names
+
+
 def is_clock(
     node: ast.AST, clocks: set[str], clock_vars: set[str] | frozenset[str] = frozenset()
 ) -> bool:
@@ -153,8 +163,11 @@ class InflightModel:
 class _Scope:
     """Names a function assigns from clock calls and from attribute reads."""
 
-    def __init__(self, function: ast.FunctionDef, clocks: set[str]) -> None:
+    def __init__(
+        self, function: ast.FunctionDef, clocks: set[str], imported: frozenset[str] = frozenset()
+    ) -> None:
         self.clocks = clocks
+        self.imported = imported
         self.clock_vars: set[str] = set()
         self.reads: dict[str, tuple[str, bool]] = {}  # name -> (attr, via_sender)
         self.senders: set[str] = set()
@@ -183,6 +196,11 @@ class _Scope:
         if isinstance(node, ast.Attribute) and isinstance(node.ctx, ast.Load):
             if isinstance(node.value, ast.Name) and node.value.id == "self":
                 return None  # scheduler state, not something stamped on a request
+            root = node.value
+            while isinstance(root, ast.Attribute):
+                root = root.value
+            if isinstance(root, ast.Name) and root.id in self.imported:
+                return None  # ``envs.SGLANG_X``: configuration, not a request's stamp
             return node.attr, _mentions_sender(node.value) or _name_in(node.value, self.senders)
         if (
             isinstance(node, ast.Call)
@@ -227,7 +245,11 @@ def _deadline_compare(compare: ast.Compare, scope: _Scope) -> tuple[str, bool] |
     nodes = _expanded([compare.left, *compare.comparators], scope)
     if not any(scope.is_clock(n) for n in nodes):
         return None
+    # what a call is made on is a method, not a value read (``envs.X.get()``, ``t.value()``)
+    callees = {id(inner) for n in nodes if isinstance(n, ast.Call) for inner in ast.walk(n.func)}
     for node in nodes:
+        if id(node) in callees:
+            continue
         if scope.is_clock(node) or (isinstance(node, ast.Name) and node.id in scope.clock_vars):
             continue
         read = scope.stamp_read(node)
@@ -240,6 +262,7 @@ class _ModuleIndex:
     def __init__(self, module: ast.Module) -> None:
         self.module = module
         self.clocks = clock_names(module)
+        self.imported = frozenset(imported_names(module))
         self.methods: dict[str, ast.FunctionDef] = {}
         self.owner: dict[int, str] = {}
         self._scopes: dict[int, _Scope] = {}
@@ -252,7 +275,7 @@ class _ModuleIndex:
     def scope(self, function: ast.FunctionDef) -> _Scope:
         """The function's names, analysed once however many statements ask."""
         if id(function) not in self._scopes:
-            self._scopes[id(function)] = _Scope(function, self.clocks)
+            self._scopes[id(function)] = _Scope(function, self.clocks, self.imported)
         return self._scopes[id(function)]
 
     @cached_property

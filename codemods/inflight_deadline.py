@@ -4,8 +4,10 @@ A request that finished prefill waits in ``disagg_prefill_inflight_queue`` until
 reaches the decode side. Non-terminal poll results put it back with no deadline, so after a
 decode restart it can wait forever. This codemod:
 
-1. reads ``SGLANG_DISAGGREGATION_INFLIGHT_TIMEOUT`` (seconds, default 300; 0 turns it off) once
-   per process, next to the module's ``logger``;
+1. reads ``SGLANG_DISAGGREGATION_INFLIGHT_TIMEOUT`` (seconds, default 300; 0 turns it off) at
+   first use, in the release's convention (``codemods/inflight_timeout.py``): an entry of its
+   env registry (0.5.8+: ``envs.X.get()``), else a ``get_int_env_var`` reader next to the
+   module's ``logger``; a value that is not a whole number is rejected with a warning;
 2. stamps each request with ``time.monotonic()`` wherever it enters the inflight queue: the time
    in the queue is pure transfer time. A request that stays in the queue never passes an entry
    again, so only one that left it (optimistic prefill's ``optimistic_release_and_requeue``)
@@ -40,13 +42,14 @@ from pdguard.checks.inflight import Entry, analyse, single_request
 from pdguard.fix_names import INFLIGHT_DEADLINE as FIX
 from pdguard.fix_names import INFLIGHT_HELPER as HELPER
 from pdguard.fix_names import INFLIGHT_STAMP as STAMP
-from pdguard.fix_names import INFLIGHT_TIMEOUT_SETTING as TIMEOUT
+from pdguard.fix_names import INFLIGHT_TIMEOUT_READER as READER
 from pdguard.sglang_names import INFLIGHT_FUNCTION as FUNCTION
 from pdguard.sglang_names import INFLIGHT_QUEUE as QUEUE
 from pdguard.sglang_names import INFLIGHT_TIMEOUT_ENV as ENV_VAR
 
 from .anchors import AnchorError, calls_named, find_method, marker
 from .command import SourceCodemod
+from .inflight_timeout import CONVENTIONS, REGISTRY, reader_code, reader_setting, registry_read
 from .insertion import (
     Statement,
     StatementEdit,
@@ -92,23 +95,6 @@ _PIN = (
     "sender.poll = lambda: KVPoll.Failed\n"
 )
 
-_SETTING = """\
-{marker}
-# Seconds a request may wait in the prefill inflight queue for its KV transfer
-# before it is failed; read once per process. 0 (or less) turns the deadline off.
-_INFLIGHT_TIMEOUT_ENV = "{env}"
-try:
-    {timeout} = float({environ}.get(_INFLIGHT_TIMEOUT_ENV, "300"))
-except ValueError:
-    {timeout} = float("nan")
-if not abs({timeout}) < float("inf"):  # not a number, nan or inf
-    logger.warning(
-        f"{{_INFLIGHT_TIMEOUT_ENV}}={{{environ}[_INFLIGHT_TIMEOUT_ENV]!r}} is not a finite "
-        "number of seconds; using the default, 300"
-    )
-    {timeout} = 300.0
-"""
-
 _STAMP = """\
 {marker}: the deadline counts the KV transfer only;
 # a request that leaves the queue and comes back starts a fresh one.
@@ -130,17 +116,18 @@ _HELPER = '''\
         Runs before the poll all-reduce: the sender reports Failed from now on, so the
         reduced poll is Failed on every rank and the Failed branch cleans the request up.
         """
-        if {timeout} <= 0:
+        timeout = {read_timeout}
+        if timeout <= 0:
             return
         now = {monotonic}()
         for req in self.{queue}:
 {consensus}{parked}            entry_time = getattr(req, "{stamp}", None)
-            if entry_time is None or now - entry_time < {timeout}:
+            if entry_time is None or now - entry_time < timeout:
                 continue
             reason = (
                 f"Request {{req.bootstrap_room}} timed out after {{now - entry_time:.1f}}s "
                 f"in the prefill inflight queue waiting for its KV transfer "
-                f"(deadline {{{timeout}:g}}s, {{_INFLIGHT_TIMEOUT_ENV}})"
+                f"(deadline {{timeout}}s, {env})"
             )
             logger.warning(f"Prefill inflight request {{req.rid=}}: {{reason}}")
             sender = req.disagg_kv_sender
@@ -195,6 +182,13 @@ class InflightDeadline(SourceCodemod):
             "BaseKVSender has abort(); guarded: only some senders do; none",
         )
         arg_parser.add_argument(
+            "--convention",
+            choices=CONVENTIONS,
+            default=REGISTRY,
+            help="how the timeout is read: registry (envs.X.get(), with an environ.py entry "
+            "from InflightTimeoutEntry) or get_int_env_var (a reader in prefill.py)",
+        )
+        arg_parser.add_argument(
             "--parked",
             action="store_true",
             help="the queue holds parked requests (pending_bootstrap): do not count their time",
@@ -212,9 +206,11 @@ class InflightDeadline(SourceCodemod):
         isort_config: isort.Config = DEFAULT_ISORT_CONFIG,
         record: bool = False,
         parked: bool = False,
+        convention: str = REGISTRY,
     ) -> None:
         super().__init__(context)
         self.isort_config = isort_config
+        self.convention = convention
         fail = ABORT_CALLS[abort].format(
             record=_RECORD if record else "",
             record_here=textwrap.dedent(_RECORD) if record else "",
@@ -223,7 +219,6 @@ class InflightDeadline(SourceCodemod):
         self.names = {
             "marker": marker(FIX),
             "abort": "".join(f"            {line}\n" for line in fail.splitlines()),
-            "timeout": TIMEOUT,
             "env": ENV_VAR,
             "helper": HELPER,
             "queue": QUEUE,
@@ -245,8 +240,14 @@ class InflightDeadline(SourceCodemod):
         """The names the snippets are filled with, reusing the module's own imports (``import
         time as _t``, ``from os import environ``), and the imports still missing."""
         monotonic, time_import = spelling(tree, "time", "monotonic")
-        environ, os_import = spelling(tree, "os", "environ")
-        imports = [request for request in (os_import, time_import) if request is not None]
+        imports = [time_import] if time_import is not None else []
+        if self.convention == REGISTRY:
+            read_timeout, timeout_imports = registry_read(tree)
+            setting = ""
+        else:
+            reader_names, timeout_imports = reader_setting(tree)
+            read_timeout, setting = f"{READER}()", reader_code(reader_names)
+        imports = [*timeout_imports, *imports]
 
         def code(node: cst.CSTNode) -> str:
             return cst.Module(body=[]).code_for_node(node).strip()
@@ -268,7 +269,8 @@ class InflightDeadline(SourceCodemod):
             "consensus_arg": consensus,
             "consensus": _CONSENSUS.format(rids=consensus) if consensus else "",
             "monotonic": monotonic,
-            "environ": environ,
+            "read_timeout": read_timeout,
+            "setting": setting,
         }
         return names, imports
 
@@ -300,7 +302,7 @@ def _edits(
     logger_stmt: cst.BaseStatement,
 ) -> list[tuple[cst.CSTNode, StatementEdit]]:
     """Every insertion: a stamp before each way into the queue, the call before the poll
-    statement, the helper before the function and the setting after the logger."""
+    statement, the helper before the function and (get_int_env_var) the reader after the logger."""
     edits: list[tuple[cst.CSTNode, StatementEdit]] = []
     for stmt, entry in entries:
         edits.append((stmt, StatementEdit(before=_stamp_for(config, names, entry))))
@@ -308,11 +310,12 @@ def _edits(
     edits.append((_poll_statement(function), StatementEdit(before=call)))
     helper = parse_method(_HELPER.format(**names), config)
     edits.append((function, StatementEdit(before=[helper])))
-    setting = parse_statements(_SETTING.format(**names), config)
-    setting[0] = setting[0].with_changes(
-        leading_lines=[cst.EmptyLine(indent=False), *setting[0].leading_lines]
-    )
-    edits.append((logger_stmt, StatementEdit(after=setting)))
+    if names["setting"]:  # the get_int_env_var reader
+        setting = parse_statements(names["setting"], config)
+        setting[0] = setting[0].with_changes(
+            leading_lines=[cst.EmptyLine(indent=False), *setting[0].leading_lines]
+        )
+        edits.append((logger_stmt, StatementEdit(after=setting)))
     return edits
 
 

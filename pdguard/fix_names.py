@@ -26,7 +26,12 @@ SENDER_BOOTSTRAP_TIMEOUT = "sender-bootstrap-timeout"
 # inflight-deadline writes these into prefill.py.
 INFLIGHT_HELPER = "_fail_timed_out_inflight_reqs"
 INFLIGHT_STAMP = "inflight_queue_entry_time"
-INFLIGHT_TIMEOUT_SETTING = "INFLIGHT_QUEUE_TIMEOUT"
+# Where the release has no env registry entry for its timeouts (before 0.5.8): the reader.
+INFLIGHT_TIMEOUT_READER = "_get_inflight_timeout"
+# How inflight-deadline reads its timeout: an env registry entry (environ.py, envs.X.get()), or
+# the release's get_int_env_var in that reader.
+ENV_REGISTRY = "registry"
+ENV_GET_INT = "get_int_env_var"
 
 RECEIVER_WAITING_TIMEOUT = "receiver-waiting-timeout"
 DECODE_QUEUE_BOUND = "decode-queue-bound"

@@ -90,6 +90,7 @@ RESOLVE_PENDING_REQS = "_resolve_pending_reqs"
 # SGLang's typed environment (0.5.8+): ``envs.<NAME>.get()``.
 ENVIRON_MODULE = "sglang.srt.environ"
 ENVIRON_OBJECT = "envs"
+ENVIRON_PATH = "sglang/srt/environ.py"
 
 
 class KVPoll(IntEnum):

@@ -501,18 +501,25 @@ def _inline_loop(texts: Texts) -> Texts | None:
         if not calls:
             return False
         i = source.indent(calls[0])
+        # the timeout read as the patch reads it (envs.X.get() or a call of its reader)
+        read = next(
+            ast.unparse(n.value)
+            for n in ast.walk(next(_function(source, DEADLINE_HELPER)))
+            if isinstance(n, ast.Assign) and ast.unparse(n.targets[0]) == "timeout"
+        )
         inline = [
             f"{i}current = time.monotonic()\n",
+            f"{i}limit = {read}\n",
             f"{i}for waiting in self.disagg_prefill_inflight_queue:\n",
             f"{i}    enqueued = getattr(waiting, '{STAMP_ATTR}', None)\n",
-            f"{i}    if enqueued is None or INFLIGHT_QUEUE_TIMEOUT <= 0:\n",
+            f"{i}    if enqueued is None or limit <= 0:\n",
             f"{i}        continue\n",
-            f"{i}    if current - enqueued > INFLIGHT_QUEUE_TIMEOUT:\n",
+            f"{i}    if current - enqueued > limit:\n",
             f"{i}        kv_sender = waiting.disagg_kv_sender\n",
         ]
         if "pending_bootstrap" in ast.unparse(next(_function(source, DEADLINE_HELPER))):
             # parked requests (0.5.16+): not counted, their clock starts when unparked
-            inline[2:2] = [
+            inline[3:3] = [
                 f"{i}    if waiting.pending_bootstrap:\n",
                 f"{i}        waiting.{STAMP_ATTR} = current\n",
                 f"{i}        continue\n",

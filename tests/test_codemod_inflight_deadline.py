@@ -4,6 +4,7 @@ behaviour of the code it writes."""
 from __future__ import annotations
 
 import logging
+import os
 import textwrap
 import types
 
@@ -65,26 +66,31 @@ from __future__ import annotations
 import logging
 import os
 import time
+from functools import lru_cache
 
 from sglang.srt.disaggregation.base import KVPoll
 from sglang.srt.disaggregation.utils import poll_and_all_reduce
+from sglang.srt.utils import get_int_env_var
 
 logger = logging.getLogger(__name__)
 
 # pdguard: inflight-deadline
-# Seconds a request may wait in the prefill inflight queue for its KV transfer
-# before it is failed; read once per process. 0 (or less) turns the deadline off.
 _INFLIGHT_TIMEOUT_ENV = "SGLANG_DISAGGREGATION_INFLIGHT_TIMEOUT"
-try:
-    INFLIGHT_QUEUE_TIMEOUT = float(os.environ.get(_INFLIGHT_TIMEOUT_ENV, "300"))
-except ValueError:
-    INFLIGHT_QUEUE_TIMEOUT = float("nan")
-if not abs(INFLIGHT_QUEUE_TIMEOUT) < float("inf"):  # not a number, nan or inf
-    logger.warning(
-        f"{_INFLIGHT_TIMEOUT_ENV}={os.environ[_INFLIGHT_TIMEOUT_ENV]!r} is not a finite "
-        "number of seconds; using the default, 300"
-    )
-    INFLIGHT_QUEUE_TIMEOUT = 300.0
+
+
+@lru_cache(maxsize=1)
+def _get_inflight_timeout() -> int:
+    """Seconds a request may wait in the prefill inflight queue for its KV transfer
+    before it is failed; 0 (or less) turns the deadline off. Read at first use."""
+    timeout = get_int_env_var(_INFLIGHT_TIMEOUT_ENV, None)
+    if timeout is None:  # unset, or not a whole number of seconds
+        if os.environ.get(_INFLIGHT_TIMEOUT_ENV, "").strip():
+            logger.warning(
+                f"{_INFLIGHT_TIMEOUT_ENV}={os.environ[_INFLIGHT_TIMEOUT_ENV]!r} is not "
+                "a whole number of seconds; using the default, 300"
+            )
+        timeout = 300
+    return timeout
 
 
 class SchedulerDisaggregationPrefillMixin:
@@ -102,17 +108,18 @@ class SchedulerDisaggregationPrefillMixin:
         Runs before the poll all-reduce: the sender reports Failed from now on, so the
         reduced poll is Failed on every rank and the Failed branch cleans the request up.
         """
-        if INFLIGHT_QUEUE_TIMEOUT <= 0:
+        timeout = _get_inflight_timeout()
+        if timeout <= 0:
             return
         now = time.monotonic()
         for req in self.disagg_prefill_inflight_queue:
             entry_time = getattr(req, "inflight_queue_entry_time", None)
-            if entry_time is None or now - entry_time < INFLIGHT_QUEUE_TIMEOUT:
+            if entry_time is None or now - entry_time < timeout:
                 continue
             reason = (
                 f"Request {req.bootstrap_room} timed out after {now - entry_time:.1f}s "
                 f"in the prefill inflight queue waiting for its KV transfer "
-                f"(deadline {INFLIGHT_QUEUE_TIMEOUT:g}s, {_INFLIGHT_TIMEOUT_ENV})"
+                f"(deadline {timeout}s, SGLANG_DISAGGREGATION_INFLIGHT_TIMEOUT)"
             )
             logger.warning(f"Prefill inflight request {req.rid=}: {reason}")
             sender = req.disagg_kv_sender
@@ -154,7 +161,7 @@ class TestInflightDeadline(CodemodTest):
     TRANSFORM = InflightDeadline
 
     def test_before_after(self) -> None:
-        self.assertCodemod(PREFILL, EXPECTED, abort="direct")
+        self.assertCodemod(PREFILL, EXPECTED, abort="direct", convention="get_int_env_var")
 
     def test_guarded_abort_when_only_some_senders_can_abort(self) -> None:
         out = _patch(PREFILL, abort="guarded")
@@ -168,7 +175,7 @@ class TestInflightDeadline(CodemodTest):
         src = PREFILL.replace(
             "import logging\n", "import logging\nimport time as _t\nfrom os import environ\n"
         )
-        out = _patch(src)
+        out = _patch(src, convention="get_int_env_var")
         assert "_t.monotonic()" in out and "environ.get(_INFLIGHT_TIMEOUT_ENV" in out
         assert "\nimport time\n" not in out and "\nimport os\n" not in out
 
@@ -277,9 +284,15 @@ def _load(
         monkeypatch.delenv("SGLANG_DISAGGREGATION_INFLIGHT_TIMEOUT", raising=False)
     else:
         monkeypatch.setenv("SGLANG_DISAGGREGATION_INFLIGHT_TIMEOUT", env)
-    code = _patch(PREFILL, **(options or {"abort": "direct"}))
-    code = code.replace("from sglang.srt.disaggregation.base import KVPoll\n", "")
-    code = code.replace("from sglang.srt.disaggregation.utils import poll_and_all_reduce\n", "")
+    options = {"abort": "direct", "convention": "get_int_env_var", **options}
+    code = _patch(PREFILL, **options)
+    for line in (
+        "from sglang.srt.disaggregation.base import KVPoll\n",
+        "from sglang.srt.disaggregation.utils import poll_and_all_reduce\n",
+        "from sglang.srt.utils import get_int_env_var\n",
+        "from sglang.srt.environ import envs\n",
+    ):
+        code = code.replace(line, "")
     clock = _Clock()
     module = types.ModuleType("prefill_under_test")
     kvpoll = types.SimpleNamespace(
@@ -289,10 +302,28 @@ def _load(
         KVPoll=kvpoll,
         # MIN all-reduce over a single rank: just the local polls.
         poll_and_all_reduce=lambda senders, group: [s.poll() for s in senders],
+        get_int_env_var=_int_setting,
+        envs=types.SimpleNamespace(
+            SGLANG_DISAGGREGATION_INFLIGHT_TIMEOUT=types.SimpleNamespace(
+                get=lambda: int(os.environ.get("SGLANG_DISAGGREGATION_INFLIGHT_TIMEOUT", "300"))
+            )
+        ),
     )
     exec(compile(code, "prefill_under_test", "exec"), module.__dict__)
     module.time = types.SimpleNamespace(monotonic=clock.monotonic)  # type: ignore[attr-defined]  # a module built at run time
     return module, clock
+
+
+def _int_setting(name: str, fallback: int | None = 0) -> int | None:
+    """What SGLang's ``get_int_env_var`` promises: the fallback for an unset, blank or
+    non-integer value, else the integer."""
+    raw = os.environ.get(name, "")
+    if not raw.strip():
+        return fallback
+    try:
+        return int(raw)
+    except ValueError:
+        return fallback
 
 
 def _scheduler(module: types.ModuleType) -> object:
@@ -415,12 +446,62 @@ def test_zero_turns_the_deadline_off(monkeypatch, env: str) -> None:
     assert req.disagg_kv_sender.aborted == 0
 
 
-@pytest.mark.parametrize("env", ["five minutes", "nan", "inf", "-inf"])
-def test_invalid_value_logs_and_uses_the_default(monkeypatch, caplog, env: str) -> None:
+@pytest.mark.parametrize("env", ["five minutes", "nan", "inf", "-inf", "1.5"])
+def test_invalid_value_warns_at_first_use_and_uses_the_default(
+    monkeypatch, caplog, env: str
+) -> None:
     with caplog.at_level(logging.WARNING):
-        module, _ = _load(monkeypatch, env=env)
-    assert module.INFLIGHT_QUEUE_TIMEOUT == 300.0
-    assert f"{env!r} is not a finite number of seconds" in caplog.text
+        module, clock = _load(monkeypatch, env=env)
+    assert caplog.text == ""  # nothing at import
+    scheduler = _scheduler(module)
+    req = _req("wedged")
+    scheduler.process_batch_result_disagg_prefill(types.SimpleNamespace(reqs=[req]))
+    clock.now += 299.0
+    with caplog.at_level(logging.WARNING):
+        assert scheduler.process_disagg_prefill_inflight_queue() == []
+        assert (
+            f"SGLANG_DISAGGREGATION_INFLIGHT_TIMEOUT={env!r} is not a whole number" in caplog.text
+        )
+        assert "using the default, 300" in caplog.text
+        clock.now += 2.0
+        assert scheduler.process_disagg_prefill_inflight_queue() == [req]
+    assert "deadline 300s, SGLANG_DISAGGREGATION_INFLIGHT_TIMEOUT" in caplog.text
+    # read once: the warning is not repeated every step
+    assert caplog.text.count("is not a whole number") == 1
+
+
+def test_registry_convention_reads_the_entry_at_each_use(monkeypatch) -> None:
+    """0.5.8+: ``envs.SGLANG_DISAGGREGATION_INFLIGHT_TIMEOUT.get()`` in the helper, no
+    module-level setting, and a value changed later (``envs.X.override()``) is seen."""
+    out = _patch(PREFILL, abort="honoured", convention="registry")
+    assert "from sglang.srt.environ import envs\n" in out
+    assert "        timeout = envs.SGLANG_DISAGGREGATION_INFLIGHT_TIMEOUT.get()\n" in out
+    assert "_INFLIGHT_TIMEOUT_ENV" not in out and "get_int_env_var" not in out
+    assert "\nimport os\n" not in out
+    module, clock = _load(monkeypatch, env="600", abort="honoured", convention="registry")
+    scheduler = _scheduler(module)
+    req = _req("wedged")
+    req.disagg_kv_sender = _AbortableSender()
+    scheduler.process_batch_result_disagg_prefill(types.SimpleNamespace(reqs=[req]))
+    clock.now += 61.0
+    assert scheduler.process_disagg_prefill_inflight_queue() == []
+    monkeypatch.setenv("SGLANG_DISAGGREGATION_INFLIGHT_TIMEOUT", "60")
+    assert scheduler.process_disagg_prefill_inflight_queue() == [req]
+
+
+def test_registry_convention_reuses_an_envs_import_under_another_name() -> None:
+    src = PREFILL.replace(
+        "import logging\n", "import logging\n\nfrom sglang.srt.environ import envs as senv\n"
+    )
+    out = _patch(src, convention="registry")
+    assert "timeout = senv.SGLANG_DISAGGREGATION_INFLIGHT_TIMEOUT.get()" in out
+    assert "import envs\n" not in out
+
+
+def test_registry_convention_refuses_an_envs_that_is_not_sglangs() -> None:
+    src = PREFILL.replace("import logging\n", "import logging\n\nfrom mylib import envs\n")
+    with pytest.raises(AnchorError, match="`envs` is bound to something else"):
+        _patch(src, convention="registry")
 
 
 def test_expected_snippet_is_what_black_would_write() -> None:

@@ -67,6 +67,7 @@ def _prefill_findings(report: dict) -> list[dict]:
 
 PREFILL = "python/sglang/srt/disaggregation/prefill.py"
 DECODE = "python/sglang/srt/disaggregation/decode.py"
+ENVIRON = "python/sglang/srt/environ.py"
 INFLIGHT = "process_disagg_prefill_inflight_queue"
 
 # What an unpatched release is, per shape family (README, "Release families"): what apply
@@ -453,8 +454,9 @@ def test_carry_commits_the_fixed_tree(upstream: Upstream, tmp_path: Path, capsys
     assert capsys.readouterr().out.startswith(f"carry-0.5.18 -> {new[:12]} (on v0.5.18)")
     assert snapshot(repo) == before  # HEAD, branch, index, working tree, stash
     assert git(repo, "rev-parse", f"{new}^@") == upstream.sha("v0.5.18")  # one parent
-    # Issue 11: decode-queue-bound patches decode.py too.
-    assert git(repo, "diff", "--name-only", "v0.5.18", new).split() == [DECODE, PREFILL]
+    # Issue 11: decode-queue-bound patches decode.py too; the inflight timeout's registry
+    # entry (0.5.8+) is in environ.py.
+    assert git(repo, "diff", "--name-only", "v0.5.18", new).split() == [DECODE, PREFILL, ENVIRON]
     message = git(repo, "log", "-1", "--format=%B", new)
     assert "onto v0.5.18" in message and f"pdguard {__version__}" in message
     assert "inflight-deadline: applied" in message

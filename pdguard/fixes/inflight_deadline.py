@@ -11,8 +11,16 @@ from pdguard.checks.inflight import analyse
 from pdguard.checks.kv_senders import BASE_SENDER
 
 from .. import fix_names
+from ..sglang_names import (
+    BOOTSTRAP_TIMEOUT_ENV,
+    ENVIRON_PATH,
+    INFLIGHT_TIMEOUT_ENV,
+    KVPOLL,
+    MANAGER_RECORD_FAILURE,
+    PREFILL_PATH,
+    WAITING_TIMEOUT_ENV,
+)
 from ..sglang_names import INFLIGHT_FUNCTION as FUNCTION
-from ..sglang_names import KVPOLL, MANAGER_RECORD_FAILURE, PREFILL_PATH
 from ..sglang_names import KVPoll as KVPollState
 from .base import Fix, Outcome, Status, has_marker
 from .sender_index import sender_index
@@ -24,7 +32,9 @@ FIX = fix_names.INFLIGHT_DEADLINE
 # pdguard's own names in the code it writes.
 HELPER = fix_names.INFLIGHT_HELPER
 STAMP = fix_names.INFLIGHT_STAMP
-TIMEOUT = fix_names.INFLIGHT_TIMEOUT_SETTING
+READER = fix_names.INFLIGHT_TIMEOUT_READER
+# The registry entries whose presence makes the release's convention the registry (0.5.8+).
+_SIBLINGS = (WAITING_TIMEOUT_ENV, BOOTSTRAP_TIMEOUT_ENV)
 
 # How an overdue sender is failed (the codemod's ``abort``), as the note says it.
 _HOW = {
@@ -182,18 +192,66 @@ def _match_branch(node: ast.Match) -> list[ast.stmt] | None:
     return None
 
 
-def _missing_pieces(tree: ast.Module) -> list[str]:
-    """The parts of pdguard's fix that are not in ``tree``."""
+def registry_entry(environ: ast.Module | None, name: str) -> str | None:
+    """The Env type of ``name``'s entry in the env registry (``environ.py``:
+    ``class Envs: NAME = EnvInt(300)``), if it has one."""
+    for cls in environ.body if environ is not None else []:
+        if isinstance(cls, ast.ClassDef):
+            for stmt in cls.body:
+                if (
+                    isinstance(stmt, ast.Assign)
+                    and [getattr(t, "id", None) for t in stmt.targets] == [name]
+                    and isinstance(stmt.value, ast.Call)
+                    and isinstance(stmt.value.func, ast.Name)
+                ):
+                    return stmt.value.func.id
+    return None
+
+
+def convention(environ: ast.Module | None) -> str:
+    """How the release reads its disaggregation timeouts: its env registry where the sibling
+    timeouts are entries of it (0.5.8+), else ``get_int_env_var`` (0.4.7 - 0.5.7)."""
+    if any(registry_entry(environ, sibling) for sibling in _SIBLINGS):
+        return fix_names.ENV_REGISTRY
+    return fix_names.ENV_GET_INT
+
+
+def _reads_timeout(helper: ast.FunctionDef | None, style: str) -> bool:
+    """Does the helper read the timeout as ``style`` says: ``<envs>.NAME.get()``, or a call
+    of the module's reader?"""
+    for node in ast.walk(helper) if helper is not None else []:
+        if not isinstance(node, ast.Call):
+            continue
+        func = node.func
+        if style == fix_names.ENV_REGISTRY:
+            if (
+                isinstance(func, ast.Attribute)
+                and func.attr == "get"
+                and isinstance(func.value, ast.Attribute)
+                and func.value.attr == INFLIGHT_TIMEOUT_ENV
+            ):
+                return True
+        elif isinstance(func, ast.Name) and func.id == READER:
+            return True
+    return False
+
+
+def _missing_pieces(tree: ast.Module, environ: ast.Module | None) -> list[str]:
+    """The parts of pdguard's fix that are not in ``tree`` (``prefill.py``) or, where the
+    release reads its timeouts from its env registry, ``environ`` (``environ.py``)."""
     missing = []
-    if not any(
-        isinstance(node, ast.Try)
-        and any(
-            isinstance(s, ast.Assign) and any(getattr(t, "id", None) == TIMEOUT for t in s.targets)
-            for s in node.body
-        )
-        for node in tree.body
-    ):
-        missing.append(f"the {TIMEOUT} setting")
+    style = convention(environ)
+    helper = _function(tree, HELPER)
+    if style == fix_names.ENV_REGISTRY:
+        if registry_entry(environ, INFLIGHT_TIMEOUT_ENV) is None:
+            missing.append(f"the {INFLIGHT_TIMEOUT_ENV} entry in {ENVIRON_PATH}")
+        if helper is not None and not _reads_timeout(helper, style):
+            missing.append(f"the read of envs.{INFLIGHT_TIMEOUT_ENV} in {HELPER}()")
+    else:
+        if not any(isinstance(n, ast.FunctionDef) and n.name == READER for n in tree.body):
+            missing.append(f"{READER}(), which reads {INFLIGHT_TIMEOUT_ENV}")
+        if helper is not None and not _reads_timeout(helper, style):
+            missing.append(f"the {READER}() call in {HELPER}()")
     if _function(tree, HELPER) is None:
         missing.append(f"{HELPER}()")
     function = _function(tree, FUNCTION)
@@ -217,28 +275,31 @@ class InflightDeadline(Fix):
 
     def plan(self, workspace: Workspace) -> Outcome:
         tree = workspace.ast(PREFILL_PATH)
-        outcome = (
-            self._present(workspace.text(PREFILL_PATH), tree)
-            or self._upstream(tree)
-            or self._refused(tree)
-        )
+        outcome = self._present(workspace, tree) or self._upstream(tree) or self._refused(tree)
         if outcome is not None:
             return outcome
         return self._apply(workspace)
 
     # -- the steps, in order: each returns an Outcome when it decides -----------------------
 
-    def _present(self, text: str, tree: ast.Module) -> Outcome | None:
-        """pdguard's marker is there: all of the fix (present), or a part (refused)."""
-        if not has_marker(text, FIX):
+    def _present(self, workspace: Workspace, tree: ast.Module) -> Outcome | None:
+        """pdguard's marker is there (in ``prefill.py`` or the env registry): all of the fix
+        (present), or a part (refused)."""
+        environ = _environ(workspace)
+        marked = [
+            rel
+            for rel in (PREFILL_PATH, ENVIRON_PATH)
+            if (rel == PREFILL_PATH or environ is not None) and has_marker(workspace.text(rel), FIX)
+        ]
+        if not marked:
             return None
-        missing = _missing_pieces(tree)
+        missing = _missing_pieces(tree, environ)
         if missing:
             return Outcome(
                 Status.REFUSED,
-                f"pdguard's marker is in {PREFILL_PATH} but not all of its fix: missing "
-                + ", ".join(missing),
-                PREFILL_PATH,
+                f"pdguard's marker is in {' and '.join(marked)} but not all of its fix: "
+                "missing " + ", ".join(missing),
+                marked[0],
             )
         return Outcome(Status.PRESENT, f"marker and deadline found in {PREFILL_PATH}")
 
@@ -318,11 +379,13 @@ class InflightDeadline(Fix):
         return "none", record, ignoring
 
     def _apply(self, workspace: Workspace) -> Outcome:
-        """Run the codemod on ``prefill.py``."""
+        """Run the codemods: on ``prefill.py``, and on ``environ.py`` where the release reads
+        its timeouts from its env registry."""
         from libcst.codemod import CodemodContext
 
         from pdguard.codemods.anchors import AnchorError
         from pdguard.codemods.inflight_deadline import InflightDeadline as Codemod
+        from pdguard.codemods.inflight_timeout import InflightTimeoutEntry
         from pdguard.codemods.isort_imports import top_level_bindings
 
         module = workspace.cst(PREFILL_PATH)
@@ -334,8 +397,11 @@ class InflightDeadline(Fix):
         model = analyse(workspace.ast(PREFILL_PATH))
         if model is None:
             return Outcome(Status.REFUSED, f"no {FUNCTION}() in {PREFILL_PATH}", PREFILL_PATH)
+        environ_tree = _environ(workspace)
+        style = convention(environ_tree)
         codemod = Codemod(
             CodemodContext(filename=PREFILL_PATH),
+            convention=style,
             abort=abort,
             isort_config=workspace.isort_config(PREFILL_PATH),
             record=record,
@@ -345,8 +411,23 @@ class InflightDeadline(Fix):
             module = codemod.transform_module(module)
         except AnchorError as exc:
             return Outcome(Status.REFUSED, str(exc), PREFILL_PATH)
+        if (
+            style == fix_names.ENV_REGISTRY
+            and registry_entry(environ_tree, INFLIGHT_TIMEOUT_ENV) is None
+        ):  # the timeout's entry next to its siblings (one already there is used as it is)
+            entry = InflightTimeoutEntry(CodemodContext(filename=ENVIRON_PATH))
+            try:
+                environ = entry.transform_module(workspace.cst(ENVIRON_PATH))
+            except AnchorError as exc:
+                return Outcome(Status.REFUSED, str(exc), ENVIRON_PATH)
+            workspace.set_text(ENVIRON_PATH, environ.code)
         workspace.set_text(PREFILL_PATH, module.code)
         how = _HOW[abort] + (", the timeout recorded as the room's failure" if record else "")
+        read = (
+            f"an env registry entry in {ENVIRON_PATH}"
+            if style == fix_names.ENV_REGISTRY
+            else "get_int_env_var"
+        )
         if model.parked_line:
             how += "; parked requests are not counted"
         if ignoring:
@@ -354,5 +435,13 @@ class InflightDeadline(Fix):
         return Outcome(
             Status.APPLIED,
             f"stamp at every inflight-queue entry, deadline before the poll all-reduce in "
-            f"{FUNCTION}(); overdue senders are failed with {how}",
+            f"{FUNCTION}(); overdue senders are failed with {how}; {INFLIGHT_TIMEOUT_ENV} is "
+            f"read at first use through {read}",
         )
+
+
+def _environ(workspace: Workspace) -> ast.Module | None:
+    """The release's env registry module, if it has one."""
+    if workspace.tree.read_bytes(ENVIRON_PATH) is None:
+        return None
+    return workspace.ast(ENVIRON_PATH)

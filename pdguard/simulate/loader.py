@@ -5,7 +5,7 @@ From each module the simulation needs, the loader takes:
 * the methods of one class that the simulation calls (its *entry points*) and every method of
   the class (and of its base classes) that those reach through ``self.<name>``;
 * the module-level statements that bind a name those methods use and that no stand-in gives
-  (pdguard's ``INFLIGHT_QUEUE_TIMEOUT`` setting, for instance). Imports are never run.
+  (pdguard's ``_INFLIGHT_TIMEOUT_ENV`` name, for instance). Imports are never run.
 
 It compiles them, finds the free global names of the compiled code (from its bytecode, so
 comprehensions, lambdas and nested functions count) and resolves each name the module binds
@@ -40,8 +40,10 @@ from types import CodeType
 from ..checks.classes import find_method
 from ..checks.classes import methods_of as _class_methods
 from ..errors import LoadError, parse
+from ..fix_names import INFLIGHT_TIMEOUT_READER
 from ..sglang_names import (
     APPEND_FUNCTION,
+    ENVIRON_PATH,
     INFLIGHT_FUNCTION,
     NIXL_CONN_PATH,
     NIXL_SENDER,
@@ -66,8 +68,9 @@ _BOOTSTRAP_DEFAULT = re.compile(
     r"SGLANG_DISAGGREGATION_BOOTSTRAP_TIMEOUT(?:\"\s*,\s*|\s*=\s*EnvInt\()(\d+)"
 )
 # Module-level functions of the target that are loaded rather than given a stand-in: the
-# release's own test hook that sends a request through optimistic prefill's requeue (0.5.13+).
-LOADED_FUNCTIONS = frozenset({"should_force_retry"})
+# release's own test hook that sends a request through optimistic prefill's requeue (0.5.13+),
+# and the reader of the inflight timeout that pdguard's fix writes before 0.5.8.
+LOADED_FUNCTIONS = frozenset({"should_force_retry", INFLIGHT_TIMEOUT_READER})
 # Sender methods the simulated data path replaces (tensors, the transfer engine).
 SENDER_SKIPPED = frozenset({"send"})
 
@@ -94,6 +97,16 @@ class _ModulePlan:
     unbound: dict[str, str] = field(default_factory=dict)  # name -> the function using it
     recorders: dict[str, str] = field(default_factory=dict)  # name -> a Recorder's label
     code: CodeType | None = None
+
+
+@dataclass
+class EnvRegistry:
+    """The release's typed environment (``environ.py``): its own Env classes (``EnvField``
+    and its subclasses), compiled, and each registry entry with a literal default: name ->
+    (its Env class, the default). ``envs.NAME.get()`` in the simulation runs that code."""
+
+    code: CodeType
+    entries: dict[str, tuple[str, object]]
 
 
 @dataclass
@@ -139,6 +152,8 @@ class Target:
     nixl_polls_manager: bool = False
     # the parameters of the target's inflight function (``rids_to_check``: PP, 0.4.7.post1+)
     inflight_args: tuple[str, ...] = ()
+    # the release's env registry (0.5.3+), None where it has none
+    env_registry: EnvRegistry | None = None
 
     def where(self, rel: str, line: int) -> str:
         """``<file>:<line>`` as messages name a line of the target's module ``rel``."""
@@ -251,6 +266,7 @@ def load(
         mooncake_sender=mooncake,
         nixl_polls_manager=nixl is not None and _polls_manager(loader, *nixl),
         bootstrap_timeout_default=_bootstrap_timeout_default(tree),
+        env_registry=_env_registry(tree),
         mixin_methods=frozenset(_class_methods(loader.node(mixin))),
         inflight_args=tuple(
             a.arg for a in _class_methods(loader.node(mixin))[INFLIGHT_FUNCTION].args.args
@@ -290,6 +306,63 @@ def _bootstrap_timeout_default(tree: SourceTree) -> int | None:
         if found:
             return int(found.group(1))
     return None
+
+
+ENV_BASE = "EnvField"
+
+
+def _env_registry(tree: SourceTree) -> EnvRegistry | None:
+    """The release's Env classes and registry entries, from its ``environ.py``, if any."""
+    data = tree.read_bytes(ENVIRON_PATH)
+    if data is None:
+        return None
+    module = parse(data.decode("utf-8", "replace"), tree.display(ENVIRON_PATH))
+    classes = {node.name: node for node in module.body if isinstance(node, ast.ClassDef)}
+    if ENV_BASE not in classes:
+        return None
+    env_classes = [ENV_BASE]  # EnvField, and every class built only from Env classes
+    grown = True
+    while grown:
+        grown = False
+        for name, node in classes.items():
+            bases = [b.id for b in node.bases if isinstance(b, ast.Name)]
+            if (
+                name not in env_classes
+                and bases
+                and len(bases) == len(node.bases)
+                and all(b in env_classes or (b in classes and b.startswith("_")) for b in bases)
+                and any(b in env_classes for b in bases)
+            ):
+                env_classes.append(name)
+                grown = True
+    mixins = {  # private mixins the Env classes are built from (``_DeprecatedEnvFallback``)
+        b.id
+        for name in env_classes
+        for b in classes[name].bases
+        if isinstance(b, ast.Name) and b.id not in env_classes
+    }
+    nodes = [node for name, node in classes.items() if name in env_classes or name in mixins]
+    entries: dict[str, tuple[str, object]] = {}
+    for node in classes.values():
+        if node.name in env_classes or node.name in mixins:
+            continue
+        for stmt in node.body:
+            if (
+                isinstance(stmt, ast.Assign)
+                and len(stmt.targets) == 1
+                and isinstance(stmt.targets[0], ast.Name)
+                and isinstance(stmt.value, ast.Call)
+                and isinstance(stmt.value.func, ast.Name)
+                and stmt.value.func.id in env_classes
+                and len(stmt.value.args) == 1
+            ):
+                try:
+                    default = ast.literal_eval(stmt.value.args[0])
+                except ValueError:
+                    continue  # a computed default: that entry keeps its stand-in
+                entries[stmt.targets[0].id] = (stmt.value.func.id, default)
+    code = compile(ast.Module(body=list(nodes), type_ignores=[]), ENVIRON_PATH, "exec", _FLAGS)
+    return EnvRegistry(code, entries)
 
 
 def _sender_calls(module: ast.Module) -> frozenset[str]:

@@ -21,15 +21,20 @@ from __future__ import annotations
 
 import abc
 import array
+import contextlib
+import functools
 import hashlib
 import http
 import sys
 import threading
 from collections.abc import Callable, Iterable, Iterator
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from .. import sglang_names as names
 from .spec import RequestSpec
+
+if TYPE_CHECKING:
+    from .loader import EnvRegistry
 
 EPOCH = 1_700_000_000.0  # what time.time() reads at simulated second 0
 MONOTONIC_BASE = 50_000.0  # what time.monotonic() reads at simulated second 0
@@ -78,6 +83,11 @@ class Context(Protocol):
     @property
     def bootstrap_timeout_default(self) -> int:
         """The release's default of SGLANG_DISAGGREGATION_BOOTSTRAP_TIMEOUT."""
+        ...
+
+    @property
+    def env_registry(self) -> EnvRegistry | None:
+        """The release's env registry (``environ.py``), if it has one."""
         ...
 
     @property
@@ -355,13 +365,50 @@ class _EnvVar:
     value = property(get)
 
 
+class FakeWarnings:
+    """``warnings`` of the release's env registry: each warning is a ``log`` event."""
+
+    def __init__(self, ctx: Context) -> None:
+        self._ctx = ctx
+
+    def warn(self, message: object, *_: object, **__: object) -> None:
+        self._ctx.record("log", None, f"warning: {message}")
+
+
 class FakeEnvs:
-    """``sglang.srt.environ.envs``: ``envs.NAME.get()`` reads the scenario's environment."""
+    """``sglang.srt.environ.envs``: ``envs.NAME.get()`` reads the scenario's environment.
 
-    def __init__(self, env: dict[str, str]) -> None:
-        self._env = env
+    An entry of the release's own registry (``environ.py``, loaded by the loader) is an
+    instance of the release's own Env class, reading this rank's environment (so a value it
+    rejects is its own warning, a ``log`` event); another known name gets a stand-in."""
 
-    def __getattr__(self, name: str) -> _EnvVar:
+    def __init__(self, ctx: Context) -> None:
+        self._env = ctx.env
+        self._registry = ctx.env_registry
+        self._fields: dict[str, object] = {}
+        self._classes: dict[str, Any] = {}
+        if self._registry is not None:
+            namespace: dict[str, Any] = {
+                "__name__": "sglang.srt.environ",
+                "os": FakeOs(ctx.env),
+                "warnings": FakeWarnings(ctx),
+                "contextmanager": contextlib.contextmanager,
+                "Any": Any,
+            }
+            exec(self._registry.code, namespace)
+            self._classes = namespace
+
+    def __getattr__(self, name: str) -> object:
+        if name.startswith("_"):
+            raise AttributeError(name)
+        if name in self._fields:
+            return self._fields[name]
+        entry = self._registry.entries.get(name) if self._registry is not None else None
+        if entry is not None:
+            field = self._classes[entry[0]](entry[1])
+            field.name = name  # what Envs' class body gives it (__set_name__)
+            self._fields[name] = field
+            return field
         if name not in ENV_DEFAULTS:
             raise MissingStandIn(f"envs.{name} (read by {_caller()}) has no stand-in")
         return _EnvVar(name, self._env)
@@ -915,8 +962,15 @@ def _identity_decorator(*_: object, **__: object) -> Callable[[Any], Any]:
 
 
 def _get_int_env_var(ctx: Context) -> Callable[[str, int], int]:
+    # as sglang.srt.utils.get_int_env_var: the default when unset, blank or not an int
     def get_int_env_var(name: str, default: int = 0) -> int:
-        return int(ctx.env.get(name, default))
+        value = ctx.env.get(name)
+        if value is None or not value.strip():
+            return default
+        try:
+            return int(value)
+        except ValueError:
+            return default
 
     return get_int_env_var
 
@@ -958,7 +1012,8 @@ REGISTRY: dict[str, Callable[[Context], object]] = {
     "time.time": lambda ctx: FakeTime(ctx).time,
     "os": lambda ctx: FakeOs(ctx.env),
     "os.environ": lambda ctx: ctx.env,
-    "envs": lambda ctx: FakeEnvs(ctx.env),
+    "envs": FakeEnvs,
+    "lru_cache": _constant(functools.lru_cache),
     "get_int_env_var": _get_int_env_var,
     "logger": SimLogger,
     # polls and collectives

@@ -37,7 +37,7 @@ from typing import Any
 from .. import sglang_names as names
 from ..errors import LoadError
 from . import standins
-from .loader import Target
+from .loader import EnvRegistry, Target
 from .spec import RequestSpec
 from .standins import (
     BootstrapQueueStandIn,
@@ -236,6 +236,10 @@ class Rank:
     def bootstrap_timeout_default(self) -> int:
         default = self.world.target.bootstrap_timeout_default
         return 300 if default is None else default
+
+    @property
+    def env_registry(self) -> EnvRegistry | None:
+        return self.world.target.env_registry
 
     def new_sender(self, *args: Any, **kwargs: Any) -> object:
         """The release's own sender class for the request: NIXL's for a request scripted
