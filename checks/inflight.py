@@ -375,15 +375,19 @@ def _spares_ended_transfers(region: ast.AST, scope: _Scope) -> bool:
         if isinstance(op, ast.In | ast.Eq) and isinstance(node.body[-1], ast.Continue):
             return True
         if isinstance(op, ast.NotIn | ast.NotEq) and any(
-            isinstance(n, ast.Call)
-            and isinstance(n.func, ast.Attribute)
-            and n.func.attr != "poll"
-            and scope.touches_sender(n.func.value)
-            for stmt in node.body
-            for n in ast.walk(stmt)
+            _acts_on_sender(n, scope) for stmt in node.body for n in ast.walk(stmt)
         ):
             return True
     return False
+
+
+def _acts_on_sender(node: ast.AST, scope: _Scope) -> bool:
+    """A call on the request's sender other than ``poll()``, or an attribute set on it."""
+    if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute):
+        return node.func.attr != "poll" and scope.touches_sender(node.func.value)
+    return isinstance(node, ast.Assign) and any(
+        isinstance(t, ast.Attribute) and scope.touches_sender(t.value) for t in node.targets
+    )
 
 
 def _is_sender_poll(node: ast.AST, scope: _Scope) -> bool:

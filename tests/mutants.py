@@ -548,12 +548,18 @@ def _inline_loop(texts: Texts) -> Texts | None:
                 f"{i}        continue\n",
             ]
         # fail the sender as pdguard does in this release: abort() where every sender
-        # honours it, else a pinned poll
+        # honours it, else a pinned poll; under PP only while this stage still polls the
+        # transfer as unfinished
         helper = next(_function(source, DEADLINE_HELPER), None)
+        fail = "    "
+        if helper is not None and "rids_to_check" in {a.arg for a in helper.args.args}:
+            inline.append(f"{i}        stage_state = kv_sender.poll()\n")
+            inline.append(f"{i}        if stage_state != KVPoll.Success:\n")
+            fail += "    "
         if helper is not None and not _pinned_polls(source, helper):
-            inline.append(f"{i}        kv_sender.abort()\n")
+            inline.append(f"{i}    {fail}kv_sender.abort()\n")
         else:
-            inline.append(f"{i}        kv_sender.poll = lambda: KVPoll.Failed\n")
+            inline.append(f"{i}    {fail}kv_sender.poll = lambda: KVPoll.Failed\n")
         source.replace(source.marked_start(calls[0], INFLIGHT_MARKER), _end(calls[0]), inline)
         return True
 
