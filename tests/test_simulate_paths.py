@@ -12,6 +12,7 @@ right and fails when it is wrong.
 
 from __future__ import annotations
 
+import ast
 import json
 import re
 import shutil
@@ -22,6 +23,7 @@ import pytest
 from pdguard import simulate
 from pdguard.cli import main
 from pdguard.errors import SimulationGap
+from pdguard.sglang_names import POLL_ALL_REDUCE_PREFIX
 from pdguard.simulate import SCENARIOS
 from pdguard.tree import open_tree
 from pdguard.vendor_sglang import fetch_release
@@ -269,6 +271,63 @@ def test_a_per_rank_drop_at_the_deadline_is_caught(tmp_path: Path) -> None:
 
 
 PP_RELEASES = ("0.5.10", "0.5.14", "0.5.17", "0.5.22", "0.5.23")
+PP_MIXIN = "sglang/srt/managers/scheduler_pp_mixin.py"
+
+
+def _calls(node: ast.AST) -> list[ast.Call]:
+    """The calls under ``node``, in the order of the source."""
+    found = [n for n in ast.walk(node) if isinstance(n, ast.Call)]
+    return sorted(found, key=lambda n: (n.lineno, n.col_offset))
+
+
+@pytest.mark.releases
+@pytest.mark.parametrize("version", PP_RELEASES)
+def test_the_pp_round_follows_the_releases_pp_mixin(version: str) -> None:
+    """``world.Rank._pp_round`` models SGLang's PP prefill loop, which lives outside the
+    disaggregation package and is not loaded: what it relies on, read from the release's own
+    mixin (its whole package, fetched at test time)."""
+    module = ast.parse((fetch_release(version, full=True) / PP_MIXIN).read_text())
+    methods = {n.name: n for n in ast.walk(module) if isinstance(n, ast.FunctionDef)}
+    loop = methods["event_loop_pp_disagg_prefill"]
+    order = [ast.unparse(c.func) for c in _calls(loop)]
+    # each round: this stage's own report first, then what it sends on, then its inflight
+    # function on what the previous stage sent it
+    transferred = order.index("self._pp_pd_get_prefill_transferred_ids")
+    send = order.index("self._pp_pd_send_consensus_release_ids")
+    inflight = order.index("self.process_disagg_prefill_inflight_queue")
+    assert transferred < send < inflight
+    (call,) = [c for c in _calls(loop) if ast.unparse(c.func).endswith("inflight_queue")]
+    assert ast.unparse(call.args[0]) == "next_release_rids"
+    received = {
+        ast.unparse(n.value)
+        for n in ast.walk(loop)
+        if isinstance(n, ast.Assign) and ast.unparse(n.targets[0]) == "next_release_rids"
+    }
+    assert received == {"None", "self._pp_recv_pyobj_from_prev_stage()"}
+    # a stage reports the requests its TP-reduced poll says Success or Failed, intersected
+    # with what the stages before it reported
+    report = methods["_pp_pd_get_prefill_transferred_ids"]
+    polled = [c for c in _calls(report) if ast.unparse(c.func) == "self.get_rids"]
+    assert polled and all(
+        {a.attr for a in ast.walk(c) if isinstance(a, ast.Attribute)} >= {"Success", "Failed"}
+        for c in polled
+    )
+    assert any(
+        isinstance(n, ast.BinOp)
+        and isinstance(n.op, ast.BitAnd)
+        and all(isinstance(side, ast.Call) for side in (n.left, n.right))
+        for n in ast.walk(report)
+    )
+    assert any(POLL_ALL_REDUCE_PREFIX in ast.unparse(c.func) for c in _calls(methods["get_rids"]))
+    # the last stage sends its report (what every stage reported) to the first; the others
+    # pass on what they received
+    release = methods["_pp_pd_send_consensus_release_ids"]
+    last = next(n for n in ast.walk(release) if isinstance(n, ast.If))
+    assert ast.unparse(last.test).endswith("is_last_rank")
+    assert any(
+        isinstance(n, ast.Assign) and ast.unparse(n.value) == "transferred_rids"
+        for n in ast.walk(last)
+    )
 
 
 @pytest.mark.releases
