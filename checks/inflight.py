@@ -362,23 +362,35 @@ def _spares_ended_transfers(region: ast.AST, scope: _Scope) -> bool:
         and _is_sender_poll(node.value, scope)
     }
     for node in ast.walk(region):
-        if not (isinstance(node, ast.If) and isinstance(node.test, ast.Compare)):
+        if not isinstance(node, ast.If):
             continue
-        test = node.test
-        if len(test.ops) != 1:
-            continue
-        left, right = test.left, test.comparators[0]
-        polls = _is_sender_poll(left, scope) or (isinstance(left, ast.Name) and left.id in polled)
-        if not polls or not _names_success(right):
-            continue
-        op = test.ops[0]
-        if isinstance(op, ast.In | ast.Eq) and isinstance(node.body[-1], ast.Continue):
-            return True
-        if isinstance(op, ast.NotIn | ast.NotEq) and any(
-            _acts_on_sender(n, scope) for stmt in node.body for n in ast.walk(stmt)
-        ):
-            return True
+        for test in _comparisons(node.test):
+            if len(test.ops) != 1:
+                continue
+            left, right = test.left, test.comparators[0]
+            polls = _is_sender_poll(left, scope) or (
+                isinstance(left, ast.Name) and left.id in polled
+            )
+            if not polls or not _names_success(right):
+                continue
+            op = test.ops[0]
+            if isinstance(op, ast.In | ast.Eq) and isinstance(node.body[-1], ast.Continue):
+                return True
+            if isinstance(op, ast.NotIn | ast.NotEq) and any(
+                _acts_on_sender(n, scope) for stmt in node.body for n in ast.walk(stmt)
+            ):
+                return True
     return False
+
+
+def _comparisons(test: ast.expr) -> list[ast.Compare]:
+    """The comparisons a condition is made of, through ``and``/``or`` (``if rids is not None
+    and <poll> in (...)``, ``if <poll> == KVPoll.Success or <poll> == KVPoll.Failed``)."""
+    if isinstance(test, ast.Compare):
+        return [test]
+    if isinstance(test, ast.BoolOp):
+        return [c for value in test.values for c in _comparisons(value)]
+    return []
 
 
 def _acts_on_sender(node: ast.AST, scope: _Scope) -> bool:

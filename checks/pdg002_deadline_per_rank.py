@@ -116,6 +116,18 @@ _PP_UNFINISHED_ONLY = """
                 req.disagg_kv_sender.abort()
 """
 
+# The same, as one condition that skips the request.
+_PP_SKIPS_ENDED = """
+    def _expire_inflight(self, agreed):
+        now = time.monotonic()
+        for req in self.disagg_prefill_inflight_queue:
+            ended = req.disagg_kv_sender.poll()
+            if agreed is not None and (ended == KVPoll.Success or ended == KVPoll.Failed):
+                continue
+            if now - req.entered_at > TIMEOUT:
+                req.disagg_kv_sender.abort()
+"""
+
 
 def _pp(helper: str) -> str:
     return prefill(stamp=STAMP_ONCE, helper=helper, before=_PP_CALL).replace(*_PP_SIGNATURE)
@@ -143,6 +155,7 @@ class DeadlinePerRank(Rule):
         {PREFILL: PINNED, CONN: IGNORING_SENDERS},
         # PP: only a transfer this stage still polls as unfinished is failed
         _pp(_PP_UNFINISHED_ONLY),
+        _pp(_PP_SKIPS_ENDED),
     )
     INVALID = (
         Invalid(
