@@ -20,7 +20,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from functools import cached_property, lru_cache
 
-from pdguard.sglang_names import BOOTSTRAP_QUEUE, POLL_ALL_REDUCE_PREFIX
+from pdguard.sglang_names import BOOTSTRAP_QUEUE, POLL_ALL_REDUCE_PREFIX, KVPoll
 from pdguard.sglang_names import INFLIGHT_FUNCTION as FUNCTION
 from pdguard.sglang_names import INFLIGHT_QUEUE as QUEUE
 from pdguard.sglang_names import REQ_SENDER as SENDER
@@ -123,6 +123,9 @@ class DeadlineCheck:
     poll_set_at: tuple[int, int] | None = None
     # The expired branch's loop looks at whether the request is parked (``pending_bootstrap``).
     minds_parked: bool = False
+    # The expired branch's loop leaves alone a request whose own sender already polls as
+    # transferred (what a PP stage reports into the stages' consensus).
+    minds_ended_poll: bool = False
 
 
 @dataclass
@@ -330,6 +333,7 @@ def _checks_in(
         check.minds_parked = any(
             isinstance(n, ast.Attribute) and n.attr == PARKED for n in ast.walk(loop)
         )
+        check.minds_ended_poll = _spares_ended_transfers(loop, scope)
         found.append(check)
     for callee in index.self_calls(region):
         if callee.name not in seen:
@@ -364,6 +368,76 @@ def _fails_sender(
                 if isinstance(target, ast.Attribute) and scope.touches_sender(target.value):
                     return True
     return False
+
+
+def _spares_ended_transfers(region: ast.AST, scope: _Scope) -> bool:
+    """Does ``region`` (the loop around a deadline check) leave alone a request whose sender's
+    own ``poll()`` says the transfer succeeded: ``if <poll> in (KVPoll.Success, ...):
+    continue`` (or ``== KVPoll.Success``), or the failure only under ``if <poll> not in
+    (KVPoll.Success, ...)`` (or ``!= KVPoll.Success``)? ``<poll>`` is a ``poll()`` call on the
+    request's sender, or a name assigned one."""
+    polled = {
+        node.targets[0].id
+        for node in ast.walk(region)
+        if isinstance(node, ast.Assign)
+        and len(node.targets) == 1
+        and isinstance(node.targets[0], ast.Name)
+        and _is_sender_poll(node.value, scope)
+    }
+    for node in ast.walk(region):
+        if not isinstance(node, ast.If):
+            continue
+        for test in _comparisons(node.test):
+            if len(test.ops) != 1:
+                continue
+            left, right = test.left, test.comparators[0]
+            polls = _is_sender_poll(left, scope) or (
+                isinstance(left, ast.Name) and left.id in polled
+            )
+            if not polls or not _names_success(right):
+                continue
+            op = test.ops[0]
+            if isinstance(op, ast.In | ast.Eq) and isinstance(node.body[-1], ast.Continue):
+                return True
+            if isinstance(op, ast.NotIn | ast.NotEq) and any(
+                _acts_on_sender(n, scope) for stmt in node.body for n in ast.walk(stmt)
+            ):
+                return True
+    return False
+
+
+def _comparisons(test: ast.expr) -> list[ast.Compare]:
+    """The comparisons a condition is made of, through ``and``/``or`` (``if rids is not None
+    and <poll> in (...)``, ``if <poll> == KVPoll.Success or <poll> == KVPoll.Failed``)."""
+    if isinstance(test, ast.Compare):
+        return [test]
+    if isinstance(test, ast.BoolOp):
+        return [c for value in test.values for c in _comparisons(value)]
+    return []
+
+
+def _acts_on_sender(node: ast.AST, scope: _Scope) -> bool:
+    """A call on the request's sender other than ``poll()``, or an attribute set on it."""
+    if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute):
+        return node.func.attr != "poll" and scope.touches_sender(node.func.value)
+    return isinstance(node, ast.Assign) and any(
+        isinstance(t, ast.Attribute) and scope.touches_sender(t.value) for t in node.targets
+    )
+
+
+def _is_sender_poll(node: ast.AST, scope: _Scope) -> bool:
+    return (
+        isinstance(node, ast.Call)
+        and isinstance(node.func, ast.Attribute)
+        and node.func.attr == "poll"
+        and scope.touches_sender(node.func.value)
+    )
+
+
+def _names_success(node: ast.AST) -> bool:
+    """``KVPoll.Success``, or a tuple, list or set holding it."""
+    elements = node.elts if isinstance(node, ast.Tuple | ast.List | ast.Set) else [node]
+    return any(isinstance(e, ast.Attribute) and e.attr == POLL_SUCCESS for e in elements)
 
 
 def _sender_actions(region: ast.AST, scope: _Scope) -> tuple[set[str], tuple[int, int] | None]:
@@ -816,6 +890,8 @@ def _queue_entries(
 
 # A request parked in the inflight queue until its bootstrap completes (0.5.16+).
 PARKED = "pending_bootstrap"
+# The poll state of a finished transfer.
+POLL_SUCCESS = KVPoll.Success.name
 
 # Queues a request passes before the inflight queue: one put back there can enter it again.
 _EARLIER_QUEUES = ("waiting_queue", BOOTSTRAP_QUEUE)

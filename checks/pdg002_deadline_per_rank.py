@@ -6,7 +6,10 @@ What it does
     the request's sender; one that fails senders only with ``abort()`` where some backend's
     ``poll()`` ignores it (NIXL up to 0.5.11 reads its transfer handles once it has sent); and
     a ``poll`` set on a sender instance (``sender.poll = lambda: KVPoll.Failed``) where every
-    backend's ``poll()`` reports Failed once aborted, so ``abort()`` is the way.
+    backend's ``poll()`` reports Failed once aborted, so ``abort()`` is the way. Under pipeline
+    parallelism (the inflight function takes the stages' consensus, ``rids_to_check``), it
+    also reports a deadline that can fail a request whose sender this stage already polls as
+    transferred.
 
 Why is this bad
     ``poll_and_all_reduce*`` MIN-reduces the senders' polls over the TP/CP ranks so that every
@@ -18,13 +21,25 @@ Why is this bad
     waiting. A method replaced on an instance skips ``poll()``'s own bookkeeping (its concluded
     state, tracing, latency metric) and would not pass review where ``abort()`` does the job.
 
+    PP stages are ranks too, but no all-reduce joins them: each stage reports the requests
+    its own poll says ended, the stages keep those all of them report, and that list reaches
+    each stage a round after the one before, where every stage ends each request by its own
+    poll. A stage that aborts a request it already polled Success for (the list is still on
+    its way to it) turns its own poll into Failed: that stage answers with an error, the
+    others with success, for the same request.
+
 Example
     ``if now - req.entered_at > TIMEOUT: poll = KVPoll.Failed`` inside the loop over ``polls``.
+    Under PP, a helper that skips only ``req.rid in rids_to_check`` before it aborts overdue
+    senders: it also needs ``if req.disagg_kv_sender.poll() in (KVPoll.Success,
+    KVPoll.Failed): continue``.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterator
+
+from pdguard.sglang_names import PP_CONSENSUS_PARAM
 
 from .examples import CALL_HELPER, HELPER, PATCHED, STAMP_ONCE, prefill
 from .inflight import FUNCTION
@@ -73,6 +88,57 @@ DROP_BEFORE_REDUCE = """\
 
 PINNED = prefill(stamp=STAMP_ONCE, helper=PIN_POLL, before=CALL_HELPER)
 
+# Pipeline parallelism: the inflight function takes the stages' consensus.
+_PP_SIGNATURE = (
+    "def process_disagg_prefill_inflight_queue(self):",
+    "def process_disagg_prefill_inflight_queue(self, rids_to_check=None):",
+)
+_PP_CALL = "        self._expire_inflight(rids_to_check)\n"
+# Spares only what the consensus already carries: a stage that polled Success can still abort.
+_PP_AGREED_ONLY = """
+    def _expire_inflight(self, agreed):
+        now = time.monotonic()
+        for req in self.disagg_prefill_inflight_queue:
+            if agreed is not None and req.rid in agreed:
+                continue
+            if now - req.entered_at > TIMEOUT:
+                req.disagg_kv_sender.abort()
+"""
+# Fails a sender only while this stage still polls its transfer as unfinished.
+_PP_UNFINISHED_ONLY = """
+    def _expire_inflight(self, agreed):
+        now = time.monotonic()
+        for req in self.disagg_prefill_inflight_queue:
+            if now - req.entered_at <= TIMEOUT:
+                continue
+            state = req.disagg_kv_sender.poll()
+            if state not in (KVPoll.Success, KVPoll.Failed):
+                req.disagg_kv_sender.abort()
+"""
+
+# The same, as one condition that skips the request.
+_PP_SKIPS_ENDED = """
+    def _expire_inflight(self, agreed):
+        now = time.monotonic()
+        for req in self.disagg_prefill_inflight_queue:
+            ended = req.disagg_kv_sender.poll()
+            if agreed is not None and (ended == KVPoll.Success or ended == KVPoll.Failed):
+                continue
+            if now - req.entered_at > TIMEOUT:
+                req.disagg_kv_sender.abort()
+"""
+
+
+def _pp(helper: str) -> str:
+    return prefill(stamp=STAMP_ONCE, helper=helper, before=_PP_CALL).replace(*_PP_SIGNATURE)
+
+
+PP_MESSAGE = (
+    "inflight deadline can fail a request this PP stage already polls as transferred: the "
+    "stages' consensus (rids_to_check) ends it with success elsewhere; leave requests whose "
+    "sender's poll() says Success to it"
+)
+
 # What the expired branch may call on a sender besides abort() without failing it another way.
 ABORT_ONLY = frozenset({"abort", "record_failure"})
 
@@ -87,6 +153,9 @@ class DeadlinePerRank(Rule):
         {PREFILL: PATCHED, CONN: HONOURING_SENDERS},
         # a pinned poll where some sender ignores abort()
         {PREFILL: PINNED, CONN: IGNORING_SENDERS},
+        # PP: only a transfer this stage still polls as unfinished is failed
+        _pp(_PP_UNFINISHED_ONLY),
+        _pp(_PP_SKIPS_ENDED),
     )
     INVALID = (
         Invalid(
@@ -133,6 +202,8 @@ class DeadlinePerRank(Rule):
                 )
             ],
         ),
+        Invalid(_pp(_PP_AGREED_ONLY), [(23, 16, PP_MESSAGE)]),
+        Invalid(_pp(HELPER), [(21, 16, PP_MESSAGE)]),
     )
 
     def check(self, project: Project) -> Iterator[Finding]:
@@ -143,8 +214,16 @@ class DeadlinePerRank(Rule):
         index = project.classes
         concrete = [s for s in index.senders() if index.is_concrete(s)]
         ignoring = [s for s in concrete if not index.abort_honoured(s)]
+        stages = PP_CONSENSUS_PARAM in {a.arg for a in model.function.args.args}
         for check in model.checks:
             where = symbol if check.method == FUNCTION else f"{model.class_name}.{check.method}"
+            if (
+                stages
+                and check.position == "before"
+                and check.fails_sender
+                and not check.minds_ended_poll
+            ):
+                yield self.finding(PREFILL, check.line, check.col + 1, where, PP_MESSAGE)
             if check.position == "before" and check.poll_set_at is not None and concrete:
                 if not ignoring:
                     line, col = check.poll_set_at

@@ -19,8 +19,10 @@ decode restart it can wait forever. This codemod:
    variable). Where every sender's ``poll()`` reports Failed once aborted, that is
    ``abort()``, best effort, and the reason is recorded with the manager's
    ``record_failure`` so the client's error says it; elsewhere the sender's poll is still
-   pinned to Failed. Under pipeline parallelism (0.5.10+) a request every stage already
-   agreed has ended its transfer (``rids_to_check``) is left to its poll. Parked requests
+   pinned to Failed. Under pipeline parallelism (``rids_to_check``) the stages agree on
+   which transfers ended and each stage then ends them by its own poll, so the deadline only
+   fails a request whose transfer this stage still polls as unfinished: one the stages
+   agreed on, or this stage reports ended, is left to its poll. Parked requests
    (``pending_bootstrap``, 0.5.16+), whose wait the bootstrap timeout bounds, are not
    counted: their deadline starts when they are unparked.
 
@@ -46,6 +48,7 @@ from pdguard.fix_names import INFLIGHT_TIMEOUT_READER as READER
 from pdguard.sglang_names import INFLIGHT_FUNCTION as FUNCTION
 from pdguard.sglang_names import INFLIGHT_QUEUE as QUEUE
 from pdguard.sglang_names import INFLIGHT_TIMEOUT_ENV as ENV_VAR
+from pdguard.sglang_names import PP_CONSENSUS_PARAM as PP_CONSENSUS
 
 from .anchors import AnchorError, calls_named, find_method, marker
 from .command import SourceCodemod
@@ -124,7 +127,7 @@ _HELPER = '''\
 {consensus}{parked}            entry_time = getattr(req, "{stamp}", None)
             if entry_time is None or now - entry_time < timeout:
                 continue
-            reason = (
+{settled}            reason = (
                 f"Request {{req.bootstrap_room}} timed out after {{now - entry_time:.1f}}s "
                 f"in the prefill inflight queue waiting for its KV transfer "
                 f"(deadline {{timeout}}s, {env})"
@@ -135,15 +138,22 @@ _HELPER = '''\
 
 LINE_LENGTH = 88  # black's, which SGLang uses
 
-# The inflight function's parameter that, under pipeline parallelism, names the requests every
-# stage already agreed have ended their transfer.
-PP_CONSENSUS = "rids_to_check"
 
 _CONSENSUS = """\
             if {rids} is not None and req.rid in {rids}:
                 # PP: every stage already agreed this transfer ended; its poll decides,
                 # so that all stages end the request the same way.
                 continue
+"""
+# PP: the stages agree on which transfers ended and then each ends the request by its own
+# poll, so a stage may only fail one that its poll still reports unfinished. One that it
+# reports ended is on its way to every stage through the consensus, one stage per round.
+_SETTLED = """\
+            if {rids} is not None:
+                # PP: this stage already polls the transfer as ended, so the stages'
+                # consensus ends it, alike on all; failing it here would end it otherwise.
+                if req.disagg_kv_sender.poll() in (KVPoll.Success, KVPoll.Failed):
+                    continue
 """
 
 # Where the inflight queue also holds parked requests (prefill done, bootstrap not: 0.5.16+).
@@ -268,6 +278,7 @@ class InflightDeadline(SourceCodemod):
             "self_param": self_param,
             "consensus_arg": consensus,
             "consensus": _CONSENSUS.format(rids=consensus) if consensus else "",
+            "settled": _SETTLED.format(rids=consensus) if consensus else "",
             "monotonic": monotonic,
             "read_timeout": read_timeout,
             "setting": setting,

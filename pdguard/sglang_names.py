@@ -30,6 +30,10 @@ BOOTSTRAP_QUEUE = "disagg_prefill_bootstrap_queue"
 APPEND_FUNCTION = "process_batch_result_disagg_prefill"
 # The bootstrap queue's methods the simulator runs.
 BOOTSTRAP_QUEUE_METHODS = ("add", "pop_bootstrapped")
+# The inflight function's parameter under pipeline parallelism (0.4.7.post1+): the requests
+# every PP stage reported as transferred (Success or Failed), which each stage then ends by
+# its own poll.
+PP_CONSENSUS_PARAM = "rids_to_check"
 # ``Req`` attribute holding the request's KV sender.
 REQ_SENDER = "disagg_kv_sender"
 # ``poll_and_all_reduce``, ``poll_and_all_reduce_attn_cp_tp_group``, ``..._pp``: every name

@@ -32,6 +32,8 @@ PATCHABLE = [r for r in RELEASES if r.family != "F1"]
 NIXL_STUCK = frozenset({"F3", "F4", "F5", "F6", "F7", "F8", "F9"})  # 0.4.7 - 0.5.17: NIXL's
 # sender reports Bootstrapping with no bootstrap timeout (fixed upstream from 0.5.18, F10)
 NIXL_NEVER_BOOTSTRAPPING = frozenset({"F1", "F2"})  # NIXL never reports Bootstrapping
+# the inflight function takes the PP stages' consensus (rids_to_check): 0.4.7.post1+
+PP_CONSENSUS = frozenset(f"F{n}" for n in range(4, 13))
 MOONCAKE_STUCK = frozenset(  # Mooncake starts its bootstrap clock only in init()
     {
         "0.4.6",

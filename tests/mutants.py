@@ -407,6 +407,35 @@ def counts_parked_time(texts: Texts) -> Texts | None:
     return _edit(texts, PREFILL, change)
 
 
+def ignores_stage_poll(texts: Texts) -> Texts | None:
+    """Under PP (the inflight function takes ``rids_to_check``), the deadline helper's skip of
+    a request this stage already polls as transferred removed: only the consensus that has
+    reached the stage spares a request, so a stage can abort one it polled Success for while
+    the consensus is still on its way to it."""
+
+    def change(source: _Source) -> bool:
+        helper = next(_function(source, DEADLINE_HELPER), None)
+        if helper is None:
+            return False
+        loop = next(n for n in source.nodes(ast.For) if _inside(n, helper))
+        skips = [
+            stmt
+            for stmt in loop.body
+            if isinstance(stmt, ast.If)
+            and any(
+                isinstance(n, ast.Call)
+                and isinstance(n.func, ast.Attribute)
+                and n.func.attr == "poll"
+                for n in ast.walk(stmt)
+            )
+        ]
+        for skip in skips:
+            source.remove(skip)
+        return bool(skips)
+
+    return _edit(texts, PREFILL, change)
+
+
 def _remove_import(module: str) -> Callable[[Texts], Texts | None]:
     def mutate(texts: Texts) -> Texts | None:
         def change(source: _Source) -> bool:
@@ -464,6 +493,7 @@ MUTANTS = (
     Mutant("deadline drops the request locally", "PDG002", _deadline_drops_locally),
     Mutant("poll set on a sender instance", "PDG002", poll_set_on_instance),
     Mutant("abort() alone where a sender ignores it", "PDG002", _pin_removed),
+    Mutant("deadline ignores the PP stage's own poll", "PDG002", ignores_stage_poll),
     Mutant("init_time removed", "PDG004", _remove_init_time),
     Mutant("bootstrap check removed", "PDG004", _remove_bootstrap_check),
     Mutant("import time removed", "PDG005", _remove_import("time")),
@@ -525,12 +555,18 @@ def _inline_loop(texts: Texts) -> Texts | None:
                 f"{i}        continue\n",
             ]
         # fail the sender as pdguard does in this release: abort() where every sender
-        # honours it, else a pinned poll
+        # honours it, else a pinned poll; under PP only while this stage still polls the
+        # transfer as unfinished
         helper = next(_function(source, DEADLINE_HELPER), None)
+        fail = "    "
+        if helper is not None and "rids_to_check" in {a.arg for a in helper.args.args}:
+            inline.append(f"{i}        stage_state = kv_sender.poll()\n")
+            inline.append(f"{i}        if stage_state != KVPoll.Success:\n")
+            fail += "    "
         if helper is not None and not _pinned_polls(source, helper):
-            inline.append(f"{i}        kv_sender.abort()\n")
+            inline.append(f"{i}    {fail}kv_sender.abort()\n")
         else:
-            inline.append(f"{i}        kv_sender.poll = lambda: KVPoll.Failed\n")
+            inline.append(f"{i}    {fail}kv_sender.poll = lambda: KVPoll.Failed\n")
         source.replace(source.marked_start(calls[0], INFLIGHT_MARKER), _end(calls[0]), inline)
         return True
 

@@ -12,10 +12,11 @@ from pdguard import checks
 from pdguard.checks.inflight import analyse
 from pdguard.checks.project import PREFILL, Project
 from pdguard.commands.check import load_project
+from pdguard.sglang_names import PP_CONSENSUS_PARAM
 from pdguard.tree import open_tree
 from tests.helpers import MOONCAKE_STUCK, NIXL_STUCK
 from tests.mutants import MUTANTS, VARIANTS
-from tests.test_mutants import BY_SENDERS
+from tests.test_mutants import BY_SENDERS, NEEDS_PP
 
 pytestmark = pytest.mark.releases
 
@@ -69,6 +70,11 @@ def test_mutant_is_reported(patched, mutant) -> None:
         if mutant.name == "deadline counts parked time":
             model = analyse(ast.parse(texts[PREFILL]))
             assert model is not None and not model.parked_line, info.version
+            return
+        if mutant.name == NEEDS_PP:
+            model = analyse(ast.parse(texts[PREFILL]))
+            params = {a.arg for a in model.function.args.args} if model else set()
+            assert PP_CONSENSUS_PARAM not in params, info.version
             return
         if mutant.name in BY_SENDERS:
             # abort() alone where every sender honours it; abort() and a pinned poll where

@@ -277,15 +277,16 @@ class _Clock:
 
 
 def _load(
-    monkeypatch: pytest.MonkeyPatch, env: str | None, **options: str | bool
+    monkeypatch: pytest.MonkeyPatch, env: str | None, source: str = PREFILL, **options: str | bool
 ) -> tuple[types.ModuleType, _Clock]:
-    """Execute the patched snippet as a module, with stand-ins for SGLang and the clock."""
+    """Execute the patched snippet (``source``) as a module, with stand-ins for SGLang and the
+    clock."""
     if env is None:
         monkeypatch.delenv("SGLANG_DISAGGREGATION_INFLIGHT_TIMEOUT", raising=False)
     else:
         monkeypatch.setenv("SGLANG_DISAGGREGATION_INFLIGHT_TIMEOUT", env)
     options = {"abort": "direct", "convention": "get_int_env_var", **options}
-    code = _patch(PREFILL, **options)
+    code = _patch(source, **options)
     for line in (
         "from sglang.srt.disaggregation.base import KVPoll\n",
         "from sglang.srt.disaggregation.utils import poll_and_all_reduce\n",
@@ -420,6 +421,40 @@ def test_pp_leaves_a_request_every_stage_agreed_on_to_its_poll() -> None:
     ) in out
     assert "self._fail_timed_out_inflight_reqs(rids_to_check)" in out
     assert "if rids_to_check is not None and req.rid in rids_to_check:\n" in out
+    # after the deadline check: only an overdue request is polled
+    guard = textwrap.indent(
+        "if rids_to_check is not None:\n"
+        "    # PP: this stage already polls the transfer as ended, so the stages'\n"
+        "    # consensus ends it, alike on all; failing it here would end it otherwise.\n"
+        "    if req.disagg_kv_sender.poll() in (KVPoll.Success, KVPoll.Failed):\n"
+        "        continue\n",
+        " " * 12,
+    )
+    assert out.index(guard) > out.index("now - entry_time <")
+
+
+def test_pp_a_stage_fails_only_a_transfer_it_still_polls_as_unfinished(monkeypatch) -> None:
+    """PP: the stages' consensus (rids_to_check) reaches a stage rounds after it polled a
+    transfer as ended. Meanwhile an overdue request it polls Success for is left to the
+    consensus (failing it would end it with an error here, with success on the other stages);
+    one it still polls unfinished is failed."""
+    source = PREFILL.replace(
+        "def process_disagg_prefill_inflight_queue(self) -> list:",
+        "def process_disagg_prefill_inflight_queue(self, rids_to_check=None) -> list:",
+    )
+    module, clock = _load(monkeypatch, env="60", source=source, abort="honoured")
+    scheduler = _scheduler(module)
+    transferred, wedged = _req("transferred"), _req("wedged")
+    transferred.disagg_kv_sender = _AbortableSender()
+    transferred.disagg_kv_sender.conclude_state = 4  # this stage polls Success
+    wedged.disagg_kv_sender = _AbortableSender()
+    scheduler.process_batch_result_disagg_prefill(types.SimpleNamespace(reqs=[transferred, wedged]))
+    clock.now += 61.0
+    # both overdue; the consensus naming "transferred" has not reached this stage yet
+    assert scheduler.process_disagg_prefill_inflight_queue([]) == [transferred, wedged]
+    assert transferred.disagg_kv_sender.conclude_state == 4
+    assert not hasattr(transferred, "ended_with_error")
+    assert wedged.disagg_kv_sender.conclude_state == 0 and wedged.ended_with_error
 
 
 def test_an_abort_that_raises_is_logged_and_the_step_goes_on(monkeypatch, caplog) -> None:

@@ -22,10 +22,11 @@ NEEDS_REQUEUE = "first stamp kept across a requeue"
 NEEDS_PARKED = "deadline counts parked time"  # 0.5.16+: the toy parks nothing
 # how pdguard fails a sender depends on the release's senders: the toy has none that aborts
 BY_SENDERS = ("poll set on a sender instance", "abort() alone where a sender ignores it")
+NEEDS_PP = "deadline ignores the PP stage's own poll"  # rids_to_check: the toy has no PP
 PREFILL_MUTANTS = [
     m
     for m in MUTANTS
-    if m.expected != "PDG004" and m.name not in (NEEDS_REQUEUE, NEEDS_PARKED, *BY_SENDERS)
+    if m.expected != "PDG004" and m.name not in (NEEDS_REQUEUE, NEEDS_PARKED, NEEDS_PP, *BY_SENDERS)
 ]
 REQUEUE = """
     def optimistic_release_and_requeue(self, req):
@@ -59,6 +60,7 @@ def test_sender_mutants_need_a_sender(toy: Path) -> None:
         NEEDS_PARKED,
         NEEDS_REQUEUE,
         *BY_SENDERS,
+        NEEDS_PP,
         "init_time removed",
         "bootstrap check removed",
     ]

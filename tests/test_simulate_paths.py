@@ -12,6 +12,7 @@ right and fails when it is wrong.
 
 from __future__ import annotations
 
+import ast
 import json
 import re
 import shutil
@@ -22,10 +23,12 @@ import pytest
 from pdguard import simulate
 from pdguard.cli import main
 from pdguard.errors import SimulationGap
+from pdguard.sglang_names import POLL_ALL_REDUCE_PREFIX
 from pdguard.simulate import DECODE_SCENARIOS, SCENARIOS
 from pdguard.tree import open_tree
 from pdguard.vendor_sglang import fetch_release
-from tests.helpers import RELEASES
+from tests.helpers import PP_CONSENSUS, RELEASES, patched_copy
+from tests.mutants import MUTANT, mutate_tree
 
 PREFILL = "sglang/srt/disaggregation/prefill.py"
 MOONCAKE = "sglang/srt/disaggregation/mooncake/conn.py"
@@ -36,7 +39,6 @@ MIXIN = "SchedulerDisaggregationPrefillMixin"
 OPTIMISTIC = {"F8", "F9", "F10", "F11", "F12"}  # optimistic_release_and_requeue, 0.5.13+
 PARKED = {"F9", "F10", "F11", "F12"}  # parked pending_bootstrap requests, 0.5.16+
 PREFILL_COMPLETE = {"F11", "F12"}  # mark_prefill_complete, 0.5.22+
-PP = {f"F{n}" for n in range(4, 13)}  # rids_to_check, 0.4.7.post1+
 
 
 def _copy(version: str, dest: Path) -> Path:
@@ -145,7 +147,9 @@ def test_the_bootstrap_timeout_default_is_the_releases_own() -> None:
 def test_each_path_runs_the_releases_own_code_or_is_na(release) -> None:
     report = simulate.run(open_tree(fetch_release(release.version)), names=list(PATHS))
     rows = _rows(report)
-    # Unpatched there is no deadline: nothing on these paths fails; requests complete.
+    pp = rows.pop("pp-stages")
+    # Unpatched there is no deadline: nothing on these paths fails; requests complete (but
+    # pp-stages' wedged request, below).
     assert {r.verdict for r in rows.values()} <= {"pass", "n/a"}, {
         n: r.observed for n, r in rows.items()
     }
@@ -167,9 +171,14 @@ def test_each_path_runs_the_releases_own_code_or_is_na(release) -> None:
         )
     else:
         assert parked.verdict == "n/a"
-    pp = rows["pp-stages"]
-    if release.family in PP:
-        assert "success on every stage in the same step" in pp.observed
+    if release.family in PP_CONSENSUS:
+        # the release's own consensus ends the transferred requests on both stages, one round
+        # apart; with no deadline the wedged one waits for ever
+        assert pp.verdict == "fail"
+        assert pp.observed.startswith("pp-wedged not ended on every stage"), pp.observed
+        assert "pp-agreed (stage 0: success at 301.25 s, stage 1: success at 301.5 s)" in (
+            pp.observed
+        )
     else:
         assert pp.verdict == "n/a"
         assert "rids_to_check" in pp.observed
@@ -261,16 +270,103 @@ def test_a_per_rank_drop_at_the_deadline_is_caught(tmp_path: Path) -> None:
     assert rows["success-at-deadline"].verdict == "fail"
 
 
+PP_RELEASES = ("0.5.10", "0.5.14", "0.5.17", "0.5.22", "0.5.23")
+PP_MIXIN = "sglang/srt/managers/scheduler_pp_mixin.py"
+
+
+def _calls(node: ast.AST) -> list[ast.Call]:
+    """The calls under ``node``, in the order of the source."""
+    found = [n for n in ast.walk(node) if isinstance(n, ast.Call)]
+    return sorted(found, key=lambda n: (n.lineno, n.col_offset))
+
+
 @pytest.mark.releases
-def test_pp_stages_shows_stages_that_disagree(tmp_path: Path) -> None:
-    """A deadline each PP stage decides alone: the first stage fails a request the stages
-    already agreed had transferred, the second ends it with success."""
-    root = _hand_deadline(_copy("0.5.14", tmp_path / "hand"))
-    row = _rows(simulate.run(open_tree(root), names=["pp-stages"]))["pp-stages"]
-    assert row.verdict == "fail"
-    assert row.observed == (
-        "stages disagree (stage 0: error at 301.25 s, stage 1: success at 301.25 s)"
+@pytest.mark.parametrize("version", PP_RELEASES)
+def test_the_pp_round_follows_the_releases_pp_mixin(version: str) -> None:
+    """``world.Rank._pp_round`` models SGLang's PP prefill loop, which lives outside the
+    disaggregation package and is not loaded: what it relies on, read from the release's own
+    mixin (its whole package, fetched at test time)."""
+    module = ast.parse((fetch_release(version, full=True) / PP_MIXIN).read_text())
+    methods = {n.name: n for n in ast.walk(module) if isinstance(n, ast.FunctionDef)}
+    loop = methods["event_loop_pp_disagg_prefill"]
+    order = [ast.unparse(c.func) for c in _calls(loop)]
+    # each round: this stage's own report first, then what it sends on, then its inflight
+    # function on what the previous stage sent it
+    transferred = order.index("self._pp_pd_get_prefill_transferred_ids")
+    send = order.index("self._pp_pd_send_consensus_release_ids")
+    inflight = order.index("self.process_disagg_prefill_inflight_queue")
+    assert transferred < send < inflight
+    (call,) = [c for c in _calls(loop) if ast.unparse(c.func).endswith("inflight_queue")]
+    assert ast.unparse(call.args[0]) == "next_release_rids"
+    received = {
+        ast.unparse(n.value)
+        for n in ast.walk(loop)
+        if isinstance(n, ast.Assign) and ast.unparse(n.targets[0]) == "next_release_rids"
+    }
+    assert received == {"None", "self._pp_recv_pyobj_from_prev_stage()"}
+    # a stage reports the requests its TP-reduced poll says Success or Failed, intersected
+    # with what the stages before it reported
+    report = methods["_pp_pd_get_prefill_transferred_ids"]
+    polled = [c for c in _calls(report) if ast.unparse(c.func) == "self.get_rids"]
+    assert polled and all(
+        {a.attr for a in ast.walk(c) if isinstance(a, ast.Attribute)} >= {"Success", "Failed"}
+        for c in polled
     )
+    assert any(
+        isinstance(n, ast.BinOp)
+        and isinstance(n.op, ast.BitAnd)
+        and all(isinstance(side, ast.Call) for side in (n.left, n.right))
+        for n in ast.walk(report)
+    )
+    assert any(POLL_ALL_REDUCE_PREFIX in ast.unparse(c.func) for c in _calls(methods["get_rids"]))
+    # the last stage sends its report (what every stage reported) to the first; the others
+    # pass on what they received
+    release = methods["_pp_pd_send_consensus_release_ids"]
+    last = next(n for n in ast.walk(release) if isinstance(n, ast.If))
+    assert ast.unparse(last.test).endswith("is_last_rank")
+    assert any(
+        isinstance(n, ast.Assign) and ast.unparse(n.value) == "transferred_rids"
+        for n in ast.walk(last)
+    )
+
+
+@pytest.mark.releases
+@pytest.mark.parametrize("version", PP_RELEASES)
+def test_pp_stages_agree_on_patched_releases_and_not_on_a_deadline_each_stage_decides(
+    tmp_path: Path, version: str
+) -> None:
+    """pdguard's patch: every stage ends each request alike, the wedged one with an error that
+    travelled through the consensus. pdguard's without its skip of what the stage already
+    polls as ended (the consensus skip alone) aborts on the second stage a request it polled
+    Success for while the consensus was on its way to it: stage 0 answers success, stage 1 an
+    error. A deadline each stage decides alone (written by hand) fails it on both."""
+    patched = patched_copy(version, tmp_path / "patched")
+    row = _rows(simulate.run(open_tree(patched), names=["pp-stages"]))["pp-stages"]
+    assert row.verdict == "pass", row.observed
+    assert row.observed == (
+        "every stage ends each request alike: "
+        "pp-agreed (stage 0: success at 301.25 s, stage 1: success at 301.5 s); "
+        "pp-at-deadline (stage 0: success at 301.5 s, stage 1: success at 301.75 s); "
+        "pp-wedged (stage 0: error at 301.75 s, stage 1: error at 302 s)"
+    )
+    mutant = patched_copy(version, tmp_path / "mutant")
+    mutate_tree(mutant, MUTANT["deadline ignores the PP stage's own poll"])
+    row = _rows(simulate.run(open_tree(mutant), names=["pp-stages"]))["pp-stages"]
+    assert row.verdict == "fail"
+    assert row.observed.startswith(
+        "stages disagree on pp-agreed: "
+        "pp-agreed (stage 0: success at 301.25 s, stage 1: error at 301.5 s)"
+    ), row.observed
+    # each stage fails it at its own deadline, the first too: alike, but a request the stages
+    # agreed had transferred before any deadline passed ends with an error
+    hand = _hand_deadline(_copy(version, tmp_path / "hand"))
+    row = _rows(simulate.run(open_tree(hand), names=["pp-stages"]))["pp-stages"]
+    assert row.verdict == "fail"
+    assert row.observed.startswith(
+        "pp-agreed failed although the stages agreed at 301 s, before its deadline (301.1 s), "
+        "that it had transferred: pp-agreed (stage 0: error at 301.25 s, stage 1: error at "
+        "301.5 s)"
+    ), row.observed
 
 
 # -- --list ------------------------------------------------------------------------------------

@@ -343,9 +343,12 @@ def _parked(trace: Trace) -> Outcome:
 
 
 def _pp_consensus(target: Target) -> str | None:
-    if "rids_to_check" in target.inflight_args:
+    if names.PP_CONSENSUS_PARAM in target.inflight_args:
         return None
-    return f"no PP consensus in this release ({names.INFLIGHT_FUNCTION} takes no rids_to_check)"
+    return (
+        f"no PP consensus in this release ({names.INFLIGHT_FUNCTION} takes no "
+        f"{names.PP_CONSENSUS_PARAM})"
+    )
 
 
 def _consistent(trace: Trace) -> Outcome:
@@ -382,6 +385,59 @@ def _consistent(trace: Trace) -> Outcome:
     return Outcome(
         "pass", f"{what} on every {unit} in the same step at {at:g} s (deadline {deadline:g} s)", at
     )
+
+
+def _stages_agree(trace: Trace) -> Outcome:
+    """PP: every stage ends every request, all the same way (success on every stage, or a
+    client error on every stage), KV released, no queue holding it; a request the stages
+    agreed had transferred before the first stage's deadline succeeds, a failure never comes
+    before that deadline, a wedged request fails. Each stage ends a request when the
+    consensus reaches it, one round after the stage before."""
+    crash = _crash(trace)
+    if crash is not None:
+        return crash
+    stages = range(trace.config.ranks)
+    parts: list[str] = []
+    wrong: list[str] = []
+    last = 0.0
+    for spec in trace.config.requests:
+        rid = spec.rid
+        fates = [_fate(trace, rid, k) for k in stages]
+        each = ", ".join(
+            f"stage {k}: "
+            + (
+                "never"
+                if f.time is None
+                else f"{'error' if f.aborted else 'success'} at {f.time:g} s"
+            )
+            for k, f in zip(stages, fates, strict=True)
+        )
+        parts.append(f"{rid} ({each})")
+        last = max([last, *(f.time or 0.0 for f in fates)])
+        if any(f.step is None for f in fates):
+            wrong.append(f"{rid} not ended on every stage ({_where(trace, rid)})")
+        elif len({f.aborted for f in fates}) > 1:
+            wrong.append(f"stages disagree on {rid}")
+        elif not all(f.kv_released for f in fates) or any(f.held for f in fates):
+            wrong.append(f"{rid}: its KV or a queue still holds it")
+        elif spec.transfer_s is None and not fates[0].aborted:
+            wrong.append(f"{rid} succeeded without a transfer")
+        elif fates[0].aborted:
+            entry = trace.entered_inflight(rid)
+            deadline = (entry.time if entry else 0.0) + trace.config.lag_of(0) + DEFAULT_TIMEOUT
+            at = min(f.time or 0.0 for f in fates)
+            agreed = [e.time for e in trace.events_of("pp_agreed", rid) if e.rank == 0]
+            if at < deadline - EPS:
+                wrong.append(f"{rid} failed at {at:g} s, before its deadline ({deadline:g} s)")
+            elif agreed and agreed[0] < deadline - EPS:
+                wrong.append(
+                    f"{rid} failed although the stages agreed at {agreed[0]:g} s, before its "
+                    f"deadline ({deadline:g} s), that it had transferred"
+                )
+    observed = "; ".join(parts)
+    if wrong:
+        return Outcome("fail", f"{'; '.join(wrong)}: {observed}", last)
+    return Outcome("pass", f"every stage ends each request alike: {observed}", last)
 
 
 # -- worlds ------------------------------------------------------------------------------------
@@ -552,18 +608,25 @@ SCENARIOS: tuple[Scenario, ...] = (
     ),
     Scenario(
         "pp-stages",
-        "two PP stages (the second stamps 0.2 s later); the transfer completes in the round "
-        "before the first stage's deadline passes, so the stages agree it transferred: both "
-        "stages end it the same way in the same round (success on both, or a client error on "
-        "both), KV released, no queue holds it",
+        "two PP stages (the second stamps 0.1 s later), the consensus travelling the ring one "
+        "stage per round: 'pp-agreed' transfers in the round before the first stage's "
+        "deadline, so the second stage's deadline passes while the consensus is on its way "
+        "to it; 'pp-at-deadline' transfers in the round both deadlines pass; 'pp-wedged' never "
+        "transfers. Every stage ends each request alike (success on every stage, or a client "
+        "error on every stage), KV released, no queue holds it: 'pp-agreed' succeeds, "
+        "'pp-wedged' fails",
         lambda ranks: WorldConfig(
-            (RequestSpec("pp", prefill_s=1.0, transfer_s=DEFAULT_TIMEOUT),),
+            (
+                RequestSpec("pp-agreed", prefill_s=1.0, transfer_s=DEFAULT_TIMEOUT),
+                RequestSpec("pp-at-deadline", prefill_s=1.0, transfer_s=DEFAULT_TIMEOUT + 0.25),
+                RequestSpec("pp-wedged", prefill_s=1.0, transfer_s=None),
+            ),
             2,
             horizon=DEFAULT_TIMEOUT + 20,
-            lag_spread=0.2,
+            lag_spread=0.1,
             pp_stages=2,
         ),
-        _consistent,
+        _stages_agree,
         _pp_consensus,
     ),
     Scenario(

@@ -13,7 +13,8 @@ step is one iteration of SGLang's prefill event loop:
    ``process_batch_result_disagg_prefill`` (the inflight-queue append, or optimistic prefill's
    requeue);
 4. if the inflight queue is not empty, the target's ``process_disagg_prefill_inflight_queue``;
-   with PP stages, one round of the PP consensus first (``Rank._pp_round``).
+   with PP stages, one round of the PP consensus first, and the consensus travels the ring of
+   stages one stage per round (``Rank._pp_round``).
 
 Each request's sender is the target's own (``MooncakeKVSender``, or ``NixlKVSender`` for a
 request scripted ``nixl``) on the rank's ``SimKVManager``, whose transport follows the
@@ -85,7 +86,7 @@ class Event:
     step: int
     time: float
     rank: int
-    kind: str  # abort, kv_released, kv_locked, streamed, kv_send, sender_abort, log, ...
+    kind: str  # abort, kv_released, kv_locked, streamed, kv_send, sender_abort, log, pp_agreed, ...
     rid: str | None
     detail: str
 
@@ -182,7 +183,7 @@ class Rank:
         self.lag = 0.0  # the handling lag while the rank handles arrivals and prefill results
         tp = config.ranks > 1 and config.pp_stages <= 1
         self.tp_group = Group(index, world.collective if tp else None)
-        self.release_rids: list[str] = []  # PP: the consensus of the previous round
+        self.consensus_rounds: list[list[str]] = []  # PP: the consensus of every round so far
         self.cp_group = Group(index, None)
         self.recorders = standins.Recorders(target.pass_along, self)
         self.built = target.build(standins.for_rank(self), self.recorders.make, standins.no_import)
@@ -301,10 +302,14 @@ class Rank:
 
     def _pp_round(self) -> None:
         """One round of SGLang's PP prefill loop (``event_loop_pp_disagg_prefill``, in the PP
-        mixin outside the disaggregation package, so modelled here): each stage reports the
-        requests whose TP-reduced poll is terminal (``get_rids(..., [Success, Failed])``),
-        the stages intersect them, and the consensus of the previous round is the
-        ``rids_to_check`` every stage passes to the target's own inflight function."""
+        mixin outside the disaggregation package, so modelled here after its code, the same
+        in 0.5.10 - 0.5.23). Before its inflight function, each stage reports the requests
+        whose TP-reduced poll is terminal (``get_rids(..., [Success, Failed])``), intersected
+        with what the stages before it reported (``_pp_pd_get_prefill_transferred_ids``). The
+        last stage sends that consensus to the first (``_pp_pd_send_consensus_release_ids``),
+        which passes it on, one stage per round: stage k's ``rids_to_check`` is the consensus
+        of k + 1 rounds ago, and the target's own inflight function ends those requests by
+        this stage's own poll."""
         queue = self.scheduler.disagg_prefill_inflight_queue
         polls = standins.poll_and_all_reduce_attn_cp_tp_group(
             [req.disagg_kv_sender for req in queue], self.cp_group, self.tp_group
@@ -312,7 +317,12 @@ class Rank:
         terminal = (int(standins.KVPoll.Success), int(standins.KVPoll.Failed))
         local = [req.rid for req, poll in zip(queue, polls, strict=True) if poll in terminal]
         consensus = self.world.exchange(self.rank, local)
-        release, self.release_rids = self.release_rids, consensus
+        for rid in consensus:
+            if not any(rid in earlier for earlier in self.consensus_rounds):
+                self.record("pp_agreed", rid)  # every stage reports its transfer ended
+        self.consensus_rounds.append(consensus)
+        hops = self.rank + 2  # this round's consensus, then one round per hop of the ring
+        release = self.consensus_rounds[-hops] if len(self.consensus_rounds) >= hops else []
         if len(queue) > 0:
             self.scheduler.process_disagg_prefill_inflight_queue(release)
 
