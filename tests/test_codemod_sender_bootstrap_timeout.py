@@ -243,7 +243,7 @@ def _patch(src: str, class_name: str = "NixlKVSender", **kwargs) -> str:
 def test_a_default_below_upstreams_is_raised_and_marked() -> None:
     """0.4.7 - 0.4.8: 30 s while the clock now starts at the sender's creation; upstream raised
     it to 120 s when it made the same change (0.4.8.post1)."""
-    from pdguard.codemods.sender_bootstrap_timeout import RaiseBootstrapTimeoutDefault
+    from pdguard.codemods.sender_bootstrap_timeout import RaiseBootstrapTimeoutDefaultTransform
 
     src = (
         "class MooncakeKVManager:\n"
@@ -253,16 +253,12 @@ def test_a_default_below_upstreams_is_raised_and_marked() -> None:
         "        )\n"
         '        self.other = get_int_env_var("SGLANG_OTHER", 30)\n'
     )
-    codemod = RaiseBootstrapTimeoutDefault(
-        CodemodContext(), "SGLANG_DISAGGREGATION_BOOTSTRAP_TIMEOUT"
-    )
+    codemod = RaiseBootstrapTimeoutDefaultTransform("SGLANG_DISAGGREGATION_BOOTSTRAP_TIMEOUT")
     out = codemod.transform_module(cst.parse_module(src)).code
     assert codemod.raised == 1
     assert '"SGLANG_DISAGGREGATION_BOOTSTRAP_TIMEOUT", 120\n' in out
     assert '"SGLANG_OTHER", 30' in out
     assert "        # pdguard: sender-bootstrap-timeout: the clock now starts" in out
     # a default at or above upstream's is left alone
-    again = RaiseBootstrapTimeoutDefault(
-        CodemodContext(), "SGLANG_DISAGGREGATION_BOOTSTRAP_TIMEOUT"
-    )
+    again = RaiseBootstrapTimeoutDefaultTransform("SGLANG_DISAGGREGATION_BOOTSTRAP_TIMEOUT")
     assert again.transform_module(cst.parse_module(out)).code == out and again.raised == 0

@@ -173,16 +173,13 @@ class DecodeQueueBoundFix(Fix):
             plan.imports.append(ImportRequest(origin, name))
 
     def _run_codemods(self, workspace: Workspace, plans: dict[str, _FilePlan]) -> None:
-        from libcst.codemod import CodemodContext
-
         from pdguard.codemods.anchors import AnchorError
-        from pdguard.codemods.decode_queue_bound import DecodeQueueBound
+        from pdguard.codemods.decode_queue_bound import DecodeQueueBoundTransform
 
         for rel, plan in sorted(plans.items()):
             plan.log = "logger" in bindings_in_force(workspace.ast(rel).body)
             try:
-                module = DecodeQueueBound(
-                    CodemodContext(filename=rel),
+                module = DecodeQueueBoundTransform(
                     pending=plan.pending,
                     gate=plan.gate,
                     timeout=plan.timeout,

@@ -319,10 +319,8 @@ class InflightDeadline(Fix):
 
     def _apply(self, workspace: Workspace) -> Outcome:
         """Run the codemod on ``prefill.py``."""
-        from libcst.codemod import CodemodContext
-
         from pdguard.codemods.anchors import AnchorError
-        from pdguard.codemods.inflight_deadline import InflightDeadline as Codemod
+        from pdguard.codemods.inflight_deadline import InflightDeadlineTransform as Codemod
         from pdguard.codemods.isort_imports import top_level_bindings
 
         module = workspace.cst(PREFILL_PATH)
@@ -335,7 +333,6 @@ class InflightDeadline(Fix):
         if model is None:
             return Outcome(Status.REFUSED, f"no {FUNCTION}() in {PREFILL_PATH}", PREFILL_PATH)
         codemod = Codemod(
-            CodemodContext(filename=PREFILL_PATH),
             abort=abort,
             isort_config=workspace.isort_config(PREFILL_PATH),
             record=record,

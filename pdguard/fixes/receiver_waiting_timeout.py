@@ -356,12 +356,10 @@ class ReceiverWaitingTimeoutFix(Fix):
             edit.imports = (ImportRequest(origin, name),)
 
     def _run_codemods(self, workspace: Workspace, edits: dict[str, _ClassEdit]) -> None:
-        from libcst.codemod import CodemodContext
-
         from pdguard.codemods.anchors import AnchorError
         from pdguard.codemods.receiver_waiting_timeout import (
-            NixlHeartbeatRooms,
-            ReceiverWaitingTimeout,
+            NixlHeartbeatRoomsTransform,
+            ReceiverWaitingTimeoutTransform,
         )
 
         by_file: dict[str, list[_ClassEdit]] = defaultdict(list)
@@ -369,11 +367,9 @@ class ReceiverWaitingTimeoutFix(Fix):
             by_file[edit.rel].append(edit)
         for rel, file_edits in sorted(by_file.items()):
             module = workspace.cst(rel)
-            context = CodemodContext(filename=rel)
             try:
                 for edit in file_edits:
-                    module = ReceiverWaitingTimeout(
-                        context,
+                    module = ReceiverWaitingTimeoutTransform(
                         class_name=edit.class_name,
                         check=edit.check,
                         send_method=edit.send_method,
@@ -385,8 +381,7 @@ class ReceiverWaitingTimeoutFix(Fix):
                         isort_config=workspace.isort_config(rel),
                     ).transform_module(module)
                     if edit.heartbeat_manager:
-                        module = NixlHeartbeatRooms(
-                            context,
+                        module = NixlHeartbeatRoomsTransform(
                             manager_class=edit.heartbeat_manager,
                             receiver_class=edit.class_name,
                         ).transform_module(module)

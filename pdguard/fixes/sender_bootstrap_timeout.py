@@ -121,21 +121,17 @@ class SenderBootstrapTimeoutFix(Fix):
 
     def _run_codemods(self, workspace: Workspace, edits: dict[str, _ClassEdit]) -> None:
         """The codemod once per class to fix, file by file, into ``workspace``."""
-        from libcst.codemod import CodemodContext
-
         from pdguard.codemods.anchors import AnchorError
-        from pdguard.codemods.sender_bootstrap_timeout import SenderBootstrapTimeout
+        from pdguard.codemods.sender_bootstrap_timeout import SenderBootstrapTimeoutTransform
 
         by_file: dict[str, list[_ClassEdit]] = defaultdict(list)
         for edit in edits.values():
             by_file[edit.rel].append(edit)
         for rel, file_edits in sorted(by_file.items()):
             module = workspace.cst(rel)
-            context = CodemodContext(filename=rel)
             try:
                 for edit in file_edits:
-                    module = SenderBootstrapTimeout(
-                        context,
+                    module = SenderBootstrapTimeoutTransform(
                         class_name=edit.class_name,
                         set_init_time=edit.set_init_time,
                         add_check=edit.add_check,
@@ -155,20 +151,16 @@ class SenderBootstrapTimeoutFix(Fix):
         below upstream's for that change (30 s in 0.4.7 - 0.4.8) is raised to it, as upstream
         did in the same change: a sender stays Bootstrapping while decode has no free KV
         memory. The files changed (the inline checks pdguard writes read the raised value)."""
-        from libcst.codemod import CodemodContext
-
         from pdguard.codemods.sender_bootstrap_timeout import (
             RAISED_DEFAULT,
-            RaiseBootstrapTimeoutDefault,
+            RaiseBootstrapTimeoutDefaultTransform,
         )
 
         if not any(edit.set_init_time for edit in edits.values()):
             return []
         changed = []
         for rel in workspace.files_containing(DISAGGREGATION_DIR, BOOTSTRAP_TIMEOUT_ENV):
-            codemod = RaiseBootstrapTimeoutDefault(
-                CodemodContext(filename=rel), BOOTSTRAP_TIMEOUT_ENV
-            )
+            codemod = RaiseBootstrapTimeoutDefaultTransform(BOOTSTRAP_TIMEOUT_ENV)
             module = codemod.transform_module(workspace.cst(rel))
             if codemod.raised:
                 workspace.set_text(rel, module.code)
