@@ -20,6 +20,7 @@ Every inserted piece carries the marker comment ``# pdguard: sender-bootstrap-ti
 from __future__ import annotations
 
 import argparse
+import ast
 from collections.abc import Callable, Sequence
 from typing import TypeVar
 
@@ -292,6 +293,19 @@ _RAISED_COMMENT = (
 )
 
 
+def may_raise_default(module: ast.Module, env: str) -> bool:
+    """Whether ``RaiseBootstrapTimeoutDefault`` can change the module parsed as ``module``: a
+    cheap test with ``ast`` (true of every module it changes, and of a few more), so that the
+    modules it cannot change are neither parsed with LibCST nor walked."""
+    for node in ast.walk(module):
+        if isinstance(node, ast.Call) and len(node.args) + len(node.keywords) == 2:
+            values = [*node.args, *(keyword.value for keyword in node.keywords)]
+            constants = [v.value for v in values if isinstance(v, ast.Constant)]
+            if env in constants and any(type(c) is int and c < RAISED_DEFAULT for c in constants):
+                return True
+    return False
+
+
 class RaiseBootstrapTimeoutDefaultTransform(Transform):
     DESCRIPTION: str = (
         "Raise SGLANG_DISAGGREGATION_BOOTSTRAP_TIMEOUT's default below 120 s to 120 s (upstream's "
@@ -325,7 +339,7 @@ class _DefaultRaiser(cst.CSTTransformer):
             and isinstance(args[0].value, cst.SimpleString)
             and args[0].value.evaluated_value == self.command.env
             and isinstance(args[1].value, cst.Integer)
-            and int(args[1].value.value) < RAISED_DEFAULT
+            and args[1].value.evaluated_value < RAISED_DEFAULT
         ):
             self.pending += 1
             self.command.raised += 1

@@ -262,3 +262,36 @@ def test_a_default_below_upstreams_is_raised_and_marked() -> None:
     # a default at or above upstream's is left alone
     again = RaiseBootstrapTimeoutDefaultTransform("SGLANG_DISAGGREGATION_BOOTSTRAP_TIMEOUT")
     assert again.transform_module(cst.parse_module(out)).code == out and again.raised == 0
+
+
+@pytest.mark.parametrize(
+    ("line", "raises"),
+    [
+        ('x = get_int_env_var("SGLANG_DISAGGREGATION_BOOTSTRAP_TIMEOUT", 30)', True),
+        ('x = read_setting("SGLANG_DISAGGREGATION_BOOTSTRAP_TIMEOUT", 0x1E)', True),
+        ('x = get_int_env_var(name="SGLANG_DISAGGREGATION_BOOTSTRAP_TIMEOUT", default=45)', True),
+        ('x = get_int_env_var("SGLANG_DISAGGREGATION_BOOTSTRAP_TIMEOUT", 120)', False),
+        ('x = get_int_env_var("SGLANG_DISAGGREGATION_BOOTSTRAP_TIMEOUT", 300)', False),
+        ('x = get_int_env_var("SGLANG_OTHER_TIMEOUT", 30)', False),
+        ('x = get_int_env_var("SGLANG_DISAGGREGATION_BOOTSTRAP_TIMEOUT", 30, 1)', False),
+        ('x = get_int_env_var("SGLANG_DISAGGREGATION_BOOTSTRAP_TIMEOUT", True)', False),
+        ('x = os.environ.get("SGLANG_DISAGGREGATION_BOOTSTRAP_TIMEOUT")', False),
+    ],
+)
+def test_the_ast_prefilter_holds_for_every_module_the_transform_changes(
+    line: str, raises: bool
+) -> None:
+    """``may_raise_default`` lets the fix skip a module without parsing it with LibCST: it must
+    be true of every module the transform changes (and is false here where it does not)."""
+    import ast
+
+    from pdguard.codemods.sender_bootstrap_timeout import (
+        RaiseBootstrapTimeoutDefaultTransform,
+        may_raise_default,
+    )
+
+    src = f"def settings():\n    {line}\n    return x\n"
+    codemod = RaiseBootstrapTimeoutDefaultTransform("SGLANG_DISAGGREGATION_BOOTSTRAP_TIMEOUT")
+    changed = codemod.transform_module(cst.parse_module(src)).code != src
+    assert changed == raises
+    assert may_raise_default(ast.parse(src), "SGLANG_DISAGGREGATION_BOOTSTRAP_TIMEOUT") == raises

@@ -154,12 +154,15 @@ class SenderBootstrapTimeoutFix(Fix):
         from pdguard.codemods.sender_bootstrap_timeout import (
             RAISED_DEFAULT,
             RaiseBootstrapTimeoutDefaultTransform,
+            may_raise_default,
         )
 
         if not any(edit.set_init_time for edit in edits.values()):
             return []
         changed = []
         for rel in workspace.files_containing(DISAGGREGATION_DIR, BOOTSTRAP_TIMEOUT_ENV):
+            if not may_raise_default(workspace.ast(rel), BOOTSTRAP_TIMEOUT_ENV):
+                continue
             codemod = RaiseBootstrapTimeoutDefaultTransform(BOOTSTRAP_TIMEOUT_ENV)
             module = codemod.transform_module(workspace.cst(rel))
             if codemod.raised:
