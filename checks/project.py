@@ -27,11 +27,19 @@ def wanted(rel: str, text: str) -> bool:
     return rel.startswith(DISAGGREGATION_DIR + "/") and any(needle in text for needle in NEEDLES)
 
 
-@lru_cache(maxsize=128)
 def parse_module(text: str, rel: str) -> ast.Module:
-    """Parsed once per content: ``verify`` checks a ref before and after patching it, and
-    most files are the same."""
-    return ast.parse(text, filename=rel)
+    """Parsed once per content, whatever the path: ``verify`` checks a ref before and after
+    patching it, consecutive refs share most files, and the codemods read the tree the checker
+    read (so its models, kept by the tree's identity, are built once)."""
+    try:
+        return _parse(text)
+    except (SyntaxError, ValueError):
+        return ast.parse(text, filename=rel)  # raises again, naming the file
+
+
+@lru_cache(maxsize=256)
+def _parse(text: str) -> ast.Module:
+    return ast.parse(text)
 
 
 class Project:

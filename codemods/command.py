@@ -19,10 +19,33 @@ anchors by shape and need none of that.
 from __future__ import annotations
 
 import argparse
+from collections import OrderedDict
 from collections.abc import Callable, Iterable
 from typing import Any
 
 import libcst as cst
+
+# The source text of the modules ``parse`` made, by identity (LibCST nodes are immutable), so that
+# a transform reading its input as text (``source_of``) need not generate it again.
+_SOURCES: OrderedDict[int, tuple[cst.Module, str]] = OrderedDict()
+_KEPT = 64
+
+
+def parse(code: str) -> cst.Module:
+    """``cst.parse_module(code)``, remembering ``code`` as the module's source."""
+    module = cst.parse_module(code)
+    _SOURCES[id(module)] = (module, code)
+    while len(_SOURCES) > _KEPT:
+        _SOURCES.popitem(last=False)
+    return module
+
+
+def source_of(module: cst.Module) -> str:
+    """``module.code``: the text ``parse`` read it from, if it did, else generated."""
+    known = _SOURCES.get(id(module))
+    if known is not None and known[0] is module:
+        return known[1]
+    return module.code
 
 
 class Transform:
@@ -33,6 +56,12 @@ class Transform:
     @staticmethod
     def add_args(arg_parser: argparse.ArgumentParser) -> None:
         """The command-line options, named as the keyword arguments of ``__init__``."""
+
+    def key(self) -> str:
+        """The transform and its options (taken before it runs): two transforms with the same
+        key make the same edit of the same text."""
+        options = sorted((name, repr(value)) for name, value in vars(self).items())
+        return f"{type(self).__module__}.{type(self).__qualname__}{options}"
 
     def transform_module(self, tree: cst.Module) -> cst.Module:
         """``tree`` with the edit made."""

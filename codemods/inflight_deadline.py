@@ -46,7 +46,7 @@ from pdguard.sglang_names import INFLIGHT_TIMEOUT_ENV as ENV_VAR
 from pdguard.sglang_names import PREFILL_PATH
 
 from .anchors import AnchorError, calls_named, find_method, is_name, marker
-from .command import Transform, commands
+from .command import Transform, commands, source_of
 from .insertion import (
     Statement,
     StatementEdit,
@@ -350,7 +350,7 @@ def _entry_statements(tree: cst.Module) -> list[tuple[cst.SimpleStatementLine, E
     """The simple statements that put requests into the queue, found by the checker's own
     model (so a keep inside the inflight function is not one), each with its entry."""
     # parsed as the checker parses it: the same text gives the same tree, whose model is kept
-    module = parse_module(tree.code, PREFILL_PATH)
+    module = parse_module(source_of(tree), PREFILL_PATH)
     model = analyse(module)
     if model is None:
         raise AnchorError(f"no {FUNCTION}()")

@@ -17,15 +17,15 @@ import argparse
 import ast
 from collections.abc import Sequence
 from dataclasses import dataclass
-from functools import lru_cache
 
 import isort
 import libcst as cst
 
 from pdguard.checks.bindings import bindings_in_force, imported_as
+from pdguard.checks.project import parse_module
 
 from .anchors import AnchorError
-from .command import Transform, commands
+from .command import Transform, commands, source_of
 from .insertion import Statement
 
 DEFAULT_ISORT_CONFIG = isort.Config(profile="black", known_first_party=frozenset({"sglang"}))
@@ -185,11 +185,11 @@ def _names_used(module: cst.Module) -> set[str]:
     return names
 
 
-@lru_cache(maxsize=16)
 def _ast_of(module: cst.Module) -> ast.Module:
-    """By identity (LibCST nodes are immutable and hash by identity): generating a large
-    module's code again for each name asked about costs more than parsing it."""
-    return ast.parse(module.code)
+    """Parsed as the checker parses it (the same text gives the same tree); the text is the
+    one the module was parsed from where known: generating a large module's code again for
+    each name asked about costs more than parsing it."""
+    return parse_module(source_of(module), "<module>")
 
 
 def _sorts_before(new_line: str, existing: cst.SimpleStatementLine, config: isort.Config) -> bool:

@@ -178,18 +178,18 @@ class DecodeQueueBoundFix(Fix):
 
         for rel, plan in sorted(plans.items()):
             plan.log = "logger" in bindings_in_force(workspace.ast(rel).body)
+            transform = DecodeQueueBoundTransform(
+                pending=plan.pending,
+                gate=plan.gate,
+                timeout=plan.timeout,
+                log=plan.log,
+                imports=plan.imports,
+                isort_config=workspace.isort_config(rel),
+            )
             try:
-                module = DecodeQueueBoundTransform(
-                    pending=plan.pending,
-                    gate=plan.gate,
-                    timeout=plan.timeout,
-                    log=plan.log,
-                    imports=plan.imports,
-                    isort_config=workspace.isort_config(rel),
-                ).transform_module(workspace.cst(rel))
+                workspace.transform(rel, [transform])
             except AnchorError as exc:
                 raise Refused(f"{rel}: {exc}", rel) from exc
-            workspace.set_text(rel, module.code)
 
     def _proved(
         self, workspace: Workspace, requeues: list[Requeue], gates: list[EarlyReturn]

@@ -339,10 +339,9 @@ class InflightDeadline(Fix):
             parked=bool(model.parked_line),
         )
         try:
-            module = codemod.transform_module(module)
+            workspace.transform(PREFILL_PATH, [codemod])
         except AnchorError as exc:
             return Outcome(Status.REFUSED, str(exc), PREFILL_PATH)
-        workspace.set_text(PREFILL_PATH, module.code)
         how = _HOW[abort] + (", the timeout recorded as the room's failure" if record else "")
         if model.parked_line:
             how += "; parked requests are not counted"

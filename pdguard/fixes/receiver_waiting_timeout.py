@@ -357,6 +357,7 @@ class ReceiverWaitingTimeoutFix(Fix):
 
     def _run_codemods(self, workspace: Workspace, edits: dict[str, _ClassEdit]) -> None:
         from pdguard.codemods.anchors import AnchorError
+        from pdguard.codemods.command import Transform
         from pdguard.codemods.receiver_waiting_timeout import (
             NixlHeartbeatRoomsTransform,
             ReceiverWaitingTimeoutTransform,
@@ -366,10 +367,10 @@ class ReceiverWaitingTimeoutFix(Fix):
         for edit in edits.values():
             by_file[edit.rel].append(edit)
         for rel, file_edits in sorted(by_file.items()):
-            module = workspace.cst(rel)
-            try:
-                for edit in file_edits:
-                    module = ReceiverWaitingTimeoutTransform(
+            transforms: list[Transform] = []
+            for edit in file_edits:
+                transforms.append(
+                    ReceiverWaitingTimeoutTransform(
                         class_name=edit.class_name,
                         check=edit.check,
                         send_method=edit.send_method,
@@ -379,15 +380,19 @@ class ReceiverWaitingTimeoutFix(Fix):
                         log=edit.log,
                         imports=edit.imports,
                         isort_config=workspace.isort_config(rel),
-                    ).transform_module(module)
-                    if edit.heartbeat_manager:
-                        module = NixlHeartbeatRoomsTransform(
+                    )
+                )
+                if edit.heartbeat_manager:
+                    transforms.append(
+                        NixlHeartbeatRoomsTransform(
                             manager_class=edit.heartbeat_manager,
                             receiver_class=edit.class_name,
-                        ).transform_module(module)
+                        )
+                    )
+            try:
+                workspace.transform(rel, transforms)
             except AnchorError as exc:
                 raise Refused(f"{rel}: {exc}", rel) from exc
-            workspace.set_text(rel, module.code)
 
     def _proved(
         self, workspace: Workspace, concrete: list[str], edits: dict[str, _ClassEdit]

@@ -128,23 +128,24 @@ class SenderBootstrapTimeoutFix(Fix):
         for edit in edits.values():
             by_file[edit.rel].append(edit)
         for rel, file_edits in sorted(by_file.items()):
-            module = workspace.cst(rel)
+            transforms = [
+                SenderBootstrapTimeoutTransform(
+                    class_name=edit.class_name,
+                    set_init_time=edit.set_init_time,
+                    add_check=edit.add_check,
+                    check_style=edit.check_style,
+                    timeout=edit.timeout,
+                    timeout_setting=edit.timeout_setting,
+                    record_failure=edit.record_failure,
+                    imports=edit.imports,
+                    isort_config=workspace.isort_config(rel),
+                )
+                for edit in file_edits
+            ]
             try:
-                for edit in file_edits:
-                    module = SenderBootstrapTimeoutTransform(
-                        class_name=edit.class_name,
-                        set_init_time=edit.set_init_time,
-                        add_check=edit.add_check,
-                        check_style=edit.check_style,
-                        timeout=edit.timeout,
-                        timeout_setting=edit.timeout_setting,
-                        record_failure=edit.record_failure,
-                        imports=edit.imports,
-                        isort_config=workspace.isort_config(rel),
-                    ).transform_module(module)
+                workspace.transform(rel, transforms)
             except AnchorError as exc:
                 raise Refused(f"{rel}: {exc}", rel) from exc
-            workspace.set_text(rel, module.code)
 
     def _raise_default(self, workspace: Workspace, edits: dict[str, _ClassEdit]) -> list[str]:
         """Where pdguard starts a sender's clock at its creation, a bootstrap-timeout default
@@ -164,9 +165,7 @@ class SenderBootstrapTimeoutFix(Fix):
             if not may_raise_default(workspace.ast(rel), BOOTSTRAP_TIMEOUT_ENV):
                 continue
             codemod = RaiseBootstrapTimeoutDefaultTransform(BOOTSTRAP_TIMEOUT_ENV)
-            module = codemod.transform_module(workspace.cst(rel))
-            if codemod.raised:
-                workspace.set_text(rel, module.code)
+            if workspace.transform(rel, [codemod]):
                 changed.append(rel)
         for edit in edits.values():
             if edit.timeout_setting is not None:
