@@ -140,3 +140,49 @@ def test_apply_imports_neither_libcst_matchers_nor_codemod(fix: str, tmp_path: P
     assert result["exit"] == 0
     assert json.loads((tmp_path / "r.json").read_text())["fixes"][fix] == "applied"
     assert result["loaded"] == []
+
+
+def _workspace(root: Path, text: str):
+    from pdguard.tree import open_tree
+    from pdguard.workspace import Workspace
+
+    (root / "sglang/srt/disaggregation").mkdir(parents=True)
+    (root / "sglang/srt/disaggregation/relay.py").write_text(text)
+    (root / "sglang/srt/disaggregation/prefill.py").write_text("")
+    return Workspace(open_tree(root))
+
+
+def test_workspace_transform_is_kept_by_text_and_options(tmp_path: Path, monkeypatch) -> None:
+    """What transforms made of a text is kept for the process (``verify`` meets a file in many
+    refs): the same text and options again is not parsed with LibCST; another text, or other
+    options, is transformed afresh; an anchor error is kept as one."""
+    import pdguard.workspace
+    from pdguard.codemods.anchors import AnchorError
+    from pdguard.codemods.isort_imports import AddIsortedImportsTransform
+    from pdguard.codemods.sender_bootstrap_timeout import SenderBootstrapTimeoutTransform
+
+    rel = "sglang/srt/disaggregation/relay.py"
+    text = "import sys\n\n\ndef relay(line):\n    sys.stdout.write(line)\n"
+    first = _workspace(tmp_path / "a", text)
+    assert first.transform(rel, [AddIsortedImportsTransform(["time"])])
+    assert first.text(rel).startswith("import sys\nimport time\n")
+
+    def no_parse(code: str) -> None:
+        raise AssertionError("parsed again")
+
+    monkeypatch.setattr(pdguard.workspace, "_parse_cst", no_parse)
+    again = _workspace(tmp_path / "b", text)
+    assert again.transform(rel, [AddIsortedImportsTransform(["time"])])
+    assert again.text(rel) == first.text(rel)
+    with pytest.raises(AssertionError, match="parsed again"):  # other options: not kept
+        again.transform(rel, [AddIsortedImportsTransform(["os"])])
+    changed = _workspace(tmp_path / "c", text.replace("relay(line)", "relay(line, end)"))
+    with pytest.raises(AssertionError, match="parsed again"):  # another text: not kept
+        changed.transform(rel, [AddIsortedImportsTransform(["time"])])
+    monkeypatch.undo()
+
+    for root in ("d", "e"):  # refused, then refused from what was kept, text unchanged
+        refused = _workspace(tmp_path / root, text)
+        with pytest.raises(AnchorError, match="PipeSender"):
+            refused.transform(rel, [SenderBootstrapTimeoutTransform(class_name="PipeSender")])
+        assert refused.text(rel) == text and not refused.changed()
