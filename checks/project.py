@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import ast
-from collections.abc import Mapping
+from collections import OrderedDict
+from collections.abc import Callable, Mapping
 from functools import cached_property, lru_cache
+from typing import Generic, TypeVar
 
 from pdguard.sglang_names import (
     DECODE_NEEDLES,
@@ -27,11 +29,19 @@ def wanted(rel: str, text: str) -> bool:
     return rel.startswith(DISAGGREGATION_DIR + "/") and any(needle in text for needle in NEEDLES)
 
 
-@lru_cache(maxsize=128)
 def parse_module(text: str, rel: str) -> ast.Module:
-    """Parsed once per content: ``verify`` checks a ref before and after patching it, and
-    most files are the same."""
-    return ast.parse(text, filename=rel)
+    """Parsed once per content, whatever the path: ``verify`` checks a ref before and after
+    patching it, consecutive refs share most files, and the codemods read the tree the checker
+    read (so its models, kept by the tree's identity, are built once)."""
+    try:
+        return _parse(text)
+    except (SyntaxError, ValueError):
+        return ast.parse(text, filename=rel)  # raises again, naming the file
+
+
+@lru_cache(maxsize=256)
+def _parse(text: str) -> ast.Module:
+    return ast.parse(text)
 
 
 class Project:
@@ -55,31 +65,65 @@ class Project:
         tree = self.tree(PREFILL)
         return analyse(tree) if tree is not None else None
 
+    def _selected(self, test: Callable[[str], bool]) -> tuple[tuple[str, int], ...]:
+        """The files whose text passes ``test``, by path: (path, the identity of its tree)."""
+        return tuple(
+            (rel, id(self._parsed(rel))) for rel in sorted(self.texts) if test(self.texts[rel])
+        )
+
+    def _index(self, files: tuple[tuple[str, int], ...]) -> ClassIndex:
+        index = ClassIndex()
+        for rel, _ in files:
+            index.add_module(rel, self._parsed(rel), self.texts[rel])
+        return index
+
     @cached_property
     def classes(self) -> ClassIndex:
-        index = ClassIndex()
-        for rel in sorted(self.texts):
-            if any(needle in self.texts[rel] for needle in SENDER_NEEDLES):
-                index.add_module(rel, self._parsed(rel), self.texts[rel])
-        return index
+        files = self._selected(lambda text: any(needle in text for needle in SENDER_NEEDLES))
+        return _CLASSES.get(files, lambda: self._index(files))
 
     @cached_property
     def receivers(self) -> ReceiverIndex:
         """The ``BaseKVReceiver`` classes (a class index of their own: the sender rules read
         ``classes`` only)."""
-        index = ClassIndex()
-        for rel in sorted(self.texts):
-            if any(needle in self.texts[rel] for needle in RECEIVER_NEEDLES):
-                index.add_module(rel, self._parsed(rel), self.texts[rel])
-        return ReceiverIndex(index)
+        files = self._selected(lambda text: any(needle in text for needle in RECEIVER_NEEDLES))
+        return _RECEIVERS.get(files, lambda: ReceiverIndex(self._index(files)))
 
     @cached_property
     def decode_queues(self) -> DecodeQueueModel:
         """The decode queues and the scheduler functions that poll them."""
-        index = ClassIndex()
-        for rel in sorted(self.texts):
-            text = self.texts[rel]
-            # a request's receiver, and a poll reduce or a decode queue of the scheduler
-            if REQ_RECEIVER in text and any(needle in text for needle in DECODE_NEEDLES):
-                index.add_module(rel, self._parsed(rel), text)
-        return DecodeQueueModel(index)
+        # a request's receiver, and a poll reduce or a decode queue of the scheduler
+        files = self._selected(
+            lambda text: REQ_RECEIVER in text and any(needle in text for needle in DECODE_NEEDLES)
+        )
+        return _DECODE_QUEUES.get(files, lambda: DecodeQueueModel(self._index(files)))
+
+
+_T = TypeVar("_T")
+
+
+class _Kept(Generic[_T]):
+    """Models by the paths and parsed trees (by identity: ``parse_module`` gives one tree per
+    text) they were built from, for the process; a kept model holds its trees, so an identity
+    in a key is never another tree's. A model is only read once built (its own caches aside),
+    so projects with the same files share one: ``check`` and ``apply`` build them for the
+    original and the patched tree, the fixes for each step, and ``verify`` for neighbouring
+    refs, most of whose files are the same."""
+
+    def __init__(self, size: int = 8) -> None:
+        self.size = size
+        self.kept: OrderedDict[tuple[tuple[str, int], ...], _T] = OrderedDict()
+
+    def get(self, files: tuple[tuple[str, int], ...], build: Callable[[], _T]) -> _T:
+        if files in self.kept:
+            self.kept.move_to_end(files)
+            return self.kept[files]
+        model = self.kept[files] = build()
+        while len(self.kept) > self.size:
+            self.kept.popitem(last=False)
+        return model
+
+
+_CLASSES: _Kept[ClassIndex] = _Kept()
+_RECEIVERS: _Kept[ReceiverIndex] = _Kept()
+_DECODE_QUEUES: _Kept[DecodeQueueModel] = _Kept()

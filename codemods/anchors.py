@@ -4,9 +4,9 @@ never by line number or by the first textual match."""
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import TypeGuard, TypeVar
 
 import libcst as cst
-import libcst.matchers as m
 
 from pdguard.fix_names import MARKER_PREFIX, has_marker, marker
 
@@ -14,15 +14,45 @@ __all__ = [
     "MARKER_PREFIX",
     "AnchorError",
     "calls_named",
+    "find_all",
     "find_method",
     "has_marker",
+    "is_attribute",
+    "is_method_call",
+    "is_name",
+    "is_self_attr",
     "is_self_attr_call",
     "marker",
+    "sole",
 ]
+
+
+_NodeT = TypeVar("_NodeT", bound=cst.CSTNode)
+_SmallT = TypeVar("_SmallT", bound=cst.BaseSmallStatement)
 
 
 class AnchorError(Exception):
     """The code does not have the shape a transform anchors on."""
+
+
+class _FindAll(cst.CSTVisitor):
+    def __init__(self, kind: type[cst.CSTNode]) -> None:
+        super().__init__()
+        self.kind = kind
+        self.found: list[cst.CSTNode] = []
+
+    def on_visit(self, node: cst.CSTNode) -> bool:
+        if isinstance(node, self.kind):
+            self.found.append(node)
+        return True
+
+
+def find_all(node: cst.CSTNode, kind: type[_NodeT]) -> list[_NodeT]:
+    """``node`` and the nodes below it that are ``kind``s, in source order (what
+    ``libcst.matchers.findall(node, m.<Kind>())`` finds, without importing the matchers)."""
+    finder = _FindAll(kind)
+    node.visit(finder)
+    return [found for found in finder.found if isinstance(found, kind)]
 
 
 def find_method(
@@ -47,8 +77,7 @@ def find_method(
 def calls_named(node: cst.CSTNode, predicate: Callable[[str], bool]) -> list[cst.Call]:
     """Calls below ``node`` whose callee's last name satisfies ``predicate``."""
     found = []
-    for match in m.findall(node, m.Call()):
-        call = cst.ensure_type(match, cst.Call)  # what m.Call() finds
+    for call in find_all(node, cst.Call):
         func = call.func
         name = func.attr.value if isinstance(func, cst.Attribute) else getattr(func, "value", None)
         if isinstance(name, str) and predicate(name):
@@ -58,11 +87,36 @@ def calls_named(node: cst.CSTNode, predicate: Callable[[str], bool]) -> list[cst
 
 def is_self_attr_call(expr: cst.BaseExpression, attr: str, method: str) -> bool:
     """``self.<attr>.<method>(...)``"""
-    return m.matches(
-        expr,
-        m.Call(
-            func=m.Attribute(
-                value=m.Attribute(value=m.Name("self"), attr=m.Name(attr)), attr=m.Name(method)
-            )
-        ),
-    )
+    if not (isinstance(expr, cst.Call) and is_attribute(expr.func, method)):
+        return False
+    inner = expr.func.value
+    return is_attribute(inner, attr) and is_name(inner.value, "self")
+
+
+def is_name(node: cst.CSTNode | None, name: str | None = None) -> TypeGuard[cst.Name]:
+    """A ``Name`` (called ``name``, if given)."""
+    return isinstance(node, cst.Name) and (name is None or node.value == name)
+
+
+def is_attribute(node: cst.CSTNode | None, attr: str | None = None) -> TypeGuard[cst.Attribute]:
+    """An attribute read ``<anything>.<attr>`` (any attribute if ``attr`` is None)."""
+    return isinstance(node, cst.Attribute) and (attr is None or node.attr.value == attr)
+
+
+def is_self_attr(node: cst.CSTNode | None, attr: str) -> TypeGuard[cst.Attribute]:
+    """``self.<attr>``"""
+    return is_attribute(node, attr) and is_name(node.value, "self")
+
+
+def is_method_call(node: cst.CSTNode | None, method: str) -> TypeGuard[cst.Call]:
+    """``<anything>.<method>(...)``"""
+    return isinstance(node, cst.Call) and is_attribute(node.func, method)
+
+
+def sole(stmt: cst.CSTNode, kind: type[_SmallT]) -> _SmallT | None:
+    """The small statement of ``stmt`` when ``stmt`` is a line holding exactly one, a ``kind``."""
+    if isinstance(stmt, cst.SimpleStatementLine) and len(stmt.body) == 1:
+        small = stmt.body[0]
+        if isinstance(small, kind):
+            return small
+    return None

@@ -23,18 +23,16 @@ from collections.abc import Sequence
 
 import isort
 import libcst as cst
-from libcst.codemod import CodemodContext
 
 from pdguard.fix_names import DECODE_GATE_FLAG as GATE_FLAG
 from pdguard.fix_names import DECODE_PENDING_STAMP as PENDING_STAMP
 from pdguard.fix_names import DECODE_QUEUE_BOUND as FIX
 from pdguard.sglang_names import POP_PREALLOCATED, RECEIVER_ABORT, REQ_RECEIVER, RETRACTED_QUEUE
 
-from .anchors import AnchorError, find_method, marker
-from .command import SourceCodemod
+from .anchors import AnchorError, find_all, find_method, is_method_call, is_name, marker, sole
+from .command import Transform, commands
 from .insertion import StatementEdit, apply_edits, parse_statements, simple_statements
-from .isort_imports import DEFAULT_ISORT_CONFIG, AddIsortedImports, ImportRequest, spelling
-from .nodes import find_all, is_method_call, is_name, sole
+from .isort_imports import DEFAULT_ISORT_CONFIG, AddIsortedImportsTransform, ImportRequest, spelling
 from .sender_bootstrap_timeout import LINE_LENGTH
 
 _PENDING = """\
@@ -96,7 +94,7 @@ def _comment_lines(lines: Sequence[str]) -> list[cst.EmptyLine]:
     return [cst.EmptyLine(comment=cst.Comment(line)) for line in lines]
 
 
-class DecodeQueueBound(SourceCodemod):
+class DecodeQueueBoundTransform(Transform):
     DESCRIPTION: str = "Bound the decode queues' pending re-queue and their retraction gate."
 
     @staticmethod
@@ -118,7 +116,6 @@ class DecodeQueueBound(SourceCodemod):
 
     def __init__(
         self,
-        context: CodemodContext,
         pending: Sequence[str] = (),
         gate: str | None = None,
         timeout: str = "envs.SGLANG_DISAGGREGATION_WAITING_TIMEOUT.get()",
@@ -126,7 +123,6 @@ class DecodeQueueBound(SourceCodemod):
         imports: Sequence[ImportRequest | str] = (),
         isort_config: isort.Config = DEFAULT_ISORT_CONFIG,
     ) -> None:
-        super().__init__(context)
         self.pending = list(pending)
         self.gate = gate
         self.timeout = timeout
@@ -148,7 +144,7 @@ class DecodeQueueBound(SourceCodemod):
         if self.gate:
             edits.extend(self._open_gate(tree, self.gate))
         tree = apply_edits(tree, edits)
-        return AddIsortedImports(self.context, imports, self.isort_config).transform_module(tree)
+        return AddIsortedImportsTransform(imports, self.isort_config).transform_module(tree)
 
     # -- the pending re-queue -----------------------------------------------------------
 
@@ -325,3 +321,7 @@ def _black_deeper(stmt: cst.BaseStatement, indent: int, tree: cst.Module) -> cst
         comment = f"  {trailing.comment.value}"
     (new,) = parse_statements(f"{targets} = (\n    {value}\n){comment}\n", tree.config_for_parsing)
     return new
+
+
+# The LibCST codemod commands (python -m libcst.tool codemod), built on first use: command.py
+__getattr__, __dir__ = commands(__name__, DecodeQueueBound=DecodeQueueBoundTransform)

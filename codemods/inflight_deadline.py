@@ -37,10 +37,9 @@ import textwrap
 
 import isort
 import libcst as cst
-import libcst.matchers as m
-from libcst.codemod import CodemodContext
 
 from pdguard.checks.inflight import Entry, analyse, single_request
+from pdguard.checks.project import parse_module
 from pdguard.fix_names import INFLIGHT_DEADLINE as FIX
 from pdguard.fix_names import INFLIGHT_HELPER as HELPER
 from pdguard.fix_names import INFLIGHT_STAMP as STAMP
@@ -49,9 +48,10 @@ from pdguard.sglang_names import INFLIGHT_FUNCTION as FUNCTION
 from pdguard.sglang_names import INFLIGHT_QUEUE as QUEUE
 from pdguard.sglang_names import INFLIGHT_TIMEOUT_ENV as ENV_VAR
 from pdguard.sglang_names import PP_CONSENSUS_PARAM as PP_CONSENSUS
+from pdguard.sglang_names import PREFILL_PATH
 
-from .anchors import AnchorError, calls_named, find_method, marker
-from .command import SourceCodemod
+from .anchors import AnchorError, calls_named, find_method, is_name, marker
+from .command import Transform, commands, source_of
 from .inflight_timeout import CONVENTIONS, REGISTRY, reader_code, reader_setting, registry_read
 from .insertion import (
     Statement,
@@ -61,7 +61,7 @@ from .insertion import (
     parse_method,
     parse_statements,
 )
-from .isort_imports import DEFAULT_ISORT_CONFIG, AddIsortedImports, ImportRequest, spelling
+from .isort_imports import DEFAULT_ISORT_CONFIG, AddIsortedImportsTransform, ImportRequest, spelling
 
 # How an overdue sender is failed, by what the release's senders offer.
 ABORT_CALLS = {
@@ -173,13 +173,18 @@ self.{helper}({consensus_arg})
 
 
 def _is_logger_assignment(stmt: cst.CSTNode) -> bool:
-    return m.matches(
-        stmt,
-        m.SimpleStatementLine(body=[m.Assign(targets=[m.AssignTarget(target=m.Name("logger"))])]),
+    """``logger = ...`` (one statement on the line, one target)."""
+    if not (isinstance(stmt, cst.SimpleStatementLine) and len(stmt.body) == 1):
+        return False
+    assign = stmt.body[0]
+    return (
+        isinstance(assign, cst.Assign)
+        and len(assign.targets) == 1
+        and is_name(assign.targets[0].target, "logger")
     )
 
 
-class InflightDeadline(SourceCodemod):
+class InflightDeadlineTransform(Transform):
     DESCRIPTION: str = "Fail requests that wait in the prefill inflight queue past a deadline."
 
     @staticmethod
@@ -211,14 +216,12 @@ class InflightDeadline(SourceCodemod):
 
     def __init__(
         self,
-        context: CodemodContext,
         abort: str = "guarded",
         isort_config: isort.Config = DEFAULT_ISORT_CONFIG,
         record: bool = False,
         parked: bool = False,
         convention: str = REGISTRY,
     ) -> None:
-        super().__init__(context)
         self.isort_config = isort_config
         self.convention = convention
         fail = ABORT_CALLS[abort].format(
@@ -242,7 +245,7 @@ class InflightDeadline(SourceCodemod):
         names, imports = self._names_for(tree, function)
         edits = _edits(tree.config_for_parsing, names, function, entries, logger_stmt)
         tree = apply_edits(tree, edits)
-        return AddIsortedImports(self.context, imports, self.isort_config).transform_module(tree)
+        return AddIsortedImportsTransform(imports, self.isort_config).transform_module(tree)
 
     def _names_for(
         self, tree: cst.Module, function: cst.FunctionDef
@@ -360,18 +363,22 @@ def _is_named(node: ast.expr) -> bool:
 def _entry_statements(tree: cst.Module) -> list[tuple[cst.SimpleStatementLine, Entry]]:
     """The simple statements that put requests into the queue, found by the checker's own
     model (so a keep inside the inflight function is not one), each with its entry."""
-    module = ast.parse(tree.code)
+    # parsed as the checker parses it: the same text gives the same tree, whose model is kept
+    module = parse_module(source_of(tree), PREFILL_PATH)
     model = analyse(module)
     if model is None:
         raise AnchorError(f"no {FUNCTION}()")
+    owners = _owners(module)
     wanted: dict[tuple[str, str], list[Entry]] = {}
     for entry in model.entries:
-        wanted.setdefault((_owner(module, entry.stmt), ast.unparse(entry.stmt)), []).append(entry)
+        key = (owners.get(id(entry.stmt), "<module>"), ast.unparse(entry.stmt))
+        wanted.setdefault(key, []).append(entry)
+    functions = {function_name for function_name, _ in wanted}
     found: list[tuple[cst.SimpleStatementLine, Entry]] = []
     finder = _FunctionStatements()
     tree.visit(finder)
     for function_name, stmt in finder.found:
-        if len(stmt.body) != 1:
+        if len(stmt.body) != 1 or function_name not in functions:
             continue
         try:
             code = ast.unparse(ast.parse(cst.Module(body=[stmt]).code.strip()).body[0])
@@ -389,22 +396,21 @@ def _entry_statements(tree: cst.Module) -> list[tuple[cst.SimpleStatementLine, E
     return found
 
 
-def _owner(module: ast.Module, stmt: ast.stmt) -> str:
-    for node in ast.walk(module):
-        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef) and any(
-            inner is stmt for inner in ast.walk(node)
-        ):
-            owner = node.name
-            # the innermost function wins: keep looking below it
-            for inner in ast.walk(node):
-                if (
-                    inner is not node
-                    and isinstance(inner, ast.FunctionDef | ast.AsyncFunctionDef)
-                    and any(n is stmt for n in ast.walk(inner))
-                ):
-                    owner = inner.name
-            return owner
-    return "<module>"
+def _owners(module: ast.Module) -> dict[int, str]:
+    """The name of the innermost function holding each node (by id) below a function."""
+    owners: dict[int, str] = {}
+
+    def visit(node: ast.AST, owner: str | None) -> None:
+        for child in ast.iter_child_nodes(node):
+            inner = (
+                child.name if isinstance(child, ast.FunctionDef | ast.AsyncFunctionDef) else None
+            )
+            if owner is not None:
+                owners[id(child)] = owner
+            visit(child, inner or owner)
+
+    visit(module, None)
+    return owners
 
 
 class _FunctionStatements(cst.CSTVisitor):
@@ -432,3 +438,7 @@ def _poll_statement(function: cst.FunctionDef) -> cst.BaseStatement:
             f"{FUNCTION}() has {len(polls)} poll_and_all_reduce*() calls, expected one"
         )
     return enclosing_statement(function, polls[0])
+
+
+# The LibCST codemod commands (python -m libcst.tool codemod), built on first use: command.py
+__getattr__, __dir__ = commands(__name__, InflightDeadline=InflightDeadlineTransform)

@@ -34,7 +34,7 @@ from pdguard.sglang_names import (
 from pdguard.sglang_names import INFLIGHT_TIMEOUT_ENV as ENV_VAR
 
 from .anchors import AnchorError, marker
-from .command import SourceCodemod
+from .command import Transform, commands
 from .insertion import StatementEdit, apply_edits, parse_statements
 from .isort_imports import ImportRequest, reference_to, spelling, top_level_bindings
 
@@ -118,7 +118,7 @@ def reader_code(names: dict[str, str]) -> str:
     )
 
 
-class InflightTimeoutEntry(SourceCodemod):
+class InflightTimeoutEntryTransform(Transform):
     DESCRIPTION: str = (
         "Add SGLANG_DISAGGREGATION_INFLIGHT_TIMEOUT to SGLang's env registry (environ.py), "
         "next to its sibling timeouts and of their type."
@@ -169,3 +169,6 @@ def _entry_type(stmt: cst.BaseStatement, name: str) -> str | None:
     ):
         return assign.value.func.value
     return None
+
+
+__getattr__, __dir__ = commands(__name__, InflightTimeoutEntry=InflightTimeoutEntryTransform)

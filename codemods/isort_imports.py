@@ -17,16 +17,15 @@ import argparse
 import ast
 from collections.abc import Sequence
 from dataclasses import dataclass
-from functools import lru_cache
 
 import isort
 import libcst as cst
-from libcst.codemod import CodemodContext
 
 from pdguard.checks.bindings import bindings_in_force, imported_as
+from pdguard.checks.project import parse_module
 
 from .anchors import AnchorError
-from .command import SourceCodemod
+from .command import Transform, commands, source_of
 from .insertion import Statement
 
 DEFAULT_ISORT_CONFIG = isort.Config(profile="black", known_first_party=frozenset({"sglang"}))
@@ -167,14 +166,14 @@ def spelling(module: cst.Module, module_name: str, attr: str) -> tuple[str, Impo
 
 
 def _in_force(module: cst.Module) -> dict[str, ast.stmt]:
-    return bindings_in_force(_ast_of(module.code).body)
+    return bindings_in_force(_ast_of(module).body)
 
 
 def _names_used(module: cst.Module) -> set[str]:
     """Every identifier the module binds or reads anywhere (a name we bind must clash with
     none of them)."""
     names: set[str] = set()
-    for node in ast.walk(_ast_of(module.code)):
+    for node in ast.walk(_ast_of(module)):
         if isinstance(node, ast.Name):
             names.add(node.id)
         elif isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
@@ -186,9 +185,11 @@ def _names_used(module: cst.Module) -> set[str]:
     return names
 
 
-@lru_cache(maxsize=16)
-def _ast_of(code: str) -> ast.Module:
-    return ast.parse(code)
+def _ast_of(module: cst.Module) -> ast.Module:
+    """Parsed as the checker parses it (the same text gives the same tree); the text is the
+    one the module was parsed from where known: generating a large module's code again for
+    each name asked about costs more than parsing it."""
+    return parse_module(source_of(module), "<module>")
 
 
 def _sorts_before(new_line: str, existing: cst.SimpleStatementLine, config: isort.Config) -> bool:
@@ -225,7 +226,7 @@ def _blank() -> cst.EmptyLine:
     return cst.EmptyLine(indent=False)
 
 
-class AddIsortedImports(SourceCodemod):
+class AddIsortedImportsTransform(Transform):
     """Add the imports a generated snippet needs, at the positions isort would give them."""
 
     DESCRIPTION: str = __doc__ or ""
@@ -242,11 +243,9 @@ class AddIsortedImports(SourceCodemod):
 
     def __init__(
         self,
-        context: CodemodContext,
         imports: Sequence[ImportRequest | str],
         isort_config: isort.Config = DEFAULT_ISORT_CONFIG,
     ) -> None:
-        super().__init__(context)
         self.requests = [
             req if isinstance(req, ImportRequest) else ImportRequest(*req.split(":", 1))
             for req in imports
@@ -339,3 +338,7 @@ class AddIsortedImports(SourceCodemod):
         rendered = isort.code(cst.Module(body=[merged]).code, config=self.config)
         new_stmt = cst.parse_statement(rendered)
         return new_stmt.with_changes(leading_lines=stmt.leading_lines)
+
+
+# The LibCST codemod commands (python -m libcst.tool codemod), built on first use: command.py
+__getattr__, __dir__ = commands(__name__, AddIsortedImports=AddIsortedImportsTransform)

@@ -27,7 +27,6 @@ from collections.abc import Sequence
 
 import isort
 import libcst as cst
-from libcst.codemod import CodemodContext
 
 from pdguard.fix_names import RECEIVER_WAITING_TIMEOUT as FIX
 from pdguard.fix_names import RECEIVER_WAITING_TIMEOUT_ATTR as WAITING_TIMEOUT_ATTR
@@ -42,11 +41,19 @@ from pdguard.sglang_names import (
     KVPoll,
 )
 
-from .anchors import AnchorError, find_method, marker
-from .command import SourceCodemod
+from .anchors import (
+    AnchorError,
+    find_all,
+    find_method,
+    is_method_call,
+    is_name,
+    is_self_attr,
+    marker,
+    sole,
+)
+from .command import Transform, commands
 from .insertion import Statement, StatementEdit, apply_edits, parse_statements, simple_statements
-from .isort_imports import DEFAULT_ISORT_CONFIG, AddIsortedImports, ImportRequest, spelling
-from .nodes import find_all, is_method_call, is_name, is_self_attr, sole
+from .isort_imports import DEFAULT_ISORT_CONFIG, AddIsortedImportsTransform, ImportRequest, spelling
 from .sender_bootstrap_timeout import LINE_LENGTH, black_assignment
 
 _INIT = """\
@@ -132,7 +139,7 @@ def _is_docstring(stmt: cst.CSTNode) -> bool:
     return expr is not None and isinstance(expr.value, cst.SimpleString)
 
 
-class ReceiverWaitingTimeout(SourceCodemod):
+class ReceiverWaitingTimeoutTransform(Transform):
     DESCRIPTION: str = "Give a KV receiver a waiting timeout once its KV indices are sent."
 
     @staticmethod
@@ -158,7 +165,6 @@ class ReceiverWaitingTimeout(SourceCodemod):
 
     def __init__(
         self,
-        context: CodemodContext,
         class_name: str,
         check: str = "status",
         send_method: str = "init",
@@ -169,7 +175,6 @@ class ReceiverWaitingTimeout(SourceCodemod):
         imports: Sequence[ImportRequest | str] = (),
         isort_config: isort.Config = DEFAULT_ISORT_CONFIG,
     ) -> None:
-        super().__init__(context)
         self.class_name = class_name
         self.check = check or "status"
         self.send_method = send_method
@@ -189,7 +194,7 @@ class ReceiverWaitingTimeout(SourceCodemod):
         imports = [*self.imports, *([time_import] if time_import else [])]
         edits = [self._init(tree), self._stamp(tree), self._poll(tree)]
         tree = apply_edits(tree, edits)
-        return AddIsortedImports(self.context, imports, self.isort_config).transform_module(tree)
+        return AddIsortedImportsTransform(imports, self.isort_config).transform_module(tree)
 
     def _init(self, tree: cst.Module) -> tuple[cst.CSTNode, StatementEdit]:
         config = tree.config_for_parsing
@@ -346,7 +351,7 @@ def _assigns(stmt: cst.BaseStatement, name: str) -> bool:
     )
 
 
-class NixlHeartbeatRooms(SourceCodemod):
+class NixlHeartbeatRoomsTransform(Transform):
     """The NIXL decode heartbeat of 0.5.3 - 0.5.5.post3 forgets, on every healthy probe, each
     tracked room that has not received a chunk yet, and on a node failure fails only the rooms
     that have: a room still waiting for its first chunk is never failed. This ports 0.5.6's
@@ -360,8 +365,7 @@ class NixlHeartbeatRooms(SourceCodemod):
         arg_parser.add_argument("--manager", dest="manager_class", required=True)
         arg_parser.add_argument("--receiver", dest="receiver_class", required=True)
 
-    def __init__(self, context: CodemodContext, manager_class: str, receiver_class: str) -> None:
-        super().__init__(context)
+    def __init__(self, manager_class: str, receiver_class: str) -> None:
         self.manager_class = manager_class
         self.receiver_class = receiver_class
 
@@ -470,3 +474,11 @@ class NixlHeartbeatRooms(SourceCodemod):
             _DONE.format(marker=marker(FIX), tracker=ROOMS_TRACKER), tree.config_for_parsing
         )
         return first, StatementEdit(before=new)
+
+
+# The LibCST codemod commands (python -m libcst.tool codemod), built on first use: command.py
+__getattr__, __dir__ = commands(
+    __name__,
+    ReceiverWaitingTimeout=ReceiverWaitingTimeoutTransform,
+    NixlHeartbeatRooms=NixlHeartbeatRoomsTransform,
+)

@@ -20,21 +20,20 @@ Every inserted piece carries the marker comment ``# pdguard: sender-bootstrap-ti
 from __future__ import annotations
 
 import argparse
+import ast
 from collections.abc import Callable, Sequence
 from typing import TypeVar
 
 import isort
 import libcst as cst
-import libcst.matchers as m
-from libcst.codemod import CodemodContext
 
 from pdguard.fix_names import SENDER_BOOTSTRAP_TIMEOUT as FIX
 from pdguard.sglang_names import MANAGER_CHECK_STATUS, MANAGER_UPDATE_STATUS, SENDER_INIT_TIME
 
-from .anchors import AnchorError, calls_named, find_method, marker
-from .command import SourceCodemod
+from .anchors import AnchorError, calls_named, find_all, find_method, is_attribute, is_name, marker
+from .command import Transform, commands
 from .insertion import Statement, StatementEdit, apply_edits, parse_statements
-from .isort_imports import DEFAULT_ISORT_CONFIG, AddIsortedImports, ImportRequest, spelling
+from .isort_imports import DEFAULT_ISORT_CONFIG, AddIsortedImportsTransform, ImportRequest, spelling
 
 _INIT_TIME = """\
 {marker}: the bootstrap timeout counts from here.
@@ -94,34 +93,47 @@ def _is_check_status(expr: cst.CSTNode | None) -> bool:
     ``self.conclude_state or self.kv_mgr.check_status(room)``)? Its value is then the status."""
     if expr is None:
         return False
-    call = m.Call(func=m.Attribute(attr=m.Name(MANAGER_CHECK_STATUS)))
-    return m.matches(expr, call) or bool(m.findall(expr, call))
+    return any(is_attribute(call.func, MANAGER_CHECK_STATUS) for call in find_all(expr, cst.Call))
 
 
 def _sets_init_time_to_none(stmt: cst.CSTNode) -> bool:
-    init_time = m.Attribute(value=m.Name("self"), attr=m.Name(SENDER_INIT_TIME))
-    return m.matches(
-        stmt,
-        m.SimpleStatementLine(
-            body=[
-                m.Assign(targets=[m.AssignTarget(target=init_time)], value=m.Name("None"))
-                | m.AnnAssign(target=init_time, value=m.Name("None"))
-            ]
-        ),
+    """``self.init_time = None`` or ``self.init_time: ... = None`` (alone on its line)."""
+    if not (isinstance(stmt, cst.SimpleStatementLine) and len(stmt.body) == 1):
+        return False
+    assign = stmt.body[0]
+    if isinstance(assign, cst.Assign) and len(assign.targets) == 1:
+        target: cst.BaseExpression = assign.targets[0].target
+    elif isinstance(assign, cst.AnnAssign):
+        target = assign.target
+    else:
+        return False
+    return (
+        is_name(assign.value, "None")
+        and is_attribute(target, SENDER_INIT_TIME)
+        and is_name(target.value, "self")
+    )
+
+
+def _is_return_line(stmt: cst.CSTNode) -> bool:
+    """A line holding one ``return`` statement."""
+    return (
+        isinstance(stmt, cst.SimpleStatementLine)
+        and len(stmt.body) == 1
+        and isinstance(stmt.body[0], cst.Return)
     )
 
 
 def _check_status_returns(poll: cst.FunctionDef) -> list[cst.SimpleStatementLine]:
     return [
         stmt
-        for stmt in m.findall(poll, m.SimpleStatementLine(body=[m.Return()]))
-        if isinstance(stmt, cst.SimpleStatementLine)
+        for stmt in find_all(poll, cst.SimpleStatementLine)
+        if len(stmt.body) == 1
         and isinstance(stmt.body[0], cst.Return)
         and _is_check_status(stmt.body[0].value)
     ]
 
 
-class SenderBootstrapTimeout(SourceCodemod):
+class SenderBootstrapTimeoutTransform(Transform):
     DESCRIPTION: str = "Let a KV sender's bootstrap timeout fire while it reports Bootstrapping."
 
     @staticmethod
@@ -143,7 +155,6 @@ class SenderBootstrapTimeout(SourceCodemod):
 
     def __init__(
         self,
-        context: CodemodContext,
         class_name: str,
         set_init_time: bool = True,
         add_check: bool = True,
@@ -154,7 +165,6 @@ class SenderBootstrapTimeout(SourceCodemod):
         imports: Sequence[ImportRequest | str] = (),
         isort_config: isort.Config = DEFAULT_ISORT_CONFIG,
     ) -> None:
-        super().__init__(context)
         self.class_name = class_name
         self.set_init_time = set_init_time
         self.add_check = add_check
@@ -177,7 +187,7 @@ class SenderBootstrapTimeout(SourceCodemod):
         if self.set_init_time:
             edits.append(self._set_init_time(tree))
         tree = apply_edits(tree, edits)
-        return AddIsortedImports(self.context, imports, self.isort_config).transform_module(tree)
+        return AddIsortedImportsTransform(imports, self.isort_config).transform_module(tree)
 
     # -- __init__ ---------------------------------------------------------------------------
 
@@ -200,14 +210,14 @@ class SenderBootstrapTimeout(SourceCodemod):
             anchor = _first(
                 body,
                 lambda s: any(
-                    m.matches(call.args[-1].value, m.Attribute(attr=m.Name("Bootstrapping")))
+                    is_attribute(call.args[-1].value, "Bootstrapping")
                     for call in calls_named(s, lambda n: n == MANAGER_UPDATE_STATUS)
                     if call.args
                 ),
             )
         if anchor is None:
             anchor = body[-1]
-            if m.matches(anchor, m.SimpleStatementLine(body=[m.Return()])):
+            if _is_return_line(anchor):
                 raise AnchorError(f"{self.class_name}.__init__ ends with a return")
         return anchor, StatementEdit(after=new)
 
@@ -218,8 +228,8 @@ class SenderBootstrapTimeout(SourceCodemod):
         _, poll = find_method(tree, "poll", self.class_name)
         assigned = [
             stmt
-            for stmt in m.findall(poll, m.SimpleStatementLine(body=[m.Assign()]))
-            if isinstance(stmt, cst.SimpleStatementLine)
+            for stmt in find_all(poll, cst.SimpleStatementLine)
+            if len(stmt.body) == 1
             and isinstance(stmt.body[0], cst.Assign)
             and _is_check_status(stmt.body[0].value)
             and len(stmt.body[0].targets) == 1
@@ -283,7 +293,20 @@ _RAISED_COMMENT = (
 )
 
 
-class RaiseBootstrapTimeoutDefault(SourceCodemod):
+def may_raise_default(module: ast.Module, env: str) -> bool:
+    """Whether ``RaiseBootstrapTimeoutDefault`` can change the module parsed as ``module``: a
+    cheap test with ``ast`` (true of every module it changes, and of a few more), so that the
+    modules it cannot change are neither parsed with LibCST nor walked."""
+    for node in ast.walk(module):
+        if isinstance(node, ast.Call) and len(node.args) + len(node.keywords) == 2:
+            values = [*node.args, *(keyword.value for keyword in node.keywords)]
+            constants = [v.value for v in values if isinstance(v, ast.Constant)]
+            if env in constants and any(type(c) is int and c < RAISED_DEFAULT for c in constants):
+                return True
+    return False
+
+
+class RaiseBootstrapTimeoutDefaultTransform(Transform):
     DESCRIPTION: str = (
         "Raise SGLANG_DISAGGREGATION_BOOTSTRAP_TIMEOUT's default below 120 s to 120 s (upstream's "
         "when it started the clock at the sender's creation)."
@@ -293,8 +316,7 @@ class RaiseBootstrapTimeoutDefault(SourceCodemod):
     def add_args(arg_parser: argparse.ArgumentParser) -> None:
         arg_parser.add_argument("--env", required=True, help="the variable's name")
 
-    def __init__(self, context: CodemodContext, env: str) -> None:
-        super().__init__(context)
+    def __init__(self, env: str) -> None:
         self.env = env
         self.raised = 0
 
@@ -306,7 +328,7 @@ class _DefaultRaiser(cst.CSTTransformer):
     """``get_int_env_var("<env>", N)`` with N below the raised default: N raised, and the
     statement that holds it marked."""
 
-    def __init__(self, command: RaiseBootstrapTimeoutDefault) -> None:
+    def __init__(self, command: RaiseBootstrapTimeoutDefaultTransform) -> None:
         self.command = command
         self.pending = 0
 
@@ -314,10 +336,10 @@ class _DefaultRaiser(cst.CSTTransformer):
         args = updated_node.args
         if (
             len(args) == 2
-            and m.matches(args[0].value, m.SimpleString())
-            and cst.ensure_type(args[0].value, cst.SimpleString).evaluated_value == self.command.env
+            and isinstance(args[0].value, cst.SimpleString)
+            and args[0].value.evaluated_value == self.command.env
             and isinstance(args[1].value, cst.Integer)
-            and int(args[1].value.value) < RAISED_DEFAULT
+            and args[1].value.evaluated_value < RAISED_DEFAULT
         ):
             self.pending += 1
             self.command.raised += 1
@@ -337,3 +359,11 @@ class _DefaultRaiser(cst.CSTTransformer):
             for text in (first.format(marker=marker(FIX)), second)
         ]
         return updated_node.with_changes(leading_lines=[*updated_node.leading_lines, *comments])
+
+
+# The LibCST codemod commands (python -m libcst.tool codemod), built on first use: command.py
+__getattr__, __dir__ = commands(
+    __name__,
+    SenderBootstrapTimeout=SenderBootstrapTimeoutTransform,
+    RaiseBootstrapTimeoutDefault=RaiseBootstrapTimeoutDefaultTransform,
+)

@@ -7,6 +7,7 @@ a fix is ``present`` or ``upstream`` needs ``ast`` only.
 from __future__ import annotations
 
 import ast
+from collections import OrderedDict
 from functools import cache
 from typing import TYPE_CHECKING
 
@@ -17,15 +18,24 @@ from .source_file import SourceFile
 from .tree import SourceTree
 
 if TYPE_CHECKING:
+    from collections.abc import Sequence
+
     import isort
     import libcst as cst
+
+    from pdguard.codemods.command import Transform
+
+# What transforms made of a text (or the AnchorError message they raised), by the text and their
+# keys, for the process: ``verify`` meets the same file in consecutive refs.
+_TRANSFORMED: OrderedDict[tuple[str, tuple[str, ...]], tuple[bool, str]] = OrderedDict()
+_KEPT = 256
 
 
 @cache
 def _parse_cst(text: str) -> cst.Module:
-    import libcst as cst
+    from pdguard.codemods.command import parse
 
-    return cst.parse_module(text)
+    return parse(text)
 
 
 class Workspace:
@@ -63,6 +73,36 @@ class Workspace:
     def cst(self, rel: str) -> cst.Module:
         self.ast(rel)  # a clear error (file:line:col) for code that does not parse
         return _parse_cst(self.text(rel))
+
+    def transform(self, rel: str, transforms: Sequence[Transform]) -> bool:
+        """Run ``transforms`` one after another on the current text of ``rel`` and keep the
+        result; whether the text changed. An ``AnchorError`` propagates and nothing changes.
+        The outcome is kept by text and the transforms' keys, so the same file in another ref
+        is neither parsed with LibCST nor transformed again."""
+        from pdguard.codemods.anchors import AnchorError
+
+        text = self.text(rel)
+        key = (text, tuple(transform.key() for transform in transforms))
+        known = _TRANSFORMED.get(key)
+        if known is None:
+            module = self.cst(rel)
+            try:
+                for transform in transforms:
+                    module = transform.transform_module(module)
+            except AnchorError as exc:
+                known = (False, str(exc))
+            else:
+                known = (True, module.code)
+            _TRANSFORMED[key] = known
+            while len(_TRANSFORMED) > _KEPT:
+                _TRANSFORMED.popitem(last=False)
+        else:
+            _TRANSFORMED.move_to_end(key)
+        done, result = known
+        if not done:
+            raise AnchorError(result)
+        self.set_text(rel, result)
+        return result != text
 
     def isort_config(self, rel: str) -> isort.Config:
         from .isort_config import isort_config_for

@@ -243,7 +243,7 @@ def _patch(src: str, class_name: str = "NixlKVSender", **kwargs) -> str:
 def test_a_default_below_upstreams_is_raised_and_marked() -> None:
     """0.4.7 - 0.4.8: 30 s while the clock now starts at the sender's creation; upstream raised
     it to 120 s when it made the same change (0.4.8.post1)."""
-    from pdguard.codemods.sender_bootstrap_timeout import RaiseBootstrapTimeoutDefault
+    from pdguard.codemods.sender_bootstrap_timeout import RaiseBootstrapTimeoutDefaultTransform
 
     src = (
         "class MooncakeKVManager:\n"
@@ -253,16 +253,45 @@ def test_a_default_below_upstreams_is_raised_and_marked() -> None:
         "        )\n"
         '        self.other = get_int_env_var("SGLANG_OTHER", 30)\n'
     )
-    codemod = RaiseBootstrapTimeoutDefault(
-        CodemodContext(), "SGLANG_DISAGGREGATION_BOOTSTRAP_TIMEOUT"
-    )
+    codemod = RaiseBootstrapTimeoutDefaultTransform("SGLANG_DISAGGREGATION_BOOTSTRAP_TIMEOUT")
     out = codemod.transform_module(cst.parse_module(src)).code
     assert codemod.raised == 1
     assert '"SGLANG_DISAGGREGATION_BOOTSTRAP_TIMEOUT", 120\n' in out
     assert '"SGLANG_OTHER", 30' in out
     assert "        # pdguard: sender-bootstrap-timeout: the clock now starts" in out
     # a default at or above upstream's is left alone
-    again = RaiseBootstrapTimeoutDefault(
-        CodemodContext(), "SGLANG_DISAGGREGATION_BOOTSTRAP_TIMEOUT"
-    )
+    again = RaiseBootstrapTimeoutDefaultTransform("SGLANG_DISAGGREGATION_BOOTSTRAP_TIMEOUT")
     assert again.transform_module(cst.parse_module(out)).code == out and again.raised == 0
+
+
+@pytest.mark.parametrize(
+    ("line", "raises"),
+    [
+        ('x = get_int_env_var("SGLANG_DISAGGREGATION_BOOTSTRAP_TIMEOUT", 30)', True),
+        ('x = read_setting("SGLANG_DISAGGREGATION_BOOTSTRAP_TIMEOUT", 0x1E)', True),
+        ('x = get_int_env_var(name="SGLANG_DISAGGREGATION_BOOTSTRAP_TIMEOUT", default=45)', True),
+        ('x = get_int_env_var("SGLANG_DISAGGREGATION_BOOTSTRAP_TIMEOUT", 120)', False),
+        ('x = get_int_env_var("SGLANG_DISAGGREGATION_BOOTSTRAP_TIMEOUT", 300)', False),
+        ('x = get_int_env_var("SGLANG_OTHER_TIMEOUT", 30)', False),
+        ('x = get_int_env_var("SGLANG_DISAGGREGATION_BOOTSTRAP_TIMEOUT", 30, 1)', False),
+        ('x = get_int_env_var("SGLANG_DISAGGREGATION_BOOTSTRAP_TIMEOUT", True)', False),
+        ('x = os.environ.get("SGLANG_DISAGGREGATION_BOOTSTRAP_TIMEOUT")', False),
+    ],
+)
+def test_the_ast_prefilter_holds_for_every_module_the_transform_changes(
+    line: str, raises: bool
+) -> None:
+    """``may_raise_default`` lets the fix skip a module without parsing it with LibCST: it must
+    be true of every module the transform changes (and is false here where it does not)."""
+    import ast
+
+    from pdguard.codemods.sender_bootstrap_timeout import (
+        RaiseBootstrapTimeoutDefaultTransform,
+        may_raise_default,
+    )
+
+    src = f"def settings():\n    {line}\n    return x\n"
+    codemod = RaiseBootstrapTimeoutDefaultTransform("SGLANG_DISAGGREGATION_BOOTSTRAP_TIMEOUT")
+    changed = codemod.transform_module(cst.parse_module(src)).code != src
+    assert changed == raises
+    assert may_raise_default(ast.parse(src), "SGLANG_DISAGGREGATION_BOOTSTRAP_TIMEOUT") == raises

@@ -286,7 +286,9 @@ def test_verify_fork_refs(verified: Verified) -> None:
 
 
 def test_verify_findings_are_those_of_check(verified: Verified) -> None:
-    for version in ("0.4.7", RELEASES[-1].version):
+    """Every tag (the worker processes share parsed files and transforms between neighbouring
+    refs: none of it may leak into another ref's findings)."""
+    for version in (release.version for release in RELEASES):
         result = check_tree(open_tree(fetch_release(version)))
         expected = [
             {k: getattr(f, k) for k in ("code", "path", "line", "col", "symbol", "message")}
@@ -294,6 +296,21 @@ def test_verify_findings_are_those_of_check(verified: Verified) -> None:
             for f in result.findings
         ]
         assert verified.reports[f"v{version}"]["findings"] == expected
+
+
+def test_verify_in_one_process_equals_verify_in_workers(
+    upstream: Upstream, verified: Verified, capsys
+) -> None:
+    """``--jobs 1`` verifies every ref in one process, one after another, so each ref finds the
+    files, trees and transforms of every earlier one kept (``Workspace.transform``,
+    ``parse_module``); the workers see other neighbours. The reports must not differ."""
+    refs = [arg for ref in FORK_REFS for arg in ("--ref", ref)]
+    repo = str(upstream.path)
+    code = main(
+        ["verify", "--repo", repo, "--tags", "v*", *refs, "--jobs", "1", "--format", "json"]
+    )
+    assert code == verified.proc.returncode
+    assert json.loads(capsys.readouterr().out) == json.loads(verified.proc.stdout)
 
 
 def test_verify_exit_codes_and_formats(upstream: Upstream, capsys) -> None:

@@ -223,7 +223,11 @@ def _progress(done: int, total: int) -> None:
 def run_parallel(
     worker: Callable[..., RefReport], jobs: Sequence[tuple[object, ...]], processes: int | None
 ) -> list[RefReport]:
-    """Run ``worker(*job)`` for every job in worker processes; results in job order."""
+    """Run ``worker(*job)`` for every job in worker processes; results in job order.
+
+    Each worker process takes runs of neighbouring releases (in version order: ``v0.5.9``,
+    ``v0.5.10``, ...): they share most files, and a process parses and transforms a file
+    content once (``checks.project.parse_module``, ``Workspace.transform``)."""
     if len(jobs) == 1 or processes == 1:
         reports = []
         for n, job in enumerate(jobs, 1):
@@ -233,15 +237,38 @@ def run_parallel(
     from concurrent.futures import ProcessPoolExecutor
 
     workers = min(len(jobs), processes or os.cpu_count() or 1)
+    order = sorted(range(len(jobs)), key=lambda i: _natural(str(jobs[i][-1])))
+    # a few runs per worker, so that one that finishes early takes another
+    size = max(1, -(-len(jobs) // (workers * _RUNS_PER_WORKER)))
+    runs = [order[start : start + size] for start in range(0, len(order), size)]
+    results: dict[int, RefReport] = {}
     with ProcessPoolExecutor(max_workers=workers, initializer=_ignore_ctrl_c) as pool:
-        futures = [pool.submit(worker, *job) for job in jobs]
+        futures = {pool.submit(_run, worker, [jobs[i] for i in run]): run for run in runs}
+        done = 0
         try:
-            for n, _ in enumerate(_as_completed(futures), 1):
-                _progress(n, len(jobs))
+            for future in _as_completed(futures):
+                for i, report in zip(futures[future], future.result(), strict=True):
+                    results[i] = report
+                done += len(futures[future])
+                _progress(done, len(jobs))
         except KeyboardInterrupt:  # pdguard exits 130; the refs not started never run
             pool.shutdown(wait=False, cancel_futures=True)
             raise
-        return [future.result() for future in futures]
+    return [results[i] for i in range(len(jobs))]
+
+
+_RUNS_PER_WORKER = 4
+
+
+def _run(worker: Callable[..., RefReport], jobs: list[tuple[object, ...]]) -> list[RefReport]:
+    return [worker(*job) for job in jobs]
+
+
+def _natural(name: str) -> list[tuple[int, int | str]]:
+    """``v0.5.10`` after ``v0.5.9``: digit runs compare as numbers."""
+    import re
+
+    return [(0, int(part)) if part.isdigit() else (1, part) for part in re.split(r"(\d+)", name)]
 
 
 def _ignore_ctrl_c() -> None:
@@ -251,7 +278,9 @@ def _ignore_ctrl_c() -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)
 
 
-def _as_completed(futures: Iterable[Future[RefReport]]) -> Iterator[Future[RefReport]]:
+def _as_completed(
+    futures: Iterable[Future[list[RefReport]]],
+) -> Iterator[Future[list[RefReport]]]:
     from concurrent.futures import as_completed
 
     return as_completed(futures)

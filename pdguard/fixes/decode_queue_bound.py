@@ -175,26 +175,23 @@ class DecodeQueueBoundFix(Fix):
             plan.imports.append(ImportRequest(origin, name))
 
     def _run_codemods(self, workspace: Workspace, plans: dict[str, _FilePlan]) -> None:
-        from libcst.codemod import CodemodContext
-
         from pdguard.codemods.anchors import AnchorError
-        from pdguard.codemods.decode_queue_bound import DecodeQueueBound
+        from pdguard.codemods.decode_queue_bound import DecodeQueueBoundTransform
 
         for rel, plan in sorted(plans.items()):
             plan.log = "logger" in bindings_in_force(workspace.ast(rel).body)
+            transform = DecodeQueueBoundTransform(
+                pending=plan.pending,
+                gate=plan.gate,
+                timeout=plan.timeout,
+                log=plan.log,
+                imports=plan.imports,
+                isort_config=workspace.isort_config(rel),
+            )
             try:
-                module = DecodeQueueBound(
-                    CodemodContext(filename=rel),
-                    pending=plan.pending,
-                    gate=plan.gate,
-                    timeout=plan.timeout,
-                    log=plan.log,
-                    imports=plan.imports,
-                    isort_config=workspace.isort_config(rel),
-                ).transform_module(workspace.cst(rel))
+                workspace.transform(rel, [transform])
             except AnchorError as exc:
                 raise Refused(f"{rel}: {exc}", rel) from exc
-            workspace.set_text(rel, module.code)
 
     def _proved(
         self, workspace: Workspace, requeues: list[Requeue], gates: list[EarlyReturn]

@@ -381,11 +381,9 @@ class InflightDeadline(Fix):
     def _apply(self, workspace: Workspace) -> Outcome:
         """Run the codemods: on ``prefill.py``, and on ``environ.py`` where the release reads
         its timeouts from its env registry."""
-        from libcst.codemod import CodemodContext
-
         from pdguard.codemods.anchors import AnchorError
-        from pdguard.codemods.inflight_deadline import InflightDeadline as Codemod
-        from pdguard.codemods.inflight_timeout import InflightTimeoutEntry
+        from pdguard.codemods.inflight_deadline import InflightDeadlineTransform as Codemod
+        from pdguard.codemods.inflight_timeout import InflightTimeoutEntryTransform
         from pdguard.codemods.isort_imports import top_level_bindings
 
         module = workspace.cst(PREFILL_PATH)
@@ -400,28 +398,26 @@ class InflightDeadline(Fix):
         environ_tree = _environ(workspace)
         style = convention(environ_tree)
         codemod = Codemod(
-            CodemodContext(filename=PREFILL_PATH),
             convention=style,
             abort=abort,
             isort_config=workspace.isort_config(PREFILL_PATH),
             record=record,
             parked=bool(model.parked_line),
         )
+        prefill_before = workspace.text(PREFILL_PATH)
         try:
-            module = codemod.transform_module(module)
+            workspace.transform(PREFILL_PATH, [codemod])
         except AnchorError as exc:
             return Outcome(Status.REFUSED, str(exc), PREFILL_PATH)
         if (
             style == fix_names.ENV_REGISTRY
             and registry_entry(environ_tree, INFLIGHT_TIMEOUT_ENV) is None
         ):  # the timeout's entry next to its siblings (one already there is used as it is)
-            entry = InflightTimeoutEntry(CodemodContext(filename=ENVIRON_PATH))
             try:
-                environ = entry.transform_module(workspace.cst(ENVIRON_PATH))
+                workspace.transform(ENVIRON_PATH, [InflightTimeoutEntryTransform()])
             except AnchorError as exc:
+                workspace.set_text(PREFILL_PATH, prefill_before)  # all of the fix or nothing
                 return Outcome(Status.REFUSED, str(exc), ENVIRON_PATH)
-            workspace.set_text(ENVIRON_PATH, environ.code)
-        workspace.set_text(PREFILL_PATH, module.code)
         how = _HOW[abort] + (", the timeout recorded as the room's failure" if record else "")
         read = (
             f"an env registry entry in {ENVIRON_PATH}"

@@ -40,7 +40,6 @@ from .per_class import run_per_class
 
 if TYPE_CHECKING:
     import libcst as cst
-    from libcst.codemod import CodemodContext
 
     from pdguard.checks.kv_receivers import ReceiverIndex
     from pdguard.checks.kv_senders import ClassInfo
@@ -358,33 +357,36 @@ class ReceiverWaitingTimeoutFix(Fix):
             edit.imports = (ImportRequest(origin, name),)
 
     def _run_codemods(self, workspace: Workspace, edits: dict[str, _ClassEdit]) -> None:
+        from pdguard.codemods.command import Transform
         from pdguard.codemods.receiver_waiting_timeout import (
-            NixlHeartbeatRooms,
-            ReceiverWaitingTimeout,
+            NixlHeartbeatRoomsTransform,
+            ReceiverWaitingTimeoutTransform,
         )
 
-        def transform(module: cst.Module, context: CodemodContext, edit: _ClassEdit) -> cst.Module:
-            module = ReceiverWaitingTimeout(
-                context,
-                class_name=edit.class_name,
-                check=edit.check,
-                send_method=edit.send_method,
-                timeout_setting=edit.timeout_setting,
-                record_failure=edit.record_failure,
-                conclude_state=edit.conclude_state,
-                log=edit.log,
-                imports=edit.imports,
-                isort_config=workspace.isort_config(edit.rel),
-            ).transform_module(module)
+        def transforms_for(edit: _ClassEdit) -> list[Transform]:
+            transforms: list[Transform] = [
+                ReceiverWaitingTimeoutTransform(
+                    class_name=edit.class_name,
+                    check=edit.check,
+                    send_method=edit.send_method,
+                    timeout_setting=edit.timeout_setting,
+                    record_failure=edit.record_failure,
+                    conclude_state=edit.conclude_state,
+                    log=edit.log,
+                    imports=edit.imports,
+                    isort_config=workspace.isort_config(edit.rel),
+                )
+            ]
             if edit.heartbeat_manager:
-                module = NixlHeartbeatRooms(
-                    context,
-                    manager_class=edit.heartbeat_manager,
-                    receiver_class=edit.class_name,
-                ).transform_module(module)
-            return module
+                transforms.append(
+                    NixlHeartbeatRoomsTransform(
+                        manager_class=edit.heartbeat_manager,
+                        receiver_class=edit.class_name,
+                    )
+                )
+            return transforms
 
-        run_per_class(workspace, edits.values(), transform)
+        run_per_class(workspace, edits.values(), transforms_for)
 
     def _proved(
         self, workspace: Workspace, concrete: list[str], edits: dict[str, _ClassEdit]

@@ -20,9 +20,6 @@ from .per_class import run_per_class
 from .sender_index import sender_index
 
 if TYPE_CHECKING:
-    import libcst as cst
-    from libcst.codemod import CodemodContext
-
     from pdguard.codemods.isort_imports import ImportRequest
 
     from ..workspace import Workspace
@@ -124,46 +121,44 @@ class SenderBootstrapTimeoutFix(Fix):
 
     def _run_codemods(self, workspace: Workspace, edits: dict[str, _ClassEdit]) -> None:
         """The codemod once per class to fix, file by file, into ``workspace``."""
-        from pdguard.codemods.sender_bootstrap_timeout import SenderBootstrapTimeout
+        from pdguard.codemods.sender_bootstrap_timeout import SenderBootstrapTimeoutTransform
 
-        def transform(module: cst.Module, context: CodemodContext, edit: _ClassEdit) -> cst.Module:
-            return SenderBootstrapTimeout(
-                context,
-                class_name=edit.class_name,
-                set_init_time=edit.set_init_time,
-                add_check=edit.add_check,
-                check_style=edit.check_style,
-                timeout=edit.timeout,
-                timeout_setting=edit.timeout_setting,
-                record_failure=edit.record_failure,
-                imports=edit.imports,
-                isort_config=workspace.isort_config(edit.rel),
-            ).transform_module(module)
+        def transforms_for(edit: _ClassEdit) -> list[SenderBootstrapTimeoutTransform]:
+            return [
+                SenderBootstrapTimeoutTransform(
+                    class_name=edit.class_name,
+                    set_init_time=edit.set_init_time,
+                    add_check=edit.add_check,
+                    check_style=edit.check_style,
+                    timeout=edit.timeout,
+                    timeout_setting=edit.timeout_setting,
+                    record_failure=edit.record_failure,
+                    imports=edit.imports,
+                    isort_config=workspace.isort_config(edit.rel),
+                )
+            ]
 
-        run_per_class(workspace, edits.values(), transform)
+        run_per_class(workspace, edits.values(), transforms_for)
 
     def _raise_default(self, workspace: Workspace, edits: dict[str, _ClassEdit]) -> list[str]:
         """Where pdguard starts a sender's clock at its creation, a bootstrap-timeout default
         below upstream's for that change (30 s in 0.4.7 - 0.4.8) is raised to it, as upstream
         did in the same change: a sender stays Bootstrapping while decode has no free KV
         memory. The files changed (the inline checks pdguard writes read the raised value)."""
-        from libcst.codemod import CodemodContext
-
         from pdguard.codemods.sender_bootstrap_timeout import (
             RAISED_DEFAULT,
-            RaiseBootstrapTimeoutDefault,
+            RaiseBootstrapTimeoutDefaultTransform,
+            may_raise_default,
         )
 
         if not any(edit.set_init_time for edit in edits.values()):
             return []
         changed = []
         for rel in workspace.files_containing(DISAGGREGATION_DIR, BOOTSTRAP_TIMEOUT_ENV):
-            codemod = RaiseBootstrapTimeoutDefault(
-                CodemodContext(filename=rel), BOOTSTRAP_TIMEOUT_ENV
-            )
-            module = codemod.transform_module(workspace.cst(rel))
-            if codemod.raised:
-                workspace.set_text(rel, module.code)
+            if not may_raise_default(workspace.ast(rel), BOOTSTRAP_TIMEOUT_ENV):
+                continue
+            codemod = RaiseBootstrapTimeoutDefaultTransform(BOOTSTRAP_TIMEOUT_ENV)
+            if workspace.transform(rel, [codemod]):
                 changed.append(rel)
         for edit in edits.values():
             if edit.timeout_setting is not None:
