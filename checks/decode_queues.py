@@ -18,6 +18,8 @@ Read-only analysis on ``ast``, over the modules that name a decode queue or a re
   fails requests under a retry counter or an elapsed-time comparison, or when the class
   enforces a deadline on its entries (a loop over a queue attribute that compares an
   elapsed time since an entry's stamp and fails the entry) in a method its poll methods reach.
+  A retry counter must be incremented in the function; an elapsed time does not count when
+  its stamp is written again on every pass before it is read (it then never grows).
 """
 
 from __future__ import annotations
@@ -34,6 +36,7 @@ from pdguard.sglang_names import (
     RECEIVER_ABORT,
     RECEIVER_SEND_METHODS,
     REQ_RECEIVER,
+    RETRACTED_QUEUE,
     KVPoll,
 )
 
@@ -179,7 +182,7 @@ class _Facts:
     """What one function does, from one walk of its own nodes."""
 
     reduces: bool = False  # calls poll_and_all_reduce*
-    receiver: bool = False  # reads a request's kv_receiver
+    receiver: bool = False  # reads the kv_receiver of a request it holds
     hands_on: bool = False  # calls <x>.kv_receiver.init() / send_metadata()
     calls: list[tuple[str, bool]] = field(default_factory=list)  # self.m() / super().m()
     queue_calls: list[ast.Call] = field(default_factory=list)  # self.<queue>.<m>()
@@ -187,8 +190,57 @@ class _Facts:
     rebuilt: list[tuple[str, str]] = field(default_factory=list)  # self.<attr> = <local>
 
 
+def _from_self(node: ast.AST, derived: set[str]) -> bool:
+    """Is ``node`` one of the object's own collections: ``self.<attr>`` (also subscripted or
+    sliced), a local computed as one, or a comprehension over one?"""
+    while isinstance(node, ast.Attribute | ast.Subscript):
+        node = node.value
+        if isinstance(node, ast.Name) and node.id == "self":
+            return True
+    if isinstance(node, ast.Name):
+        return node.id in derived
+    if isinstance(node, ast.ListComp | ast.SetComp | ast.GeneratorExp):
+        return any(_from_self(g.iter, derived) for g in node.generators)
+    return False
+
+
+def _own_receiver_reads(func: ast.FunctionDef) -> bool:
+    """Does ``func`` read the ``kv_receiver`` of an item of its object's own collections, in
+    the loop or comprehension that iterates over it? A function that polls a list it was
+    handed (the PP mixin's ``get_rids``) does not."""
+    derived: set[str] = set()
+    assigns = [n for n in _own_nodes(func) if isinstance(n, ast.Assign)]
+    for _ in range(2):  # a local computed from another
+        for assign in assigns:
+            if _from_self(assign.value, derived):
+                derived |= {t.id for t in assign.targets if isinstance(t, ast.Name)}
+    for node in _own_nodes(func):
+        if isinstance(node, ast.For):
+            loops = [(node.target, node.iter)]
+        elif isinstance(node, ast.ListComp | ast.SetComp | ast.GeneratorExp | ast.DictComp):
+            loops = [(g.target, g.iter) for g in node.generators]
+        else:
+            continue
+        items = {
+            n.id
+            for target, iterated in loops
+            if _from_self(iterated, derived)
+            for n in ast.walk(target)
+            if isinstance(n, ast.Name)
+        }
+        if any(
+            isinstance(n, ast.Attribute)
+            and n.attr == REQ_RECEIVER
+            and isinstance(n.value, ast.Name)
+            and n.value.id in items
+            for n in ast.walk(node)
+        ):
+            return True
+    return False
+
+
 def _facts_of(func: ast.FunctionDef) -> _Facts:
-    facts = _Facts()
+    facts = _Facts(receiver=_own_receiver_reads(func))
     for node in _own_nodes(func):
         if isinstance(node, ast.Call):
             name = _call_name(node) or ""
@@ -210,8 +262,6 @@ def _facts_of(func: ast.FunctionDef) -> _Facts:
                     facts.hands_on = True
                 if isinstance(value.value, ast.Name) and value.value.id == "self":
                     facts.queue_calls.append(node)
-        elif isinstance(node, ast.Attribute) and node.attr == REQ_RECEIVER:
-            facts.receiver = True
         elif isinstance(node, ast.Return):
             facts.returns.append(node)
         elif isinstance(node, ast.Assign) and isinstance(node.value, ast.Name):
@@ -313,8 +363,56 @@ class DecodeQueueModel:
                 targets = {name.rsplit(".", 1)[0] for name in skipped}
                 if test is not None and _only_probes_emptiness(test, targets):
                     continue
+                if (
+                    test is not None
+                    and _reads_attr(test, RETRACTED_QUEUE)
+                    and set(skipped) <= self._admissions(func, calls)
+                ):
+                    continue  # back-pressure: see _admissions
                 condition = ast.unparse(test) if test is not None else ""
                 yield EarlyReturn(rel, owner, func, ret, condition, tuple(skipped))
+
+    def _queue_attrs(self) -> set[str]:
+        """The attributes the polling functions pop decode queues through
+        (``self.disagg_decode_transfer_queue``)."""
+        polls = self.poll_methods()
+        return {
+            ast.unparse(call.func.value)
+            for _, _, func in self._functions()
+            for call in self.facts(func).queue_calls
+            if isinstance(call.func, ast.Attribute) and call.func.attr in polls
+        }
+
+    def _admissions(self, func: ast.FunctionDef, calls: list[ast.Call]) -> set[str]:
+        """The poll calls of ``func`` that admit requests: what they pop is handed to another
+        decode queue (``reqs = prealloc.pop_preallocated(); transfer.extend(reqs)``). Their
+        requests hold no KV yet. Skipping only those while retracted requests wait for memory
+        is back-pressure, as ``decode-queue-bound`` makes of the gate: the queue that holds
+        KV for requests waiting on the prefill is still polled."""
+        queues = self._queue_attrs()
+        handed: dict[str, set[str]] = {}  # a local -> the queues it is handed to
+        for node in _own_nodes(func):
+            if (
+                isinstance(node, ast.Call)
+                and isinstance(node.func, ast.Attribute)
+                and node.func.attr in ("extend", "append")
+                and ast.unparse(node.func.value) in queues
+            ):
+                for arg in node.args:
+                    for name in ast.walk(arg):
+                        if isinstance(name, ast.Name):
+                            handed.setdefault(name.id, set()).add(ast.unparse(node.func.value))
+        found = set()
+        for node in _own_nodes(func):
+            if not (isinstance(node, ast.Assign) and any(node.value is c for c in calls)):
+                continue
+            call = node.value
+            assert isinstance(call, ast.Call) and isinstance(call.func, ast.Attribute)
+            source = ast.unparse(call.func.value)
+            bound = {n.id for t in node.targets for n in ast.walk(t) if isinstance(n, ast.Name)}
+            if any(handed.get(name, set()) - {source} for name in bound):
+                found.add(ast.unparse(call.func))
+        return found
 
     # -- (a) pending lists re-queued without a bound --------------------------------------
 
@@ -370,13 +468,21 @@ class DecodeQueueModel:
                     continue
                 entry = loop.target.id
                 for test_if in (n for n in ast.walk(loop) if isinstance(n, ast.If)):
-                    stamps = _elapsed_operands(test_if.test, clocks, elapsed)
+                    stamps = [
+                        stamp
+                        for stamp in _elapsed_operands(test_if.test, clocks, elapsed)
+                        if not _restamped_before(loop, stamp, test_if)
+                    ]
                     on_entry = any(
                         entry in {getattr(n, "id", None) for n in ast.walk(s)} for s in stamps
                     )
                     if on_entry and any(_fails(s) for s in test_if.body + test_if.orelse):
                         return True
         return False
+
+
+def _reads_attr(node: ast.AST, attr: str) -> bool:
+    return any(isinstance(n, ast.Attribute) and n.attr == attr for n in ast.walk(node))
 
 
 def _before(a: ast.stmt | ast.expr, b: ast.stmt | ast.expr) -> bool:
@@ -447,6 +553,26 @@ def _returned_names(helper: ast.FunctionDef, position: int) -> set[str]:
     return names
 
 
+def _restamped_before(loop: ast.stmt, stamp: ast.expr, test_if: ast.If) -> bool:
+    """Is ``stamp`` assigned on every pass of ``loop`` before ``test_if`` reads it (an
+    assignment in a statement list that leads to ``test_if``)? Then the elapsed time is
+    measured from this pass, and never grows."""
+    target = ast.unparse(stamp)
+    for node in ast.walk(loop):
+        for body in (getattr(node, "body", None), getattr(node, "orelse", None)):
+            if not isinstance(body, list):
+                continue
+            for index, stmt in enumerate(body):
+                if not (
+                    isinstance(stmt, ast.Assign)
+                    and any(ast.unparse(t) == target for t in stmt.targets)
+                ):
+                    continue
+                if any(test_if is n for later in body[index + 1 :] for n in ast.walk(later)):
+                    return True
+    return False
+
+
 def _bounded_in_loop(func: ast.FunctionDef, site: ast.Call) -> bool:
     """The innermost loop around ``site`` also fails requests under a retry counter or an
     elapsed-time comparison, on a branch that does not hold ``site``."""
@@ -467,7 +593,11 @@ def _bounded_in_loop(func: ast.FunctionDef, site: ast.Call) -> bool:
             for compare in compares
             for part in ast.walk(compare)
             if isinstance(part, ast.Name | ast.Attribute | ast.Subscript)
-        ) or any(_elapsed_operands(compare, clocks, elapsed) for compare in compares)
+        ) or any(
+            not _restamped_before(loop, stamp, node)
+            for compare in compares
+            for stamp in _elapsed_operands(compare, clocks, elapsed)
+        )
         if not bound:
             continue
         for branch in (node.body, node.orelse):

@@ -18,6 +18,22 @@ A ``return`` that can give a non-terminal ``KVPoll`` is *covered* when the path 
 through the not-expired side of a waiting-timeout check: an elapsed time since a clock stamp
 (a stamp that is a time in that state) compared with anything, whose expired side fails the
 request (returns ``KVPoll.Failed`` or stores ``KVPoll.Failed``, itself or through ``abort()``).
+An elapsed time is a difference of two readings of the *same* clock (``time.monotonic()``
+minus a ``time.time()`` stamp measures nothing and never reaches a limit). A stamp already
+taken before the last index-sending method runs (in ``__init__``, or in ``init()`` where
+``send_metadata()`` sends the indices) is *early*: a timeout on it also counts the time the
+request waited in the prealloc queue for decode memory, so it fails requests under plain
+back-pressure (upstream starts the clock where the indices are sent; sgl-project/sglang#21477,
+which moved it to the constructor, was closed unmerged). Such a receiver is reported too.
+
+The heartbeat: a manager class beside the receiver whose node-failure handler
+(``_handle_node_failure``, the heartbeat's verdict on a lost prefill) fails the rooms it
+tracked for that prefill must fail each of them: a failing statement (``update_status(room,
+KVPoll.Failed)``, ``record_failure(room, ...)``, a write into the room's entry of a table)
+that runs only while ``room in self.<table>``, for a table that neither the receiver's
+constructor nor its index-sending methods fill (themselves or through the manager's methods
+they call), skips the rooms the prefill had not reached yet (NIXL 0.5.3 - 0.5.5.post3:
+``transfer_statuses``, filled when a chunk arrives).
 
 Unknown values are taken as not ``None`` (a value computed from something else than the
 literal ``None``): the analysis follows what the code writes, not what the network returns.
@@ -32,8 +48,10 @@ from typing import TypeGuard, TypeVar
 
 from pdguard.sglang_names import (
     BASE_RECEIVER,
+    HANDLE_NODE_FAILURE,
     KVPOLL,
     MANAGER_CHECK_STATUS,
+    MANAGER_RECORD_FAILURE,
     MANAGER_UPDATE_STATUS,
     RECEIVER_SEND_METHODS,
     KVPoll,
@@ -46,7 +64,12 @@ __all__ = ["PollVerdict", "ReceiverIndex", "is_abstract"]
 CLOCKS = frozenset({"monotonic", "time", "perf_counter", "monotonic_ns", "time_ns"})
 UNKNOWN = "?"
 NONE, TRUE, FALSE = "None", "True", "False"
-CLOCK, ELAPSED, DEADLINE = "clock", "elapsed", "deadline"
+# A clock reading is "clock:<function>"; a reading taken before the last index-sending method
+# ran is "early:<function>" (see the module docstring). An elapsed time is a difference of
+# readings of one clock; a deadline is a reading plus something.
+CLOCK, EARLY = "clock:", "early:"
+ELAPSED, EARLY_ELAPSED = "elapsed", "early-elapsed"
+DEADLINE, EARLY_DEADLINE = "deadline:", "early-deadline:"
 STATUS = "@status"  # the status the receiver last wrote for its room
 TERMINAL = frozenset({f"P:{KVPoll.Success.name}", f"P:{KVPoll.Failed.name}"})
 FAILED = frozenset({f"P:{KVPoll.Failed.name}"})
@@ -177,12 +200,22 @@ class PollVerdict:
     name: str
     uncovered: set[str] = field(default_factory=set)  # non-terminal KVPoll names left open
     returns_failed: bool = False
+    early_clock: bool = False  # a timeout that fires counts from before the indices were sent
+    # (manager, table): the manager's node-failure handler fails a room of a lost prefill only
+    # if it is in self.<table>, which the receiver's side never fills for its room
+    heartbeat_gap: tuple[str, str] | None = None
 
     @property
     def waits_forever(self) -> bool:
         """A receiver that is always terminal once its indices were sent (a fake one) does
         not wait, whether or not it can fail."""
         return bool(self.uncovered)
+
+    @property
+    def violates(self) -> bool:
+        """What PDG006 reports: a wait with no bound, a bound that also counts the wait for
+        decode memory, or a lost prefill that leaves some of its rooms waiting."""
+        return self.waits_forever or self.early_clock or self.heartbeat_gap is not None
 
 
 class _Interpreter:
@@ -193,6 +226,7 @@ class _Interpreter:
         self.cls = cls
         self.stack: list[tuple[str, str]] = []
         self.effective: set[int] = set()  # checks whose expired side fails the request
+        self.early: set[int] = set()  # checks on a clock read before the indices were sent
 
     # -- methods ---------------------------------------------------------------------
 
@@ -256,7 +290,7 @@ class _Interpreter:
         func = node.func
         name = func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", None)
         if name in CLOCKS:
-            return [(state, frozenset({CLOCK}))]
+            return [(state, frozenset({CLOCK + name}))]
         if name == MANAGER_CHECK_STATUS:
             status = state.attr(STATUS)
             known = status <= ANY_POLL
@@ -317,6 +351,8 @@ class _Interpreter:
                 timed = _timeout_side(op, left, right)
                 if timed is not None:
                     site = id(node)
+                    if _grows(left, right)[1] or _grows(right, left)[1]:
+                        self.early.add(site)
                     (yes if timed else no).append(st2.note(site, True))
                     (no if timed else yes).append(st2.note(site, False))
                     continue
@@ -415,6 +451,85 @@ class _Interpreter:
         return [("fall", state, _UNK)]
 
 
+def _sent_from_here(state: State) -> State:
+    """``state`` as the last index-sending method starts: every clock reading taken so far is
+    early."""
+    attrs = frozenset((name, _early(value)) for name, value in state.attrs)
+    return State(attrs, state.locals, state.checked, state.expired, state.marked_failed)
+
+
+def _table(target: ast.expr, depth: int) -> str | None:
+    """``<table>`` of ``self.<table>[...]`` (depth 1) or ``self.<x>.<table>[...]`` (depth 2)
+    written by an assignment (also through an attribute of the entry)."""
+    while isinstance(target, ast.Attribute):
+        target = target.value
+    if not isinstance(target, ast.Subscript) or not isinstance(target.value, ast.Attribute):
+        return None
+    table = target.value
+    base = table.value
+    if depth == 1 and _self_attr(table) is not None:
+        return table.attr
+    if depth == 2 and isinstance(base, ast.Attribute) and _self_attr(base) is not None:
+        return table.attr
+    return None
+
+
+def _acts_on(loop: ast.For, room: str) -> list[ast.stmt]:
+    """The statements of ``loop`` that fail ``room``: ``update_status(room, KVPoll.Failed)``,
+    ``record_failure(room, ...)``, or a write into the room's entry of a table."""
+    acts: list[ast.stmt] = []
+    for node in ast.walk(loop):
+        if isinstance(node, ast.Expr) and isinstance(node.value, ast.Call):
+            call = node.value
+            name = call.func.attr if isinstance(call.func, ast.Attribute) else None
+            first = call.args[0] if call.args else None
+            if (
+                name in (MANAGER_UPDATE_STATUS, MANAGER_RECORD_FAILURE)
+                and isinstance(first, ast.Name)
+                and first.id == room
+                and (name == MANAGER_RECORD_FAILURE or _poll_const(call.args[-1]) in FAILED)
+            ):
+                acts.append(node)
+        elif isinstance(node, ast.Assign):
+            for target in node.targets:
+                while isinstance(target, ast.Attribute):
+                    target = target.value
+                if (
+                    isinstance(target, ast.Subscript)
+                    and isinstance(target.slice, ast.Name)
+                    and target.slice.id == room
+                ):
+                    acts.append(node)
+    return acts
+
+
+def _membership_guards(act: ast.stmt, loop: ast.For, room: str) -> set[str]:
+    """The tables ``t`` for which ``act`` runs only when ``room in self.t`` (a conjunct of an
+    enclosing ``if`` of ``loop``)."""
+    tables: set[str] = set()
+    for node in ast.walk(loop):
+        if not isinstance(node, ast.If) or not any(
+            act is n for stmt in node.body for n in ast.walk(stmt)
+        ):
+            continue
+        conjuncts = (
+            node.test.values
+            if isinstance(node.test, ast.BoolOp) and isinstance(node.test.op, ast.And)
+            else [node.test]
+        )
+        for test in conjuncts:
+            if (
+                isinstance(test, ast.Compare)
+                and len(test.ops) == 1
+                and isinstance(test.ops[0], ast.In)
+                and isinstance(test.left, ast.Name)
+                and test.left.id == room
+                and (table := _self_attr(test.comparators[0])) is not None
+            ):
+                tables.add(table)
+    return tables
+
+
 def _waiting(state: State) -> State:
     status = state.attr(STATUS)
     if status <= NON_TERMINAL:
@@ -432,19 +547,57 @@ def _binding(target: ast.AST) -> tuple[str | None, str | None]:
     return None, None
 
 
+def _readings(value: Val, *kinds: str) -> set[tuple[str, str]]:
+    """(kind, clock function) of each clock reading or deadline ``value`` may hold."""
+    return {(kind, v.removeprefix(kind)) for v in value for kind in kinds if v.startswith(kind)}
+
+
 def _arith(op: ast.operator, left: Val, right: Val) -> Val:
-    if isinstance(op, ast.Sub) and CLOCK in left and CLOCK in right:
-        return frozenset({ELAPSED})
-    if isinstance(op, ast.Add) and (CLOCK in left or CLOCK in right):
-        return frozenset({DEADLINE})
+    if isinstance(op, ast.Sub):
+        out = set()
+        for _, clock in _readings(left, CLOCK):
+            for kind, stamp_clock in _readings(right, CLOCK, EARLY):
+                if stamp_clock == clock:
+                    out.add(EARLY_ELAPSED if kind == EARLY else ELAPSED)
+        return frozenset(out) if out else _UNK
+    if isinstance(op, ast.Add):
+        found = _readings(left, CLOCK, EARLY) | _readings(right, CLOCK, EARLY)
+        if found:
+            return frozenset(
+                (EARLY_DEADLINE if kind == EARLY else DEADLINE) + clock for kind, clock in found
+            )
     return _UNK
+
+
+def _grows(value: Val, other: Val) -> tuple[bool, bool]:
+    """(does ``value`` grow with time against ``other``, is its clock early): an elapsed
+    time, or a reading of the clock a deadline ``other`` was computed on."""
+    if ELAPSED in value or EARLY_ELAPSED in value:
+        return True, EARLY_ELAPSED in value and ELAPSED not in value
+    now = {clock for _, clock in _readings(value, CLOCK)}
+    deadlines = _readings(other, DEADLINE, EARLY_DEADLINE)
+    matched = [kind for kind, clock in deadlines if clock in now]
+    return bool(matched), bool(matched) and DEADLINE not in matched
+
+
+def _early(value: Val) -> Val:
+    """``value`` with its clock readings and deadlines marked early."""
+    marked = {
+        (EARLY + v.removeprefix(CLOCK))
+        if v.startswith(CLOCK)
+        else (EARLY_DEADLINE + v.removeprefix(DEADLINE))
+        if v.startswith(DEADLINE)
+        else v
+        for v in value
+    }
+    return frozenset(marked)
 
 
 def _timeout_side(op: ast.cmpop, left: Val, right: Val) -> bool | None:
     """For a waiting-timeout comparison: True if its *true* side is the expired one, False if
     its false side is; None if ``op`` compares no elapsed time (or clock with deadline)."""
-    grows_left = ELAPSED in left or (CLOCK in left and DEADLINE in right)
-    grows_right = ELAPSED in right or (CLOCK in right and DEADLINE in left)
+    grows_left, _ = _grows(left, right)
+    grows_right, _ = _grows(right, left)
     if grows_left == grows_right:
         return None
     if isinstance(op, ast.Gt | ast.GtE):
@@ -537,7 +690,7 @@ class ReceiverIndex:
         sends = [m for m in RECEIVER_SEND_METHODS if self._implemented(name, m)]
         for method in ("__init__", *sends):
             if sends and method == sends[-1]:
-                states = [_waiting(st) for st in states]
+                states = [_sent_from_here(_waiting(st)) for st in states]
             nxt: list[State] = []
             for st in states:
                 nxt += [out for _, out, _ in run.call_method(method, st)]
@@ -562,4 +715,72 @@ class ReceiverIndex:
             open_states = value & NON_TERMINAL if UNKNOWN not in value else NON_TERMINAL
             if open_states and not (st.checked & run.effective):
                 verdict.uncovered |= {s.removeprefix("P:") for s in open_states}
+        verdict.early_clock = bool(run.effective & run.early)
+        verdict.heartbeat_gap = self._heartbeat_gap(name)
         return verdict
+
+    # -- the heartbeat: a lost prefill fails every room tracked for it --------------------
+
+    def _life(self, name: str) -> list[ast.FunctionDef]:
+        """The receiver's methods that run before its room can wait on the prefill: every
+        ``__init__`` and index-sending method along its MRO, and the ``self.*()`` helpers
+        they call."""
+        found: dict[int, ast.FunctionDef] = {}
+        stack = [
+            c.methods[m]
+            for c in self.index.mro(name)
+            for m in ("__init__", *RECEIVER_SEND_METHODS)
+            if m in c.methods
+        ]
+        while stack:
+            func = stack.pop()
+            if id(func) in found:
+                continue
+            found[id(func)] = func
+            for node in ast.walk(func):
+                helper = _self_attr(node.func) if isinstance(node, ast.Call) else None
+                owner = self.index.resolve(name, helper) if helper is not None else None
+                if helper is not None and owner is not None:
+                    stack.append(owner.methods[helper])
+        return list(found.values())
+
+    def _filled_tables(self, name: str, manager: str) -> set[str]:
+        """The manager tables (``self.<table>[...] = ...``) the receiver's life writes: itself
+        (``self.kv_mgr.<table>[...] = ...``) or through a manager method it calls."""
+        tables: set[str] = set()
+        for func in self._life(name):
+            for node in ast.walk(func):
+                if isinstance(node, ast.Assign):
+                    tables |= {t for target in node.targets if (t := _table(target, 2))}
+                elif (
+                    isinstance(node, ast.Call)
+                    and isinstance(node.func, ast.Attribute)
+                    and _self_attr(node.func.value) is not None
+                ):
+                    owner = self.index.resolve(manager, node.func.attr)
+                    if owner is None:
+                        continue
+                    for sub in ast.walk(owner.methods[node.func.attr]):
+                        if isinstance(sub, ast.Assign):
+                            tables |= {t for target in sub.targets if (t := _table(target, 1))}
+        return tables
+
+    def _heartbeat_gap(self, name: str) -> tuple[str, str] | None:
+        info = self.index.classes[name]
+        managers = [
+            c.name
+            for c in self.index.classes.values()
+            if c.rel == info.rel and c.name != name and HANDLE_NODE_FAILURE in c.methods
+        ]
+        for manager in managers:
+            handler = self.index.classes[manager].methods[HANDLE_NODE_FAILURE]
+            filled = self._filled_tables(name, manager)
+            guards = [  # for each statement that fails a tracked room, the tables it needs
+                _membership_guards(act, loop, loop.target.id)
+                for loop in ast.walk(handler)
+                if isinstance(loop, ast.For) and isinstance(loop.target, ast.Name)
+                for act in _acts_on(loop, loop.target.id)
+            ]
+            if guards and all(g - filled for g in guards):
+                return manager, sorted(set().union(*guards) - filled)[0]
+        return None

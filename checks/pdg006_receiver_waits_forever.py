@@ -11,7 +11,15 @@ What it does
     since a clock stamp that is set by then, compared with a limit, whose expired side fails
     the request (returns ``KVPoll.Failed`` or stores it, also through ``abort()``). It says so
     when ``poll()`` has no path that returns Failed at all. A receiver that is always terminal
-    once the indices were sent (``FakeKVReceiver``) is not reported.
+    once the indices were sent (``FakeKVReceiver``) is not reported. An elapsed time is two
+    readings of one clock (a ``time.time()`` stamp read on ``time.monotonic()`` never reaches
+    the limit). Also reports a timeout whose clock was already running before the indices were
+    sent (started in ``__init__``, or in ``init()`` where ``send_metadata()`` sends them): it
+    bounds the wait, but also fails requests that only wait in the prealloc queue for decode
+    memory. And reports a receiver whose manager, on losing a prefill (its heartbeat's
+    ``_handle_node_failure``), fails a tracked room only when the room is in a table that the
+    receiver's own constructor and index-sending methods never fill (NIXL 0.5.3 -
+    0.5.5.post3: ``room in self.transfer_statuses``, filled only once a chunk arrived).
 
 Why is this bad
     After the indices were sent the request sits in the decode transfer queue, holding its KV
@@ -19,7 +27,12 @@ Why is this bad
     If the prefill dies, restarts, or drops the request (a client abort, its own bootstrap
     timeout, pdguard's inflight deadline), no release tells the decode; only
     ``SGLANG_DISAGGREGATION_WAITING_TIMEOUT`` frees it. Mooncake had none before 0.4.9.post1
-    and NIXL before 0.5.6: their stuck requests pile up until the decode admits nothing.
+    and NIXL before 0.5.6: their stuck requests pile up until the decode admits nothing. A
+    clock started earlier would also fail a request that waits only for decode memory, which
+    is back-pressure, not a dead peer (upstream starts it where the indices are sent;
+    sgl-project/sglang#21477, which moved it to the constructor, was closed unmerged). A
+    heartbeat that skips the rooms no chunk reached leaves them to the waiting timeout (or to
+    nothing, where there is none) although the prefill is known to be gone.
 
 Example
     A NIXL receiver as in 0.4.8.post1 - 0.5.2: ``poll()`` returns WaitingForInput until the
@@ -29,6 +42,8 @@ Example
 from __future__ import annotations
 
 from collections.abc import Iterator
+
+from pdguard.sglang_names import HANDLE_NODE_FAILURE
 
 from .model import Finding, Invalid, Rule
 from .project import Project
@@ -87,7 +102,8 @@ _INLINE = """\
                 self.conclude_state = KVPoll.Failed
                 return KVPoll.Failed
 """
-# The same check in a helper, with other names and a monotonic clock.
+# The same check in a helper, with other names and a monotonic clock (stamp and reading).
+_MONOTONIC = _STAMP.replace("time.time()", "time.monotonic()")
 _CALL_HELPER = """\
         else:
             verdict = self._expire()
@@ -161,7 +177,7 @@ class ReceiverWaitsForever(Rule):
     name = "receiver-waits-forever"
     VALID = (
         _nixl(),
-        _nixl(check=_CALL_HELPER, helper=_HELPER),
+        _nixl(stamp=_MONOTONIC, check=_CALL_HELPER, helper=_HELPER),
         _tree(_FAKE, "fake/conn.py"),  # always terminal once init() ran
     )
     INVALID = (
@@ -212,7 +228,11 @@ class ReceiverWaitsForever(Rule):
             ],
         ),
         Invalid(
-            _nixl(check=_CALL_HELPER, helper=_HELPER.replace("waited < ", "waited > ")),
+            _nixl(
+                stamp=_MONOTONIC,
+                check=_CALL_HELPER,
+                helper=_HELPER.replace("waited < ", "waited > "),
+            ),
             [
                 (
                     21,
@@ -221,6 +241,42 @@ class ReceiverWaitsForever(Rule):
                         "NixlKVReceiver can wait forever after its KV indices were sent to the "
                         "prefill: poll() can return WaitingForInput with no waiting timeout "
                         "that can fire"
+                    ),
+                    "sglang/srt/disaggregation/nixl/conn.py",
+                )
+            ],
+        ),
+        # a time.time() stamp read on time.monotonic(): no elapsed time, nothing fires
+        Invalid(
+            _nixl(check=_CALL_HELPER, helper=_HELPER),
+            [
+                (
+                    21,
+                    5,
+                    (
+                        "NixlKVReceiver can wait forever after its KV indices were sent to the "
+                        "prefill: poll() can return WaitingForInput with no waiting timeout "
+                        "that can fire"
+                    ),
+                    "sglang/srt/disaggregation/nixl/conn.py",
+                )
+            ],
+        ),
+        # the clock started in the constructor: it also counts the wait for decode memory
+        Invalid(
+            _tree(
+                _RECEIVER.format(stamp="", check=_INLINE, helper="").replace(
+                    "self.init_time = None", "self.init_time = time.time()"
+                )
+            ),
+            [
+                (
+                    20,
+                    5,
+                    (
+                        "NixlKVReceiver bounds its wait for the prefill on the wrong clock: its "
+                        "waiting timeout counts from before the indices were sent, so it also "
+                        "fails requests that only wait for decode memory"
                     ),
                     "sglang/srt/disaggregation/nixl/conn.py",
                 )
@@ -247,12 +303,32 @@ class ReceiverWaitsForever(Rule):
         receivers = project.receivers
         for name in receivers.concrete():
             verdict = receivers.verdict(name)
-            if not verdict.waits_forever:
+            if not verdict.violates:
                 continue
-            states = ", ".join(sorted(verdict.uncovered))
-            problems = [f"poll() can return {states} with no waiting timeout that can fire"]
+            problems = []
+            if verdict.waits_forever:
+                states = ", ".join(sorted(verdict.uncovered))
+                problems.append(f"poll() can return {states} with no waiting timeout that can fire")
             if not verdict.returns_failed:
                 problems.append("poll() never returns Failed")
+            if verdict.early_clock:
+                problems.append(
+                    "its waiting timeout counts from before the indices were sent, so it also "
+                    "fails requests that only wait for decode memory"
+                )
+            if verdict.heartbeat_gap is not None:
+                manager, table = verdict.heartbeat_gap
+                problems.append(
+                    f"when its prefill is lost, {manager}.{HANDLE_NODE_FAILURE}() fails a "
+                    f"tracked room only if it is in self.{table}, which the receiver never "
+                    "fills for its room: a room no chunk reached yet is not failed"
+                )
+            if verdict.waits_forever:
+                what = f"{name} can wait forever after its KV indices were sent to the prefill"
+            elif verdict.early_clock:
+                what = f"{name} bounds its wait for the prefill on the wrong clock"
+            else:
+                what = f"{name} is not failed when its prefill is lost"
             info = receivers.index.classes[name]
             owner = receivers.index.resolve(name, "poll")
             node = owner.methods["poll"] if owner is info else info.node
@@ -261,6 +337,5 @@ class ReceiverWaitsForever(Rule):
                 node.lineno,
                 node.col_offset + 1,
                 f"{name}.poll",
-                f"{name} can wait forever after its KV indices were sent to the prefill: "
-                + "; ".join(problems),
+                f"{what}: " + "; ".join(problems),
             )

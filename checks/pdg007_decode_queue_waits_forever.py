@@ -14,7 +14,23 @@ What it does
       stamp exceeds a limit);
     - an *early return that skips polling*: a function that polls the decode queues
       (``process_decode_queue``) returns before some of its poll calls, on a condition other
-      than "the skipped queues are empty".
+      than "the skipped queues are empty". Skipping only the *admission* (a poll whose popped
+      requests it hands to another decode queue: ``pop_preallocated()`` then
+      ``disagg_decode_transfer_queue.extend(...)``) while retracted requests wait for memory
+      is back-pressure, not reported: those requests hold no KV yet, and the queue whose
+      requests do is still polled. That is what ``decode-queue-bound`` makes of the gate.
+
+    The polling functions are read wherever they are: ``decode.py``'s mixin and, under
+    pipeline parallelism, ``managers/scheduler_pp_mixin.py`` (0.5.7 - 0.5.23), whose decode
+    loop polls the prealloc queue in ``process_prealloc_queue`` and the transfer queue in
+    ``process_decode_transfer_queue``. Its retraction gate (``process_prealloc_queue``
+    returns ``[[], []]`` while ``retracted_queue`` is not empty) sits before
+    ``pop_preallocated()`` only; ``process_decode_transfer_queue`` has none, and the loop
+    computes the transfer consensus (``_pp_pd_get_decode_transferred_ids``, polling Success
+    and Failed) every step. So it skips admission only: not reported, nothing to patch. A
+    decode queue is a class whose own methods MIN-reduce the receivers of the requests it
+    holds; the mixin's ``get_rids``, which polls a list it is handed, does not make the mixin
+    one.
 
 Why is this bad
     A receiver's own waiting timeout starts only when its KV indices are sent. A request whose
@@ -211,6 +227,23 @@ class DecodeQueueWaitsForever(Rule):
             [
                 (
                     36,
+                    21,
+                    (
+                        "a request is put back into self.pending_reqs (rebuilt by "
+                        "_resolve_pending_reqs, before its KV receiver is initialised) with no "
+                        "retry counter or deadline: if the prefill never answers for it, it "
+                        "waits forever"
+                    ),
+                    "sglang/srt/disaggregation/decode.py",
+                )
+            ],
+        ),
+        # timed, but the stamp is written again on every pass: the wait never grows
+        Invalid(
+            decode(requeue=f"{_INDENT}decode_req.entered_at = time.monotonic()\n{TIMED}"),
+            [
+                (
+                    35,
                     21,
                     (
                         "a request is put back into self.pending_reqs (rebuilt by "

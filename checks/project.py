@@ -11,9 +11,11 @@ from typing import Generic, TypeVar
 from pdguard.sglang_names import (
     DECODE_NEEDLES,
     DISAGGREGATION_DIR,
+    MANAGERS_DIR,
     NEEDLES,
     RECEIVER_NEEDLES,
     REQ_RECEIVER,
+    SCHEDULER_DECODE_NEEDLES,
     SENDER_NEEDLES,
 )
 from pdguard.sglang_names import PREFILL_PATH as PREFILL
@@ -25,7 +27,10 @@ from .kv_senders import ClassIndex
 
 
 def wanted(rel: str, text: str) -> bool:
-    """A cheap text prefilter: only files holding one of ``NEEDLES`` can matter to a rule."""
+    """A cheap text prefilter: only files holding one of ``NEEDLES`` can matter to a rule, and
+    the scheduler modules that pop a decode queue themselves (the PP mixin)."""
+    if rel.startswith(MANAGERS_DIR + "/"):
+        return any(needle in text for needle in SCHEDULER_DECODE_NEEDLES)
     return rel.startswith(DISAGGREGATION_DIR + "/") and any(needle in text for needle in NEEDLES)
 
 

@@ -123,3 +123,8 @@ RECEIVER_NEEDLES = ("KVReceiver",)
 # The decode rules read the files that name a request's ``kv_receiver`` and one of these.
 DECODE_NEEDLES = (DECODE_PREALLOC_QUEUE, DECODE_TRANSFER_QUEUE, POLL_ALL_REDUCE_PREFIX)
 NEEDLES = (*SENDER_NEEDLES, INFLIGHT_QUEUE, *RECEIVER_NEEDLES, REQ_RECEIVER)
+# Scheduler modules outside DISAGGREGATION_DIR that the decode rules read too: those that call
+# a decode queue's pop method themselves (the pipeline-parallel mixin's disaggregated decode
+# loop, ``managers/scheduler_pp_mixin.py``, 0.5.7+; the non-PP loop lives in decode.py).
+MANAGERS_DIR = "sglang/srt/managers"
+SCHEDULER_DECODE_NEEDLES = (POP_PREALLOCATED, POP_TRANSFERRED)

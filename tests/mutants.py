@@ -21,8 +21,16 @@ from pathlib import Path
 
 from pdguard.checks.inflight import analyse
 from pdguard.checks.project import PREFILL
+from pdguard.fix_names import (
+    DECODE_GATE_FLAG,
+    DECODE_QUEUE_BOUND,
+    RECEIVER_WAITING_TIMEOUT,
+    marker,
+)
+from pdguard.sglang_names import DECODE_PATH
 
 NIXL = "sglang/srt/disaggregation/nixl/conn.py"
+MOONCAKE = "sglang/srt/disaggregation/mooncake/conn.py"
 STAMP_ATTR = "inflight_queue_entry_time"
 DEADLINE_HELPER = "_fail_timed_out_inflight_reqs"
 INFLIGHT_FUNCTION = "process_disagg_prefill_inflight_queue"
@@ -37,6 +45,8 @@ class Mutant:
     name: str
     expected: str  # the code that must be among the findings
     mutate: Callable[[Texts], Texts | None]  # None: not applicable here
+    # a decode mutant generated wherever the fix wrote into this file (with its marker)
+    always_in: str | None = None
 
 
 # -- the generator: ast finds the place, whole lines are spliced ----------------------------
@@ -482,6 +492,308 @@ def _remove_bootstrap_check(texts: Texts) -> Texts | None:
     return _edit(texts, NIXL, change)
 
 
+# -- the decode fixes: receiver-waiting-timeout (PDG006), decode-queue-bound (PDG007) ---------
+
+RECEIVER_MARKER = marker(RECEIVER_WAITING_TIMEOUT)
+DECODE_MARKER = marker(DECODE_QUEUE_BOUND)
+RECEIVER_FILES = {"mooncake": MOONCAKE, "nixl": NIXL}
+
+
+def _marked(source: _Source, node: ast.stmt, marker_text: str) -> bool:
+    """pdguard's comment (``marker_text``, any tail) sits right above ``node``."""
+    return source.marked_start(node, marker_text) < node.lineno
+
+
+def _receiver_stamps(source: _Source, value: type[ast.AST]) -> list[ast.Assign]:
+    """pdguard's ``self.init_time = ...`` whose value is a ``value`` node (``ast.Constant``:
+    the constructor's None; ``ast.Call``: the clock where the indices are sent)."""
+    return [
+        node
+        for node in source.nodes(ast.Assign)
+        if len(node.targets) == 1
+        and _self_attr(node.targets[0], "init_time")
+        and isinstance(node.value, value)
+        and _marked(source, node, RECEIVER_MARKER)
+    ]
+
+
+def _receiver_checks(source: _Source) -> list[ast.If]:
+    """pdguard's waiting-timeout check in a receiver's ``poll()``: the ``if`` right under the
+    bare marker line."""
+    return [
+        node
+        for node in source.nodes(ast.If)
+        if source.lines[node.lineno - 2].strip() == RECEIVER_MARKER
+    ]
+
+
+def _expired_branch(check: ast.If) -> ast.If | None:
+    """The ``if <elapsed> >= <limit>:`` inside pdguard's check."""
+    return next(
+        (n for n in ast.walk(check) if isinstance(n, ast.If) and n is not check),
+        None,
+    )
+
+
+def _on_receiver(
+    backend: str, change: Callable[[_Source], bool]
+) -> Callable[[Texts], Texts | None]:
+    def mutate(texts: Texts) -> Texts | None:
+        return _edit(texts, RECEIVER_FILES[backend], change)
+
+    return mutate
+
+
+def _receiver_never_stamped(source: _Source) -> bool:
+    """The stamp where the indices are sent removed: ``init_time`` stays None."""
+    stamps = _receiver_stamps(source, ast.Call)
+    for stamp in stamps:
+        source.remove(stamp, RECEIVER_MARKER)
+    return bool(stamps)
+
+
+def _receiver_stamped_at_construction(source: _Source) -> bool:
+    """The clock started in the constructor instead of where the indices are sent (as
+    sgl-project/sglang#21477 proposed): it also counts the wait for decode memory."""
+    sent, built = _receiver_stamps(source, ast.Call), _receiver_stamps(source, ast.Constant)
+    if not sent or not built:
+        return False
+    clock = ast.unparse(sent[0].value)
+    for stamp in sent:
+        source.remove(stamp, RECEIVER_MARKER)
+    for stamp in built:
+        source.replace(
+            stamp.lineno, _end(stamp), [f"{source.indent(stamp)}self.init_time = {clock}\n"]
+        )
+    return True
+
+
+def _receiver_check_removed(source: _Source) -> bool:
+    checks = _receiver_checks(source)
+    for check in checks:
+        source.remove(check, RECEIVER_MARKER)
+    return bool(checks)
+
+
+def _receiver_wrong_clock(source: _Source) -> bool:
+    """The elapsed time read on another clock than the stamp's (``time.monotonic()`` against
+    a ``time.time()`` stamp): the difference never reaches the limit."""
+    done = False
+    for check in _receiver_checks(source):
+        for node in ast.walk(check):
+            if not (
+                isinstance(node, ast.BinOp)
+                and isinstance(node.op, ast.Sub)
+                and isinstance(node.left, ast.Call)
+                and isinstance(node.left.func, ast.Attribute)
+            ):
+                continue
+            func = node.left.func
+            other = "monotonic" if func.attr != "monotonic" else "time"
+            line = source.lines[node.lineno - 1]
+            old = ast.unparse(node.left)
+            new = f"{ast.unparse(func.value)}.{other}()"
+            source.replace(node.lineno, node.lineno, [line.replace(old, new, 1)])
+            done = True
+    return done
+
+
+def _manager_keeps_failed(source: _Source) -> bool:
+    """The module's ``update_status`` writes Failed over a tracked room's status (Mooncake
+    0.4.7+), instead of keeping the larger status (``max``; Failed is the smallest)."""
+    for func in _function(source, "update_status"):
+        if any(isinstance(n, ast.Attribute) and n.attr == "Failed" for n in ast.walk(func)):
+            return True
+    return False
+
+
+def _receiver_failure_not_kept(source: _Source) -> bool:
+    """The expired side stores Failed through the manager's ``update_status`` and goes on,
+    instead of returning Failed (and remembering it on the receiver): where the manager
+    only ever raises a room's status (``max``), Failed is never recorded."""
+    if _manager_keeps_failed(source):
+        return False  # the next poll reads Failed back: the same fix, one poll later
+    done = False
+    for check in _receiver_checks(source):
+        expired = _expired_branch(check)
+        if expired is None:
+            continue
+        kept = [
+            s
+            for s in expired.body
+            if isinstance(s, ast.Return)
+            or (isinstance(s, ast.Assign) and _self_attr(s.targets[0], "conclude_state"))
+        ]
+        if not kept:
+            continue
+        for stmt in kept:
+            source.replace(stmt.lineno, _end(stmt), [])
+        i = source.indent(expired.body[0])
+        update = f"{i}self.kv_mgr.update_status(self.bootstrap_room, KVPoll.Failed)\n"
+        source.insert(_end(expired.body[-1]) + 1, [update])
+        done = True
+    return done
+
+
+def _heartbeat_fails_started_rooms_only(source: _Source) -> bool:
+    """NIXL 0.5.3 - 0.5.5.post3: the node-failure handler again fails only rooms that already
+    got a chunk (``room in self.transfer_statuses``), as before 0.5.6."""
+    for node in source.nodes(ast.If):
+        if _marked(source, node, RECEIVER_MARKER) and any(
+            isinstance(n, ast.Attribute) and n.attr == "transfer_statuses"
+            for n in ast.walk(node.test)
+        ):
+            room = next(n.id for n in ast.walk(node.test) if isinstance(n, ast.Name))
+            line = source.lines[node.lineno - 1]
+            test = ast.unparse(node.test)
+            new = line.replace(f"if {test}:", f"if {room} in self.transfer_statuses and {test}:", 1)
+            if new == line:
+                return False
+            source.replace(node.lineno, node.lineno, [new])
+            return True
+    return False
+
+
+def _pending_bound(source: _Source) -> tuple[list[ast.stmt], ast.If] | None:
+    """pdguard's bound on the pending re-queue: the statements from its marker down to the
+    ``if <waited> > <limit>: ... else: <list>.append(<req>)``."""
+    for node in source.nodes(ast.If):
+        if not (
+            len(node.orelse) == 1
+            and isinstance(node.orelse[0], ast.Expr)
+            and isinstance(node.orelse[0].value, ast.Call)
+            and isinstance(node.orelse[0].value.func, ast.Attribute)
+            and node.orelse[0].value.func.attr == "append"
+        ):
+            continue
+        for parent in ast.walk(source.tree):
+            for body in (getattr(parent, "body", None), getattr(parent, "orelse", None)):
+                if not isinstance(body, list) or node not in body:
+                    continue
+                end = body.index(node)
+                start = next(
+                    (i for i in range(end, -1, -1) if _marked(source, body[i], DECODE_MARKER)),
+                    None,
+                )
+                if start is not None:
+                    return body[start : end + 1], node
+    return None
+
+
+def _pending_bound_removed(texts: Texts) -> Texts | None:
+    def change(source: _Source) -> bool:
+        found = _pending_bound(source)
+        if found is None:
+            return False
+        block, bound = found
+        requeue = source.lines[bound.orelse[0].lineno - 1].lstrip()
+        first = source.marked_start(block[0], DECODE_MARKER)
+        source.replace(first, _end(bound), [f"{source.indent(block[0])}{requeue}"])
+        return True
+
+    return _edit(texts, DECODE_PATH, change)
+
+
+def _pending_stamp_every_step(texts: Texts) -> Texts | None:
+    """The first-time guard around the pending stamp dropped: the request is stamped again
+    every time it is put back, so it never waits longer than one step."""
+
+    def change(source: _Source) -> bool:
+        found = _pending_bound(source)
+        if found is None:
+            return False
+        guard = next((s for s in found[0] if isinstance(s, ast.If) and s is not found[1]), None)
+        if guard is None or len(guard.body) != 1:
+            return False
+        stamp = guard.body[0]
+        body = "".join(source.lines[stamp.lineno - 1 : _end(stamp)])
+        source.replace(guard.lineno, _end(guard), [source.indent(guard) + body.lstrip()])
+        return True
+
+    return _edit(texts, DECODE_PATH, change)
+
+
+def _pending_counter_not_incremented(texts: Texts) -> Texts | None:
+    """The bound written as a retry count that is read and compared but never incremented."""
+
+    def change(source: _Source) -> bool:
+        found = _pending_bound(source)
+        if found is None:
+            return False
+        block, bound = found
+        append = bound.orelse[0].value
+        assert isinstance(append, ast.Call) and isinstance(append.func, ast.Attribute)
+        item, local = ast.unparse(append.args[0]), ast.unparse(append.func.value)
+        i = source.indent(block[0])
+        counted = [
+            f'{i}tries = getattr({item}, "pending_tries", 0)\n',
+            f"{i}if tries >= 15:\n",
+            f"{i}    {item}.kv_receiver.abort()\n",
+            f"{i}else:\n",
+            f"{i}    {local}.append({item})\n",
+        ]
+        source.replace(source.marked_start(block[0], DECODE_MARKER), _end(bound), counted)
+        return True
+
+    return _edit(texts, DECODE_PATH, change)
+
+
+def _gate_still_returns(texts: Texts) -> Texts | None:
+    """pdguard's flag set, but the early return kept after it: neither queue is polled while
+    retracted requests wait."""
+
+    def change(source: _Source) -> bool:
+        for node in source.nodes(ast.Assign):
+            if (
+                len(node.targets) == 1
+                and isinstance(node.targets[0], ast.Name)
+                and node.targets[0].id == DECODE_GATE_FLAG
+            ):
+                i = source.indent(node)
+                source.insert(_end(node) + 1, [f"{i}if {DECODE_GATE_FLAG}:\n", f"{i}    return\n"])
+                return True
+        return False
+
+    return _edit(texts, DECODE_PATH, change)
+
+
+def _receiver_mutants() -> list[Mutant]:
+    found = []
+    for what, change, always in (
+        ("init_time never set", _receiver_never_stamped, True),
+        ("clock started at construction", _receiver_stamped_at_construction, True),
+        ("waiting-timeout check removed", _receiver_check_removed, True),
+        ("elapsed read on another clock", _receiver_wrong_clock, True),
+        ("timeout stored through update_status only", _receiver_failure_not_kept, False),
+    ):
+        for backend, rel in RECEIVER_FILES.items():
+            found.append(
+                Mutant(
+                    f"receiver {what} ({backend})",
+                    "PDG006",
+                    _on_receiver(backend, change),
+                    rel if always else None,
+                )
+            )
+    found.append(
+        Mutant(
+            "heartbeat fails only rooms that got a chunk (nixl)",
+            "PDG006",
+            _on_receiver("nixl", _heartbeat_fails_started_rooms_only),
+        )
+    )
+    return found
+
+
+DECODE_MUTANTS = (
+    *_receiver_mutants(),
+    Mutant("pending bound removed", "PDG007", _pending_bound_removed),
+    Mutant("pending stamp rewritten every step", "PDG007", _pending_stamp_every_step),
+    Mutant("pending counter never incremented", "PDG007", _pending_counter_not_incremented),
+    Mutant("retraction gate still returns", "PDG007", _gate_still_returns, DECODE_PATH),
+)
+
+
 MUTANTS = (
     Mutant("stamp removed", "PDG001", _remove_stamp),
     Mutant("stamp moved to sender creation", "PDG003", _stamp_at_sender_creation),
@@ -498,13 +810,15 @@ MUTANTS = (
     Mutant("bootstrap check removed", "PDG004", _remove_bootstrap_check),
     Mutant("import time removed", "PDG005", _remove_import("time")),
     Mutant("import os removed", "PDG005", _remove_import("os")),
+    *DECODE_MUTANTS,
 )
 MUTANT = {mutant.name: mutant for mutant in MUTANTS}
 
 
 def mutate_tree(root: Path, mutant: Mutant) -> None:
     """Apply ``mutant`` to the tree at ``root`` in place (it must apply there)."""
-    texts = {rel: (root / rel).read_text() for rel in (PREFILL, NIXL) if (root / rel).is_file()}
+    rels = (PREFILL, NIXL, MOONCAKE, DECODE_PATH)
+    texts = {rel: (root / rel).read_text() for rel in rels if (root / rel).is_file()}
     mutated = mutant.mutate(texts)
     assert mutated is not None, f"{mutant.name}: nothing to mutate in {root}"
     for rel, text in mutated.items():
@@ -617,24 +931,39 @@ def main() -> None:
     from tests.helpers import patched_copy
 
     everything = "--all" in sys.argv
-    killed = total = false_positives = variants = 0
+    false_positives = variants = 0
+    by_rule: dict[str, list[int]] = {}  # code -> [killed, generated]
+    survivors = []
     for release in load_manifest():
         if release.family == "F1" or not (release.ci or everything):
             continue
         with tempfile.TemporaryDirectory() as tmp:
             root = patched_copy(release.version, Path(tmp) / "tree")
             texts = load_project(open_tree(root)).texts
+        # a mutant counts only against a patched tree that checks clean
+        base = checks.run(Project(texts))
+        assert not base, f"{release.version}: patched tree not clean: {base}"
         for mutant in MUTANTS:
             mutated = mutant.mutate(texts)
             if mutated is not None:
-                total += 1
-                killed += mutant.expected in {f.code for f in checks.run(Project(mutated))}
+                tally = by_rule.setdefault(mutant.expected, [0, 0])
+                tally[1] += 1
+                if mutant.expected in {f.code for f in checks.run(Project(mutated))}:
+                    tally[0] += 1
+                else:
+                    survivors.append(f"{release.version}: {mutant.name}")
         for _, variant in VARIANTS:
             variants += 1
             # the prefill rules: the decode side (PDG006/PDG007) is not what these vary
             prefill = [c for c in checks.CODES if c not in ("PDG006", "PDG007")]
             false_positives += bool(checks.run(Project(variant(texts) or texts), prefill))
+    killed = sum(k for k, _ in by_rule.values())
+    total = sum(t for _, t in by_rule.values())
     print(f"mutants reported: {killed}/{total} ({killed / total:.0%})")
+    for code, (k, t) in sorted(by_rule.items()):
+        print(f"  {code}: {k}/{t} ({k / t:.0%})")
+    for survivor in survivors:
+        print(f"  not reported: {survivor}")
     print(f"false positives on correct variants: {false_positives}/{variants}")
 
 

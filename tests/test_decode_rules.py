@@ -9,8 +9,10 @@ assert exactly which classes and places each reports.
 
 from __future__ import annotations
 
+import ast
 import json
 import os
+from pathlib import Path
 
 import pytest
 
@@ -24,9 +26,17 @@ from pdguard.checks.pdg007_decode_queue_waits_forever import (
     decode,
 )
 from pdguard.checks.project import Project
+from pdguard.commands import apply as pipeline
 from pdguard.commands.check import load_project
 from pdguard.tree import open_tree
-from pdguard.vendor_sglang import fetch_release, load_manifest
+from pdguard.vendor_sglang import (
+    EXTRACT_PATTERNS,
+    extract_members,
+    fetch_release,
+    fetch_wheel,
+    get_release,
+    load_manifest,
+)
 
 DECODE_CODES = ("PDG006", "PDG007")
 VERSIONS = [r.version for r in load_manifest()]
@@ -316,23 +326,53 @@ def test_retraction_gate_reported_once_per_return() -> None:
     )
 
 
-def test_a_gate_that_skips_only_the_prealloc_poll_is_still_reported() -> None:
-    texts = decode()
-    decode_py = next(iter(texts))
-    texts[decode_py] = texts[decode_py].replace(
-        """        req_conns = self.disagg_decode_prealloc_queue.pop_preallocated()
+_ADMISSION_LAST = (
+    """        req_conns = self.disagg_decode_prealloc_queue.pop_preallocated()
         self.disagg_decode_transfer_queue.extend(req_conns)
         alloc_reqs = self.disagg_decode_transfer_queue.pop_transferred()
 """,
-        """        alloc_reqs = self.disagg_decode_transfer_queue.pop_transferred()
-        if len(self.disagg_decode_prealloc_queue.retracted_queue) > 0:
+    """        alloc_reqs = self.disagg_decode_transfer_queue.pop_transferred()
+        if {condition}:
             return
         req_conns = self.disagg_decode_prealloc_queue.pop_preallocated()
         self.disagg_decode_transfer_queue.extend(req_conns)
 """,
-    )
+)
+
+
+def _gate_after_transfers(condition: str) -> dict[str, str]:
+    texts = decode()
+    decode_py = next(iter(texts))
+    old, new = _ADMISSION_LAST
+    assert old in texts[decode_py]
+    texts[decode_py] = texts[decode_py].replace(old, new.format(condition=condition))
+    return texts
+
+
+def test_a_gate_that_skips_only_admission_is_back_pressure() -> None:
+    """Returning after the transfer queue was polled, before the prealloc queue hands new
+    requests to it, while retracted requests wait for memory, is what ``decode-queue-bound``
+    makes of the gate (and what the PP mixin's ``process_prealloc_queue`` does): the
+    requests it skips hold no KV yet. Not reported."""
+    texts = _gate_after_transfers("len(self.disagg_decode_prealloc_queue.retracted_queue) > 0")
+    assert list(DecodeQueueWaitsForever().check(Project(texts))) == []
+
+
+def test_a_gate_that_skips_admission_on_another_condition_is_reported() -> None:
+    texts = _gate_after_transfers("self.paused")
     [finding] = DecodeQueueWaitsForever().check(Project(texts))
     assert "pop_transferred" not in finding.message and "pop_preallocated" in finding.message
+
+
+def test_a_gate_that_skips_a_poll_whose_requests_are_not_handed_on_is_reported() -> None:
+    """Only a poll whose popped requests go to another decode queue is an admission."""
+    texts = _gate_after_transfers("len(self.disagg_decode_prealloc_queue.retracted_queue) > 0")
+    decode_py = next(iter(texts))
+    texts[decode_py] = texts[decode_py].replace(
+        "        self.disagg_decode_transfer_queue.extend(req_conns)\n", ""
+    )
+    [finding] = DecodeQueueWaitsForever().check(Project(texts))
+    assert "pop_preallocated" in finding.message
 
 
 def test_decode_rules_are_selectable() -> None:
@@ -342,15 +382,32 @@ def test_decode_rules_are_selectable() -> None:
     assert checks.run(Project(texts), ("PDG001", "PDG002", "PDG003", "PDG004", "PDG005")) == []
 
 
-def test_a_stamp_taken_at_construction_bounds_the_wait() -> None:
-    """A clock started in the constructor (as sgl-project/sglang#21477 proposed) also fires
-    once the indices were sent: the receiver does not wait forever (it may time out while
-    waiting for decode memory, which is another matter)."""
+def test_a_stamp_taken_at_construction_is_reported_as_the_wrong_clock() -> None:
+    """A clock started in the constructor (as sgl-project/sglang#21477 proposed, closed
+    unmerged) fires once the indices were sent, so the receiver does not wait forever; but it
+    also counts the wait for decode memory in the prealloc queue, so it fails requests under
+    plain back-pressure: reported as a bound on the wrong clock, not as a wait forever."""
     texts = _receivers(stamp="")
     texts[_COMMON] = texts[_COMMON].replace(
         "        self.init_time = None\n", "        self.init_time = time.time()\n"
     )
+    findings = [f for f in checks.run(Project(texts), ["PDG006"])]
+    assert {f.symbol for f in findings} == {"AscendKVReceiver.poll", "MooncakeKVReceiver.poll"}
+    for finding in findings:
+        assert "wait forever" not in finding.message
+        assert "counts from before the indices were sent" in finding.message
+
+
+def test_elapsed_time_on_another_clock_does_not_bound() -> None:
+    """``time.monotonic()`` minus a ``time.time()`` stamp is no elapsed time: reported."""
+    texts = _receivers()
     assert _pdg006(texts) == set()
+    common = texts[_COMMON]
+    assert "time.time() - self.init_time" in common
+    texts[_COMMON] = common.replace(
+        "time.time() - self.init_time", "time.monotonic() - self.init_time"
+    )
+    assert _pdg006(texts) == {"AscendKVReceiver.poll", "MooncakeKVReceiver.poll"}
 
 
 def test_a_bare_return_before_the_stamp_is_judged() -> None:
@@ -393,3 +450,157 @@ def test_elapsed_time_in_a_local_counts() -> None:
     )
     assert "age = " in helper
     assert _pdg007(decode(requeue=UNBOUNDED, helper=helper, call_helper=CALL_HELPER)) == []
+
+
+_PEER_LOST = """\
+import time
+
+from sglang.srt.disaggregation.base.conn import BaseKVReceiver, KVPoll
+
+
+class SketchKVManager:
+    def __init__(self):
+        self.request_status = {{}}
+        self.chunks_seen = {{}}
+        self.rooms_by_peer = {{}}
+
+    def update_status(self, room, status):
+        self.request_status[room] = status
+
+    def _handle_node_failure(self, peer):
+        rooms = self.rooms_by_peer.pop(peer, set())
+        for room in rooms:
+            if room in self.{table}:
+                self.update_status(room, KVPoll.Failed)
+{extra}
+
+class SketchKVReceiver(BaseKVReceiver):
+    def __init__(self, mgr, peer, room):
+        self.kv_mgr = mgr
+        self.room = room
+        self.init_time = None
+        self.kv_mgr.update_status(room, KVPoll.Bootstrapping)
+
+    def init(self, prefill_dp_rank):
+        self.prefill_dp_rank = prefill_dp_rank
+
+    def send_metadata(self, kv_indices, aux_index=None):
+        self.init_time = time.time()
+
+    def poll(self):
+        status = self.kv_mgr.request_status[self.room]
+        if status in (KVPoll.Success, KVPoll.Failed):
+            return status
+        if time.time() - self.init_time > 300:
+            return KVPoll.Failed
+        return status
+"""
+_EVERY_ROOM = """\
+        for room in rooms:
+            self.update_status(room, KVPoll.Failed)
+"""
+
+
+def _peer_lost(table: str, extra: str = "") -> list[str]:
+    rel = "sglang/srt/disaggregation/sketch/conn.py"
+    texts = {_BASE: BASE, rel: _PEER_LOST.format(table=table, extra=extra)}
+    return [f.message for f in checks.run(Project(texts), ["PDG006"])]
+
+
+def test_a_lost_prefill_must_fail_every_tracked_room() -> None:
+    """The node-failure handler fails a room only if a chunk was seen for it (a table nothing
+    on the receiver's side fills): reported. Guarded by a table the receiver's constructor
+    fills (through update_status), or followed by a loop that fails every room: not."""
+    [message] = _peer_lost("chunks_seen")
+    assert message == (
+        "SketchKVReceiver is not failed when its prefill is lost: when its prefill is lost, "
+        "SketchKVManager._handle_node_failure() fails a tracked room only if it is in "
+        "self.chunks_seen, which the receiver never fills for its room: a room no chunk "
+        "reached yet is not failed"
+    )
+    assert _peer_lost("request_status") == []
+    assert _peer_lost("chunks_seen", _EVERY_ROOM) == []
+
+
+# -- the PP mixin's disaggregated decode loop (managers/scheduler_pp_mixin.py, 0.5.7+) --------
+
+PP_MIXIN = "sglang/srt/managers/scheduler_pp_mixin.py"
+# The first and last release with the PP decode loop, and one between (all with the env var).
+PP_RELEASES = [
+    v
+    for v in VERSIONS[VERSIONS.index("0.5.7") :]
+    if v in ("0.5.7", "0.5.17", "0.5.23") or os.environ.get("PDGUARD_ALL_RELEASES") == "1"
+]
+
+
+def _with_pp_mixin(version: str, dest: Path) -> Path:
+    """The release's vendored tree plus its PP mixin, extracted from the pinned wheel."""
+    extract_members(fetch_wheel(get_release(version)), dest, (*EXTRACT_PATTERNS, PP_MIXIN))
+    assert (dest / PP_MIXIN).is_file()
+    return dest
+
+
+def _function(tree: ast.Module, name: str) -> ast.FunctionDef:
+    [func] = [n for n in ast.walk(tree) if isinstance(n, ast.FunctionDef) and n.name == name]
+    return func
+
+
+def _polling_functions(texts: dict[str, str]) -> dict[str, list[str]]:
+    """The PP mixin's functions that pop a decode queue -> the pop methods they call."""
+    model = Project(texts).decode_queues
+    polls = model.poll_methods()
+    found = {}
+    for func in ast.walk(ast.parse(texts[PP_MIXIN])):
+        if isinstance(func, ast.FunctionDef):
+            calls = sorted(
+                c.func.attr
+                for c in model.facts(func).queue_calls
+                if isinstance(c.func, ast.Attribute) and c.func.attr in polls
+            )
+            if calls:
+                found[func.name] = calls
+    return found
+
+
+@pytest.mark.releases
+@pytest.mark.parametrize("version", PP_RELEASES)
+def test_pp_mixin_gate_skips_only_admission(version: str, tmp_path: Path) -> None:
+    """Under PP the decode loop polls the transfer queue in ``process_decode_transfer_queue``,
+    which has no gate; ``process_prealloc_queue`` returns while retracted requests wait, before
+    ``pop_preallocated()`` only, whose requests hold no KV yet: the shape decode-queue-bound
+    gives ``process_decode_queue``. PDG007 reads the mixin and reports nothing there, apply
+    leaves it as it is and check is clean after apply. The same gate put back in front of the
+    transfer queue's poll is reported."""
+    root = _with_pp_mixin(version, tmp_path / "tree")
+    texts = load_project(open_tree(root)).texts
+    assert _polling_functions(texts) == {
+        "process_prealloc_queue": ["pop_preallocated"],
+        "process_decode_transfer_queue": ["pop_transferred"],
+    }
+    assert [f for f in checks.run(Project(texts)) if f.path == PP_MIXIN] == []
+
+    original = (root / PP_MIXIN).read_bytes()
+    result = pipeline.plan(open_tree(root))
+    assert not result.refused
+    pipeline.write(result)
+    assert (root / PP_MIXIN).read_bytes() == original
+    texts = load_project(open_tree(root)).texts
+    assert checks.run(Project(texts)) == []
+
+    # the retraction gate in front of the transfer queue's poll too (on the patched tree)
+    text = texts[PP_MIXIN]
+    func = _function(ast.parse(text), "process_decode_transfer_queue")
+    first = func.body[0]
+    indent = " " * first.col_offset
+    lines = text.splitlines(keepends=True)
+    lines[first.lineno - 1 : first.lineno - 1] = [
+        f"{indent}if self.disagg_decode_prealloc_queue.retracted_queue:\n",
+        f"{indent}    return None\n",
+    ]
+    gated = {**texts, PP_MIXIN: "".join(lines)}
+    [finding] = checks.run(Project(gated), ["PDG007"])
+    assert (finding.path, finding.symbol) == (
+        PP_MIXIN,
+        "SchedulerPPMixin.process_decode_transfer_queue",
+    )
+    assert "pop_transferred()" in finding.message

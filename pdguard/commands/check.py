@@ -18,7 +18,7 @@ from pdguard.checks import Finding, Project
 from pdguard.checks.project import wanted
 
 from ..errors import TargetError, UsageError, does_not_parse
-from ..sglang_names import DISAGGREGATION_DIR
+from ..sglang_names import DISAGGREGATION_DIR, MANAGERS_DIR
 from ..source_file import SourceFile
 from ..suppressions import SuppressionWarning
 from ..suppressions import parse as parse_suppressions
@@ -79,7 +79,7 @@ class CheckResult:
 def load_project(tree: SourceTree) -> Project:
     """The files the rules can need (text prefilter first), decoded."""
     texts = {}
-    for rel in tree.python_files(DISAGGREGATION_DIR):
+    for rel in [*tree.python_files(DISAGGREGATION_DIR), *tree.python_files(MANAGERS_DIR)]:
         data = tree.read_bytes(rel)
         if data is None:
             continue

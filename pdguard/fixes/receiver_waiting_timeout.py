@@ -28,9 +28,11 @@ from ..sglang_names import (
     KVPOLL,
     MANAGER_CHECK_STATUS,
     MANAGER_RECORD_FAILURE,
+    MANAGERS_DIR,
     NEEDLES,
     RECEIVER_CONCLUDE_STATE,
     RECEIVER_SEND_METHODS,
+    SCHEDULER_DECODE_NEEDLES,
     TRANSFER_STATUSES,
     WAITING_TIMEOUT_ENV,
     KVPoll,
@@ -75,7 +77,10 @@ class _ClassEdit:
 
 def decode_project(workspace: Workspace) -> Project:
     """The checker's view of the workspace's current receiver, manager and decode files."""
-    rels = workspace.files_containing(DISAGGREGATION_DIR, *NEEDLES)  # as check's prefilter
+    rels = [  # as check's prefilter
+        *workspace.files_containing(DISAGGREGATION_DIR, *NEEDLES),
+        *workspace.files_containing(MANAGERS_DIR, *SCHEDULER_DECODE_NEEDLES),
+    ]
     for rel in rels:
         workspace.ast(rel)  # a file that does not parse: the workspace's file:line:col error
     return Project({rel: workspace.text(rel) for rel in rels})
@@ -248,7 +253,7 @@ class ReceiverWaitingTimeoutFix(Fix):
         concrete = list(receivers.concrete())
         if not concrete:
             return Outcome(Status.NOT_APPLICABLE, "no KV receiver class found")
-        broken = [name for name in concrete if receivers.verdict(name).waits_forever]
+        broken = [name for name in concrete if receivers.verdict(name).violates]
         if not broken:
             return self._already_live(workspace, receivers, concrete)
         line = failed_poll_raises(workspace)
@@ -392,7 +397,7 @@ class ReceiverWaitingTimeoutFix(Fix):
         self, workspace: Workspace, concrete: list[str], edits: dict[str, _ClassEdit]
     ) -> Outcome:
         after = decode_project(workspace).receivers
-        still = [name for name in concrete if after.verdict(name).waits_forever]
+        still = [name for name in concrete if after.verdict(name).violates]
         if still:
             return Outcome(
                 Status.REFUSED, f"the fix did not make the waiting timeout live in {still}"
