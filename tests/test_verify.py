@@ -58,7 +58,7 @@ STATUSES = {"carried", "upstream", "applicable", "drifted", "not-applicable"}
 FINDING_KEYS = {"code", "path", "line", "col", "symbol", "message"}
 # The prefill rules, which the fixes verify and carry are about. The decode rules (PDG006,
 # PDG007) still report a carried ref's unpatched decode code.
-PREFILL_CODES = ("PDG001", "PDG002", "PDG003", "PDG004", "PDG005")
+PREFILL_CODES = ("PDG001", "PDG002", "PDG003", "PDG004", "PDG005", "PDG008")
 
 
 def _prefill_findings(report: dict) -> list[dict]:
