@@ -59,6 +59,8 @@ _FIRST = """\
             return self.conclude_state
 """
 _COMMON = "sglang/srt/disaggregation/common/conn.py"
+# What a deadline may call on a sender besides abort() without failing it another way.
+ABORT_ONLY = frozenset({"abort", "record_failure"})
 _QUILL_PATH = "sglang/srt/disaggregation/quill/conn.py"
 
 
@@ -111,7 +113,17 @@ class AbortIgnored(Rule):
         model = project.inflight
         if model is None:
             return
-        aborting = [c for c in model.checks if c.position == "before" and "abort" in c.sender_calls]
+        # deadlines that fail senders with abort() alone (record_failure only adds a reason;
+        # a poll set on the instance, which PDG002 reports, or another call may fail it)
+        aborting = [
+            c
+            for c in model.checks
+            if c.position == "before"
+            and c.fails_sender
+            and c.poll_set_at is None
+            and "abort" in c.sender_calls
+            and c.sender_calls <= ABORT_ONLY
+        ]
         if not aborting:
             return
         index = project.classes
