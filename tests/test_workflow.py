@@ -181,6 +181,7 @@ def test_the_workflow_runs_on_a_fork_of_real_releases(fork, tmp_path: Path) -> N
     )
     verified = pdguard("verify", "--repo", str(fork_path), "--ref", branch, "--format", "json")
     assert json.loads(verified.stdout)[0]["fixes"] == {
+        "sender-abort": "upstream",  # 0.5.13+ senders honour abort() upstream
         "inflight-deadline": "carried",
         "sender-bootstrap-timeout": "upstream",
         "receiver-waiting-timeout": "upstream",  # 0.5.6+ receivers have it upstream
