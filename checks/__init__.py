@@ -22,6 +22,7 @@ from .pdg004_sender_bootstrapping_forever import SenderBootstrappingForever
 from .pdg005_unbound_name import UnboundName
 from .pdg006_receiver_waits_forever import ReceiverWaitsForever
 from .pdg007_decode_queue_waits_forever import DecodeQueueWaitsForever
+from .pdg008_abort_ignored import AbortIgnored
 from .project import Project
 
 RULES: tuple[Rule, ...] = (
@@ -33,6 +34,7 @@ RULES: tuple[Rule, ...] = (
     UnboundName(),
     ReceiverWaitsForever(),
     DecodeQueueWaitsForever(),
+    AbortIgnored(),
 )
 CODES = tuple(rule.code for rule in RULES)
 

@@ -79,7 +79,7 @@ INLINE_DEADLINE = """\
             waited = deadline_now - pending.entered_at
             if waited >= TIMEOUT:
                 sender = pending.disagg_kv_sender
-                sender.poll = lambda: KVPoll.Failed
+                sender.abort()
 """
 
 

@@ -258,6 +258,21 @@ class ClassIndex:
         if abort_owner is None or poll is None:
             return False
         abort = list(self.reached(name, "abort"))
+        sets_status = any(
+            isinstance(n, ast.Call)
+            and _call_name(n) == MANAGER_UPDATE_STATUS
+            and n.args
+            and _is_failed(n.args[-1])
+            for n in abort
+        )
+        return (self.abort_concludes(name) and _returns_conclude_first(poll)) or (
+            sets_status and _status_failed_kept(poll)
+        )
+
+    def abort_concludes(self, name: str) -> bool:
+        """Does this sender's ``abort()`` set ``self.conclude_state`` to Failed (or to the
+        status a notification of Failed concluded with)?"""
+        abort = list(self.reached(name, "abort"))
         # names holding what a notification of Failed returns: the status it concluded with
         # (Mori 0.5.13+: ``sent_status, _ = self._notify_decode(KVPoll.Failed, reason)``)
         notified = {
@@ -270,21 +285,31 @@ class ClassIndex:
             for target in (t.elts[:1] if isinstance(t, ast.Tuple) else [t])
             if isinstance(target, ast.Name)
         }
-        sets_conclude = any(
+        return any(
             isinstance(n, ast.Assign)
             and any(is_self_attr(t, CONCLUDE_STATE) for t in n.targets)
             and (_is_failed(n.value) or (isinstance(n.value, ast.Name) and n.value.id in notified))
             for n in abort
         )
-        sets_status = any(
-            isinstance(n, ast.Call)
-            and _call_name(n) == MANAGER_UPDATE_STATUS
-            and n.args
-            and _is_failed(n.args[-1])
-            for n in abort
+
+    def abort_gap(self, name: str) -> tuple[bool, bool, bool]:
+        """What this sender lacks for ``abort()`` to make its ``poll()`` report Failed through
+        a concluded state: (no ``abort()`` but a stub, ``poll()`` does not return a set
+        ``conclude_state`` first, ``__init__`` never sets ``conclude_state``)."""
+        poll = self._poll_body(name)
+        abort_owner = self.resolve(name, "abort")
+        sets_initial = any(
+            isinstance(n, ast.Assign | ast.AnnAssign)
+            and any(
+                is_self_attr(t, CONCLUDE_STATE)
+                for t in (n.targets if isinstance(n, ast.Assign) else [n.target])
+            )
+            for n in self.reached(name, "__init__")
         )
-        return (sets_conclude and _returns_conclude_first(poll)) or (
-            sets_status and _status_failed_kept(poll)
+        return (
+            abort_owner is None or _is_stub(abort_owner.methods["abort"]),
+            poll is None or not _returns_conclude_first(poll),
+            not sets_initial,
         )
 
     def pops_failure_records(self, name: str) -> bool:

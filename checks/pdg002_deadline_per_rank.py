@@ -3,13 +3,11 @@
 What it does
     Reports a deadline check on inflight requests that decides the outcome itself, after the
     poll all-reduce (editing ``poll``, dropping the request) or before it without going through
-    the request's sender; one that fails senders only with ``abort()`` where some backend's
-    ``poll()`` ignores it (NIXL up to 0.5.11 reads its transfer handles once it has sent); and
-    a ``poll`` set on a sender instance (``sender.poll = lambda: KVPoll.Failed``) where every
-    backend's ``poll()`` reports Failed once aborted, so ``abort()`` is the way. Under pipeline
-    parallelism (the inflight function takes the stages' consensus, ``rids_to_check``), it
-    also reports a deadline that can fail a request whose sender this stage already polls as
-    transferred.
+    the request's sender; and a ``poll`` set on a sender instance (``sender.poll = lambda:
+    KVPoll.Failed``): ``abort()`` is the way, and a backend whose ``poll()`` ignores it is
+    fixed in its class (PDG008 reports it). Under pipeline parallelism (the inflight function
+    takes the stages' consensus, ``rids_to_check``), it also reports a deadline that can fail a
+    request whose sender this stage already polls as transferred.
 
 Why is this bad
     ``poll_and_all_reduce*`` MIN-reduces the senders' polls over the TP/CP ranks so that every
@@ -17,9 +15,8 @@ Why is this bad
     that each rank applies to its own copy of the queue after the reduce (or by dropping the
     request) lets ranks disagree, and the ``zip(queue, polls)`` of later steps desyncs. Failing
     the sender *before* the reduce lets the MIN make the failure unanimous, but only if the
-    sender then reports Failed: an ``abort()`` its ``poll()`` ignores leaves the request
-    waiting. A method replaced on an instance skips ``poll()``'s own bookkeeping (its concluded
-    state, tracing, latency metric) and would not pass review where ``abort()`` does the job.
+    sender then reports Failed. A method replaced on an instance skips ``poll()``'s own
+    bookkeeping (its concluded state, tracing, latency metric) and would not pass review.
 
     PP stages are ranks too, but no all-reduce joins them: each stage reports the requests
     its own poll says ended, the stages keep those all of them report, and that list reaches
@@ -39,6 +36,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
+from pdguard.fix_names import SENDER_ABORT
 from pdguard.sglang_names import PP_CONSENSUS_PARAM
 
 from .examples import CALL_HELPER, HELPER, PATCHED, STAMP_ONCE, prefill
@@ -139,9 +137,6 @@ PP_MESSAGE = (
     "sender's poll() says Success to it"
 )
 
-# What the expired branch may call on a sender besides abort() without failing it another way.
-ABORT_ONLY = frozenset({"abort", "record_failure"})
-
 
 class DeadlinePerRank(Rule):
     code = "PDG002"
@@ -151,8 +146,6 @@ class DeadlinePerRank(Rule):
         prefill(stamp=STAMP_ONCE, helper=HELPER, before=CALL_HELPER),
         # abort() where every sender honours it
         {PREFILL: PATCHED, CONN: HONOURING_SENDERS},
-        # a pinned poll where some sender ignores abort()
-        {PREFILL: PINNED, CONN: IGNORING_SENDERS},
         # PP: only a transfer this stage still polls as unfinished is failed
         _pp(_PP_UNFINISHED_ONLY),
         _pp(_PP_SKIPS_ENDED),
@@ -192,13 +185,14 @@ class DeadlinePerRank(Rule):
             ],
         ),
         Invalid(
-            {PREFILL: PATCHED, CONN: IGNORING_SENDERS},
+            {PREFILL: PINNED, CONN: IGNORING_SENDERS},
             [
                 (
-                    21,
-                    16,
-                    "inflight deadline fails senders with abort(), which NixlKVSender.poll() "
-                    "ignores: the reduced poll will not say Failed for its requests",
+                    22,
+                    17,
+                    "inflight deadline sets `poll` on a sender instance, skipping poll()'s own "
+                    "bookkeeping: make NixlKVSender.poll() report Failed once aborted (the "
+                    "sender-abort fix) and call abort()",
                 )
             ],
         ),
@@ -212,8 +206,9 @@ class DeadlinePerRank(Rule):
             return
         symbol = f"{model.class_name}.{FUNCTION}"
         index = project.classes
-        concrete = [s for s in index.senders() if index.is_concrete(s)]
-        ignoring = [s for s in concrete if not index.abort_honoured(s)]
+        ignoring = [
+            s for s in index.senders() if index.is_concrete(s) and not index.abort_honoured(s)
+        ]
         stages = PP_CONSENSUS_PARAM in {a.arg for a in model.function.args.args}
         for check in model.checks:
             where = symbol if check.method == FUNCTION else f"{model.class_name}.{check.method}"
@@ -224,32 +219,21 @@ class DeadlinePerRank(Rule):
                 and not check.minds_ended_poll
             ):
                 yield self.finding(PREFILL, check.line, check.col + 1, where, PP_MESSAGE)
-            if check.position == "before" and check.poll_set_at is not None and concrete:
-                if not ignoring:
-                    line, col = check.poll_set_at
-                    yield self.finding(
-                        PREFILL,
-                        line,
-                        col + 1,
-                        where,
-                        "inflight deadline sets `poll` on a sender instance, skipping poll()'s own "
-                        "bookkeeping: every sender here reports Failed once aborted; call abort()",
-                    )
-            elif (
-                check.position == "before"
-                and check.poll_set_at is None
-                and "abort" in check.sender_calls
-                and ignoring
-                and check.fails_sender
-                and check.sender_calls <= ABORT_ONLY
-            ):
+            if check.position == "before" and check.poll_set_at is not None:
+                line, col = check.poll_set_at
                 yield self.finding(
                     PREFILL,
-                    check.line,
-                    check.col + 1,
+                    line,
+                    col + 1,
                     where,
-                    f"inflight deadline fails senders with abort(), which {', '.join(ignoring)}"
-                    ".poll() ignores: the reduced poll will not say Failed for its requests",
+                    "inflight deadline sets `poll` on a sender instance, skipping poll()'s own "
+                    "bookkeeping: "
+                    + (
+                        f"make {', '.join(ignoring)}.poll() report Failed once aborted (the "
+                        f"{SENDER_ABORT} fix) and call abort()"
+                        if ignoring
+                        else "every sender here reports Failed once aborted; call abort()"
+                    ),
                 )
             if check.position == "after":
                 message = (

@@ -16,13 +16,13 @@ decode restart it can wait forever. This codemod:
    ``process_disagg_prefill_inflight_queue`` right before the poll all-reduce. It fails overdue
    requests through their sender, so the MIN-reduced poll is Failed on every rank and the
    release's own Failed branch cleans up. Every rank logs why (how long, which deadline, which
-   variable). Where every sender's ``poll()`` reports Failed once aborted, that is
-   ``abort()``, best effort, and the reason is recorded with the manager's
-   ``record_failure`` so the client's error says it; elsewhere the sender's poll is still
-   pinned to Failed. Under pipeline parallelism (``rids_to_check``) the stages agree on
-   which transfers ended and each stage then ends them by its own poll, so the deadline only
-   fails a request whose transfer this stage still polls as unfinished: one the stages
-   agreed on, or this stage reports ended, is left to its poll. Parked requests
+   variable). That is ``abort()``, best effort (every sender's ``poll()`` reports Failed
+   once aborted: the ``sender-abort`` codemod sees to it), and the reason is recorded with
+   the manager's ``record_failure`` so the client's error says it. Under pipeline
+   parallelism (``rids_to_check``) the stages agree on which transfers ended and each stage
+   then ends them by its own poll, so the deadline only fails a request whose transfer this
+   stage still polls as unfinished: one the stages agreed on, or this stage reports ended, is
+   left to its poll. Parked requests
    (``pending_bootstrap``, 0.5.16+), whose wait the bootstrap timeout bounds, are not
    counted: their deadline starts when they are unparked.
 
@@ -33,7 +33,6 @@ from __future__ import annotations
 
 import argparse
 import ast
-import textwrap
 
 import isort
 import libcst as cst
@@ -63,25 +62,17 @@ from .insertion import (
 )
 from .isort_imports import DEFAULT_ISORT_CONFIG, AddIsortedImportsTransform, ImportRequest, spelling
 
-# How an overdue sender is failed, by what the release's senders offer.
-ABORT_CALLS = {
-    # Every sender's poll() reports Failed once it is aborted: abort() alone, best effort (a
-    # rank whose abort() raises must still reach the poll all-reduce).
-    "honoured": (
-        "try:\n"
-        "    sender.abort()\n"
-        "{record}"
-        "except Exception:\n"
-        "    # best effort: this rank must still reach the poll all-reduce\n"
-        '    logger.exception(f"Failed to abort the sender of {{req.rid=}}")\n'
-    ),
-    # BaseKVSender defines abort(), but not every backend's poll() honours it.
-    "direct": "sender.abort()\n{record_here}{pin}",
-    # Only some backends' senders define abort().
-    "guarded": 'if hasattr(sender, "abort"):\n    sender.abort()\n{record_here}{pin}',
-    # No sender can abort.
-    "none": "{record_here}{pin}",
-}
+# How an overdue sender is failed: abort(), which every sender's poll() honours (pdguard's
+# sender-abort fix sees to it), best effort (a rank whose abort() raises must still reach the
+# poll all-reduce).
+_ABORT = (
+    "try:\n"
+    "    sender.abort()\n"
+    "{record}"
+    "except Exception:\n"
+    "    # best effort: this rank must still reach the poll all-reduce\n"
+    '    logger.exception(f"Failed to abort the sender of {{req.rid=}}")\n'
+)
 # abort() records "Aborted by AbortReq."; where the manager keeps failure records (and every
 # sender pops its record when it reports the failure), record why instead.
 _RECORD = (
@@ -89,13 +80,6 @@ _RECORD = (
     '    kv_mgr = getattr(sender, "kv_mgr", None)\n'
     '    if hasattr(kv_mgr, "record_failure"):\n'
     "        kv_mgr.record_failure(req.bootstrap_room, reason)\n"
-)
-# Where some backend's poll() does not honour abort() (NIXL up to 0.5.11 reads its transfer
-# handles once it has sent), its result is pinned to Failed.
-_PIN = (
-    "# Not every backend's poll() honours abort() (NIXL reads its transfer\n"
-    "# handles once it has sent), so pin the sender's result to Failed.\n"
-    "sender.poll = lambda: KVPoll.Failed\n"
 )
 
 _STAMP = """\
@@ -190,13 +174,6 @@ class InflightDeadlineTransform(Transform):
     @staticmethod
     def add_args(arg_parser: argparse.ArgumentParser) -> None:
         arg_parser.add_argument(
-            "--abort",
-            choices=sorted(ABORT_CALLS),
-            default="guarded",
-            help="honoured: every sender's poll() reports Failed once aborted; direct: "
-            "BaseKVSender has abort(); guarded: only some senders do; none",
-        )
-        arg_parser.add_argument(
             "--convention",
             choices=CONVENTIONS,
             default=REGISTRY,
@@ -216,7 +193,6 @@ class InflightDeadlineTransform(Transform):
 
     def __init__(
         self,
-        abort: str = "guarded",
         isort_config: isort.Config = DEFAULT_ISORT_CONFIG,
         record: bool = False,
         parked: bool = False,
@@ -224,11 +200,7 @@ class InflightDeadlineTransform(Transform):
     ) -> None:
         self.isort_config = isort_config
         self.convention = convention
-        fail = ABORT_CALLS[abort].format(
-            record=_RECORD if record else "",
-            record_here=textwrap.dedent(_RECORD) if record else "",
-            pin=_PIN,
-        )
+        fail = _ABORT.format(record=_RECORD if record else "")
         self.names = {
             "marker": marker(FIX),
             "abort": "".join(f"            {line}\n" for line in fail.splitlines()),

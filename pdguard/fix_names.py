@@ -22,6 +22,7 @@ def has_marker(code: str, name: str) -> bool:
 
 INFLIGHT_DEADLINE = "inflight-deadline"
 SENDER_BOOTSTRAP_TIMEOUT = "sender-bootstrap-timeout"
+SENDER_ABORT = "sender-abort"
 
 # inflight-deadline writes these into prefill.py.
 INFLIGHT_HELPER = "_fail_timed_out_inflight_reqs"

@@ -50,13 +50,16 @@ MOONCAKE_STUCK = frozenset(  # Mooncake starts its bootstrap clock only in init(
 
 
 # What ``pdguard apply`` does to an unpatched release, per shape family: the status of each fix,
-# inflight-deadline then sender-bootstrap-timeout. F1's Failed branch raises (refused); NIXL and
-# Mooncake need the sender fix up to 0.5.17 (F2 - F9), 0.5.18 on has it upstream (F10 - F12).
-FIXES = ("inflight-deadline", "sender-bootstrap-timeout")
+# sender-abort, inflight-deadline, sender-bootstrap-timeout. Some sender's poll() ignores abort()
+# up to 0.5.12 (F1 - F7: the fake sender, NIXL up to 0.5.11, Mooncake up to 0.4.9.post4); F1's
+# Failed branch raises (refused); NIXL and Mooncake need the bootstrap fix up to 0.5.17 (F2 -
+# F9), 0.5.18 on has it upstream (F10 - F12).
+FIXES = ("sender-abort", "inflight-deadline", "sender-bootstrap-timeout")
 APPLY_STATUSES = {
-    "F1": ("refused", "applied"),
-    **{f"F{n}": ("applied", "applied") for n in range(2, 10)},
-    **{f"F{n}": ("applied", "upstream") for n in range(10, 13)},
+    "F1": ("applied", "refused", "applied"),
+    **{f"F{n}": ("applied", "applied", "applied") for n in range(2, 8)},
+    **{f"F{n}": ("upstream", "applied", "applied") for n in range(8, 10)},
+    **{f"F{n}": ("upstream", "applied", "upstream") for n in range(10, 13)},
 }
 
 

@@ -36,6 +36,7 @@ DEADLINE_HELPER = "_fail_timed_out_inflight_reqs"
 INFLIGHT_FUNCTION = "process_disagg_prefill_inflight_queue"
 INFLIGHT_MARKER = "# pdguard: inflight-deadline"
 SENDER_MARKER = "# pdguard: sender-bootstrap-timeout"
+ABORT_MARKER = "# pdguard: sender-abort"
 
 Texts = dict[str, str]
 
@@ -348,8 +349,8 @@ def _pinned_polls(source: _Source, helper: ast.FunctionDef) -> list[ast.Assign]:
 
 
 def poll_set_on_instance(texts: Texts) -> Texts | None:
-    """Where pdguard fails overdue senders with ``abort()`` alone (every sender's poll()
-    honours it), the abort replaced by a poll set on the sender instance."""
+    """The deadline helper's best-effort ``abort()`` replaced by a poll set on the sender
+    instance (what pdguard wrote before issue 10)."""
 
     def change(source: _Source) -> bool:
         helper = next(_function(source, DEADLINE_HELPER), None)
@@ -365,31 +366,20 @@ def poll_set_on_instance(texts: Texts) -> Texts | None:
     return _edit(texts, PREFILL, change)
 
 
-def _pin_removed(texts: Texts) -> Texts | None:
-    """Where pdguard pins the poll of senders that ignore ``abort()``, the pin removed: those
-    senders' requests are never failed."""
+def abort_check_removed(texts: Texts) -> Texts | None:
+    """Where pdguard made NIXL's ``poll()`` return its concluded state first (sender-abort, up
+    to 0.5.11), that check removed: ``abort()`` no longer fails NIXL's requests."""
 
     def change(source: _Source) -> bool:
-        helper = next(_function(source, DEADLINE_HELPER), None)
-        pins = _pinned_polls(source, helper) if helper is not None else []
-        aborts = [
-            n
-            for n in source.nodes(ast.Call)
-            if helper is not None
-            and _inside(n, helper)
-            and isinstance(n.func, ast.Attribute)
-            and n.func.attr == "abort"
-        ]
-        if not pins or not aborts:
-            return False
-        for pin in pins:
-            first = pin.lineno
-            while source.lines[first - 2].lstrip().startswith("#"):
-                first -= 1
-            source.replace(first, _end(pin), [])
-        return True
+        for node in source.nodes(ast.If):
+            if ABORT_MARKER in source.lines[node.lineno - 2] and any(
+                _self_attr(n, "conclude_state") for n in ast.walk(node.test)
+            ):
+                source.remove(node, ABORT_MARKER)
+                return True
+        return False
 
-    return _edit(texts, PREFILL, change)
+    return _edit(texts, NIXL, change)
 
 
 def counts_parked_time(texts: Texts) -> Texts | None:
@@ -804,8 +794,8 @@ MUTANTS = (
     Mutant("deadline helper defined but not called", "PDG001", _helper_not_called),
     Mutant("deadline drops the request locally", "PDG002", _deadline_drops_locally),
     Mutant("poll set on a sender instance", "PDG002", poll_set_on_instance),
-    Mutant("abort() alone where a sender ignores it", "PDG002", _pin_removed),
     Mutant("deadline ignores the PP stage's own poll", "PDG002", ignores_stage_poll),
+    Mutant("poll() ignores abort() again", "PDG008", abort_check_removed),
     Mutant("init_time removed", "PDG004", _remove_init_time),
     Mutant("bootstrap check removed", "PDG004", _remove_bootstrap_check),
     Mutant("import time removed", "PDG005", _remove_import("time")),
@@ -868,19 +858,15 @@ def _inline_loop(texts: Texts) -> Texts | None:
                 f"{i}        waiting.{STAMP_ATTR} = current\n",
                 f"{i}        continue\n",
             ]
-        # fail the sender as pdguard does in this release: abort() where every sender
-        # honours it, else a pinned poll; under PP only while this stage still polls the
-        # transfer as unfinished
+        # fail the sender as pdguard does: abort(), which every sender's poll() honours;
+        # under PP only while this stage still polls the transfer as unfinished
         helper = next(_function(source, DEADLINE_HELPER), None)
-        fail = "    "
         if helper is not None and "rids_to_check" in {a.arg for a in helper.args.args}:
             inline.append(f"{i}        stage_state = kv_sender.poll()\n")
             inline.append(f"{i}        if stage_state != KVPoll.Success:\n")
-            fail += "    "
-        if helper is not None and not _pinned_polls(source, helper):
-            inline.append(f"{i}    {fail}kv_sender.abort()\n")
+            inline.append(f"{i}            kv_sender.abort()\n")
         else:
-            inline.append(f"{i}    {fail}kv_sender.poll = lambda: KVPoll.Failed\n")
+            inline.append(f"{i}        kv_sender.abort()\n")
         source.replace(source.marked_start(calls[0], INFLIGHT_MARKER), _end(calls[0]), inline)
         return True
 

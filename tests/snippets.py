@@ -84,14 +84,18 @@ class KVPoll:
 
 
 class BaseKVSender:
+    conclude_state = None
+
     def poll(self): ...
 
     def abort(self):
-        pass
+        self.conclude_state = KVPoll.Failed
 
 
 class FakeKVSender(BaseKVSender):
     def poll(self):
+        if self.conclude_state is not None:
+            return self.conclude_state
         return KVPoll.WaitingForInput
 '''
 

@@ -32,7 +32,7 @@ from tests.snippets import (
 SCHEMA_PATH = Path(__file__).parent / "data" / "sarif-schema-2.1.0.json"
 # Every rule, in registry order (PDG000 says what pdguard cannot model; PDG006/PDG007 check
 # the decode side).
-CODES = ("PDG000", "PDG001", "PDG002", "PDG003", "PDG004", "PDG005", "PDG006", "PDG007")
+CODES = ("PDG000", "PDG001", "PDG002", "PDG003", "PDG004", "PDG005", "PDG006", "PDG007", "PDG008")
 SYMBOL = "SchedulerDisaggregationPrefillMixin.process_disagg_prefill_inflight_queue"
 CLEAN = "All checks passed!"
 TEXT_LINE = re.compile(

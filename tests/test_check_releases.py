@@ -15,8 +15,8 @@ from pdguard.commands.check import load_project
 from pdguard.sglang_names import PP_CONSENSUS_PARAM
 from pdguard.tree import open_tree
 from tests.helpers import MOONCAKE_STUCK, NIXL_STUCK
-from tests.mutants import DECODE_MARKER, MUTANTS, RECEIVER_MARKER, VARIANTS
-from tests.test_mutants import BY_SENDERS, NEEDS_PP
+from tests.mutants import DECODE_MARKER, MUTANTS, NIXL, RECEIVER_MARKER, VARIANTS
+from tests.test_mutants import ABORT_IGNORED, NEEDS_PP
 
 pytestmark = pytest.mark.releases
 
@@ -24,7 +24,7 @@ pytestmark = pytest.mark.releases
 # The prefill rules. PDG006/PDG007 (decode side) still report unpatched decode code after
 # ``apply``, which fixes the prefill side only: tests/test_decode_rules.py asserts those.
 # The prefill side (PDG006/PDG007 check the decode side, which the prefill fixes leave as is).
-PREFILL_CODES = ("PDG000", "PDG001", "PDG002", "PDG003", "PDG004", "PDG005")
+PREFILL_CODES = ("PDG000", "PDG001", "PDG002", "PDG003", "PDG004", "PDG005", "PDG008")
 DECODE_CODES = ("PDG006", "PDG007")  # the decode fixes' mutants
 
 
@@ -77,9 +77,9 @@ def test_mutant_is_reported(patched, mutant) -> None:
             params = {a.arg for a in model.function.args.args} if model else set()
             assert PP_CONSENSUS_PARAM not in params, info.version
             return
-        if mutant.name in BY_SENDERS:
-            # abort() alone where every sender honours it; abort() and a pinned poll where
-            # some sender ignores it; a pinned poll alone where no sender can abort (neither)
+        if mutant.name == ABORT_IGNORED:
+            # NIXL's poll() honours abort() upstream from 0.5.12: sender-abort left it alone
+            assert "# pdguard: sender-abort" not in texts.get(NIXL, ""), info.version
             return
         if mutant.expected in DECODE_CODES:
             # the decode fixes wrote nothing there (upstream already bounds it, or the

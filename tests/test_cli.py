@@ -30,6 +30,7 @@ INFLIGHT = "inflight-deadline"
 SENDER = "sender-bootstrap-timeout"
 # The decode fixes (issue 11): the test tree has no KV receiver and no decode queue.
 DECODE_NA = {"receiver-waiting-timeout": "not-applicable", "decode-queue-bound": "not-applicable"}
+ABORT_HONOURED = {"sender-abort": "upstream"}  # the snippet's FakeKVSender honours abort()
 BOM = b"\xef\xbb\xbf"
 
 
@@ -193,7 +194,12 @@ def test_json_report(
     assert payload["files_changed"] == [shown(tree)]
     assert payload["written"] is written
     status = "applied" if written else "would-apply"  # a dry run never says applied
-    assert payload["fixes"] == {INFLIGHT: status, SENDER: "not-applicable", **DECODE_NA}
+    assert payload["fixes"] == {
+        INFLIGHT: status,
+        SENDER: "not-applicable",
+        **ABORT_HONOURED,
+        **DECODE_NA,
+    }
     assert isinstance(payload["notes"], dict)
     assert all(isinstance(v, str) for v in payload["notes"].values())
 
@@ -203,7 +209,12 @@ def test_json_report_after_apply(tree: Path, capsys: pytest.CaptureFixture[str])
     code, out, _ = run_main(capsys, "apply", "--format", "json", tree)
     assert code == 0
     payload = json.loads(out)
-    assert payload["fixes"] == {INFLIGHT: "present", SENDER: "not-applicable", **DECODE_NA}
+    assert payload["fixes"] == {
+        INFLIGHT: "present",
+        SENDER: "not-applicable",
+        **ABORT_HONOURED,
+        **DECODE_NA,
+    }
     assert payload["files_changed"] == []
 
 

@@ -55,9 +55,10 @@ def test_apply_release(release_copy, capsys: pytest.CaptureFixture[str]) -> None
         Path(p).resolve().relative_to(root.resolve()).as_posix() for p in report["files_changed"]
     ]
     assert "sglang/srt/disaggregation/prefill.py" in changed
-    # NIXL's sender needs the bootstrap timeout from 0.4.7 (F3) until 0.5.18 (F10) fixed it;
-    # its receiver (issue 11) needs the waiting timeout up to 0.5.5.post3.
-    nixl_fixed = info.family in ("F3", "F4", "F5", "F6", "F7", "F8", "F9")
+    # NIXL's sender needs the bootstrap timeout from 0.4.7 (F3) until 0.5.18 (F10) fixed it,
+    # and a poll() that honours abort() up to 0.5.11 (F6); its receiver (issue 11) needs the
+    # waiting timeout up to 0.5.5.post3.
+    nixl_fixed = info.family in ("F2", "F3", "F4", "F5", "F6", "F7", "F8", "F9")
     nixl_fixed |= expected["receiver-waiting-timeout"] == "applied"
     assert ("sglang/srt/disaggregation/nixl/conn.py" in changed) == nixl_fixed
     after = file_bytes(root)
@@ -66,6 +67,8 @@ def test_apply_release(release_copy, capsys: pytest.CaptureFixture[str]) -> None
     for rel in changed:
         old, new = before[rel].decode(), after[rel].decode()
         compile(new, rel, "exec")
+        # no method replaced on an instance (issue 10: `sender.poll = lambda: ...`)
+        assert new.count(".poll = ") == old.count(".poll = "), rel
         assert black_complaints(old, new) == [], rel
         assert isort_complaints(old, new) == [], rel
         original = root.parent / "original.py"

@@ -181,7 +181,7 @@ def test_apply_fixes_fork_shapes_and_check_agrees(
     code, fixes, err = _apply(capsys, root)
     assert code == 0, err
     assert fixes["inflight-deadline"] == "applied"
-    prefill_codes = {"PDG000", "PDG001", "PDG002", "PDG003", "PDG004", "PDG005"}
+    prefill_codes = {"PDG000", "PDG001", "PDG002", "PDG003", "PDG004", "PDG005", "PDG008"}
     assert [f for f in check_tree(open_tree(root)).findings if f.code in prefill_codes] == []
 
 
@@ -201,6 +201,7 @@ def test_a_sender_pdguard_cannot_fix_is_refused_and_can_be_left_out(
     code, fixes, err = _apply(capsys, root, "--ignore", "sender-bootstrap-timeout")
     assert code == 0, err
     assert fixes == {
+        "sender-abort": "applied",  # the fork's sender had only the base's stub abort()
         "inflight-deadline": "applied",
         "sender-bootstrap-timeout": "skipped",
         "receiver-waiting-timeout": "not-applicable",  # the fork has no decode side

@@ -58,7 +58,7 @@ STATUSES = {"carried", "upstream", "applicable", "drifted", "not-applicable"}
 FINDING_KEYS = {"code", "path", "line", "col", "symbol", "message"}
 # The prefill rules, which the fixes verify and carry are about. The decode rules (PDG006,
 # PDG007) still report a carried ref's unpatched decode code.
-PREFILL_CODES = ("PDG001", "PDG002", "PDG003", "PDG004", "PDG005")
+PREFILL_CODES = ("PDG001", "PDG002", "PDG003", "PDG004", "PDG005", "PDG008")
 
 
 def _prefill_findings(report: dict) -> list[dict]:
@@ -83,14 +83,14 @@ for needed in ("0.4.6", "0.4.7", "0.5.14", "0.5.17", "0.5.18", "0.5.23"):
 NEWEST = f"v{RELEASES[-1].version}"
 
 # Refs (besides the tags) and what verify must say of them.
-FORK_REFS = {
-    "fork": ("carried", "carried"),
-    "fork-merged": ("applicable", "applicable"),
-    "fork-reapplied": ("carried", "carried"),
-    "fork-apply": ("carried", "carried"),
-    "moved": ("drifted", "upstream"),
-    "renamed": ("drifted", "upstream"),
-    "main": ("applicable", "upstream"),  # HEAD's commit, not the patched working tree
+FORK_REFS = {  # sender-abort, inflight-deadline, sender-bootstrap-timeout
+    "fork": ("carried", "carried", "carried"),
+    "fork-merged": ("upstream", "applicable", "applicable"),
+    "fork-reapplied": ("upstream", "carried", "carried"),  # 0.5.14's senders honour abort()
+    "fork-apply": ("upstream", "carried", "carried"),
+    "moved": ("upstream", "drifted", "upstream"),
+    "renamed": ("upstream", "drifted", "upstream"),
+    "main": ("upstream", "applicable", "upstream"),  # HEAD's commit, not the patched tree
 }
 
 
@@ -328,6 +328,7 @@ def test_verify_exit_codes_and_formats(upstream: Upstream, capsys) -> None:
         "carried",
         "carried",
         "carried",
+        "carried",
         "upstream",
         "0",
     ]
@@ -335,14 +336,15 @@ def test_verify_exit_codes_and_formats(upstream: Upstream, capsys) -> None:
 
     assert main(["verify", "--repo", repo, "--tags", "v0.4.6", "--format", "github"]) == 1
     out = capsys.readouterr().out.splitlines()
-    assert out[0].startswith("::error title=pdguard verify v0.4.6::inflight-deadline drifted: ")
-    assert "raises" in out[0]
-    assert out[1].startswith(
+    assert out[0].startswith(
         "::warning title=pdguard verify v0.4.6::sender-bootstrap-timeout applicable: "
     )
+    assert out[1].startswith("::warning title=pdguard verify v0.4.6::sender-abort applicable: ")
+    assert out[2].startswith("::error title=pdguard verify v0.4.6::inflight-deadline drifted: ")
+    assert "raises" in out[2]
     # Issue 11: the receiver timeout is refused on 0.4.6 too (a decode Failed poll raises).
-    assert len(out) == 3
-    assert out[2].startswith(
+    assert len(out) == 4
+    assert out[3].startswith(
         "::error title=pdguard verify v0.4.6::receiver-waiting-timeout drifted: "
     )
 
@@ -488,6 +490,7 @@ def test_carry_commits_the_fixed_tree(upstream: Upstream, tmp_path: Path, capsys
     assert main(["verify", "--repo", str(repo), "--ref", "carry-0.5.18", "--format", "json"]) == 0
     [report] = json.loads(capsys.readouterr().out)
     assert report["fixes"] == {
+        "sender-abort": "upstream",
         "inflight-deadline": "carried",
         "sender-bootstrap-timeout": "upstream",
         "receiver-waiting-timeout": "upstream",  # issue 11

@@ -170,7 +170,7 @@ def test_the_workflow_runs_on_a_fork_of_real_releases(fork, tmp_path: Path) -> N
         r["locations"][0]["physicalLocation"]["artifactLocation"]["uri"]
         for r in sarif_run["results"]
     }
-    prefill_codes = {"PDG001", "PDG002", "PDG003", "PDG004", "PDG005"}
+    prefill_codes = {"PDG001", "PDG002", "PDG003", "PDG004", "PDG005", "PDG008"}
     assert not {r["ruleId"] for r in sarif_run["results"]} & prefill_codes  # the fork is fixed
     assert all(uri.startswith("python/sglang/srt/disaggregation/") for uri in uris), uris
 
@@ -181,6 +181,7 @@ def test_the_workflow_runs_on_a_fork_of_real_releases(fork, tmp_path: Path) -> N
     )
     verified = pdguard("verify", "--repo", str(fork_path), "--ref", branch, "--format", "json")
     assert json.loads(verified.stdout)[0]["fixes"] == {
+        "sender-abort": "upstream",  # 0.5.13+ senders honour abort() upstream
         "inflight-deadline": "carried",
         "sender-bootstrap-timeout": "upstream",
         "receiver-waiting-timeout": "upstream",  # 0.5.6+ receivers have it upstream

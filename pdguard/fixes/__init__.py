@@ -12,11 +12,16 @@ from .base import Fix, Outcome, Status
 from .decode_queue_bound import DecodeQueueBoundFix
 from .inflight_deadline import InflightDeadline
 from .receiver_waiting_timeout import ReceiverWaitingTimeoutFix
+from .sender_abort import SenderAbortFix
 from .sender_bootstrap_timeout import SenderBootstrapTimeoutFix
 
 FIXES: tuple[Fix, ...] = (
-    InflightDeadline(),
+    # The fixes that change sender classes first, so that each refusal names the line it
+    # read on disk; then inflight-deadline, which fails senders with abort() and needs every
+    # sender's poll() to honour it (sender-abort).
     SenderBootstrapTimeoutFix(),
+    SenderAbortFix(),
+    InflightDeadline(),
     ReceiverWaitingTimeoutFix(),
     DecodeQueueBoundFix(),
 )

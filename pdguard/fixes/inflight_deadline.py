@@ -8,7 +8,6 @@ from typing import TYPE_CHECKING
 
 from pdguard.checks.classes import find_method
 from pdguard.checks.inflight import analyse
-from pdguard.checks.kv_senders import BASE_SENDER
 
 from .. import fix_names
 from ..sglang_names import (
@@ -29,20 +28,13 @@ if TYPE_CHECKING:
     from ..workspace import Workspace
 
 FIX = fix_names.INFLIGHT_DEADLINE
+SENDER_ABORT = fix_names.SENDER_ABORT
 # pdguard's own names in the code it writes.
 HELPER = fix_names.INFLIGHT_HELPER
 STAMP = fix_names.INFLIGHT_STAMP
 READER = fix_names.INFLIGHT_TIMEOUT_READER
 # The registry entries whose presence makes the release's convention the registry (0.5.8+).
 _SIBLINGS = (WAITING_TIMEOUT_ENV, BOOTSTRAP_TIMEOUT_ENV)
-
-# How an overdue sender is failed (the codemod's ``abort``), as the note says it.
-_HOW = {
-    "honoured": "abort() (every sender's poll() reports Failed once aborted), best effort",
-    "direct": "abort() and a Failed poll",
-    "guarded": "abort() where the sender has one, and a Failed poll",
-    "none": "a Failed poll",
-}
 
 
 def _function(tree: ast.Module, name: str) -> ast.FunctionDef | None:
@@ -349,15 +341,25 @@ class InflightDeadline(Fix):
                 )
         return None
 
-    def _abort_style(self, workspace: Workspace) -> tuple[str, bool, list[str]]:
-        """How an overdue sender can be failed: "honoured" (every backend's ``poll()``
-        reports Failed once it is aborted), "direct" (BaseKVSender has ``abort``), "guarded"
-        (only some senders do), "none"; whether the reason can be recorded as the room's
-        failure (every sender whose manager keeps records pops its record when it reports the
-        failure: no record leaks); and the senders whose ``poll()`` ignores ``abort()``."""
+    def _senders(self, workspace: Workspace) -> tuple[bool, Outcome | None]:
+        """Whether the timeout can be recorded as the room's failure (every sender whose
+        manager keeps records pops its record when it reports the failure: no record leaks);
+        or a refusal where some sender's ``poll()`` does not report Failed once aborted (the
+        deadline fails senders with ``abort()`` only: ``sender-abort`` fixes their classes)."""
         index = sender_index(workspace)
         concrete = [s for s in index.senders() if index.is_concrete(s)]
         ignoring = [s for s in concrete if not index.abort_honoured(s)]
+        if ignoring:
+            # the file only: an earlier fix's pending change may have moved its lines
+            owner = index.resolve(ignoring[0], "poll")
+            where = owner.rel if owner else None
+            return False, Outcome(
+                Status.REFUSED,
+                f"{', '.join(ignoring)}: poll() does not report Failed once abort() is called, "
+                f"and the deadline fails overdue senders with abort(); the {SENDER_ABORT} fix "
+                "changes those classes (apply it too)",
+                where,
+            )
         keeping = [
             s
             for s in concrete
@@ -370,13 +372,7 @@ class InflightDeadline(Fix):
             and index.manager_has(manager, MANAGER_RECORD_FAILURE)
             for s in keeping
         ) and all(index.pops_failure_records(s) for s in keeping)
-        if concrete and not ignoring:
-            return "honoured", record, []
-        if index.resolve(BASE_SENDER, "abort") is not None:
-            return "direct", record, ignoring
-        if any(index.resolve(s, "abort") for s in index.senders()):
-            return "guarded", record, ignoring
-        return "none", record, ignoring
+        return record, None
 
     def _apply(self, workspace: Workspace) -> Outcome:
         """Run the codemods: on ``prefill.py``, and on ``environ.py`` where the release reads
@@ -391,7 +387,9 @@ class InflightDeadline(Fix):
             return Outcome(
                 Status.REFUSED, f"{KVPOLL} is not imported in {PREFILL_PATH}", PREFILL_PATH
             )
-        abort, record, ignoring = self._abort_style(workspace)
+        record, refused = self._senders(workspace)
+        if refused is not None:
+            return refused
         model = analyse(workspace.ast(PREFILL_PATH))
         if model is None:
             return Outcome(Status.REFUSED, f"no {FUNCTION}() in {PREFILL_PATH}", PREFILL_PATH)
@@ -399,7 +397,6 @@ class InflightDeadline(Fix):
         style = convention(environ_tree)
         codemod = Codemod(
             convention=style,
-            abort=abort,
             isort_config=workspace.isort_config(PREFILL_PATH),
             record=record,
             parked=bool(model.parked_line),
@@ -418,7 +415,9 @@ class InflightDeadline(Fix):
             except AnchorError as exc:
                 workspace.set_text(PREFILL_PATH, prefill_before)  # all of the fix or nothing
                 return Outcome(Status.REFUSED, str(exc), ENVIRON_PATH)
-        how = _HOW[abort] + (", the timeout recorded as the room's failure" if record else "")
+        how = "abort() (every sender's poll() reports Failed once aborted), best effort"
+        if record:
+            how += ", the timeout recorded as the room's failure"
         read = (
             f"an env registry entry in {ENVIRON_PATH}"
             if style == fix_names.ENV_REGISTRY
@@ -426,8 +425,6 @@ class InflightDeadline(Fix):
         )
         if model.parked_line:
             how += "; parked requests are not counted"
-        if ignoring:
-            how += f" (abort() does not fail {', '.join(ignoring)})"
         return Outcome(
             Status.APPLIED,
             f"stamp at every inflight-queue entry, deadline before the poll all-reduce in "

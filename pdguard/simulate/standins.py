@@ -550,7 +550,9 @@ class ScriptedSender:
     """A KV sender whose ``poll()`` follows its request's script in simulated time:
     Bootstrapping for ``bootstrap_s`` after it is created, WaitingForInput until the scheduler
     sends the last chunk, then Transferring for ``transfer_s`` and Success. With ``transfer_s``
-    None the decode side is gone (it restarted): WaitingForInput for ever."""
+    None the decode side is gone (it restarted): WaitingForInput for ever. Once aborted it
+    reports Failed, as every release's sender does once pdguard's sender-abort has run (a
+    tree without sender classes gets this one)."""
 
     def __init__(
         self,
@@ -570,6 +572,8 @@ class ScriptedSender:
         self._sent_at: float | None = None
 
     def poll(self) -> int:
+        if self.conclude_state is not None:
+            return self.conclude_state
         now = self._ctx.world_time()
         if now < self._created + self._spec.bootstrap_s - 1e-9:
             return KVPoll.Bootstrapping
@@ -606,6 +610,7 @@ class ScriptedSender:
 
     def abort(self) -> None:
         self._ctx.record("sender_abort", self._spec.rid)
+        self.conclude_state = KVPoll.Failed
 
 
 class DeferredBootstrap(Strict):

@@ -1,0 +1,151 @@
+"""PDG008: the inflight deadline aborts a KV sender whose poll() does not report Failed then.
+
+What it does
+    Where the inflight deadline fails overdue senders with ``abort()`` (before the poll
+    all-reduce), reports every concrete ``BaseKVSender`` subclass (resolved through inheritance
+    across files) whose ``poll()`` does not report Failed once ``abort()`` has run: it has no
+    ``abort()`` at all, or its ``abort()`` concludes a Failed state (or a Failed room status)
+    that ``poll()`` never returns (``checks/kv_senders.py``, ``abort_honoured``).
+
+Why is this bad
+    The deadline counts on the MIN-reduced poll being Failed on every rank in the step it
+    aborts the sender: only then does the release's own Failed branch end the request on all
+    of them. An ``abort()`` that ``poll()`` ignores (NIXL up to 0.5.11 reads its transfer
+    handles once it has sent) leaves the overdue request waiting, with no bound; a sender
+    without ``abort()`` makes the call raise. The fix belongs in the sender's class (pdguard's
+    ``sender-abort``), not in a ``poll`` replaced on the instance (PDG002).
+
+Example
+    ``NixlKVSender.poll()`` returning its transfer handles' state once ``has_sent``, with
+    ``CommonKVSender.abort()`` setting ``conclude_state`` that it never reads.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+from .examples import PATCHED
+from .model import PREFILL, Finding, Invalid, Rule
+from .project import Project
+
+_BASE = """\
+class BaseKVSender:
+    pass
+
+
+class CommonKVSender(BaseKVSender):
+    def abort(self):
+        self.conclude_state = KVPoll.Failed
+"""
+_QUILL = """\
+from sglang.srt.disaggregation.base.conn import KVPoll
+from sglang.srt.disaggregation.common.conn import CommonKVSender
+
+
+class QuillKVSender(CommonKVSender):
+    def __init__(self, mgr, room):
+        self.kv_mgr = mgr
+        self.room = room
+        self.handles = []
+{init}
+    def poll(self):
+{first}        if not self.handles:
+            return self.kv_mgr.check_status(self.room)
+        return KVPoll.Success if self.kv_mgr.done(self.handles) else KVPoll.Transferring
+"""
+_INIT_STATE = "        self.conclude_state = None\n"
+_FIRST = """\
+        if self.conclude_state is not None:
+            return self.conclude_state
+"""
+_COMMON = "sglang/srt/disaggregation/common/conn.py"
+# What a deadline may call on a sender besides abort() without failing it another way.
+ABORT_ONLY = frozenset({"abort", "record_failure"})
+_QUILL_PATH = "sglang/srt/disaggregation/quill/conn.py"
+
+
+def _tree(sender: str, base: str = _BASE) -> dict[str, str]:
+    return {PREFILL: PATCHED, _COMMON: base, _QUILL_PATH: sender}
+
+
+class AbortIgnored(Rule):
+    code = "PDG008"
+    name = "abort-ignored"
+    VALID = (
+        _tree(_QUILL.format(init=_INIT_STATE, first=_FIRST)),
+        # no deadline that aborts senders: nothing counts on abort()
+        {_COMMON: _BASE, _QUILL_PATH: _QUILL.format(init="", first="")},
+    )
+    INVALID = (
+        Invalid(
+            _tree(_QUILL.format(init=_INIT_STATE, first="")),
+            [
+                (
+                    12,
+                    5,
+                    "QuillKVSender.poll() does not report Failed once abort() has run (it "
+                    "never returns the state CommonKVSender.abort() concludes), and the inflight "
+                    "deadline fails senders with abort() (line 21): its requests can wait forever",
+                    _QUILL_PATH,
+                )
+            ],
+        ),
+        Invalid(
+            _tree(
+                _QUILL.format(init=_INIT_STATE, first=_FIRST),
+                base="class BaseKVSender:\n"
+                "    pass\n\n\nclass CommonKVSender(BaseKVSender):\n    pass\n",
+            ),
+            [
+                (
+                    12,
+                    5,
+                    "QuillKVSender.poll() does not report Failed once abort() has run (it has "
+                    "no abort()), and the inflight deadline fails senders with abort() (line 21): "
+                    "its requests can wait forever",
+                    _QUILL_PATH,
+                )
+            ],
+        ),
+    )
+
+    def check(self, project: Project) -> Iterator[Finding]:
+        model = project.inflight
+        if model is None:
+            return
+        # deadlines that fail senders with abort() alone (record_failure only adds a reason;
+        # a poll set on the instance, which PDG002 reports, or another call may fail it)
+        aborting = [
+            c
+            for c in model.checks
+            if c.position == "before"
+            and c.fails_sender
+            and c.poll_set_at is None
+            and "abort" in c.sender_calls
+            and c.sender_calls <= ABORT_ONLY
+        ]
+        if not aborting:
+            return
+        index = project.classes
+        for name in index.senders():
+            if not index.is_concrete(name) or index.abort_honoured(name):
+                continue
+            owner = index.resolve(name, "poll")
+            abort_owner = index.resolve(name, "abort")
+            if owner is None:
+                continue
+            poll = owner.methods["poll"]
+            why = (
+                "it has no abort()"
+                if abort_owner is None
+                else f"it never returns the state {abort_owner.name}.abort() concludes"
+            )
+            yield self.finding(
+                owner.rel,
+                poll.lineno,
+                poll.col_offset + 1,
+                f"{name}.poll",
+                f"{name}.poll() does not report Failed once abort() has run ({why}), and the "
+                f"inflight deadline fails senders with abort() (line {aborting[0].line}): its "
+                "requests can wait forever",
+            )

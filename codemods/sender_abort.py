@@ -1,0 +1,141 @@
+"""Make a KV sender's ``poll()`` report Failed once it is aborted (any ``*KVSender`` class).
+
+pdguard's inflight deadline fails an overdue request through its sender's ``abort()``, before
+the poll all-reduce, and counts on the sender's next ``poll()`` saying Failed. Some releases'
+senders cannot: NIXL's ``poll()`` (up to SGLang 0.5.11) reads its transfer handles once it has
+sent and never looks at what ``abort()`` recorded, the fake sender (up to 0.5.12) and NIXL's
+(up to 0.5.9) have no ``abort()``, nor has Mooncake's up to 0.4.9.post4. This codemod changes
+one class the way later releases do it, with a concluded state:
+
+* ``init_state``: ``self.conclude_state = None`` at the end of ``__init__``;
+* ``check_first``: ``poll()`` starts by returning ``self.conclude_state`` once it is set, so
+  everything after it (the transfer handles, the manager's status) is not read any more;
+* ``add_abort``: an ``abort()`` (after ``poll()``) that concludes the sender as Failed.
+
+Every inserted piece carries the marker comment ``# pdguard: sender-abort``.
+"""
+
+from __future__ import annotations
+
+import argparse
+
+import libcst as cst
+
+from pdguard.fix_names import SENDER_ABORT as FIX
+from pdguard.sglang_names import KVPOLL
+
+from .anchors import AnchorError, find_method, marker
+from .command import Transform, commands
+from .insertion import StatementEdit, apply_edits, parse_method, parse_statements
+from .isort_imports import top_level_bindings
+
+CONCLUDE_STATE = "conclude_state"
+
+_INIT_STATE = f"""\
+{{marker}}: set by abort(), reported by poll().
+self.{CONCLUDE_STATE} = None
+"""
+
+_CHECK_FIRST = f"""\
+{{marker}}: once aborted, the transfer is over.
+if self.{CONCLUDE_STATE} is not None:
+    return self.{CONCLUDE_STATE}
+"""
+
+_ABORT = f"""\
+    {{marker}}: poll() reports Failed from now on.
+    def abort(self):
+        self.{CONCLUDE_STATE} = {KVPOLL}.Failed
+"""
+
+
+def _is_docstring(stmt: cst.CSTNode) -> bool:
+    return (
+        isinstance(stmt, cst.SimpleStatementLine)
+        and len(stmt.body) == 1
+        and isinstance(stmt.body[0], cst.Expr)
+        and isinstance(stmt.body[0].value, cst.SimpleString | cst.ConcatenatedString)
+    )
+
+
+class SenderAbortTransform(Transform):
+    DESCRIPTION: str = "Make a KV sender's poll() report Failed once abort() is called."
+
+    @staticmethod
+    def add_args(arg_parser: argparse.ArgumentParser) -> None:
+        arg_parser.add_argument("--class", dest="class_name", required=True)
+        arg_parser.add_argument(
+            "--no-init-state",
+            dest="init_state",
+            action="store_false",
+            help="__init__ already sets conclude_state",
+        )
+        arg_parser.add_argument(
+            "--no-check-first",
+            dest="check_first",
+            action="store_false",
+            help="poll() already returns a set conclude_state first",
+        )
+        arg_parser.add_argument(
+            "--no-abort",
+            dest="add_abort",
+            action="store_false",
+            help="the class already has (or inherits) an abort() that concludes it as Failed",
+        )
+
+    def __init__(
+        self,
+        class_name: str,
+        init_state: bool = True,
+        check_first: bool = True,
+        add_abort: bool = True,
+    ) -> None:
+        self.class_name = class_name
+        self.init_state = init_state
+        self.check_first = check_first
+        self.add_abort = add_abort
+
+    def transform_module_impl(self, tree: cst.Module) -> cst.Module:
+        edits: list[tuple[cst.CSTNode, StatementEdit]] = []
+        if self.init_state:
+            edits.append(self._init_state(tree))
+        if self.check_first or self.add_abort:
+            _, poll = find_method(tree, "poll", self.class_name)
+            if self.check_first:
+                edits.append(self._check_first(tree, poll))
+            if self.add_abort:
+                edits.append(self._abort(tree, poll))
+        return apply_edits(tree, edits)
+
+    def _init_state(self, tree: cst.Module) -> tuple[cst.CSTNode, StatementEdit]:
+        _, init = find_method(tree, "__init__", self.class_name)
+        last = init.body.body[-1]
+        if isinstance(last, cst.SimpleStatementLine) and isinstance(last.body[0], cst.Return):
+            raise AnchorError(f"{self.class_name}.__init__ ends with a return")
+        new = parse_statements(_INIT_STATE.format(marker=marker(FIX)), tree.config_for_parsing)
+        return last, StatementEdit(after=new)
+
+    def _check_first(
+        self, tree: cst.Module, poll: cst.FunctionDef
+    ) -> tuple[cst.CSTNode, StatementEdit]:
+        body = list(poll.body.body)
+        if body and _is_docstring(body[0]):
+            body = body[1:]
+        if not body:
+            raise AnchorError(f"{self.class_name}.poll() has no statement to check before")
+        new = parse_statements(_CHECK_FIRST.format(marker=marker(FIX)), tree.config_for_parsing)
+        return body[0], StatementEdit(before=new)
+
+    def _abort(self, tree: cst.Module, poll: cst.FunctionDef) -> tuple[cst.CSTNode, StatementEdit]:
+        if KVPOLL not in top_level_bindings(tree):
+            raise AnchorError(f"{KVPOLL} is not imported at the top of the module")
+        indent = tree.default_indent
+        code = _ABORT.format(marker=marker(FIX)).replace("    ", indent)
+        method = parse_method(code, tree.config_for_parsing)
+        method = method.with_changes(
+            leading_lines=[cst.EmptyLine(indent=False), *method.leading_lines]
+        )
+        return poll, StatementEdit(after=[method])
+
+
+__getattr__, __dir__ = commands(__name__, SenderAbort=SenderAbortTransform)

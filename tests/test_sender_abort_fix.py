@@ -1,0 +1,136 @@
+"""The ``sender-abort`` fix on hand-written sender hierarchies (the test's own names), and how
+``inflight-deadline`` depends on it: abort() only, never a poll set on an instance."""
+
+from __future__ import annotations
+
+import textwrap
+from pathlib import Path
+
+from pdguard import checks
+from pdguard.commands import apply as pipeline
+from pdguard.commands.check import load_project
+from pdguard.fixes import FIXES
+from pdguard.fixes.base import Status
+from pdguard.fixes.sender_abort import SenderAbortFix, ignoring_senders
+from pdguard.fixes.sender_index import sender_index
+from pdguard.tree import open_tree
+from pdguard.workspace import Workspace
+from tests.snippets import make_tree
+
+DISAGG = "sglang/srt/disaggregation"
+
+# A base with no abort() (as SGLang's BaseKVSender up to 0.5.23).
+BASE = """
+    class KVPoll:
+        Failed = 0
+        Bootstrapping = 1
+        WaitingForInput = 2
+        Transferring = 3
+        Success = 4
+
+
+    class BaseKVSender:
+        def poll(self): ...
+"""
+
+# A handle-reading sender with no abort() (as NIXL's up to 0.5.9), a concluding one without
+# abort() (as Mooncake's up to 0.4.9.post4) and its subclass (as Ascend's).
+RELAY = """
+    from sglang.srt.disaggregation.base.conn import BaseKVSender, KVPoll
+
+
+    class RelayKVSender(BaseKVSender):
+        def __init__(self, mgr, room):
+            self.kv_mgr = mgr
+            self.room = room
+            self.handles = []
+
+        def poll(self):
+            if not self.handles:
+                return self.kv_mgr.check_status(self.room)
+            return KVPoll.Success if self.kv_mgr.finished(self.handles) else KVPoll.Transferring
+"""
+TIDE = """
+    from sglang.srt.disaggregation.base.conn import BaseKVSender, KVPoll
+
+
+    class TideKVSender(BaseKVSender):
+        def __init__(self, mgr, room):
+            self.kv_mgr = mgr
+            self.room = room
+            self.conclude_state = None
+
+        def poll(self):
+            if self.conclude_state is None:
+                return self.kv_mgr.check_status(self.room)
+            else:
+                return self.conclude_state
+
+
+    class EbbKVSender(TideKVSender):
+        pass
+"""
+
+
+def _add(root: Path, **backends: str) -> Path:
+    for name, text in backends.items():
+        path = root / DISAGG / name / "conn.py"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(textwrap.dedent(text))
+    return root
+
+
+def test_each_sender_is_fixed_in_the_class_that_defines_poll(tmp_path: Path) -> None:
+    root = _add(make_tree(tmp_path / "t"), base=BASE, relay=RELAY, tide=TIDE)
+    workspace = Workspace(open_tree(root))
+    assert ignoring_senders(sender_index(workspace)) == [
+        "EbbKVSender",
+        "RelayKVSender",
+        "TideKVSender",
+    ]
+    outcome = SenderAbortFix().plan(workspace)
+    assert outcome.status is Status.APPLIED, outcome.note
+    assert outcome.note == (
+        "RelayKVSender: abort(), poll() returns the concluded state first, conclude_state in "
+        "__init__; TideKVSender: abort()"
+    )
+    assert sorted(workspace.changed()) == [f"{DISAGG}/relay/conn.py", f"{DISAGG}/tide/conn.py"]
+    assert ignoring_senders(sender_index(workspace)) == []  # Ebb inherits Tide's abort()
+    for rel, new in workspace.changed().items():
+        (root / rel).write_text(new.text)
+    again = Workspace(open_tree(root))
+    assert SenderAbortFix().plan(again).status is Status.PRESENT
+    assert again.changed() == {}
+
+
+def test_inflight_deadline_alone_refuses_rather_than_pinning_poll(tmp_path: Path) -> None:
+    root = _add(make_tree(tmp_path / "t"), base=BASE, relay=RELAY)
+    inflight = next(f for f in FIXES if f.name == "inflight-deadline")
+    result = pipeline.plan(open_tree(root), (inflight,))
+    refusal = result.outcomes["inflight-deadline"]
+    assert refusal.status is Status.REFUSED
+    assert refusal.note is not None
+    assert refusal.note.startswith("RelayKVSender: poll() does not report Failed once abort()")
+    assert "the sender-abort fix changes those classes" in refusal.note
+    assert refusal.where == f"{DISAGG}/relay/conn.py"
+    assert result.changes == {}
+
+
+def test_apply_fails_overdue_senders_with_abort_only_and_check_agrees(tmp_path: Path) -> None:
+    root = _add(make_tree(tmp_path / "t"), base=BASE, relay=RELAY)
+    result = pipeline.plan(open_tree(root))
+    assert not result.refused, {n: o.note for n, o in result.refused.items()}
+    assert result.outcomes["sender-abort"].status is Status.APPLIED
+    assert result.outcomes["inflight-deadline"].status is Status.APPLIED
+    pipeline.write(result)
+    prefill = (root / DISAGG / "prefill.py").read_text()
+    assert "sender.abort()" in prefill and ".poll =" not in prefill
+    assert checks.run(load_project(open_tree(root))) == []
+    # without the sender change, check says which sender the deadline cannot fail
+    relay = root / DISAGG / "relay" / "conn.py"
+    relay.write_text(textwrap.dedent(RELAY))
+    findings = checks.run(load_project(open_tree(root)), ["PDG008"])
+    assert [(f.path, f.line, f.symbol) for f in findings] == [
+        (f"{DISAGG}/relay/conn.py", 11, "RelayKVSender.poll")
+    ]
+    assert "(it has no abort())" in findings[0].message
