@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from pdguard.fix_names import INFLIGHT_DEADLINE, SENDER_ABORT
 from pdguard.fixes import FIXES
 
 from .helpers import copy_release
@@ -113,10 +114,12 @@ print(json.dumps({"exit": code, "loaded": loaded}))
 @pytest.mark.releases
 @pytest.mark.parametrize("fix", [fix.name for fix in FIXES])
 def test_apply_imports_neither_libcst_matchers_nor_codemod(fix: str, tmp_path: Path) -> None:
-    """On 0.4.9 every fix applies (the NIXL sender, the Mooncake receiver, ...)."""
+    """On 0.4.9 every fix applies (the NIXL sender, the Mooncake receiver, ...); the inflight
+    deadline with sender-abort, which it needs there (NIXL's poll() ignores abort())."""
     target = copy_release("0.4.9", tmp_path / "sglang")
+    select = f"{SENDER_ABORT},{fix}" if fix == INFLIGHT_DEADLINE else fix
     done = subprocess.run(
-        [sys.executable, "-c", _MODULES_AFTER_APPLY, str(target), fix, str(tmp_path / "r.json")],
+        [sys.executable, "-c", _MODULES_AFTER_APPLY, str(target), select, str(tmp_path / "r.json")],
         capture_output=True,
         text=True,
         check=True,
