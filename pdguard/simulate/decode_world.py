@@ -915,17 +915,6 @@ REGISTRY = {**standins.REGISTRY, **KEYS_EXTRA}
 KEYS = frozenset(REGISTRY)
 
 
-def for_rank(ctx: Any) -> Callable[[str], object]:
-    made: dict[str, object] = {}
-
-    def value(key: str) -> object:
-        if key not in made:
-            made[key] = REGISTRY[key](ctx)
-        return made[key]
-
-    return value
-
-
 # -- the scheduler and the queues' state -----------------------------------------------------
 
 
@@ -1260,7 +1249,9 @@ class DecodeRank:
         self.tp_group = Group(index, world.collective if config.ranks > 1 else None)
         self.cp_group = Group(index, None)
         self.recorders = standins.Recorders(target.code.pass_along, cast(Any, self))
-        namespaces = target.code.namespaces(for_rank(self), self.recorders.make, standins.no_import)
+        namespaces = target.code.namespaces(
+            standins.for_rank(self, REGISTRY), self.recorders.make, standins.no_import
+        )
         decode = namespaces[DECODE_PATH]
         self.tree_cache = DecodeTreeCache(self)
         self.req_pool = ReqToTokenPool(self, REQ_SLOTS)

@@ -27,7 +27,7 @@ import hashlib
 import http
 import sys
 import threading
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import TYPE_CHECKING, Any, Protocol
 
 from .. import sglang_names as names
@@ -1095,13 +1095,17 @@ REGISTRY: dict[str, Callable[[Context], object]] = {
 KEYS = frozenset(REGISTRY)
 
 
-def for_rank(ctx: Context) -> Callable[[str], object]:
-    """The stand-in values of one rank: ``value(key)``, one object per key."""
+def for_rank(
+    ctx: Any, registry: Mapping[str, Callable[[Any], object]] | None = None
+) -> Callable[[str], object]:
+    """The stand-in values of one rank: ``value(key)``, one object per key, made by
+    ``registry`` (this module's ``REGISTRY`` unless another world extends it)."""
     made: dict[str, object] = {}
+    makers = REGISTRY if registry is None else registry
 
     def value(key: str) -> object:
         if key not in made:
-            made[key] = REGISTRY[key](ctx)
+            made[key] = makers[key](ctx)
         return made[key]
 
     return value
