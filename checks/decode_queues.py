@@ -27,6 +27,7 @@ from __future__ import annotations
 import ast
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from functools import cached_property
 
 from pdguard.sglang_names import (
     DECODE_QUEUE_LIST,
@@ -417,6 +418,14 @@ class DecodeQueueModel:
     # -- (a) pending lists re-queued without a bound --------------------------------------
 
     def requeues(self) -> Iterator[Requeue]:
+        """The re-queues of pending lists with no bound (worked out once per model)."""
+        return iter(self._requeues)
+
+    @cached_property
+    def _requeues(self) -> tuple[Requeue, ...]:
+        return tuple(self._find_requeues())
+
+    def _find_requeues(self) -> Iterator[Requeue]:
         for cls in self.queues():
             info = self.index.classes[cls]
             for method, func in info.methods.items():
