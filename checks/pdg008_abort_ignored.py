@@ -59,8 +59,9 @@ _FIRST = """\
             return self.conclude_state
 """
 _COMMON = "sglang/srt/disaggregation/common/conn.py"
-# What a deadline may call on a sender besides abort() without failing it another way.
-ABORT_ONLY = frozenset({"abort", "record_failure"})
+# What a deadline may call on a sender besides abort() without failing it another way:
+# record_failure adds a reason, poll() reads the state (PP: is the transfer still unfinished).
+ABORT_ONLY = frozenset({"abort", "record_failure", "poll"})
 _QUILL_PATH = "sglang/srt/disaggregation/quill/conn.py"
 
 
