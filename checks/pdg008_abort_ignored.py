@@ -24,7 +24,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-from .examples import PATCHED
+from .examples import CALL_HELPER, PATCHED, STAMP_ONCE, prefill
 from .model import PREFILL, Finding, Invalid, Rule
 from .project import Project
 
@@ -59,13 +59,27 @@ _FIRST = """\
             return self.conclude_state
 """
 _COMMON = "sglang/srt/disaggregation/common/conn.py"
-# What a deadline may call on a sender besides abort() without failing it another way.
-ABORT_ONLY = frozenset({"abort", "record_failure"})
+# What a deadline may call on a sender besides abort() without failing it another way:
+# record_failure adds a reason, poll() reads the state (PP: is the transfer still unfinished).
+ABORT_ONLY = frozenset({"abort", "record_failure", "poll"})
 _QUILL_PATH = "sglang/srt/disaggregation/quill/conn.py"
 
 
-def _tree(sender: str, base: str = _BASE) -> dict[str, str]:
-    return {PREFILL: PATCHED, _COMMON: base, _QUILL_PATH: sender}
+# A deadline that first reads the sender's poll() (under PP: leave a transfer it already polls
+# as ended to the stages' consensus) and then aborts: it still fails senders with abort() alone.
+_POLLING_HELPER = """
+    def _expire_inflight(self):
+        now = time.monotonic()
+        for req in self.disagg_prefill_inflight_queue:
+            if now - req.entered_at > TIMEOUT:
+                if req.disagg_kv_sender.poll() in (KVPoll.Success, KVPoll.Failed):
+                    continue
+                req.disagg_kv_sender.abort()
+"""
+
+
+def _tree(sender: str, base: str = _BASE, prefill_text: str = PATCHED) -> dict[str, str]:
+    return {PREFILL: prefill_text, _COMMON: base, _QUILL_PATH: sender}
 
 
 class AbortIgnored(Rule):
@@ -103,6 +117,22 @@ class AbortIgnored(Rule):
                     "QuillKVSender.poll() does not report Failed once abort() has run (it has "
                     "no abort()), and the inflight deadline fails senders with abort() (line 21): "
                     "its requests can wait forever",
+                    _QUILL_PATH,
+                )
+            ],
+        ),
+        Invalid(
+            _tree(
+                _QUILL.format(init=_INIT_STATE, first=""),
+                prefill_text=prefill(stamp=STAMP_ONCE, helper=_POLLING_HELPER, before=CALL_HELPER),
+            ),
+            [
+                (
+                    12,
+                    5,
+                    "QuillKVSender.poll() does not report Failed once abort() has run (it "
+                    "never returns the state CommonKVSender.abort() concludes), and the inflight "
+                    "deadline fails senders with abort() (line 21): its requests can wait forever",
                     _QUILL_PATH,
                 )
             ],

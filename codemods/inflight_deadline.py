@@ -18,7 +18,9 @@ decode restart it can wait forever. This codemod:
    release's own Failed branch cleans up. Every rank logs why (how long, which deadline, which
    variable). That is ``abort()``, best effort (every sender's ``poll()`` reports Failed
    once aborted: the ``sender-abort`` codemod sees to it), and the reason is recorded with
-   the manager's ``record_failure`` so the client's error says it. Under pipeline
+   the manager's ``record_failure`` so the client's error says it (``--record``; with
+   ``--replace``, where some sender never pops its record, it only replaces the record
+   ``abort()`` made, so no new record is left behind). Under pipeline
    parallelism (``rids_to_check``) the stages agree on which transfers ended and each stage
    then ends them by its own poll, so the deadline only fails a request whose transfer this
    stage still polls as unfinished: one the stages agreed on, or this stage reports ended, is
@@ -79,6 +81,16 @@ _RECORD = (
     "    # the failure reason the client gets: why the request was failed\n"
     '    kv_mgr = getattr(sender, "kv_mgr", None)\n'
     '    if hasattr(kv_mgr, "record_failure"):\n'
+    "        kv_mgr.record_failure(req.bootstrap_room, reason)\n"
+)
+# Where some sender never pops its record, a new record would stay for ever: only replace the
+# one abort() itself made (record_failure overwrites under the manager's lock; the records
+# are popped by failure_exception(), on this same scheduler thread, after the all-reduce).
+_REPLACE = (
+    "    # the failure reason the client gets: replace the record abort() made (only\n"
+    "    # that one: a sender that never pops its record would leak a new one)\n"
+    '    kv_mgr = getattr(sender, "kv_mgr", None)\n'
+    '    if req.bootstrap_room in getattr(kv_mgr, "failure_records", ()):\n'
     "        kv_mgr.record_failure(req.bootstrap_room, reason)\n"
 )
 
@@ -190,17 +202,24 @@ class InflightDeadlineTransform(Transform):
             action="store_true",
             help="record the timeout as the room's failure reason (the manager's record_failure)",
         )
+        arg_parser.add_argument(
+            "--replace",
+            action="store_true",
+            help="without --record: replace the failure record abort() made with the timeout "
+            "(creates no record, for managers whose records some sender never pops)",
+        )
 
     def __init__(
         self,
         isort_config: isort.Config = DEFAULT_ISORT_CONFIG,
         record: bool = False,
+        replace: bool = False,
         parked: bool = False,
         convention: str = REGISTRY,
     ) -> None:
         self.isort_config = isort_config
         self.convention = convention
-        fail = _ABORT.format(record=_RECORD if record else "")
+        fail = _ABORT.format(record=_RECORD if record else _REPLACE if replace else "")
         self.names = {
             "marker": marker(FIX),
             "abort": "".join(f"            {line}\n" for line in fail.splitlines()),

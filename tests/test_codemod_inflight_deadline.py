@@ -157,6 +157,22 @@ class SchedulerDisaggregationPrefillMixin:
         return finished
 '''
 
+# --replace, where some sender never pops its failure record: the abort block only.
+REPLACED_ABORT = """\
+            try:
+                sender.abort()
+                # the failure reason the client gets: replace the record abort() made (only
+                # that one: a sender that never pops its record would leak a new one)
+                kv_mgr = getattr(sender, "kv_mgr", None)
+                if req.bootstrap_room in getattr(kv_mgr, "failure_records", ()):
+                    kv_mgr.record_failure(req.bootstrap_room, reason)
+            except Exception:
+"""
+EXPECTED_REPLACE = EXPECTED.replace(
+    "            try:\n                sender.abort()\n            except Exception:\n",
+    REPLACED_ABORT,
+)
+
 
 class TestInflightDeadline(CodemodTest):
     TRANSFORM = InflightDeadline
@@ -164,8 +180,12 @@ class TestInflightDeadline(CodemodTest):
     def test_before_after(self) -> None:
         self.assertCodemod(PREFILL, EXPECTED, convention="get_int_env_var")
 
+    def test_before_after_replace(self) -> None:
+        assert EXPECTED_REPLACE != EXPECTED
+        self.assertCodemod(PREFILL, EXPECTED_REPLACE, convention="get_int_env_var", replace=True)
+
     def test_never_sets_poll_on_a_sender(self) -> None:
-        for options in ({}, {"record": True}, {"parked": True}):
+        for options in ({}, {"record": True}, {"replace": True}, {"parked": True}):
             out = _patch(PREFILL, **options)
             assert "sender.abort()" in out and ".poll =" not in out
 
@@ -266,6 +286,13 @@ class _AbortableSender:
         if self.raises:
             raise RuntimeError("abort failed on this rank")
         self.kv_mgr.record_failure(7, "Aborted by AbortReq.")
+        self.conclude_state = 0
+
+
+class _SilentAbortSender(_AbortableSender):
+    """A sender whose abort() records nothing, though its manager keeps failure records."""
+
+    def abort(self) -> None:
         self.conclude_state = 0
 
 
@@ -386,6 +413,47 @@ def test_honoured_abort_fails_without_touching_poll_and_says_why(monkeypatch, ca
     assert reason.startswith("Request 7 timed out after 61.0s in the prefill inflight queue")
     assert "deadline 60s, SGLANG_DISAGGREGATION_INFLIGHT_TIMEOUT" in reason
     assert reason in caplog.text
+
+
+def test_replace_says_why_in_the_record_abort_made(monkeypatch, caplog) -> None:
+    """--replace: the record abort() made now says why, and it stays the room's only one."""
+    module, clock = _load(monkeypatch, env="60", replace=True)
+    scheduler = _scheduler(module)
+    req = _req("wedged")
+    req.disagg_kv_sender = sender = _AbortableSender()
+    sender.kv_mgr.failure_records[8] = "another room's failure"
+    scheduler.process_batch_result_disagg_prefill(types.SimpleNamespace(reqs=[req]))
+    clock.now += 61.0
+    with caplog.at_level(logging.WARNING):
+        assert scheduler.process_disagg_prefill_inflight_queue() == [req]
+    assert sorted(sender.kv_mgr.failure_records) == [7, 8]
+    reason = sender.kv_mgr.failure_records[7]
+    assert reason.startswith("Request 7 timed out after 61.0s in the prefill inflight queue")
+    assert reason in caplog.text
+    assert sender.kv_mgr.failure_records[8] == "another room's failure"
+
+
+def test_replace_creates_no_record(monkeypatch) -> None:
+    """--replace: where abort() recorded nothing, no record is made (no sender may pop it)."""
+    module, clock = _load(monkeypatch, env="60", replace=True)
+    scheduler = _scheduler(module)
+    req = _req("wedged")
+    req.disagg_kv_sender = sender = _SilentAbortSender()
+    scheduler.process_batch_result_disagg_prefill(types.SimpleNamespace(reqs=[req]))
+    clock.now += 61.0
+    assert scheduler.process_disagg_prefill_inflight_queue() == [req]
+    assert req.ended_with_error and sender.kv_mgr.failure_records == {}
+
+
+def test_replace_without_failure_records_only_aborts(monkeypatch) -> None:
+    """--replace on a sender whose manager keeps no records (no kv_mgr at all here)."""
+    module, clock = _load(monkeypatch, env="60", replace=True)
+    scheduler = _scheduler(module)
+    req = _req("wedged")
+    scheduler.process_batch_result_disagg_prefill(types.SimpleNamespace(reqs=[req]))
+    clock.now += 61.0
+    assert scheduler.process_disagg_prefill_inflight_queue() == [req]
+    assert req.disagg_kv_sender.aborted == 1 and not hasattr(req.disagg_kv_sender, "kv_mgr")
 
 
 def test_parked_time_is_not_counted(monkeypatch) -> None:
@@ -545,4 +613,5 @@ def test_expected_snippet_is_what_black_would_write() -> None:
     import black
 
     assert black.format_str(EXPECTED, mode=black.Mode()) == EXPECTED
+    assert black.format_str(EXPECTED_REPLACE, mode=black.Mode()) == EXPECTED_REPLACE
     assert textwrap.dedent(EXPECTED) == EXPECTED

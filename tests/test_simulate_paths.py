@@ -134,6 +134,22 @@ def test_the_json_report_gives_each_failed_requests_client_error(
     assert row["failed_requests"] == []
 
 
+@pytest.mark.releases
+@pytest.mark.parametrize("version", ["0.5.5", "0.5.12"])
+def test_the_client_is_told_the_request_timed_out(
+    version: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Where some sender never pops its failure record (NIXL), pdguard's patch replaces the
+    record Mooncake's own abort() made: the client's error says why, not "Aborted by AbortReq."."""
+    root = patched_copy(version, tmp_path / "sglang")
+    assert main(["simulate", str(root), "--format", "json", "--scenario", "wedge"]) == 0
+    (row,) = json.loads(capsys.readouterr().out)["scenarios"]
+    (failed,) = row["failed_requests"]
+    error = failed["client_error"]
+    assert "KVTransferError(bootstrap_room=1000): Request 1000 timed out after 300" in error
+    assert "in the prefill inflight queue" in error and "Aborted by AbortReq." not in error
+
+
 def test_the_bootstrap_timeout_default_is_the_releases_own() -> None:
     assert simulate.load(open_tree(fetch_release("0.4.7"))).bootstrap_timeout_default == 30
     assert simulate.load(open_tree(fetch_release("0.5.23"))).bootstrap_timeout_default == 300

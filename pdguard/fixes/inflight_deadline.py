@@ -35,6 +35,8 @@ STAMP = fix_names.INFLIGHT_STAMP
 READER = fix_names.INFLIGHT_TIMEOUT_READER
 # The registry entries whose presence makes the release's convention the registry (0.5.8+).
 _SIBLINGS = (WAITING_TIMEOUT_ENV, BOOTSTRAP_TIMEOUT_ENV)
+# How the timeout becomes the room's failure reason (InflightDeadline._senders).
+_RECORD, _REPLACE = "record", "replace"
 
 
 def _function(tree: ast.Module, name: str) -> ast.FunctionDef | None:
@@ -341,11 +343,13 @@ class InflightDeadline(Fix):
                 )
         return None
 
-    def _senders(self, workspace: Workspace) -> tuple[bool, Outcome | None]:
-        """Whether the timeout can be recorded as the room's failure (every sender whose
-        manager keeps records pops its record when it reports the failure: no record leaks);
-        or a refusal where some sender's ``poll()`` does not report Failed once aborted (the
-        deadline fails senders with ``abort()`` only: ``sender-abort`` fixes their classes)."""
+    def _senders(self, workspace: Workspace) -> tuple[str, Outcome | None]:
+        """How the timeout becomes the room's failure reason: ``record`` where every sender
+        whose manager keeps records pops its record when it reports the failure (no record
+        leaks), ``replace`` (only the record ``abort()`` made) where some manager keeps records
+        but not every sender pops them, else ``""``; or a refusal where some sender's
+        ``poll()`` does not report Failed once aborted (the deadline fails senders with
+        ``abort()`` only: ``sender-abort`` fixes their classes)."""
         index = sender_index(workspace)
         concrete = [s for s in index.senders() if index.is_concrete(s)]
         ignoring = [s for s in concrete if not index.abort_honoured(s)]
@@ -353,7 +357,7 @@ class InflightDeadline(Fix):
             # the file only: an earlier fix's pending change may have moved its lines
             owner = index.resolve(ignoring[0], "poll")
             where = owner.rel if owner else None
-            return False, Outcome(
+            return "", Outcome(
                 Status.REFUSED,
                 f"{', '.join(ignoring)}: poll() does not report Failed once abort() is called, "
                 f"and the deadline fails overdue senders with abort(); the {SENDER_ABORT} fix "
@@ -366,13 +370,17 @@ class InflightDeadline(Fix):
             if (manager := index.manager_of(s)) is None
             or index.manager_has(manager, MANAGER_RECORD_FAILURE)
         ]
-        # some manager keeps failure records, and every sender that may have one pops it
-        record = any(
+        recorded = any(
             (manager := index.manager_of(s)) is not None
             and index.manager_has(manager, MANAGER_RECORD_FAILURE)
             for s in keeping
-        ) and all(index.pops_failure_records(s) for s in keeping)
-        return record, None
+        )
+        if not recorded:
+            return "", None
+        # every sender that may have a record pops it: a new one cannot leak
+        if all(index.pops_failure_records(s) for s in keeping):
+            return _RECORD, None
+        return _REPLACE, None
 
     def _apply(self, workspace: Workspace) -> Outcome:
         """Run the codemods: on ``prefill.py``, and on ``environ.py`` where the release reads
@@ -387,7 +395,7 @@ class InflightDeadline(Fix):
             return Outcome(
                 Status.REFUSED, f"{KVPOLL} is not imported in {PREFILL_PATH}", PREFILL_PATH
             )
-        record, refused = self._senders(workspace)
+        reason, refused = self._senders(workspace)
         if refused is not None:
             return refused
         model = analyse(workspace.ast(PREFILL_PATH))
@@ -398,7 +406,8 @@ class InflightDeadline(Fix):
         codemod = Codemod(
             convention=style,
             isort_config=workspace.isort_config(PREFILL_PATH),
-            record=record,
+            record=reason == _RECORD,
+            replace=reason == _REPLACE,
             parked=bool(model.parked_line),
         )
         prefill_before = workspace.text(PREFILL_PATH)
@@ -416,8 +425,10 @@ class InflightDeadline(Fix):
                 workspace.set_text(PREFILL_PATH, prefill_before)  # all of the fix or nothing
                 return Outcome(Status.REFUSED, str(exc), ENVIRON_PATH)
         how = "abort() (every sender's poll() reports Failed once aborted), best effort"
-        if record:
+        if reason == _RECORD:
             how += ", the timeout recorded as the room's failure"
+        elif reason == _REPLACE:
+            how += ", the timeout replacing the failure record abort() made (no new record)"
         read = (
             f"an env registry entry in {ENVIRON_PATH}"
             if style == fix_names.ENV_REGISTRY
