@@ -1,6 +1,6 @@
 """Time ``pdguard check`` on the whole ``sglang`` package of the newest pinned release against a
 baseline measured in the same run: ``python -c "ast.parse"`` of only the files the rules need
-(``prefill.py`` and the disaggregation files that ``checks.project.wanted`` keeps).
+(what ``load_project`` keeps: ``prefill.py`` and the files that pass the rules' prefilter).
 
 Both are whole processes (interpreter start-up included), run alternately after one warm-up
 each; the figures are medians of wall and of CPU time.  ``check`` runs with ``--no-cache``
@@ -28,20 +28,15 @@ from benchmarks.timing import load_average, timings
 from pdguard.vendor_sglang import fetch_release, load_manifest
 
 BASELINE = "import ast,sys; [ast.parse(open(f,'rb').read()) for f in sys.argv[1:]]"
-PREFILL = "sglang/srt/disaggregation/prefill.py"
 
 
 def needed_files(root: Path) -> list[str]:
-    """The files ``pdguard check`` parses: prefill.py and the disaggregation files that pass
-    ``checks.project.wanted`` (the text prefilter)."""
-    from pdguard.checks.project import DISAGGREGATION_DIR, wanted
+    """The files ``pdguard check`` parses: those ``load_project`` keeps (prefill.py, and the
+    disaggregation and scheduler files that pass the rules' text prefilter)."""
+    from pdguard.commands.check import load_project
+    from pdguard.tree import open_tree
 
-    found = []
-    for path in sorted((root / DISAGGREGATION_DIR).rglob("*.py")):
-        rel = path.relative_to(root).as_posix()
-        if rel == PREFILL or wanted(rel, path.read_text(encoding="utf-8", errors="replace")):
-            found.append(str(path))
-    return found
+    return [str(root / rel) for rel in sorted(load_project(open_tree(root)).texts)]
 
 
 def _profile(root: Path, top: int) -> str:
