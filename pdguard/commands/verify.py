@@ -17,6 +17,7 @@ import json
 import os
 import sys
 from collections.abc import Callable, Iterable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING
 
@@ -243,9 +244,10 @@ def run_parallel(
     runs = [order[start : start + size] for start in range(0, len(order), size)]
     results: dict[int, RefReport] = {}
     with ProcessPoolExecutor(max_workers=workers, initializer=_ignore_ctrl_c) as pool:
-        futures = {pool.submit(_run, worker, [jobs[i] for i in run]): run for run in runs}
-        done = 0
         try:
+            with _ctrl_c_held():  # the workers are forked here; a Ctrl-C waits until they are
+                futures = {pool.submit(_run, worker, [jobs[i] for i in run]): run for run in runs}
+            done = 0
             for future in _as_completed(futures):
                 for i, report in zip(futures[future], future.result(), strict=True):
                     results[i] = report
@@ -272,10 +274,26 @@ def _natural(name: str) -> list[tuple[int, int | str]]:
 
 
 def _ignore_ctrl_c() -> None:
-    """Workers leave Ctrl-C to the main process: one quiet exit 130, no worker tracebacks."""
+    """Workers leave Ctrl-C to the main process: one quiet exit 130, no worker tracebacks.
+    A worker is forked with Ctrl-C held back (``_ctrl_c_held``), so one that reaches the
+    process group while it starts is dropped here, not raised inside the fork."""
     import signal
 
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
+
+
+@contextmanager
+def _ctrl_c_held() -> Iterator[None]:
+    """Hold SIGINT back in this thread (and in the processes it forks) for the block; one
+    that arrives meanwhile is raised when the block ends."""
+    import signal
+
+    previous = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, previous)
 
 
 def _as_completed(
