@@ -18,6 +18,7 @@ from pdguard.sglang_names import (
     BOOTSTRAP_TIMEOUT_ENV,
     CHECK_BOOTSTRAP_TIMEOUT,
     MANAGER_CHECK_STATUS,
+    MANAGER_RECORD_FAILURE,
     MANAGER_UPDATE_STATUS,
     SENDER_INIT_TIME,
 )
@@ -322,6 +323,13 @@ class ClassIndex:
             and n.func.value.attr == FAILURE_RECORDS
             for n in self.reached(name, "failure_exception")
         )
+
+    def keeps_failure_records(self, sender: str) -> bool:
+        """Does the sender's manager keep failure records (a ``record_failure()`` that is not a
+        stub: NIXL's is ``pass`` up to 0.5.9)?"""
+        manager = self.manager_of(sender)
+        owner = self.resolve(manager, MANAGER_RECORD_FAILURE) if manager else None
+        return owner is not None and not _is_stub(owner.methods[MANAGER_RECORD_FAILURE])
 
     def _poll_body(self, name: str) -> list[ast.stmt] | None:
         """``poll()``'s statements, or those of the helper it returns

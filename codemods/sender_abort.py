@@ -10,7 +10,12 @@ one class the way later releases do it, with a concluded state:
 * ``init_state``: ``self.conclude_state = None`` at the end of ``__init__``;
 * ``check_first``: ``poll()`` starts by returning ``self.conclude_state`` once it is set, so
   everything after it (the transfer handles, the manager's status) is not read any more;
-* ``add_abort``: an ``abort()`` (after ``poll()``) that concludes the sender as Failed.
+* ``add_abort``: an ``abort()`` (after ``poll()``) that concludes the sender as Failed;
+* ``read_record``: ``failure_exception()`` first takes the room's failure record out of the
+  manager and, where the sender raised a fixed text, raises the recorded reason instead (with the
+  module's ``KVTransferError`` if it imports one, else the type of that fixed raise). NIXL's
+  sender up to 0.5.12.post1 reads no record although its manager keeps them (from 0.5.10): the
+  client got a fixed text and every record (``abort()``'s, the deadline's) stayed behind.
 
 Every inserted piece carries the marker comment ``# pdguard: sender-abort``.
 """
@@ -30,6 +35,7 @@ from .insertion import StatementEdit, apply_edits, parse_method, parse_statement
 from .isort_imports import top_level_bindings
 
 CONCLUDE_STATE = "conclude_state"
+FAILURE_REASON = "failure_reason"
 
 _INIT_STATE = f"""\
 {{marker}}: set by abort(), reported by poll().
@@ -46,6 +52,22 @@ _ABORT = f"""\
     {{marker}}: poll() reports Failed from now on.
     def abort(self):
         self.{CONCLUDE_STATE} = {KVPOLL}.Failed
+"""
+
+
+KV_TRANSFER_ERROR = "KVTransferError"
+
+_TAKE_RECORD = f"""\
+{{marker}}: take the room's failure record (abort() and the
+# deadline write one), so that the client reads why and no record stays behind.
+with self.kv_mgr.failure_lock:
+    {FAILURE_REASON} = self.kv_mgr.failure_records.pop(self.bootstrap_room, None)
+"""
+
+_RAISE_RECORD = f"""\
+{{marker}}: the recorded reason, where there is one.
+if {FAILURE_REASON} is not None:
+    raise {{error}}
 """
 
 
@@ -82,6 +104,12 @@ class SenderAbortTransform(Transform):
             action="store_false",
             help="the class already has (or inherits) an abort() that concludes it as Failed",
         )
+        arg_parser.add_argument(
+            "--read-record",
+            dest="read_record",
+            action="store_true",
+            help="failure_exception() raises the manager's failure record for the room",
+        )
 
     def __init__(
         self,
@@ -89,11 +117,13 @@ class SenderAbortTransform(Transform):
         init_state: bool = True,
         check_first: bool = True,
         add_abort: bool = True,
+        read_record: bool = False,
     ) -> None:
         self.class_name = class_name
         self.init_state = init_state
         self.check_first = check_first
         self.add_abort = add_abort
+        self.read_record = read_record
 
     def transform_module_impl(self, tree: cst.Module) -> cst.Module:
         edits: list[tuple[cst.CSTNode, StatementEdit]] = []
@@ -105,6 +135,8 @@ class SenderAbortTransform(Transform):
                 edits.append(self._check_first(tree, poll))
             if self.add_abort:
                 edits.append(self._abort(tree, poll))
+        if self.read_record:
+            edits.extend(self._read_record(tree))
         return apply_edits(tree, edits)
 
     def _init_state(self, tree: cst.Module) -> tuple[cst.CSTNode, StatementEdit]:
@@ -136,6 +168,41 @@ class SenderAbortTransform(Transform):
             leading_lines=[cst.EmptyLine(indent=False), *method.leading_lines]
         )
         return poll, StatementEdit(after=[method])
+
+    def _read_record(self, tree: cst.Module) -> list[tuple[cst.CSTNode, StatementEdit]]:
+        """The record taken first, raised just before ``failure_exception()``'s fixed raise (so a
+        release's own earlier raises, 0.5.12's ``_send_error``/``exceptions``, keep precedence)."""
+        _, method = find_method(tree, "failure_exception", self.class_name)
+        body = list(method.body.body)
+        if body and _is_docstring(body[0]):
+            body = body[1:]
+        last = body[-1] if body else None
+        fixed = (
+            last.body[0].exc
+            if isinstance(last, cst.SimpleStatementLine)
+            and len(last.body) == 1
+            and isinstance(last.body[0], cst.Raise)
+            else None
+        )
+        if (
+            last is None
+            or not isinstance(fixed, cst.Call)
+            or not isinstance(fixed.func, cst.Name)
+            or not all(isinstance(a.value, cst.SimpleString) for a in fixed.args)
+        ):
+            raise AnchorError(
+                f"{self.class_name}.failure_exception() does not end by raising a fixed text"
+            )
+        if KV_TRANSFER_ERROR in top_level_bindings(tree):
+            error = f"{KV_TRANSFER_ERROR}(self.bootstrap_room, {FAILURE_REASON})"
+        else:
+            error = f"{fixed.func.value}({FAILURE_REASON})"
+        config = tree.config_for_parsing
+        take = parse_statements(_TAKE_RECORD.format(marker=marker(FIX)), config)
+        raise_ = parse_statements(_RAISE_RECORD.format(marker=marker(FIX), error=error), config)
+        if body[0] is last:
+            return [(last, StatementEdit(before=[*take, *raise_]))]
+        return [(body[0], StatementEdit(before=take)), (last, StatementEdit(before=raise_))]
 
 
 __getattr__, __dir__ = commands(__name__, SenderAbort=SenderAbortTransform)

@@ -192,3 +192,125 @@ def test_the_written_code_reports_failed_once_aborted_and_not_before() -> None:
     manager.finished = lambda handle: True
     assert sender.poll() == kvpoll.Failed
     assert "poll" not in vars(sender)
+
+
+# A sender whose manager keeps failure records but whose failure_exception() reads none: an
+# earlier error of its own first, then a fixed text (as NIXL's 0.5.10 - 0.5.12.post1).
+RECORDLESS = '''\
+import threading
+
+
+class RelayKVManager:
+    def __init__(self):
+        self.failure_records = {}
+        self.failure_lock = threading.Lock()
+        self.errors = {}
+
+    def record_failure(self, bootstrap_room, failure_reason):
+        with self.failure_lock:
+            self.failure_records[bootstrap_room] = failure_reason
+
+
+class RelayKVSender:
+    def __init__(self, mgr, bootstrap_room):
+        self.kv_mgr = mgr
+        self.bootstrap_room = bootstrap_room
+        self.own_error = None
+
+    def abort(self):
+        self.kv_mgr.record_failure(self.bootstrap_room, "aborted on request")
+
+    def failure_exception(self):
+        """Why the transfer failed."""
+        if self.own_error is not None:
+            raise self.own_error
+        err = self.kv_mgr.errors.pop(self.bootstrap_room, None)
+        if err is not None:
+            raise err
+        raise RuntimeError("relay sender failed")
+'''
+
+RECORDLESS_FIXED = RECORDLESS.replace(
+    '''        """Why the transfer failed."""
+        if self.own_error''',
+    '''        """Why the transfer failed."""
+        # pdguard: sender-abort: take the room's failure record (abort() and the
+        # deadline write one), so that the client reads why and no record stays behind.
+        with self.kv_mgr.failure_lock:
+            failure_reason = self.kv_mgr.failure_records.pop(self.bootstrap_room, None)
+        if self.own_error''',
+).replace(
+    """            raise err
+        raise RuntimeError""",
+    """            raise err
+        # pdguard: sender-abort: the recorded reason, where there is one.
+        if failure_reason is not None:
+            raise RuntimeError(failure_reason)
+        raise RuntimeError""",
+)
+
+READ_ONLY = {"init_state": False, "check_first": False, "add_abort": False, "read_record": True}
+
+
+class TestReadRecord(CodemodTest):
+    TRANSFORM = SenderAbort
+
+    def test_failure_exception_takes_the_record_first_and_raises_it_before_the_fixed_text(
+        self,
+    ) -> None:
+        assert RECORDLESS_FIXED.count("# pdguard: sender-abort") == 2
+        self.assertCodemod(RECORDLESS, RECORDLESS_FIXED, class_name="RelayKVSender", **READ_ONLY)
+
+    def test_a_module_with_kv_transfer_error_raises_it_with_the_room(self) -> None:
+        src = RECORDLESS.replace(
+            "import threading\n", "import threading\n\nfrom relay.errors import KVTransferError\n"
+        )
+        out = _patch(src, class_name="RelayKVSender", **READ_ONLY)
+        assert "raise KVTransferError(self.bootstrap_room, failure_reason)" in out
+
+
+def test_read_record_needs_a_fixed_raise_at_the_end() -> None:
+    src = RECORDLESS.replace('raise RuntimeError("relay sender failed")', "return None")
+    with pytest.raises(AnchorError, match="does not end by raising a fixed text"):
+        _patch(src, class_name="RelayKVSender", **READ_ONLY)
+
+
+def _recordless_run() -> dict[str, object]:
+    namespace: dict[str, object] = {}
+    exec(compile(RECORDLESS_FIXED, "relay_conn", "exec"), namespace)
+    return namespace
+
+
+def test_an_aborted_sender_raises_its_recorded_reason_and_pops_it() -> None:
+    """The fixed sender run: abort() records a reason, the deadline replaces it with its own,
+    and failure_exception() raises that reason and leaves no record behind (another room's
+    stays)."""
+    namespace = _recordless_run()
+    manager = namespace["RelayKVManager"]()  # type: ignore[operator]
+    sender = namespace["RelayKVSender"](manager, 7)  # type: ignore[operator]
+    manager.record_failure(8, "another room's failure")
+    sender.abort()
+    manager.record_failure(7, "timed out after 300s in the prefill inflight queue")
+    with pytest.raises(RuntimeError, match=r"^timed out after 300s in the prefill inflight"):
+        sender.failure_exception()
+    assert manager.failure_records == {8: "another room's failure"}
+    # no record left: the release's fixed text, as before
+    with pytest.raises(RuntimeError, match=r"^relay sender failed$"):
+        sender.failure_exception()
+
+
+def test_the_release_own_errors_keep_precedence_and_the_record_is_still_popped() -> None:
+    namespace = _recordless_run()
+    manager = namespace["RelayKVManager"]()  # type: ignore[operator]
+    sender = namespace["RelayKVSender"](manager, 7)  # type: ignore[operator]
+    sender.abort()
+    sender.own_error = ValueError("handshake lost")
+    with pytest.raises(ValueError, match="handshake lost"):
+        sender.failure_exception()
+    assert manager.failure_records == {}
+    sender.own_error = None
+    sender.abort()
+    manager.errors[7] = OSError("peer gone")
+    with pytest.raises(OSError, match="peer gone"):
+        sender.failure_exception()
+    assert manager.failure_records == {}

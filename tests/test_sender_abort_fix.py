@@ -134,3 +134,77 @@ def test_apply_fails_overdue_senders_with_abort_only_and_check_agrees(tmp_path: 
         (f"{DISAGG}/relay/conn.py", 11, "RelayKVSender.poll")
     ]
     assert "(it has no abort())" in findings[0].message
+
+
+# A sender that honours abort() and whose manager keeps failure records (abort() writes one),
+# but whose failure_exception() reads none (as NIXL's 0.5.12); with the manager's
+# record_failure() a stub instead (as NIXL's up to 0.5.9) there is no record to read.
+KEEPER = """
+    import threading
+
+    from sglang.srt.disaggregation.base.conn import BaseKVSender, KVPoll
+
+
+    class KeeperKVManager:
+        def __init__(self):
+            self.failure_records = {}
+            self.failure_lock = threading.Lock()
+
+        def record_failure(self, bootstrap_room, failure_reason):
+            with self.failure_lock:
+                self.failure_records[bootstrap_room] = failure_reason
+
+
+    class KeeperKVSender(BaseKVSender):
+        def __init__(self, mgr: KeeperKVManager, bootstrap_room):
+            self.kv_mgr = mgr
+            self.bootstrap_room = bootstrap_room
+            self.conclude_state = None
+
+        def poll(self):
+            if self.conclude_state is not None:
+                return self.conclude_state
+            return self.kv_mgr.check_status(self.bootstrap_room)
+
+        def abort(self):
+            self.kv_mgr.record_failure(self.bootstrap_room, "aborted")
+            self.conclude_state = KVPoll.Failed
+
+        def failure_exception(self):
+            raise RuntimeError("keeper sender failed")
+"""
+KEEPER_STUB = KEEPER.replace(
+    """            with self.failure_lock:
+                self.failure_records[bootstrap_room] = failure_reason
+""",
+    "            pass\n",
+)
+
+
+def test_a_sender_that_reads_no_record_its_manager_keeps_gets_the_read(tmp_path: Path) -> None:
+    root = _add(make_tree(tmp_path / "t"), base=BASE, keeper=KEEPER)
+    result = pipeline.plan(open_tree(root))
+    assert not result.refused, {n: o.note for n, o in result.refused.items()}
+    abort = result.outcomes["sender-abort"]
+    assert abort.status is Status.APPLIED
+    assert abort.note == "KeeperKVSender: failure_exception() raises the room's failure record"
+    pipeline.write(result)
+    keeper = (root / DISAGG / "keeper" / "conn.py").read_text()
+    assert "failure_reason = self.kv_mgr.failure_records.pop(self.bootstrap_room, None)" in keeper
+    # every sender now pops its record: the deadline adds its own, not only replaces abort()'s
+    prefill = (root / DISAGG / "prefill.py").read_text()
+    assert 'if hasattr(kv_mgr, "record_failure"):' in prefill
+    assert '"failure_records"' not in prefill
+    assert checks.run(load_project(open_tree(root))) == []
+    again = Workspace(open_tree(root))
+    assert SenderAbortFix().plan(again).status is Status.PRESENT
+    assert again.changed() == {}
+
+
+def test_a_manager_with_a_stub_record_failure_leaves_failure_exception_alone(
+    tmp_path: Path,
+) -> None:
+    root = _add(make_tree(tmp_path / "t"), base=BASE, keeper=KEEPER_STUB)
+    workspace = Workspace(open_tree(root))
+    assert SenderAbortFix().plan(workspace).status is Status.UPSTREAM
+    assert workspace.changed() == {}

@@ -8,6 +8,11 @@ fake sender up to 0.5.12, Mooncake up to 0.4.9.post4), is fixed in its class, th
 releases do it: ``abort()`` concludes it as Failed and ``poll()`` returns a concluded state
 first. The change goes into the class that defines ``poll()`` (and ``__init__``), so a subclass
 that inherits them (Ascend from Mooncake) is fixed with it. Proved by PDG008.
+
+An aborted sender must also say why: where the manager keeps failure records (``abort()`` and
+the deadline write one) but ``failure_exception()`` reads none (NIXL 0.5.10 - 0.5.12.post1),
+that method pops the room's record and raises it, as 0.5.13 does. Every sender then pops its
+record, which lets the inflight deadline add its own record there.
 """
 
 from __future__ import annotations
@@ -35,6 +40,7 @@ class _ClassEdit:
     init_state: bool = False
     check_first: bool = False
     add_abort: bool = False
+    read_record: bool = False
 
     def describe(self) -> str:
         what = [
@@ -43,6 +49,7 @@ class _ClassEdit:
                 ("abort()", self.add_abort),
                 ("poll() returns the concluded state first", self.check_first),
                 ("conclude_state in __init__", self.init_state),
+                ("failure_exception() raises the room's failure record", self.read_record),
             )
             if on
         ]
@@ -52,6 +59,18 @@ class _ClassEdit:
 def ignoring_senders(index: ClassIndex) -> list[str]:
     """The concrete senders whose ``poll()`` does not report Failed once aborted."""
     return [s for s in index.senders() if index.is_concrete(s) and not index.abort_honoured(s)]
+
+
+def unread_senders(index: ClassIndex) -> list[str]:
+    """The concrete senders whose manager keeps failure records (``abort()`` writes one) but
+    whose ``failure_exception()`` never takes the room's out (NIXL 0.5.10 - 0.5.12.post1)."""
+    return [
+        s
+        for s in index.senders()
+        if index.is_concrete(s)
+        and index.keeps_failure_records(s)
+        and not index.pops_failure_records(s)
+    ]
 
 
 class SenderAbortFix(Fix):
@@ -65,21 +84,30 @@ class SenderAbortFix(Fix):
         if not concrete:
             return Outcome(Status.NOT_APPLICABLE, "no KV sender with a poll() found")
         ignoring = ignoring_senders(index)
-        if not ignoring:
+        unread = unread_senders(index)
+        if not ignoring and not unread:
             return self._already_honoured(workspace, index, concrete)
         try:
-            edits = self._edits(index, ignoring)
+            edits = self._edits(index, ignoring, unread)
             self._run_codemods(workspace, edits)
         except Refused as refused:
             return refused.outcome
-        still = ignoring_senders(sender_index(workspace))
+        after = sender_index(workspace)
+        still = ignoring_senders(after)
         if still:
             return Outcome(
                 Status.REFUSED,
                 f"the change did not make {', '.join(still)}.poll() report Failed once aborted",
             )
+        still = unread_senders(after)
+        if still:
+            return Outcome(
+                Status.REFUSED,
+                f"the change did not make {', '.join(still)}.failure_exception() take the "
+                "room's failure record",
+            )
         note = "; ".join(edits[name].describe() for name in sorted(edits))
-        fine = [s for s in concrete if s not in ignoring]
+        fine = [s for s in concrete if s not in ignoring and s not in unread]
         if fine:
             note += f"; already honoured: {', '.join(fine)}"
         return Outcome(Status.APPLIED, note)
@@ -90,7 +118,7 @@ class SenderAbortFix(Fix):
         owners = {
             owner.name: owner
             for name in concrete
-            for method in ("poll", "abort", "__init__")
+            for method in ("poll", "abort", "__init__", "failure_exception")
             if (owner := index.resolve(name, method)) is not None
         }
         marked = sorted(
@@ -103,9 +131,12 @@ class SenderAbortFix(Fix):
             return Outcome(Status.PRESENT, f"marker in {', '.join(marked)}; checked: {names}")
         return Outcome(Status.UPSTREAM, f"abort() already fails every sender: {names}")
 
-    def _edits(self, index: ClassIndex, ignoring: list[str]) -> dict[str, _ClassEdit]:
+    def _edits(
+        self, index: ClassIndex, ignoring: list[str], unread: list[str]
+    ) -> dict[str, _ClassEdit]:
         """What to change in which class: ``poll()``'s class gets the check first and a missing
-        ``abort()``, ``__init__``'s class the initial state."""
+        ``abort()``, ``__init__``'s class the initial state, ``failure_exception()``'s class the
+        record read."""
         edits: dict[str, _ClassEdit] = {}
 
         def edit_for(owner_name: str) -> _ClassEdit:
@@ -134,6 +165,11 @@ class SenderAbortFix(Fix):
                 if init_owner is None or init_owner.rel not in index.texts:
                     raise Refused(f"{name} has no __init__ in the tree to set conclude_state in")
                 edit_for(init_owner.name).init_state = True
+        for name in unread:
+            owner = index.resolve(name, "failure_exception")
+            if owner is None or owner.rel not in index.texts:
+                raise Refused(f"{name} has no failure_exception() in the tree to read records in")
+            edit_for(owner.name).read_record = True
         return edits
 
     def _run_codemods(self, workspace: Workspace, edits: dict[str, _ClassEdit]) -> None:
@@ -147,6 +183,7 @@ class SenderAbortFix(Fix):
                     init_state=edit.init_state,
                     check_first=edit.check_first,
                     add_abort=edit.add_abort,
+                    read_record=edit.read_record,
                 )
             ]
 
