@@ -68,7 +68,7 @@ def load(tree: SourceTree) -> loader.Target:
     return loader.load(tree, standins.KEYS, standins.SchedulerStandIn.REPLACES)
 
 
-def client_errors(trace: world.Trace) -> tuple[tuple[str, str], ...]:
+def client_errors(trace: world.Trace | decode_world.DecodeTrace) -> tuple[tuple[str, str], ...]:
     """(rid, error text) of every request rank 0 answered with an error, first answer only."""
     found: dict[str, str] = {}
     for event in trace.events_of("client_error"):
@@ -133,10 +133,6 @@ def _run_decode(
                 )
         except SimulationGap as exc:
             raise SimulationGap(f"{exc} (scenario {scenario.name})") from exc
-        errors: dict[str, str] = {}
-        for event in trace.events_of("client_error"):
-            if event.rank == 0 and event.rid is not None:
-                errors.setdefault(event.rid, event.detail)
         report.rows.append(
             Row(
                 scenario.name,
@@ -144,7 +140,7 @@ def _run_decode(
                 outcome.verdict,
                 outcome.observed,
                 outcome.seconds,
-                tuple(errors.items()),
+                client_errors(trace),
             )
         )
 

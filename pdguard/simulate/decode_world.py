@@ -53,7 +53,7 @@ from .standins import (
     SimReq,
     Strict,
 )
-from .world import BARRIER_TIMEOUT, EPS, Divergence, _Collective, _names_a_standin
+from .world import BARRIER_TIMEOUT, EPS, Divergence, Event, _Collective, _names_a_standin
 
 DECODE_PATH = "sglang/srt/disaggregation/decode.py"
 UTILS_PATH = "sglang/srt/disaggregation/utils.py"
@@ -1172,16 +1172,6 @@ class DecodeConfig:
 
 
 @dataclass(frozen=True)
-class DecodeEvent:
-    step: int
-    time: float
-    rank: int
-    kind: str  # streamed, client_error, kv_locked, kv_released, indices_sent, log, ...
-    rid: str | None
-    detail: str
-
-
-@dataclass(frozen=True)
 class DecodeSnapshot:
     step: int
     time: float
@@ -1222,12 +1212,12 @@ class DecodeFailure:
 class DecodeTrace:
     config: DecodeConfig
     snapshots: list[DecodeSnapshot]
-    events: list[DecodeEvent]
+    events: list[Event]
     failure: DecodeFailure | None
     end: float
     metadata_slots: int
 
-    def events_of(self, kind: str, rid: str | None = None) -> list[DecodeEvent]:
+    def events_of(self, kind: str, rid: str | None = None) -> list[Event]:
         return [e for e in self.events if e.kind == kind and (rid is None or e.rid == rid)]
 
 
@@ -1244,7 +1234,7 @@ class DecodeRank:
         self.world = world
         self.rank = index
         self.env = dict(config.env)
-        self.events: list[DecodeEvent] = []
+        self.events: list[Event] = []
         self.lag = 0.0
         self.tp_group = Group(index, world.collective if config.ranks > 1 else None)
         self.cp_group = Group(index, None)
@@ -1337,9 +1327,7 @@ class DecodeRank:
 
     def record(self, kind: str, req: object, detail: str = "") -> None:
         rid = req if isinstance(req, str) or req is None else getattr(req, "rid", None)
-        self.events.append(
-            DecodeEvent(self.world.step, self.world.time, self.rank, kind, rid, detail)
-        )
+        self.events.append(Event(self.world.step, self.world.time, self.rank, kind, rid, detail))
 
     def rid_of(self, room: int) -> str | None:
         spec = self.world.by_room.get(room)
