@@ -28,34 +28,29 @@ from sglang.srt.disaggregation.utils import poll_and_all_reduce
 logger = logging.getLogger(__name__)
 
 
-class SchedulerDisaggregationPrefillMixin:
-    def process_batch_result_disagg_prefill(self, batch) -> None:
+class ToyPrefillScheduler:
+    def finish_prefill(self, batch) -> None:
         for req in batch.reqs:
             self.disagg_prefill_inflight_queue.append(req)
 
     def process_disagg_prefill_inflight_queue(self) -> list:
-        if len(self.disagg_prefill_inflight_queue) == 0:
+        if not self.disagg_prefill_inflight_queue:
             return []
-
-        finished = []
-
-        polls = poll_and_all_reduce(
+        states = poll_and_all_reduce(
             [req.disagg_kv_sender for req in self.disagg_prefill_inflight_queue],
-            self.attn_tp_cpu_group,
+            self.tp_group,
         )
-
-        still_waiting = []
-        for req, poll in zip(self.disagg_prefill_inflight_queue, polls):
-            if poll in [KVPoll.WaitingForInput, KVPoll.Transferring]:
-                still_waiting.append(req)
-            elif poll == KVPoll.Success:
-                finished.append(req)
-            elif poll == KVPoll.Failed:
+        kept, ended = [], []
+        for req, state in zip(self.disagg_prefill_inflight_queue, states):
+            if state == KVPoll.Failed:
                 req.ended_with_error = True
-                finished.append(req)
-
-        self.disagg_prefill_inflight_queue = still_waiting
-        return finished
+                ended.append(req)
+            elif state == KVPoll.Success:
+                ended.append(req)
+            else:
+                kept.append(req)
+        self.disagg_prefill_inflight_queue = kept
+        return ended
 '''
 
 EXPECTED = '''\
@@ -93,8 +88,8 @@ def _get_inflight_timeout() -> int:
     return timeout
 
 
-class SchedulerDisaggregationPrefillMixin:
-    def process_batch_result_disagg_prefill(self, batch) -> None:
+class ToyPrefillScheduler:
+    def finish_prefill(self, batch) -> None:
         for req in batch.reqs:
             # pdguard: inflight-deadline: the deadline counts the KV transfer only;
             # a request that leaves the queue and comes back starts a fresh one.
@@ -130,31 +125,26 @@ class SchedulerDisaggregationPrefillMixin:
                 logger.exception(f"Failed to abort the sender of {req.rid=}")
 
     def process_disagg_prefill_inflight_queue(self) -> list:
-        if len(self.disagg_prefill_inflight_queue) == 0:
+        if not self.disagg_prefill_inflight_queue:
             return []
-
-        finished = []
-
         # pdguard: inflight-deadline: fail overdue requests before the poll
         # all-reduce, so that every rank sees them Failed in the same step.
         self._fail_timed_out_inflight_reqs()
-        polls = poll_and_all_reduce(
+        states = poll_and_all_reduce(
             [req.disagg_kv_sender for req in self.disagg_prefill_inflight_queue],
-            self.attn_tp_cpu_group,
+            self.tp_group,
         )
-
-        still_waiting = []
-        for req, poll in zip(self.disagg_prefill_inflight_queue, polls):
-            if poll in [KVPoll.WaitingForInput, KVPoll.Transferring]:
-                still_waiting.append(req)
-            elif poll == KVPoll.Success:
-                finished.append(req)
-            elif poll == KVPoll.Failed:
+        kept, ended = [], []
+        for req, state in zip(self.disagg_prefill_inflight_queue, states):
+            if state == KVPoll.Failed:
                 req.ended_with_error = True
-                finished.append(req)
-
-        self.disagg_prefill_inflight_queue = still_waiting
-        return finished
+                ended.append(req)
+            elif state == KVPoll.Success:
+                ended.append(req)
+            else:
+                kept.append(req)
+        self.disagg_prefill_inflight_queue = kept
+        return ended
 '''
 
 # --replace, where some sender never pops its failure record: the abort block only.
@@ -207,15 +197,18 @@ class TestInflightDeadline(CodemodTest):
     def test_anchors_on_the_function_not_the_first_poll_call(self) -> None:
         # Another poll_and_all_reduce() earlier in the file must not be touched.
         src = PREFILL.replace(
-            "class SchedulerDisaggregationPrefillMixin:\n",
+            "class ToyPrefillScheduler:\n",
             "class PrefillBootstrapQueue:\n"
             "    def pop_bootstrapped(self):\n"
             "        return poll_and_all_reduce(self.queue, self.gloo_group)\n"
-            "\n\nclass SchedulerDisaggregationPrefillMixin:\n",
+            "\n\nclass ToyPrefillScheduler:\n",
         )
         out = _patch(src)
         pop = out.index("def pop_bootstrapped")
-        assert "_fail_timed_out_inflight_reqs()" not in out[pop : out.index("class Scheduler")]
+        assert (
+            "_fail_timed_out_inflight_reqs()"
+            not in out[pop : out.index("class ToyPrefillScheduler")]
+        )
         call = out.index("self._fail_timed_out_inflight_reqs()")
         assert call > out.index("def process_disagg_prefill_inflight_queue")
 
@@ -231,8 +224,8 @@ class TestInflightDeadline(CodemodTest):
         ("logger = logging.getLogger(__name__)", "log = 1", "logger"),
         ("self.disagg_prefill_inflight_queue.append(req)", "pass", "append"),
         (
-            "        still_waiting = []\n",
-            "        still_waiting = []\n        poll_and_all_reduce([], None)\n",
+            "        kept, ended = [], []\n",
+            "        kept, ended = [], []\n        poll_and_all_reduce([], None)\n",
             "2 poll_and_all_reduce",
         ),
     ],
@@ -356,9 +349,9 @@ def _int_setting(name: str, fallback: int | None = 0) -> int | None:
 
 
 def _scheduler(module: types.ModuleType) -> object:
-    scheduler = module.SchedulerDisaggregationPrefillMixin()
+    scheduler = module.ToyPrefillScheduler()
     scheduler.disagg_prefill_inflight_queue = []
-    scheduler.attn_tp_cpu_group = None
+    scheduler.tp_group = None
     return scheduler
 
 
@@ -370,7 +363,7 @@ def test_written_code_fails_a_wedged_request_at_the_deadline(monkeypatch) -> Non
     module, clock = _load(monkeypatch, env=None)
     scheduler = _scheduler(module)
     req = _req("wedged")
-    scheduler.process_batch_result_disagg_prefill(types.SimpleNamespace(reqs=[req]))
+    scheduler.finish_prefill(types.SimpleNamespace(reqs=[req]))
     clock.now += 299.0
     assert scheduler.process_disagg_prefill_inflight_queue() == []
     assert scheduler.disagg_prefill_inflight_queue == [req]
@@ -388,11 +381,11 @@ def test_a_request_that_comes_back_starts_a_fresh_deadline(monkeypatch) -> None:
     module, clock = _load(monkeypatch, env="60")
     scheduler = _scheduler(module)
     req = _req("requeued")
-    scheduler.process_batch_result_disagg_prefill(types.SimpleNamespace(reqs=[req]))
+    scheduler.finish_prefill(types.SimpleNamespace(reqs=[req]))
     clock.now += 40.0
     scheduler.disagg_prefill_inflight_queue = []  # out (optimistic_release_and_requeue) ...
     clock.now += 100.0
-    scheduler.process_batch_result_disagg_prefill(types.SimpleNamespace(reqs=[req]))  # ... back
+    scheduler.finish_prefill(types.SimpleNamespace(reqs=[req]))  # ... back
     clock.now += 30.0  # 170 s since the first entry, 30 s since it came back
     assert scheduler.process_disagg_prefill_inflight_queue() == []
     clock.now += 31.0
@@ -404,7 +397,7 @@ def test_honoured_abort_fails_without_touching_poll_and_says_why(monkeypatch, ca
     scheduler = _scheduler(module)
     req = _req("wedged")
     req.disagg_kv_sender = sender = _AbortableSender()
-    scheduler.process_batch_result_disagg_prefill(types.SimpleNamespace(reqs=[req]))
+    scheduler.finish_prefill(types.SimpleNamespace(reqs=[req]))
     clock.now += 61.0
     with caplog.at_level(logging.WARNING):
         assert scheduler.process_disagg_prefill_inflight_queue() == [req]
@@ -422,7 +415,7 @@ def test_replace_says_why_in_the_record_abort_made(monkeypatch, caplog) -> None:
     req = _req("wedged")
     req.disagg_kv_sender = sender = _AbortableSender()
     sender.kv_mgr.failure_records[8] = "another room's failure"
-    scheduler.process_batch_result_disagg_prefill(types.SimpleNamespace(reqs=[req]))
+    scheduler.finish_prefill(types.SimpleNamespace(reqs=[req]))
     clock.now += 61.0
     with caplog.at_level(logging.WARNING):
         assert scheduler.process_disagg_prefill_inflight_queue() == [req]
@@ -439,7 +432,7 @@ def test_replace_creates_no_record(monkeypatch) -> None:
     scheduler = _scheduler(module)
     req = _req("wedged")
     req.disagg_kv_sender = sender = _SilentAbortSender()
-    scheduler.process_batch_result_disagg_prefill(types.SimpleNamespace(reqs=[req]))
+    scheduler.finish_prefill(types.SimpleNamespace(reqs=[req]))
     clock.now += 61.0
     assert scheduler.process_disagg_prefill_inflight_queue() == [req]
     assert req.ended_with_error and sender.kv_mgr.failure_records == {}
@@ -450,7 +443,7 @@ def test_replace_without_failure_records_only_aborts(monkeypatch) -> None:
     module, clock = _load(monkeypatch, env="60", replace=True)
     scheduler = _scheduler(module)
     req = _req("wedged")
-    scheduler.process_batch_result_disagg_prefill(types.SimpleNamespace(reqs=[req]))
+    scheduler.finish_prefill(types.SimpleNamespace(reqs=[req]))
     clock.now += 61.0
     assert scheduler.process_disagg_prefill_inflight_queue() == [req]
     assert req.disagg_kv_sender.aborted == 1 and not hasattr(req.disagg_kv_sender, "kv_mgr")
@@ -464,7 +457,7 @@ def test_parked_time_is_not_counted(monkeypatch) -> None:
     req = _req("parked")
     req.pending_bootstrap = True
     req.disagg_kv_sender = _AbortableSender()
-    scheduler.process_batch_result_disagg_prefill(types.SimpleNamespace(reqs=[req]))
+    scheduler.finish_prefill(types.SimpleNamespace(reqs=[req]))
     clock.now += 250.0
     assert scheduler.process_disagg_prefill_inflight_queue() == []
     req.pending_bootstrap = False  # bootstrap done: unparked
@@ -518,7 +511,7 @@ def test_pp_a_stage_fails_only_a_transfer_it_still_polls_as_unfinished(monkeypat
     transferred.disagg_kv_sender = _AbortableSender()
     transferred.disagg_kv_sender.conclude_state = 4  # this stage polls Success
     wedged.disagg_kv_sender = _AbortableSender()
-    scheduler.process_batch_result_disagg_prefill(types.SimpleNamespace(reqs=[transferred, wedged]))
+    scheduler.finish_prefill(types.SimpleNamespace(reqs=[transferred, wedged]))
     clock.now += 61.0
     # both overdue; the consensus naming "transferred" has not reached this stage yet
     assert scheduler.process_disagg_prefill_inflight_queue([]) == [transferred, wedged]
@@ -532,7 +525,7 @@ def test_an_abort_that_raises_is_logged_and_the_step_goes_on(monkeypatch, caplog
     scheduler = _scheduler(module)
     req = _req("unlucky")
     req.disagg_kv_sender = _AbortableSender(raises=True)
-    scheduler.process_batch_result_disagg_prefill(types.SimpleNamespace(reqs=[req]))
+    scheduler.finish_prefill(types.SimpleNamespace(reqs=[req]))
     clock.now += 61.0
     with caplog.at_level(logging.ERROR):
         # this rank still reaches the poll all-reduce; its peers fail the request there
@@ -545,7 +538,7 @@ def test_zero_turns_the_deadline_off(monkeypatch, env: str) -> None:
     module, clock = _load(monkeypatch, env=env)
     scheduler = _scheduler(module)
     req = _req("patient")
-    scheduler.process_batch_result_disagg_prefill(types.SimpleNamespace(reqs=[req]))
+    scheduler.finish_prefill(types.SimpleNamespace(reqs=[req]))
     clock.now += 1e6
     assert scheduler.process_disagg_prefill_inflight_queue() == []
     assert req.disagg_kv_sender.aborted == 0
@@ -560,7 +553,7 @@ def test_invalid_value_warns_at_first_use_and_uses_the_default(
     assert caplog.text == ""  # nothing at import
     scheduler = _scheduler(module)
     req = _req("wedged")
-    scheduler.process_batch_result_disagg_prefill(types.SimpleNamespace(reqs=[req]))
+    scheduler.finish_prefill(types.SimpleNamespace(reqs=[req]))
     clock.now += 299.0
     with caplog.at_level(logging.WARNING):
         assert scheduler.process_disagg_prefill_inflight_queue() == []
@@ -587,7 +580,7 @@ def test_registry_convention_reads_the_entry_at_each_use(monkeypatch) -> None:
     scheduler = _scheduler(module)
     req = _req("wedged")
     req.disagg_kv_sender = _AbortableSender()
-    scheduler.process_batch_result_disagg_prefill(types.SimpleNamespace(reqs=[req]))
+    scheduler.finish_prefill(types.SimpleNamespace(reqs=[req]))
     clock.now += 61.0
     assert scheduler.process_disagg_prefill_inflight_queue() == []
     monkeypatch.setenv("SGLANG_DISAGGREGATION_INFLIGHT_TIMEOUT", "60")

@@ -142,7 +142,7 @@ class TestReceiverWaitingTimeout(CodemodTest):
     TRANSFORM = ReceiverWaitingTimeout
 
     def test_mooncake_with_conclude_state(self) -> None:
-        # Mooncake 0.4.7 - 0.4.9: conclude_state, check_status() read once, record_failure.
+        # a receiver that keeps conclude_state, reads check_status() once and records failures
         before = """
             import logging
             import time
@@ -152,24 +152,22 @@ class TestReceiverWaitingTimeout(CodemodTest):
             logger = logging.getLogger(__name__)
 
 
-            class MooncakeKVReceiver(BaseKVReceiver):
-                def __init__(self, mgr, bootstrap_addr, bootstrap_room=None):
-                    self.bootstrap_room = bootstrap_room
-                    self.kv_mgr = mgr
+            class ToyReceiver(BaseKVReceiver):
+                def __init__(self, manager, room=None):
+                    self.kv_mgr = manager
+                    self.bootstrap_room = room
                     self.conclude_state = None
 
                 def init(self, kv_indices, aux_index=None):
-                    for info in self.bootstrap_infos:
-                        self.send(info, kv_indices)
+                    self.push_indices(kv_indices)
 
                 def poll(self) -> KVPoll:
-                    if self.conclude_state is None:
-                        status = self.kv_mgr.check_status(self.bootstrap_room)
-                        if status in (KVPoll.Success, KVPoll.Failed):
-                            self.conclude_state = status
-                        return status
-                    else:
+                    if self.conclude_state is not None:
                         return self.conclude_state
+                    status = self.kv_mgr.check_status(self.bootstrap_room)
+                    if status in (KVPoll.Success, KVPoll.Failed):
+                        self.conclude_state = status
+                    return status
         """
         after = """
             import logging
@@ -180,68 +178,64 @@ class TestReceiverWaitingTimeout(CodemodTest):
             logger = logging.getLogger(__name__)
 
 
-            class MooncakeKVReceiver(BaseKVReceiver):
-                def __init__(self, mgr, bootstrap_addr, bootstrap_room=None):
+            class ToyReceiver(BaseKVReceiver):
+                def __init__(self, manager, room=None):
                     # pdguard: receiver-waiting-timeout: set when the KV indices are sent.
                     self.init_time = None
                     self.waiting_timeout = get_int_env_var(
                         "SGLANG_DISAGGREGATION_WAITING_TIMEOUT", 300
                     )
-                    self.bootstrap_room = bootstrap_room
-                    self.kv_mgr = mgr
+                    self.kv_mgr = manager
+                    self.bootstrap_room = room
                     self.conclude_state = None
 
                 def init(self, kv_indices, aux_index=None):
-                    for info in self.bootstrap_infos:
-                        self.send(info, kv_indices)
+                    self.push_indices(kv_indices)
                     # pdguard: receiver-waiting-timeout: the waiting timeout counts from here.
                     self.init_time = time.time()
 
                 def poll(self) -> KVPoll:
-                    if self.conclude_state is None:
-                        status = self.kv_mgr.check_status(self.bootstrap_room)
-                        # pdguard: receiver-waiting-timeout
-                        if (
-                            status not in (KVPoll.Success, KVPoll.Failed)
-                            and self.init_time is not None
-                        ):
-                            elapsed = time.time() - self.init_time
-                            if elapsed >= self.waiting_timeout:
-                                reason = (
-                                    f"Request {self.bootstrap_room} timed out after {elapsed:.1f}s"
-                                    " waiting for its KV cache"
-                                )
-                                logger.error(f"{reason} (SGLANG_DISAGGREGATION_WAITING_TIMEOUT)")
-                                self.kv_mgr.record_failure(self.bootstrap_room, reason)
-                                self.conclude_state = KVPoll.Failed
-                                return KVPoll.Failed
-                        if status in (KVPoll.Success, KVPoll.Failed):
-                            self.conclude_state = status
-                        return status
-                    else:
+                    if self.conclude_state is not None:
                         return self.conclude_state
+                    status = self.kv_mgr.check_status(self.bootstrap_room)
+                    # pdguard: receiver-waiting-timeout
+                    if status not in (KVPoll.Success, KVPoll.Failed) and self.init_time is not None:
+                        elapsed = time.time() - self.init_time
+                        if elapsed >= self.waiting_timeout:
+                            reason = (
+                                f"Request {self.bootstrap_room} timed out after {elapsed:.1f}s"
+                                " waiting for its KV cache"
+                            )
+                            logger.error(f"{reason} (SGLANG_DISAGGREGATION_WAITING_TIMEOUT)")
+                            self.kv_mgr.record_failure(self.bootstrap_room, reason)
+                            self.conclude_state = KVPoll.Failed
+                            return KVPoll.Failed
+                    if status in (KVPoll.Success, KVPoll.Failed):
+                        self.conclude_state = status
+                    return status
         """
         self.assertCodemod(
             before,
             after,
-            class_name="MooncakeKVReceiver",
+            class_name="ToyReceiver",
             check="status",
             timeout_setting='get_int_env_var("SGLANG_DISAGGREGATION_WAITING_TIMEOUT", 300)',
         )
 
     def test_returned_status_is_split_and_time_imported(self) -> None:
-        # Mooncake 0.4.6.post5: poll() returns check_status() directly, no conclude_state.
+        # poll() returns check_status() directly, no conclude_state
         before = """
             import os
 
 
-            class MooncakeKVReceiver(BaseKVReceiver):
-                def __init__(self, mgr, bootstrap_addr, bootstrap_room=None):
+            class ToyReceiver(BaseKVReceiver):
+                def __init__(self, manager, room=None):
                     \"\"\"A receiver.\"\"\"
-                    self.bootstrap_room = bootstrap_room
+                    self.kv_mgr = manager
+                    self.bootstrap_room = room
 
                 def init(self, kv_indices, aux_index=None):
-                    self.send(kv_indices)
+                    self.push_indices(kv_indices)
 
                 def poll(self) -> KVPoll:
                     return self.kv_mgr.check_status(self.bootstrap_room)
@@ -251,18 +245,19 @@ class TestReceiverWaitingTimeout(CodemodTest):
             import time
 
 
-            class MooncakeKVReceiver(BaseKVReceiver):
-                def __init__(self, mgr, bootstrap_addr, bootstrap_room=None):
+            class ToyReceiver(BaseKVReceiver):
+                def __init__(self, manager, room=None):
                     \"\"\"A receiver.\"\"\"
                     # pdguard: receiver-waiting-timeout: set when the KV indices are sent.
                     self.init_time = None
                     self.waiting_timeout = int(
                         os.environ.get("SGLANG_DISAGGREGATION_WAITING_TIMEOUT", "300")
                     )
-                    self.bootstrap_room = bootstrap_room
+                    self.kv_mgr = manager
+                    self.bootstrap_room = room
 
                 def init(self, kv_indices, aux_index=None):
-                    self.send(kv_indices)
+                    self.push_indices(kv_indices)
                     # pdguard: receiver-waiting-timeout: the waiting timeout counts from here.
                     self.init_time = time.time()
 
@@ -278,7 +273,7 @@ class TestReceiverWaitingTimeout(CodemodTest):
         self.assertCodemod(
             before,
             after,
-            class_name="MooncakeKVReceiver",
+            class_name="ToyReceiver",
             check="status",
             record_failure=False,
             conclude_state=False,
@@ -286,58 +281,54 @@ class TestReceiverWaitingTimeout(CodemodTest):
         )
 
     def test_nixl_final_return(self) -> None:
-        # NIXL 0.4.8.post1 - 0.5.5.post3: the check goes before the final WaitingForInput.
+        # the check goes before the final non-terminal return
         before = """
             import time
 
 
-            class NixlKVReceiver(CommonKVReceiver):
-                def __init__(self, mgr, bootstrap_addr, bootstrap_room=None):
-                    self.started_transfer = False
+            class ToyChunkReceiver(CommonKVReceiver):
+                def __init__(self, manager, room=None):
+                    self.indices_sent = False
                     self.conclude_state = None
-                    super().__init__(mgr, bootstrap_addr, bootstrap_room)
+                    super().__init__(manager, room)
 
                 def init(self, kv_indices, aux_index=None):
-                    self.send(kv_indices)
-                    self.started_transfer = True
+                    self.push_indices(kv_indices)
+                    self.indices_sent = True
 
                 def poll(self) -> KVPoll:
+                    if self.conclude_state is None and self.indices_sent:
+                        if self.kv_mgr.check_transfer_done(self.bootstrap_room):
+                            self.conclude_state = KVPoll.Success
                     if self.conclude_state is not None:
                         return self.conclude_state
-                    if not self.started_transfer:
-                        return KVPoll.WaitingForInput
-                    if self.kv_mgr.check_transfer_done(self.bootstrap_room):
-                        self.conclude_state = KVPoll.Success
-                        return KVPoll.Success
                     return KVPoll.WaitingForInput
         """
         after = """
             import time
 
 
-            class NixlKVReceiver(CommonKVReceiver):
-                def __init__(self, mgr, bootstrap_addr, bootstrap_room=None):
+            class ToyChunkReceiver(CommonKVReceiver):
+                def __init__(self, manager, room=None):
                     # pdguard: receiver-waiting-timeout: set when the KV indices are sent.
                     self.init_time = None
                     self.waiting_timeout = 300
-                    self.started_transfer = False
+                    self.indices_sent = False
                     self.conclude_state = None
-                    super().__init__(mgr, bootstrap_addr, bootstrap_room)
+                    super().__init__(manager, room)
 
                 def init(self, kv_indices, aux_index=None):
-                    self.send(kv_indices)
-                    self.started_transfer = True
+                    self.push_indices(kv_indices)
+                    self.indices_sent = True
                     # pdguard: receiver-waiting-timeout: the waiting timeout counts from here.
                     self.init_time = time.time()
 
                 def poll(self) -> KVPoll:
+                    if self.conclude_state is None and self.indices_sent:
+                        if self.kv_mgr.check_transfer_done(self.bootstrap_room):
+                            self.conclude_state = KVPoll.Success
                     if self.conclude_state is not None:
                         return self.conclude_state
-                    if not self.started_transfer:
-                        return KVPoll.WaitingForInput
-                    if self.kv_mgr.check_transfer_done(self.bootstrap_room):
-                        self.conclude_state = KVPoll.Success
-                        return KVPoll.Success
                     # pdguard: receiver-waiting-timeout
                     if self.init_time is not None:
                         elapsed = time.time() - self.init_time
@@ -349,7 +340,7 @@ class TestReceiverWaitingTimeout(CodemodTest):
         self.assertCodemod(
             before,
             after,
-            class_name="NixlKVReceiver",
+            class_name="ToyChunkReceiver",
             check="final",
             timeout_setting="300",
             record_failure=False,
@@ -358,7 +349,7 @@ class TestReceiverWaitingTimeout(CodemodTest):
 
     def test_final_check_needs_a_non_terminal_return(self) -> None:
         code = """
-            class NixlKVReceiver(BaseKVReceiver):
+            class ToyChunkReceiver(BaseKVReceiver):
                 def __init__(self):
                     self.x = 1
 
@@ -371,7 +362,7 @@ class TestReceiverWaitingTimeout(CodemodTest):
         module = cst.parse_module(textwrap.dedent(code))
         with pytest.raises(AnchorError, match="non-terminal"):
             ReceiverWaitingTimeout(
-                CodemodContext(), class_name="NixlKVReceiver", check="final"
+                CodemodContext(), class_name="ToyChunkReceiver", check="final"
             ).transform_module(module)
 
 
@@ -379,80 +370,73 @@ class TestNixlHeartbeatRooms(CodemodTest):
     TRANSFORM = NixlHeartbeatRooms
 
     def test_every_tracked_room_fails_with_its_prefill(self) -> None:
-        # NIXL 0.5.3 - 0.5.5.post3, cut down to the three places 0.5.6 changed.
+        # the three places 0.5.6 changed, in a manager and receiver of our own
         before = """
-            class NixlKVManager(CommonKVManager):
+            class ToyManager(CommonKVManager):
                 def _start_heartbeat_checker_thread(self):
-                    def heartbeat_checker():
-                        for bootstrap_addr in addresses:
-                            if response.status_code == 200:
-                                self.heartbeat_failures[bootstrap_addr] = 0
-
-                                tracked_rooms = self.addr_to_rooms_tracker[
-                                    bootstrap_addr
-                                ].copy()
-
-                                for bootstrap_room in tracked_rooms:
-                                    if bootstrap_room not in self.transfer_statuses:
-                                        self.addr_to_rooms_tracker[bootstrap_addr].discard(
-                                            bootstrap_room
-                                        )
+                    def probe_all():
+                        for addr in self.watched:
+                            if self.ping(addr):
+                                self.heartbeat_failures[addr] = 0
+                                for room in list(self.addr_to_rooms_tracker[addr]):
+                                    if room not in self.transfer_statuses:
+                                        self.addr_to_rooms_tracker[addr].discard(room)
                             else:
-                                self.heartbeat_failures[bootstrap_addr] += 1
+                                self.heartbeat_failures[addr] += 1
 
-                def _handle_node_failure(self, failed_bootstrap_addr):
-                    affected_rooms = []
-                    for room in possible_affected_rooms:
+                def _handle_node_failure(self, addr):
+                    lost = []
+                    for room in self.addr_to_rooms_tracker.pop(addr, ()):
                         if (
                             room in self.transfer_statuses
                             and not self.transfer_statuses[room].is_done()
                         ):
                             self.transfer_statuses[room].num_kvs_expected = -1
-                            affected_rooms.append(room)
+                            lost.append(room)
 
 
-            class NixlKVReceiver(CommonKVReceiver):
+            class ToyChunkReceiver(CommonKVReceiver):
                 def poll(self) -> KVPoll:
                     if self.kv_mgr.check_transfer_done(self.bootstrap_room):
-                        del self.kv_mgr.transfer_statuses[self.bootstrap_room]
-                        return self.conclude_state
+                        self.kv_mgr.transfer_statuses.pop(self.bootstrap_room)
+                        return KVPoll.Success
                     return KVPoll.WaitingForInput
         """
         after = """
-            class NixlKVManager(CommonKVManager):
+            class ToyManager(CommonKVManager):
                 def _start_heartbeat_checker_thread(self):
-                    def heartbeat_checker():
-                        for bootstrap_addr in addresses:
-                            if response.status_code == 200:
+                    def probe_all():
+                        for addr in self.watched:
+                            if self.ping(addr):
                                 # pdguard: receiver-waiting-timeout: a healthy
                                 # probe keeps every tracked room; poll() drops
                                 # it once its transfer is done (as in 0.5.6).
-                                self.heartbeat_failures[bootstrap_addr] = 0
+                                self.heartbeat_failures[addr] = 0
                             else:
-                                self.heartbeat_failures[bootstrap_addr] += 1
+                                self.heartbeat_failures[addr] += 1
 
-                def _handle_node_failure(self, failed_bootstrap_addr):
-                    affected_rooms = []
-                    for room in possible_affected_rooms:
+                def _handle_node_failure(self, addr):
+                    lost = []
+                    for room in self.addr_to_rooms_tracker.pop(addr, ()):
                         # pdguard: receiver-waiting-timeout: also a room no chunk reached yet
                         if not self.transfer_statuses[room].is_done():
                             self.transfer_statuses[room].num_kvs_expected = -1
-                            affected_rooms.append(room)
+                            lost.append(room)
 
 
-            class NixlKVReceiver(CommonKVReceiver):
+            class ToyChunkReceiver(CommonKVReceiver):
                 def poll(self) -> KVPoll:
                     if self.kv_mgr.check_transfer_done(self.bootstrap_room):
                         # pdguard: receiver-waiting-timeout: untracked once done.
                         self.kv_mgr.addr_to_rooms_tracker[self.bootstrap_addr].discard(
                             self.bootstrap_room
                         )
-                        del self.kv_mgr.transfer_statuses[self.bootstrap_room]
-                        return self.conclude_state
+                        self.kv_mgr.transfer_statuses.pop(self.bootstrap_room)
+                        return KVPoll.Success
                     return KVPoll.WaitingForInput
         """
         self.assertCodemod(
-            before, after, manager_class="NixlKVManager", receiver_class="NixlKVReceiver"
+            before, after, manager_class="ToyManager", receiver_class="ToyChunkReceiver"
         )
 
 
@@ -465,29 +449,26 @@ _PENDING_BEFORE = """
     logger = logging.getLogger(__name__)
 
 
-    class DecodePreallocQueue:
+    class ToyPreallocQueue:
         def _resolve_pending_reqs(self) -> None:
-            remaining = []
+            unresolved = []
             for decode_req in self.pending_reqs:
                 rank = self.lookup(decode_req)
-                if rank is not None:
-                    decode_req.kv_receiver.init(rank)
+                if rank is None:
+                    unresolved.append(decode_req)
                 else:
-                    remaining.append(decode_req)
-            self.pending_reqs = remaining
+                    decode_req.kv_receiver.init(rank)
+            self.pending_reqs = unresolved
 
 
-    class SchedulerDisaggregationDecodeMixin:
+    class ToyDecodeScheduler:
         def process_decode_queue(self):
-            resumed_reqs = self.disagg_decode_prealloc_queue.resume_retracted_reqs()
-            self.waiting_queue.extend(resumed_reqs)
-            if len(self.disagg_decode_prealloc_queue.retracted_queue) > 0:
+            self.waiting_queue += self.disagg_decode_prealloc_queue.resume_retracted_reqs()
+            if self.disagg_decode_prealloc_queue.retracted_queue:
                 return
-
-            req_conns = self.disagg_decode_prealloc_queue.pop_preallocated()
-            self.disagg_decode_transfer_queue.extend(req_conns)
-            arrived = self.disagg_decode_transfer_queue.pop_transferred()
-            self.waiting_queue.extend(arrived)
+            admitted = self.disagg_decode_prealloc_queue.pop_preallocated()
+            self.disagg_decode_transfer_queue.extend(admitted)
+            self.waiting_queue += self.disagg_decode_transfer_queue.pop_transferred()
 """
 
 _PENDING_AFTER = """
@@ -499,14 +480,12 @@ _PENDING_AFTER = """
     logger = logging.getLogger(__name__)
 
 
-    class DecodePreallocQueue:
+    class ToyPreallocQueue:
         def _resolve_pending_reqs(self) -> None:
-            remaining = []
+            unresolved = []
             for decode_req in self.pending_reqs:
                 rank = self.lookup(decode_req)
-                if rank is not None:
-                    decode_req.kv_receiver.init(rank)
-                else:
+                if rank is None:
                     # pdguard: decode-queue-bound: bounded wait for the DP rank.
                     if getattr(decode_req, "pending_since", None) is None:
                         decode_req.pending_since = time.monotonic()
@@ -520,25 +499,24 @@ _PENDING_AFTER = """
                         if decode_req.kv_receiver is not None:
                             decode_req.kv_receiver.abort()
                     else:
-                        remaining.append(decode_req)
-            self.pending_reqs = remaining
+                        unresolved.append(decode_req)
+                else:
+                    decode_req.kv_receiver.init(rank)
+            self.pending_reqs = unresolved
 
 
-    class SchedulerDisaggregationDecodeMixin:
+    class ToyDecodeScheduler:
         def process_decode_queue(self):
-            resumed_reqs = self.disagg_decode_prealloc_queue.resume_retracted_reqs()
-            self.waiting_queue.extend(resumed_reqs)
+            self.waiting_queue += self.disagg_decode_prealloc_queue.resume_retracted_reqs()
             # pdguard: decode-queue-bound: while retracted requests wait for memory,
             # admit no new request (as the early return did), but still poll the
             # transfer queue: its failures, timeouts and aborts free their KV.
-            retracted_waiting = len(self.disagg_decode_prealloc_queue.retracted_queue) > 0
-
+            retracted_waiting = self.disagg_decode_prealloc_queue.retracted_queue
             # pdguard: decode-queue-bound: not while retracted requests wait
             if not retracted_waiting:
-                req_conns = self.disagg_decode_prealloc_queue.pop_preallocated()
-                self.disagg_decode_transfer_queue.extend(req_conns)
-            arrived = self.disagg_decode_transfer_queue.pop_transferred()
-            self.waiting_queue.extend(arrived)
+                admitted = self.disagg_decode_prealloc_queue.pop_preallocated()
+                self.disagg_decode_transfer_queue.extend(admitted)
+            self.waiting_queue += self.disagg_decode_transfer_queue.pop_transferred()
 """
 
 
@@ -549,25 +527,25 @@ class TestDecodeQueueBound(CodemodTest):
         self.assertCodemod(
             _PENDING_BEFORE,
             _PENDING_AFTER,
-            pending=["DecodePreallocQueue._resolve_pending_reqs:remaining:decode_req"],
-            gate="SchedulerDisaggregationDecodeMixin.process_decode_queue",
+            pending=["ToyPreallocQueue._resolve_pending_reqs:unresolved:decode_req"],
+            gate="ToyDecodeScheduler.process_decode_queue",
         )
 
     def test_a_deeper_admission_is_laid_out_as_black_does(self) -> None:
         before = """
-            class SchedulerDisaggregationDecodeMixin:
+            class ToyDecodeScheduler:
                 def process_decode_queue(self):
                     if len(self.disagg_decode_prealloc_queue.retracted_queue) > 0:
                         return
                     if self.polling:
                         if self.threshold:
                             if self.deeper:
-                                req_conns, _ = self.disagg_decode_prealloc_queue.pop_preallocated()
-                                self.disagg_decode_transfer_queue.extend(req_conns)
+                                admitted, _ = self.disagg_decode_prealloc_queue.pop_preallocated()
+                                self.disagg_decode_transfer_queue.extend(admitted)
                         self.disagg_decode_transfer_queue.pop_transferred()
         """
         after = """
-            class SchedulerDisaggregationDecodeMixin:
+            class ToyDecodeScheduler:
                 def process_decode_queue(self):
                     # pdguard: decode-queue-bound: while retracted requests wait for memory,
                     # admit no new request (as the early return did), but still poll the
@@ -578,21 +556,19 @@ class TestDecodeQueueBound(CodemodTest):
                             if self.deeper:
                                 # pdguard: decode-queue-bound: not while retracted requests wait
                                 if not retracted_waiting:
-                                    req_conns, _ = (
+                                    admitted, _ = (
                                         self.disagg_decode_prealloc_queue.pop_preallocated()
                                     )
-                                    self.disagg_decode_transfer_queue.extend(req_conns)
+                                    self.disagg_decode_transfer_queue.extend(admitted)
                         self.disagg_decode_transfer_queue.pop_transferred()
         """
-        self.assertCodemod(
-            before, after, gate="SchedulerDisaggregationDecodeMixin.process_decode_queue"
-        )
+        self.assertCodemod(before, after, gate="ToyDecodeScheduler.process_decode_queue")
 
     def test_refuses_without_the_gate(self) -> None:
         module = cst.parse_module(
             textwrap.dedent(
                 """
-                class SchedulerDisaggregationDecodeMixin:
+                class ToyDecodeScheduler:
                     def process_decode_queue(self):
                         self.disagg_decode_transfer_queue.pop_transferred()
                 """
@@ -600,7 +576,7 @@ class TestDecodeQueueBound(CodemodTest):
         )
         with pytest.raises(AnchorError, match="retracted"):
             DecodeQueueBound(
-                CodemodContext(), gate="SchedulerDisaggregationDecodeMixin.process_decode_queue"
+                CodemodContext(), gate="ToyDecodeScheduler.process_decode_queue"
             ).transform_module(module)
 
     def test_refuses_two_requeues(self) -> None:
@@ -610,7 +586,7 @@ class TestDecodeQueueBound(CodemodTest):
                 import time
 
 
-                class DecodePreallocQueue:
+                class ToyPreallocQueue:
                     def _resolve_pending_reqs(self):
                         remaining = []
                         for decode_req in self.pending_reqs:
@@ -622,7 +598,7 @@ class TestDecodeQueueBound(CodemodTest):
         with pytest.raises(AnchorError, match="expected one"):
             DecodeQueueBound(
                 CodemodContext(),
-                pending=["DecodePreallocQueue._resolve_pending_reqs:remaining:decode_req"],
+                pending=["ToyPreallocQueue._resolve_pending_reqs:remaining:decode_req"],
             ).transform_module(module)
 
 
