@@ -133,16 +133,18 @@ def _run_decode(
                 )
         except SimulationGap as exc:
             raise SimulationGap(f"{exc} (scenario {scenario.name})") from exc
-        report.rows.append(
-            Row(
-                scenario.name,
-                scenario.expected,
-                outcome.verdict,
-                outcome.observed,
-                outcome.seconds,
-                client_errors(trace),
-            )
-        )
+        report.rows.append(_row(scenario.name, scenario.expected, outcome, trace))
+
+
+def _row(
+    name: str,
+    expected: str,
+    outcome: scenarios.Outcome,
+    trace: world.Trace | decode_world.DecodeTrace,
+) -> Row:
+    return Row(
+        name, expected, outcome.verdict, outcome.observed, outcome.seconds, client_errors(trace)
+    )
 
 
 def _run_prefill(
@@ -165,13 +167,4 @@ def _run_prefill(
             outcome = scenario.judge(trace)
         except SimulationGap as exc:
             raise SimulationGap(f"{exc} (scenario {scenario.name})") from exc
-        report.rows.append(
-            Row(
-                scenario.name,
-                scenario.expected,
-                outcome.verdict,
-                outcome.observed,
-                outcome.seconds,
-                client_errors(trace),
-            )
-        )
+        report.rows.append(_row(scenario.name, scenario.expected, outcome, trace))
