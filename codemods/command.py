@@ -25,6 +25,8 @@ from typing import Any
 
 import libcst as cst
 
+from .holes import Scope, fill_known
+
 # The source text of the modules ``parse`` made, by identity (LibCST nodes are immutable), so that
 # a transform reading its input as text (``source_of``) need not generate it again.
 _SOURCES: OrderedDict[int, tuple[cst.Module, str]] = OrderedDict()
@@ -41,11 +43,12 @@ def parse(code: str) -> cst.Module:
 
 
 def source_of(module: cst.Module) -> str:
-    """``module.code``: the text ``parse`` read it from, if it did, else generated."""
+    """``module.code``: the text ``parse`` read it from, if it did, else generated; with the
+    holes of a hollowed module filled (``holes``), so that what is asked of the text is
+    answered for the whole module."""
     known = _SOURCES.get(id(module))
-    if known is not None and known[0] is module:
-        return known[1]
-    return module.code
+    code = known[1] if known is not None and known[0] is module else module.code
+    return fill_known(code)
 
 
 class Transform:
@@ -62,6 +65,11 @@ class Transform:
         key make the same edit of the same text."""
         options = sorted((name, repr(value)) for name, value in vars(self).items())
         return f"{type(self).__module__}.{type(self).__qualname__}{options}"
+
+    def scope(self, text: str) -> Scope | None:
+        """Where in ``text`` (the module's source) the transform can look or edit, so that the
+        rest need not be parsed with LibCST (``holes``); None (the default): anywhere."""
+        return None
 
     def transform_module(self, tree: cst.Module) -> cst.Module:
         """``tree`` with the edit made."""

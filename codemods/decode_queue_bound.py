@@ -31,6 +31,7 @@ from pdguard.sglang_names import POP_PREALLOCATED, RECEIVER_ABORT, REQ_RECEIVER,
 
 from .anchors import AnchorError, find_all, find_method, is_method_call, is_name, marker, sole
 from .command import Transform, commands
+from .holes import Scope
 from .insertion import StatementEdit, apply_edits, parse_statements, simple_statements
 from .isort_imports import DEFAULT_ISORT_CONFIG, AddIsortedImportsTransform, ImportRequest, spelling
 from .sender_bootstrap_timeout import LINE_LENGTH
@@ -131,6 +132,14 @@ class DecodeQueueBoundTransform(Transform):
             i if isinstance(i, ImportRequest) else ImportRequest(*i.split(":", 1)) for i in imports
         ]
         self.isort_config = isort_config
+
+    def scope(self, text: str) -> Scope:
+        """The methods holding the re-queues and the function holding the gate (and every
+        definition that shares a name with one: ``find_method`` must see them all)."""
+        names = {spec.split(":")[0].rsplit(".", 1)[-1] for spec in self.pending}
+        if self.gate:
+            names.add(self.gate.rpartition(".")[2])
+        return Scope(mentions=frozenset(names))
 
     def transform_module_impl(self, tree: cst.Module) -> cst.Module:
         edits: list[tuple[cst.CSTNode, StatementEdit]] = []

@@ -53,6 +53,7 @@ from pdguard.sglang_names import PREFILL_PATH
 
 from .anchors import AnchorError, calls_named, find_method, is_name, marker
 from .command import Transform, commands, source_of
+from .holes import Scope
 from .inflight_timeout import CONVENTIONS, REGISTRY, reader_code, reader_setting, registry_read
 from .insertion import (
     Statement,
@@ -229,6 +230,14 @@ class InflightDeadlineTransform(Transform):
             "stamp": STAMP,
             "parked": _PARKED.format(stamp=STAMP) if parked else "",
         }
+
+    def scope(self, text: str) -> Scope:
+        """The inflight function, whatever names the queue, pdguard's own names and the
+        functions holding the statements the checker's model finds putting requests into the
+        queue (they are stamped)."""
+        model = analyse(parse_module(text, PREFILL_PATH))
+        entries = frozenset(entry.stmt.lineno for entry in model.entries) if model else frozenset()
+        return Scope(mentions=frozenset({FUNCTION, QUEUE, HELPER, STAMP, READER}), lines=entries)
 
     def transform_module_impl(self, tree: cst.Module) -> cst.Module:
         # Every anchor is found on the original tree first; then one pass makes all edits.

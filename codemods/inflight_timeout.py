@@ -35,6 +35,7 @@ from pdguard.sglang_names import INFLIGHT_TIMEOUT_ENV as ENV_VAR
 
 from .anchors import AnchorError, marker
 from .command import Transform, commands
+from .holes import Scope
 from .insertion import StatementEdit, apply_edits, parse_statements
 from .isort_imports import ImportRequest, reference_to, spelling, top_level_bindings
 
@@ -127,6 +128,10 @@ class InflightTimeoutEntryTransform(Transform):
     @staticmethod
     def add_args(arg_parser: argparse.ArgumentParser) -> None:
         pass
+
+    def scope(self, text: str) -> Scope:
+        """The registry entries of the sibling timeouts."""
+        return Scope(mentions=frozenset(SIBLINGS))
 
     def transform_module_impl(self, tree: cst.Module) -> cst.Module:
         anchor, entry_type = _sibling_statement(tree)

@@ -26,6 +26,7 @@ from pdguard.checks.project import parse_module
 
 from .anchors import AnchorError
 from .command import Transform, commands, source_of
+from .holes import Scope
 from .insertion import Statement
 
 DEFAULT_ISORT_CONFIG = isort.Config(profile="black", known_first_party=frozenset({"sglang"}))
@@ -251,6 +252,10 @@ class AddIsortedImportsTransform(Transform):
             for req in imports
         ]
         self.config = isort_config
+
+    def scope(self, text: str) -> Scope:
+        """Module-level statements: the imports."""
+        return Scope()
 
     def transform_module_impl(self, tree: cst.Module) -> cst.Module:
         for request in self.requests:

@@ -52,6 +52,7 @@ from .anchors import (
     sole,
 )
 from .command import Transform, commands
+from .holes import Scope
 from .insertion import Statement, StatementEdit, apply_edits, parse_statements, simple_statements
 from .isort_imports import DEFAULT_ISORT_CONFIG, AddIsortedImportsTransform, ImportRequest, spelling
 from .sender_bootstrap_timeout import LINE_LENGTH, black_assignment
@@ -187,6 +188,10 @@ class ReceiverWaitingTimeoutTransform(Transform):
         ]
         self.isort_config = isort_config
         self.clock = "time.time"
+
+    def scope(self, text: str) -> Scope:
+        """Its class, whole."""
+        return Scope(classes=frozenset({self.class_name}))
 
     def transform_module_impl(self, tree: cst.Module) -> cst.Module:
         # time.time(), as upstream's receivers measure it; the module's own spelling of it.
@@ -368,6 +373,10 @@ class NixlHeartbeatRoomsTransform(Transform):
     def __init__(self, manager_class: str, receiver_class: str) -> None:
         self.manager_class = manager_class
         self.receiver_class = receiver_class
+
+    def scope(self, text: str) -> Scope:
+        """The manager and receiver classes, whole."""
+        return Scope(classes=frozenset({self.manager_class, self.receiver_class}))
 
     def transform_module_impl(self, tree: cst.Module) -> cst.Module:
         manager = next(

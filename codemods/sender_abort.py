@@ -31,6 +31,7 @@ from pdguard.sglang_names import KVPOLL
 
 from .anchors import AnchorError, find_method, marker
 from .command import Transform, commands
+from .holes import Scope
 from .insertion import StatementEdit, apply_edits, parse_method, parse_statements
 from .isort_imports import top_level_bindings
 
@@ -124,6 +125,10 @@ class SenderAbortTransform(Transform):
         self.check_first = check_first
         self.add_abort = add_abort
         self.read_record = read_record
+
+    def scope(self, text: str) -> Scope:
+        """Its class, whole."""
+        return Scope(classes=frozenset({self.class_name}))
 
     def transform_module_impl(self, tree: cst.Module) -> cst.Module:
         edits: list[tuple[cst.CSTNode, StatementEdit]] = []

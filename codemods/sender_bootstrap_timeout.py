@@ -32,6 +32,7 @@ from pdguard.sglang_names import MANAGER_CHECK_STATUS, MANAGER_UPDATE_STATUS, SE
 
 from .anchors import AnchorError, calls_named, find_all, find_method, is_attribute, is_name, marker
 from .command import Transform, commands
+from .holes import Scope
 from .insertion import Statement, StatementEdit, apply_edits, parse_statements
 from .isort_imports import DEFAULT_ISORT_CONFIG, AddIsortedImportsTransform, ImportRequest, spelling
 
@@ -176,6 +177,10 @@ class SenderBootstrapTimeoutTransform(Transform):
         self.isort_config = isort_config
         self.clock = "time.time"
 
+    def scope(self, text: str) -> Scope:
+        """Its class, whole."""
+        return Scope(classes=frozenset({self.class_name}))
+
     def transform_module_impl(self, tree: cst.Module) -> cst.Module:
         # time.time(), as _check_bootstrap_timeout() and Mooncake measure it; reuse the
         # module's own spelling of it.
@@ -319,6 +324,10 @@ class RaiseBootstrapTimeoutDefaultTransform(Transform):
     def __init__(self, env: str) -> None:
         self.env = env
         self.raised = 0
+
+    def scope(self, text: str) -> Scope:
+        """The statements that name the variable."""
+        return Scope(mentions=frozenset({self.env}))
 
     def transform_module_impl(self, tree: cst.Module) -> cst.Module:
         return tree.visit(_DefaultRaiser(self))

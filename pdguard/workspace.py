@@ -27,7 +27,7 @@ if TYPE_CHECKING:
 
 # What transforms made of a text (or the AnchorError message they raised), by the text and their
 # keys, for the process: ``verify`` meets the same file in consecutive refs.
-_TRANSFORMED: OrderedDict[tuple[str, tuple[str, ...]], tuple[bool, str]] = OrderedDict()
+_TRANSFORMED: OrderedDict[tuple[str, bool, tuple[str, ...]], tuple[bool, str]] = OrderedDict()
 _KEPT = 256
 
 
@@ -36,6 +36,42 @@ def _parse_cst(text: str) -> cst.Module:
     from pdguard.codemods.command import parse
 
     return parse(text)
+
+
+# Whether transforms that declare their scope run on the hollowed module (``codemods/holes``);
+# the tests turn it off to compare.
+HOLLOW = True
+
+
+def _transformed(text: str, transforms: Sequence[Transform]) -> tuple[bool, str]:
+    """(True, the new text) or (False, the ``AnchorError`` message). Where every transform
+    declares its scope, they run on the hollowed module first; a result whose holes cannot
+    all be filled, or an ``AnchorError`` there, sends them to the whole module."""
+    from pdguard.codemods.holes import Scope, hollow
+
+    scope: Scope | None = Scope()
+    for transform in transforms:
+        mine = transform.scope(text) if scope is not None else None
+        scope = scope | mine if scope is not None and mine is not None else None
+    if HOLLOW and scope is not None:
+        hollowed = hollow(text, scope)
+        if hollowed is not None:
+            done, result = _run(_parse_cst(hollowed.text), transforms)
+            filled = hollowed.fill(result) if done else None
+            if filled is not None:
+                return True, filled
+    return _run(_parse_cst(text), transforms)
+
+
+def _run(module: cst.Module, transforms: Sequence[Transform]) -> tuple[bool, str]:
+    from pdguard.codemods.anchors import AnchorError
+
+    try:
+        for transform in transforms:
+            module = transform.transform_module(module)
+    except AnchorError as exc:
+        return False, str(exc)
+    return True, module.code
 
 
 class Workspace:
@@ -70,9 +106,16 @@ class Workspace:
         except (SyntaxError, ValueError) as exc:  # ValueError: a NUL byte, before 3.11.4
             raise does_not_parse(self.tree.display(rel), exc, text) from exc
 
-    def cst(self, rel: str) -> cst.Module:
+    def module_statements(self, rel: str) -> cst.Module:
+        """The module-level statements of ``rel`` with LibCST (each run of definitions is a
+        hole: ``codemods/holes``), for the import helpers (``top_level_bindings``,
+        ``spelling``), which read nothing else."""
+        from pdguard.codemods.holes import Scope, hollow
+
         self.ast(rel)  # a clear error (file:line:col) for code that does not parse
-        return _parse_cst(self.text(rel))
+        text = self.text(rel)
+        hollowed = hollow(text, Scope()) if HOLLOW else None
+        return _parse_cst(hollowed.text if hollowed is not None else text)
 
     def transform(self, rel: str, transforms: Sequence[Transform]) -> bool:
         """Run ``transforms`` one after another on the current text of ``rel`` and keep the
@@ -82,17 +125,11 @@ class Workspace:
         from pdguard.codemods.anchors import AnchorError
 
         text = self.text(rel)
-        key = (text, tuple(transform.key() for transform in transforms))
+        key = (text, HOLLOW, tuple(transform.key() for transform in transforms))
         known = _TRANSFORMED.get(key)
         if known is None:
-            module = self.cst(rel)
-            try:
-                for transform in transforms:
-                    module = transform.transform_module(module)
-            except AnchorError as exc:
-                known = (False, str(exc))
-            else:
-                known = (True, module.code)
+            self.ast(rel)  # a clear error (file:line:col) for code that does not parse
+            known = _transformed(text, transforms)
             _TRANSFORMED[key] = known
             while len(_TRANSFORMED) > _KEPT:
                 _TRANSFORMED.popitem(last=False)

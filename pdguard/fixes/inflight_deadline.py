@@ -390,7 +390,7 @@ class InflightDeadline(Fix):
         from pdguard.codemods.inflight_timeout import InflightTimeoutEntryTransform
         from pdguard.codemods.isort_imports import top_level_bindings
 
-        module = workspace.cst(PREFILL_PATH)
+        module = workspace.module_statements(PREFILL_PATH)
         if KVPOLL not in top_level_bindings(module):
             return Outcome(
                 Status.REFUSED, f"{KVPOLL} is not imported in {PREFILL_PATH}", PREFILL_PATH

@@ -342,7 +342,7 @@ class ReceiverWaitingTimeoutFix(Fix):
         reader of that variable, else its reader of the bootstrap timeout, else ``os.environ``."""
         from pdguard.codemods.isort_imports import ImportRequest, spelling, top_level_bindings
 
-        module = workspace.cst(edit.rel)
+        module = workspace.module_statements(edit.rel)
         reader = env_reader(project, WAITING_TIMEOUT_ENV)
         setting = reader[0] if reader else None
         if reader is None:

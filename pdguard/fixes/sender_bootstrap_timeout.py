@@ -244,7 +244,7 @@ class SenderBootstrapTimeoutFix(Fix):
                 "is not being patched to read one"
             )
         edit.timeout = "self.bootstrap_timeout"
-        module = workspace.cst(edit.rel)
+        module = workspace.module_statements(edit.rel)
         reader = index.timeout_reader()
         if reader is None:
             environ, os_import = spelling(module, "os", "environ")

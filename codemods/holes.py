@@ -1,0 +1,242 @@
+"""Parse with LibCST only the part of a module a transform can touch.
+
+LibCST parses a 3,500-line ``decode.py`` in about 0.2 s, and a full pass over it costs as much
+again, though the transforms edit two methods of it. A transform that knows where it can reach
+says so with a ``Scope``: the names it looks for (its anchors) and the classes it reads whole.
+``hollow`` then replaces each run of statements that mentions none of them by one *hole*, a line
+``__pdguard_hole_<tag>_<n>__`` at the run's indentation; the transform runs on that smaller
+module, and ``Hollowed.fill`` puts every run's original lines back in its output.
+
+What is hollowed, in a module's text (``ast`` positions):
+
+* at module level, runs of ``def``/``class`` statements only: imports, ``logger = ...`` and
+  every other module-level statement stay, as the import and naming helpers read them;
+* in the body of a class that mentions an anchor (and is not kept whole), runs of any
+  statements; a class that mentions none is one statement of its enclosing run;
+* nothing inside a function: a function is kept whole or is part of a run.
+
+A statement *mentions* an anchor when its source lines contain the anchor's text, so a method
+is kept when its name is an anchor (its ``def`` line holds it). Text that holds ``pdguard`` (a
+marker of an earlier run) is always kept.
+
+``source_of`` gives a transform that reads the module as text (``ast`` queries: the names the
+module uses, its bindings) the text with every hole filled, so those answers are the whole
+module's. ``Workspace.transform`` accepts a hollowed result only when every hole is in the
+output once, on a line of its own, at its indentation; otherwise, and when a transform raises
+``AnchorError`` on the hollowed module, it runs the transforms on the whole module instead.
+"""
+
+from __future__ import annotations
+
+import ast
+import hashlib
+import re
+from collections import OrderedDict
+from collections.abc import Collection, Sequence
+from dataclasses import dataclass, field
+
+from pdguard.checks.project import parse_module
+
+__all__ = ["Hollowed", "Scope", "fill_known", "hollow"]
+
+PREFIX = "__pdguard_hole_"
+_HOLE = re.compile(r"__pdguard_hole_([0-9a-f]{12})_(\d+)__")
+_DEFINITIONS = (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)
+# A run shorter than this stays: a hole would save less than it costs to check.
+_MIN_LINES = 4
+
+
+@dataclass(frozen=True)
+class Scope:
+    """Where a transform can reach: statements that mention one of ``mentions`` or span one
+    of ``lines`` (1-based), and the classes in ``classes`` whole (their name need not be in
+    ``mentions``). ``Scope()`` reaches module-level statements only."""
+
+    mentions: frozenset[str] = frozenset()
+    classes: frozenset[str] = frozenset()
+    lines: frozenset[int] = frozenset()
+
+    def __or__(self, other: Scope) -> Scope:
+        return Scope(
+            self.mentions | other.mentions, self.classes | other.classes, self.lines | other.lines
+        )
+
+
+@dataclass
+class Hollowed:
+    """A module's text with holes, and what each hole stands for."""
+
+    text: str
+    tag: str
+    # hole name -> (the indentation of its line, its line ending, the original lines)
+    holes: dict[str, tuple[str, str, str]] = field(default_factory=dict)
+
+    def fill(self, code: str) -> str | None:
+        """``code`` (a transform's output) with each hole's lines back; None when a hole is
+        missing, repeated, moved off its own line or re-indented."""
+        pieces: list[str] = []
+        start = 0
+        seen: set[str] = set()
+        for match in _HOLE.finditer(code):
+            name = match.group(0)
+            if match.group(1) != self.tag or name in seen or name not in self.holes:
+                return None
+            indent, ending, original = self.holes[name]
+            line_start = code.rfind("\n", 0, match.start()) + 1
+            end = match.end() + len(ending)
+            if code[line_start : match.start()] != indent or code[match.end() : end] != ending:
+                return None
+            if ending == "" and end != len(code):
+                return None
+            seen.add(name)
+            pieces.append(code[start:line_start])
+            pieces.append(original)
+            start = end
+        if seen != set(self.holes):
+            return None
+        pieces.append(code[start:])
+        return "".join(pieces)
+
+
+# Hollowings by tag, for ``fill_known`` (``source_of``); a tag names its original text.
+_KNOWN: OrderedDict[str, Hollowed] = OrderedDict()
+_KEPT = 64
+
+
+def fill_known(code: str) -> str:
+    """``code`` with the holes of every hollowing made in this process filled (as far as
+    they are in it): the text an ``ast`` query about the module should read."""
+    if PREFIX not in code:
+        return code
+    tags = {match.group(1) for match in _HOLE.finditer(code)}
+    for tag in tags:
+        hollowed = _KNOWN.get(tag)
+        if hollowed is None:
+            continue
+        for name, (indent, ending, original) in hollowed.holes.items():
+            code = code.replace(f"{indent}{name}{ending}", original, 1)
+    return code
+
+
+def hollow(text: str, scope: Scope) -> Hollowed | None:
+    """``text`` with holes for the runs ``scope`` cannot reach; None when there is none worth
+    making, or the text is one pdguard does not hollow (a bare ``\\r`` line ending, or a name
+    that looks like a hole)."""
+    if PREFIX in text or "\r" in text.replace("\r\n", ""):
+        return None
+    try:
+        tree = parse_module(text, "<hollow>")
+    except (SyntaxError, ValueError):
+        return None
+    lines = _lines(text)
+    tag = hashlib.blake2b(text.encode("utf-8", "surrogatepass"), digest_size=6).hexdigest()
+    runs = _Runs(lines, scope)
+    runs.block(tree.body, module_level=True)
+    if not runs.found:
+        return None
+    hollowed = Hollowed("", tag)
+    pieces: list[str] = []
+    done = 0
+    for number, (first, last) in enumerate(runs.found):
+        name = f"{PREFIX}{tag}_{number}__"
+        line = lines[first]
+        indent = line[: len(line) - len(line.lstrip(" \t\f"))]
+        ending = _ending(lines[last])
+        original = "".join(lines[first : last + 1])
+        hollowed.holes[name] = (indent, ending, original)
+        pieces.extend(lines[done:first])
+        pieces.append(f"{indent}{name}{ending}")
+        done = last + 1
+    pieces.extend(lines[done:])
+    hollowed.text = "".join(pieces)
+    _KNOWN[tag] = hollowed
+    _KNOWN.move_to_end(tag)
+    while len(_KNOWN) > _KEPT:
+        _KNOWN.popitem(last=False)
+    return hollowed
+
+
+def _lines(text: str) -> list[str]:
+    """The lines of ``text`` as ``ast`` numbers them (``\\n`` or ``\\r\\n``), with their
+    endings."""
+    lines = [line + "\n" for line in text.split("\n")]
+    lines[-1] = lines[-1][:-1]
+    if lines[-1] == "":
+        lines.pop()
+    return lines
+
+
+def _ending(line: str) -> str:
+    if line.endswith("\r\n"):
+        return "\r\n"
+    return "\n" if line.endswith("\n") else ""
+
+
+class _Runs:
+    """The line ranges (0-based, inclusive) of the runs to hollow, in order."""
+
+    def __init__(self, lines: Sequence[str], scope: Scope) -> None:
+        self.lines = lines
+        self.scope = scope
+        self.found: list[tuple[int, int]] = []
+
+    def block(self, body: Sequence[ast.stmt], module_level: bool) -> None:
+        run: list[ast.stmt] = []
+        for stmt in body:
+            if (module_level and not isinstance(stmt, _DEFINITIONS)) or self._reached(stmt):
+                self._close(run, body)
+                run = []
+                if isinstance(stmt, ast.ClassDef) and stmt.name not in self.scope.classes:
+                    self.block(stmt.body, module_level=False)
+            else:
+                run.append(stmt)
+        self._close(run, body)
+
+    def _reached(self, stmt: ast.stmt) -> bool:
+        if isinstance(stmt, ast.ClassDef) and stmt.name in self.scope.classes:
+            return True
+        first, last = _first_line(stmt), _last_line(stmt)
+        if any(first <= line <= last for line in self.scope.lines):
+            return True
+        source = "".join(self.lines[first - 1 : last])
+        return "pdguard" in source or any(name in source for name in self.scope.mentions)
+
+    def _close(self, run: list[ast.stmt], body: Sequence[ast.stmt]) -> None:
+        if not run:
+            return
+        first, last = _first_line(run[0]), _last_line(run[-1])
+        if last - first + 1 < _MIN_LINES:
+            return
+        index = next(i for i, s in enumerate(body) if s is run[0])
+        before = body[index - 1] if index else None
+        after = body[index + len(run)] if index + len(run) < len(body) else None
+        if before is not None and _last_line(before) >= first:
+            return  # shares its first line with the statement before it
+        if after is not None and _first_line(after) <= last:
+            return  # shares its last line with the statement after it
+        if not self._starts_line(run[0]):
+            return  # ``class A: x = 1``: not on a line of its own
+        self.found.append((first - 1, last - 1))
+
+    def _starts_line(self, stmt: ast.stmt) -> bool:
+        line = self.lines[_first_line(stmt) - 1]
+        if _decorators(stmt):
+            return line.lstrip(" \t\f").startswith("@")
+        prefix = line.encode("utf-8", "surrogatepass")[: stmt.col_offset]
+        return prefix.strip(b" \t\f") == b""
+
+
+def _decorators(stmt: ast.stmt) -> Collection[ast.expr]:
+    if isinstance(stmt, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
+        return stmt.decorator_list
+    return ()
+
+
+def _first_line(stmt: ast.stmt) -> int:
+    return min([stmt.lineno, *(d.lineno for d in _decorators(stmt))])
+
+
+def _last_line(stmt: ast.stmt) -> int:
+    end = stmt.end_lineno
+    assert end is not None  # parsed from text: every statement has a position
+    return end

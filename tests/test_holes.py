@@ -1,0 +1,220 @@
+"""``codemods/holes``: transforms run on the part of a module they can reach, and give the
+same text as on the whole module.
+
+The snippets are toy code of our own; the release test runs ``apply``'s plan on every CI
+release with and without holes and compares every outcome and every byte."""
+
+from __future__ import annotations
+
+import textwrap
+from collections.abc import Callable
+from pathlib import Path
+
+import libcst as cst
+import pytest
+
+import pdguard.codemods.holes as holes_module
+import pdguard.workspace as workspace_module
+from pdguard.codemods.command import Transform, parse, source_of
+from pdguard.codemods.holes import PREFIX, Scope, hollow
+from pdguard.commands.apply import plan
+from pdguard.tree import open_tree
+from pdguard.vendor_sglang import Release, fetch_release
+from tests.helpers import RELEASES
+
+SOURCE = textwrap.dedent(
+    '''\
+    """A toy module."""
+
+    import os
+
+    LIMIT = 3
+
+
+    def unrelated(a):
+        total = 0
+        for item in a:
+            total += item
+        return total
+
+
+    class Keeper:
+        """Holds things."""
+
+        size = 1
+        colour = "red"
+        shape = "round"
+        weight = 2
+
+        def stash(self, thing):
+            self.things.append(thing)
+            return len(self.things)
+
+        def count(self):
+            n = 0
+            for _ in self.things:
+                n += 1
+            return n
+
+
+    class Other:
+        def first(self):
+            return 1
+
+        def second(self):
+            return 2
+    '''
+)
+
+
+def _holes(text: str) -> int:
+    return text.count(PREFIX)
+
+
+def test_runs_that_mention_no_anchor_become_holes_and_fill_restores_them() -> None:
+    hollowed = hollow(SOURCE, Scope(mentions=frozenset({"stash"})))
+    assert hollowed is not None
+    # `unrelated` and `Other` (module level), and in Keeper its docstring with the four
+    # attributes, and `count`
+    assert _holes(hollowed.text) == 4
+    assert "def stash(self, thing):" in hollowed.text
+    assert "import os" in hollowed.text and "LIMIT = 3" in hollowed.text
+    assert "def unrelated" not in hollowed.text and "def count" not in hollowed.text
+    assert hollowed.fill(hollowed.text) == SOURCE
+    # the hollowed module parses, and LibCST gives its text back
+    assert cst.parse_module(hollowed.text).code == hollowed.text
+
+
+def test_a_class_named_in_scope_is_kept_whole() -> None:
+    hollowed = hollow(SOURCE, Scope(classes=frozenset({"Keeper"})))
+    assert hollowed is not None
+    assert "def count(self):" in hollowed.text and 'colour = "red"' in hollowed.text
+    assert "def unrelated" not in hollowed.text and "class Other" not in hollowed.text
+
+
+def test_a_statement_on_a_line_in_scope_is_kept() -> None:
+    line = SOURCE.splitlines().index("            n += 1") + 1
+    hollowed = hollow(SOURCE, Scope(lines=frozenset({line})))
+    assert hollowed is not None
+    assert "def count(self):" in hollowed.text and "def stash" not in hollowed.text
+
+
+def test_an_empty_scope_keeps_module_level_statements_only() -> None:
+    hollowed = hollow(SOURCE, Scope())
+    assert hollowed is not None
+    assert _holes(hollowed.text) == 1
+    assert hollowed.text.startswith('"""A toy module."""\n\nimport os\n\nLIMIT = 3\n')
+
+
+@pytest.mark.parametrize(
+    "edit",
+    [
+        pytest.param(lambda text, hole: text.replace(hole, "pass"), id="removed"),
+        pytest.param(lambda text, hole: text.replace(hole, f"{hole}\n{hole}"), id="repeated"),
+        pytest.param(lambda text, hole: text.replace(f"\n{hole}", f"\n    {hole}"), id="indented"),
+        pytest.param(lambda text, hole: text.replace(hole, f"x = 1; {hole}"), id="not alone"),
+    ],
+)
+def test_fill_refuses_a_hole_a_transform_moved(edit: Callable[[str, str], str]) -> None:
+    hollowed = hollow(SOURCE, Scope())
+    assert hollowed is not None
+    (hole,) = hollowed.holes
+    assert hollowed.fill(edit(hollowed.text, hole)) is None
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        pytest.param(SOURCE.replace("\n", "\r"), id="bare CR line endings"),
+        pytest.param(SOURCE + f"{PREFIX}0__ = 1\n", id="a name that looks like a hole"),
+        pytest.param("def f(:\n", id="does not parse"),
+    ],
+)
+def test_texts_that_are_not_hollowed(text: str) -> None:
+    assert hollow(text, Scope()) is None
+
+
+def test_crlf_and_statements_sharing_a_line() -> None:
+    shared = "class Shared: x = (\r\n    1,\r\n    2,\r\n)\r\n"
+    text = f"import os\r\n\r\n{shared}\r\ndef f():\r\n    a = 1\r\n    b = 2\r\n    return a\r\n"
+    hollowed = hollow(text, Scope(mentions=frozenset({"Shared"})))
+    assert hollowed is not None
+    # the class body starts on the class's line: it is not a run of its own lines
+    assert shared in hollowed.text
+    assert hollowed.text.endswith("_0__\r\n") and "def f" not in hollowed.text
+    assert hollowed.fill(hollowed.text) == text
+
+
+def test_source_of_a_hollowed_module_is_the_whole_text() -> None:
+    """What a transform asks of the module's text (the names it uses, for instance) is
+    answered for the whole module."""
+    hollowed = hollow(SOURCE, Scope(mentions=frozenset({"stash"})))
+    assert hollowed is not None
+    module = parse(hollowed.text)
+    assert source_of(module) == SOURCE
+    renamed = module.with_changes(header=[])  # another module: its text is generated
+    assert "def unrelated(a):" in source_of(renamed)
+
+
+class _AddAfterStash(Transform):
+    """Toy transform: a statement after every ``self.things.append``, in methods named
+    ``stash``."""
+
+    def scope(self, text: str) -> Scope:
+        return Scope(mentions=frozenset({"stash"}))
+
+    def transform_module_impl(self, tree: cst.Module) -> cst.Module:
+        class Adder(cst.CSTTransformer):
+            def leave_SimpleStatementLine(
+                self, original_node: cst.SimpleStatementLine, updated_node: cst.SimpleStatementLine
+            ) -> cst.SimpleStatementLine | cst.FlattenSentinel[cst.BaseStatement]:
+                if "self.things.append" not in cst.Module(body=[original_node]).code:
+                    return updated_node
+                return cst.FlattenSentinel([updated_node, cst.parse_statement("self.seen = True")])
+
+        return tree.visit(Adder())
+
+
+def test_workspace_result_is_the_same_with_and_without_holes(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    package = tmp_path / "sglang/srt/disaggregation"
+    package.mkdir(parents=True)
+    for name in ("prefill.py", "toy.py", "other.py"):
+        (package / name).write_text(SOURCE)
+    made: list[object] = []
+
+    def spy(text: str, scope: Scope) -> object:
+        made.append(hollow(text, scope))
+        return made[-1]
+
+    monkeypatch.setattr(holes_module, "hollow", spy)
+    results = []
+    for hollow_flag, name in ((True, "toy.py"), (False, "other.py")):
+        rel = f"sglang/srt/disaggregation/{name}"
+        monkeypatch.setattr(workspace_module, "HOLLOW", hollow_flag)
+        space = workspace_module.Workspace(open_tree(tmp_path))
+        assert space.transform(rel, [_AddAfterStash()])
+        results.append(space.text(rel))
+    assert results[0] == results[1]
+    assert "        self.seen = True\n" in results[0]
+    assert len(made) == 1 and made[0] is not None  # the first ran on the hollowed module
+
+
+@pytest.mark.parametrize("info", RELEASES, ids=lambda r: r.version)
+def test_apply_plans_the_same_bytes_with_and_without_holes(
+    info: Release, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Every fix's outcome and every changed byte, on each CI release."""
+    tree = open_tree(fetch_release(info.version))
+    results = []
+    for hollow_flag in (True, False):
+        monkeypatch.setattr(workspace_module, "HOLLOW", hollow_flag)
+        result = plan(tree)
+        results.append(
+            (
+                {name: (o.status, o.note, o.where) for name, o in result.outcomes.items()},
+                {rel: new.text for rel, new in result.changes.items()},
+            )
+        )
+    assert results[0] == results[1]
