@@ -128,6 +128,40 @@ def test_markers_and_strings_are_not_suppressions() -> None:
     assert (found.by_line, found.warnings) == ({}, [])
 
 
+@pytest.mark.parametrize("newline", ["\n", "\r\n"])
+def test_suppressions_deep_in_a_module_only_in_comments(newline: str) -> None:
+    """Each candidate line is tokenized from the statement that holds it: a ``#`` in a
+    string spanning lines is text, a comment in a nested block, a header, between methods or
+    after a decorator is a comment."""
+    from pdguard.suppressions import parse
+
+    text = newline.join(
+        [
+            "class Box:",  # 1
+            "    # pdguard: ignore[PDG004]",  # 2: between statements
+            "    @staticmethod",  # 3
+            "    def make(  # pdguard: ignore[PDG001]",  # 4: a header after a decorator
+            "        a,",
+            "    ):",
+            '        note = """',  # 7
+            "        # pdguard: ignore",  # 8: inside a string
+            '        """',
+            "        for item in a:",
+            "            if item:",
+            "                pass  # pdguard: ignore[PDG001, PDG004]",  # 12
+            "        return note",
+            "",
+        ]
+    )
+    found = parse(text, KNOWN)
+    assert found.warnings == []
+    assert found.by_line == {
+        2: frozenset({"PDG004"}),
+        4: frozenset({"PDG001"}),
+        12: frozenset({"PDG001", "PDG004"}),
+    }
+
+
 @pytest.mark.parametrize("case", CASES, ids=lambda c: c.name)
 def test_corpus_verdict(case: Case) -> None:
     """A correct tree gets no finding; an unsafe one gets at least the hazard's codes."""
