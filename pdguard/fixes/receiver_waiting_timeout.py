@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING
 
 from pdguard.checks.bindings import bindings_in_force
 from pdguard.checks.project import Project
+from pdguard.checks.segments import source_segment
 
 from .. import fix_names
 from ..sglang_names import (
@@ -138,13 +139,13 @@ def env_reader(project: Project, env: str) -> tuple[str, str, str | None] | None
     module its root name is imported from, the imported name or None)."""
     for rel in sorted(project.texts):
         tree = project.tree(rel)
-        if tree is None:
+        if tree is None or env not in project.texts[rel]:
             continue
         for node in ast.walk(tree):
             if isinstance(node, ast.Assign) and _reads_env(node.value, env):
                 root = _root(node.value)
                 origin = _import_origin(tree, root) if root else None
-                source = ast.get_source_segment(project.texts[rel], node.value)
+                source = source_segment(project.texts[rel], node.value)
                 if origin is not None and source is not None:
                     return source, origin[0], origin[1]
     return None
