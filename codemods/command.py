@@ -79,6 +79,20 @@ class Transform:
         raise NotImplementedError
 
 
+class ClassTransform(Transform):
+    """A transform of one class of a module (``--class``), which it reads whole (``scope``)."""
+
+    class_name: str
+
+    @staticmethod
+    def add_args(arg_parser: argparse.ArgumentParser) -> None:
+        arg_parser.add_argument("--class", dest="class_name", required=True)
+
+    def scope(self, text: str) -> Scope:
+        """Its class, whole."""
+        return Scope(classes=frozenset({self.class_name}))
+
+
 def _command(module: str, name: str, transform: type[Transform]) -> type:
     from libcst.codemod import CodemodCommand, CodemodContext
 

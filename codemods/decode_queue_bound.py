@@ -33,7 +33,13 @@ from .anchors import AnchorError, find_all, find_method, is_method_call, is_name
 from .command import Transform, commands
 from .holes import Scope
 from .insertion import StatementEdit, apply_edits, parse_statements, simple_statements
-from .isort_imports import DEFAULT_ISORT_CONFIG, AddIsortedImportsTransform, ImportRequest, spelling
+from .isort_imports import (
+    DEFAULT_ISORT_CONFIG,
+    AddIsortedImportsTransform,
+    ImportRequest,
+    import_requests,
+    spelling,
+)
 from .sender_bootstrap_timeout import LINE_LENGTH
 
 _PENDING = """\
@@ -128,9 +134,7 @@ class DecodeQueueBoundTransform(Transform):
         self.gate = gate
         self.timeout = timeout
         self.log = log
-        self.imports = [
-            i if isinstance(i, ImportRequest) else ImportRequest(*i.split(":", 1)) for i in imports
-        ]
+        self.imports = import_requests(imports)
         self.isort_config = isort_config
 
     def scope(self, text: str) -> Scope:

@@ -54,6 +54,22 @@ class ImportRequest:
         return f"from {self.module} import {self.name}{alias}"
 
 
+def import_requests(imports: Sequence[ImportRequest | str]) -> list[ImportRequest]:
+    """``imports`` as requests; a string is ``module`` or ``module:name`` (``--import``)."""
+    return [i if isinstance(i, ImportRequest) else ImportRequest(*i.split(":", 1)) for i in imports]
+
+
+def add_import_args(arg_parser: argparse.ArgumentParser) -> None:
+    """``--import``, for a transform whose setting needs an import."""
+    arg_parser.add_argument(
+        "--import",
+        dest="imports",
+        action="append",
+        default=[],
+        help="'module' or 'module:name' the timeout setting needs",
+    )
+
+
 def _dotted(node: cst.BaseExpression) -> str:
     if isinstance(node, cst.Name):
         return node.value
@@ -247,10 +263,7 @@ class AddIsortedImportsTransform(Transform):
         imports: Sequence[ImportRequest | str],
         isort_config: isort.Config = DEFAULT_ISORT_CONFIG,
     ) -> None:
-        self.requests = [
-            req if isinstance(req, ImportRequest) else ImportRequest(*req.split(":", 1))
-            for req in imports
-        ]
+        self.requests = import_requests(imports)
         self.config = isort_config
 
     def scope(self, text: str) -> Scope:

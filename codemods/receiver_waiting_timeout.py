@@ -51,10 +51,17 @@ from .anchors import (
     marker,
     sole,
 )
-from .command import Transform, commands
+from .command import ClassTransform, Transform, commands
 from .holes import Scope
 from .insertion import Statement, StatementEdit, apply_edits, parse_statements, simple_statements
-from .isort_imports import DEFAULT_ISORT_CONFIG, AddIsortedImportsTransform, ImportRequest, spelling
+from .isort_imports import (
+    DEFAULT_ISORT_CONFIG,
+    AddIsortedImportsTransform,
+    ImportRequest,
+    add_import_args,
+    import_requests,
+    spelling,
+)
 from .sender_bootstrap_timeout import LINE_LENGTH, black_assignment
 
 _INIT = """\
@@ -140,12 +147,12 @@ def _is_docstring(stmt: cst.CSTNode) -> bool:
     return expr is not None and isinstance(expr.value, cst.SimpleString)
 
 
-class ReceiverWaitingTimeoutTransform(Transform):
+class ReceiverWaitingTimeoutTransform(ClassTransform):
     DESCRIPTION: str = "Give a KV receiver a waiting timeout once its KV indices are sent."
 
     @staticmethod
     def add_args(arg_parser: argparse.ArgumentParser) -> None:
-        arg_parser.add_argument("--class", dest="class_name", required=True)
+        ClassTransform.add_args(arg_parser)
         arg_parser.add_argument("--check", dest="check", choices=["status", "final"])
         arg_parser.add_argument("--send-method", dest="send_method", default="init")
         arg_parser.add_argument(
@@ -156,13 +163,7 @@ class ReceiverWaitingTimeoutTransform(Transform):
         arg_parser.add_argument("--no-record-failure", dest="record_failure", action="store_false")
         arg_parser.add_argument("--no-conclude-state", dest="conclude_state", action="store_false")
         arg_parser.add_argument("--no-log", dest="log", action="store_false")
-        arg_parser.add_argument(
-            "--import",
-            dest="imports",
-            action="append",
-            default=[],
-            help="'module' or 'module:name' the timeout setting needs",
-        )
+        add_import_args(arg_parser)
 
     def __init__(
         self,
@@ -183,15 +184,9 @@ class ReceiverWaitingTimeoutTransform(Transform):
         self.record_failure = record_failure
         self.conclude_state = conclude_state
         self.log = log
-        self.imports = [
-            i if isinstance(i, ImportRequest) else ImportRequest(*i.split(":", 1)) for i in imports
-        ]
+        self.imports = import_requests(imports)
         self.isort_config = isort_config
         self.clock = "time.time"
-
-    def scope(self, text: str) -> Scope:
-        """Its class, whole."""
-        return Scope(classes=frozenset({self.class_name}))
 
     def transform_module_impl(self, tree: cst.Module) -> cst.Module:
         # time.time(), as upstream's receivers measure it; the module's own spelling of it.

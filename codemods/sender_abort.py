@@ -30,8 +30,7 @@ from pdguard.fix_names import SENDER_ABORT as FIX
 from pdguard.sglang_names import KVPOLL
 
 from .anchors import AnchorError, find_method, marker
-from .command import Transform, commands
-from .holes import Scope
+from .command import ClassTransform, commands
 from .insertion import StatementEdit, apply_edits, parse_method, parse_statements
 from .isort_imports import top_level_bindings
 
@@ -81,12 +80,12 @@ def _is_docstring(stmt: cst.CSTNode) -> bool:
     )
 
 
-class SenderAbortTransform(Transform):
+class SenderAbortTransform(ClassTransform):
     DESCRIPTION: str = "Make a KV sender's poll() report Failed once abort() is called."
 
     @staticmethod
     def add_args(arg_parser: argparse.ArgumentParser) -> None:
-        arg_parser.add_argument("--class", dest="class_name", required=True)
+        ClassTransform.add_args(arg_parser)
         arg_parser.add_argument(
             "--no-init-state",
             dest="init_state",
@@ -125,10 +124,6 @@ class SenderAbortTransform(Transform):
         self.check_first = check_first
         self.add_abort = add_abort
         self.read_record = read_record
-
-    def scope(self, text: str) -> Scope:
-        """Its class, whole."""
-        return Scope(classes=frozenset({self.class_name}))
 
     def transform_module_impl(self, tree: cst.Module) -> cst.Module:
         edits: list[tuple[cst.CSTNode, StatementEdit]] = []

@@ -31,10 +31,17 @@ from pdguard.fix_names import SENDER_BOOTSTRAP_TIMEOUT as FIX
 from pdguard.sglang_names import MANAGER_CHECK_STATUS, MANAGER_UPDATE_STATUS, SENDER_INIT_TIME
 
 from .anchors import AnchorError, calls_named, find_all, find_method, is_attribute, is_name, marker
-from .command import Transform, commands
+from .command import ClassTransform, Transform, commands
 from .holes import Scope
 from .insertion import Statement, StatementEdit, apply_edits, parse_statements
-from .isort_imports import DEFAULT_ISORT_CONFIG, AddIsortedImportsTransform, ImportRequest, spelling
+from .isort_imports import (
+    DEFAULT_ISORT_CONFIG,
+    AddIsortedImportsTransform,
+    ImportRequest,
+    add_import_args,
+    import_requests,
+    spelling,
+)
 
 _INIT_TIME = """\
 {marker}: the bootstrap timeout counts from here.
@@ -134,25 +141,19 @@ def _check_status_returns(poll: cst.FunctionDef) -> list[cst.SimpleStatementLine
     ]
 
 
-class SenderBootstrapTimeoutTransform(Transform):
+class SenderBootstrapTimeoutTransform(ClassTransform):
     DESCRIPTION: str = "Let a KV sender's bootstrap timeout fire while it reports Bootstrapping."
 
     @staticmethod
     def add_args(arg_parser: argparse.ArgumentParser) -> None:
-        arg_parser.add_argument("--class", dest="class_name", required=True)
+        ClassTransform.add_args(arg_parser)
         arg_parser.add_argument("--no-init-time", dest="set_init_time", action="store_false")
         arg_parser.add_argument("--no-check", dest="add_check", action="store_false")
         arg_parser.add_argument("--check", dest="check_style", choices=["helper", "inline"])
         arg_parser.add_argument("--timeout", default="self.kv_mgr.bootstrap_timeout")
         arg_parser.add_argument("--timeout-setting", default=None)
         arg_parser.add_argument("--no-record-failure", dest="record_failure", action="store_false")
-        arg_parser.add_argument(
-            "--import",
-            dest="imports",
-            action="append",
-            default=[],
-            help="'module' or 'module:name' the timeout setting needs",
-        )
+        add_import_args(arg_parser)
 
     def __init__(
         self,
@@ -173,13 +174,9 @@ class SenderBootstrapTimeoutTransform(Transform):
         self.timeout = timeout
         self.timeout_setting = timeout_setting
         self.record_failure = record_failure
-        self.imports = list(imports)
+        self.imports = import_requests(imports)
         self.isort_config = isort_config
         self.clock = "time.time"
-
-    def scope(self, text: str) -> Scope:
-        """Its class, whole."""
-        return Scope(classes=frozenset({self.class_name}))
 
     def transform_module_impl(self, tree: cst.Module) -> cst.Module:
         # time.time(), as _check_bootstrap_timeout() and Mooncake measure it; reuse the
