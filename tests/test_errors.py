@@ -14,6 +14,7 @@ import pytest
 from pdguard import cli, errors
 from pdguard.cli import main
 from pdguard.commands import COMMANDS, apply, check, simulate, verify
+from pdguard.source_file import SourceFile
 from tests.helpers import snapshot
 from tests.snippets import PREFILL_REL, make_tree
 
@@ -295,3 +296,29 @@ def test_help_documents_the_exit_codes(capsys: pytest.CaptureFixture[str]) -> No
     out = capsys.readouterr().out
     for code in ("130", "141", "--debug", "PDGUARD_DEBUG", errors.ISSUES_URL):
         assert code in out
+
+
+def test_a_patch_that_does_not_compile_is_never_written(
+    tree: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A fix whose result parses but does not compile (``return`` outside a function: the
+    compiler's error, not the parser's) is a bug in pdguard: refused, nothing to write."""
+    from pdguard.tree import open_tree
+    from pdguard.workspace import Workspace
+
+    changed = Workspace.changed
+
+    def broken(self: Workspace) -> dict[str, SourceFile]:
+        changes = changed(self)
+        rel = sorted(changes)[0]
+        changes[rel] = changes[rel].with_text(changes[rel].text + "\nreturn 1\n")
+        return changes
+
+    monkeypatch.setattr(Workspace, "changed", broken)
+    result = apply.plan(open_tree(tree))
+    assert result.refused and result.changes == {}
+    notes = [o.note for o in result.outcomes.values() if o.status.value == "refused"]
+    assert any(
+        note and note.startswith("internal error: the patched file does not compile")
+        for note in notes
+    ), notes

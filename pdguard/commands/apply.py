@@ -104,6 +104,7 @@ def plan(tree: SourceTree, fixes: tuple[Fix, ...] = FIXES) -> ApplyResult:
     the rules that prove it, run as ``pdguard check`` runs them, pass on the result; otherwise
     it is refused and its note names what check still reports. A refusal of any fix keeps
     every file as it is (``changes`` is then empty)."""
+    from ..checks.project import parse_module
     from ..workspace import Workspace
 
     workspace = Workspace(tree)
@@ -116,8 +117,8 @@ def plan(tree: SourceTree, fixes: tuple[Fix, ...] = FIXES) -> ApplyResult:
         return result
     changes = workspace.changed()
     for rel, new in changes.items():
-        try:
-            compile(new.text, rel, "exec", dont_inherit=True)
+        try:  # parsed once per text: the re-check reads the same tree
+            compile(parse_module(new.text, rel), rel, "exec", dont_inherit=True)
         except SyntaxError as exc:  # a bug in pdguard: never write it
             name = next(n for n, o in outcomes.items() if o.status is Status.APPLIED)
             outcomes[name] = Outcome(
