@@ -27,7 +27,7 @@ from pdguard.sglang_names import REQ_SENDER as SENDER
 
 from .classes import methods_of
 from .kv_senders import CLOCK_FUNCTIONS, is_self_attr
-from .nodes import children, walk
+from .nodes import kept, walk
 
 
 def clock_names(module: ast.Module) -> set[str]:
@@ -287,11 +287,10 @@ class _ModuleIndex:
         """(id(block) -> the node holding it, id(stmt) -> (its block, its position))."""
         holders: dict[int, ast.AST] = {}
         places: dict[int, tuple[list[ast.stmt], int]] = {}
-        for node in walk(self.module):
-            for block in _own_blocks(node):
-                holders[id(block)] = node
-                for position, stmt in enumerate(block):
-                    places[id(stmt)] = (block, position)
+        for node, block in _held_blocks(self.module):
+            holders[id(block)] = node
+            for position, stmt in enumerate(block):
+                places[id(stmt)] = (block, position)
         return holders, places
 
     def loop_of(self, block: list[ast.stmt]) -> ast.For | None:
@@ -522,6 +521,22 @@ def _guarded(stmt: ast.stmt, assign: ast.Assign, attr: str) -> bool:
     return False
 
 
+def _held_blocks(module: ast.Module) -> list[tuple[ast.AST, list[ast.stmt]]]:
+    """Every statement list of ``module`` with the node holding it, in ``walk`` order (kept on
+    the module: the index and the entry points read it)."""
+    return kept(module, "_pdguard_inflight_blocks", _find_held_blocks)
+
+
+def _find_held_blocks(module: ast.Module) -> list[tuple[ast.AST, list[ast.stmt]]]:
+    return [
+        (node, block)
+        for node in walk(module)
+        # only these hold statements (an expression's ``body`` is an expression)
+        if isinstance(node, ast.mod | ast.stmt | ast.excepthandler | ast.match_case)
+        for block in _own_blocks(node)
+    ]
+
+
 def _own_blocks(node: ast.AST) -> list[list[ast.stmt]]:
     """The statement lists directly held by ``node`` (bodies, else and finally branches)."""
     blocks = []
@@ -746,7 +761,17 @@ def _keeps(entry: Entry, taken: set[str], kept: set[str]) -> bool:
 def _escapes(module: ast.Module) -> Iterator[Unmodelled]:
     """Uses of the queue that pdguard cannot follow: bound to another name, passed to a
     function, or a method it does not know."""
-    parents = {id(c): n for n in walk(module) for c in children(n)}
+    # the parents the verdicts below read: of an attribute's object, an assigned value, a
+    # call's function and arguments (a queue under any other parent escapes in no way here)
+    parents: dict[int, ast.AST] = {}
+    for holder in walk(module):
+        if isinstance(holder, ast.Attribute | ast.Assign | ast.AnnAssign | ast.NamedExpr):
+            if holder.value is not None:
+                parents[id(holder.value)] = holder
+        elif isinstance(holder, ast.Call):
+            parents[id(holder.func)] = holder
+            for arg in holder.args:
+                parents[id(arg)] = holder
     for node in walk(module):
         if not (
             _is_queue(node) and isinstance(node, ast.Attribute) and isinstance(node.ctx, ast.Load)
@@ -867,12 +892,11 @@ def _unrecognised(
 def _blocks_and_clock_attrs(
     module: ast.Module, scope: _Scope
 ) -> tuple[list[list[ast.stmt]], set[str]]:
-    """One walk of the module: its statement blocks (to find the entry points), and the
-    attributes given a clock value anywhere (to tell "stamped too early" from "never")."""
-    blocks = []
+    """The module's statement blocks (to find the entry points), and the attributes given a
+    clock value anywhere (to tell "stamped too early" from "never")."""
+    blocks = [block for _, block in _held_blocks(module)]
     assigned_attrs: set[str] = set()
     for node in walk(module):
-        blocks += _own_blocks(node)
         if isinstance(node, ast.Assign) and scope.is_clock(node.value):
             assigned_attrs |= {t.attr for t in node.targets if isinstance(t, ast.Attribute)}
     return blocks, assigned_attrs
