@@ -31,6 +31,7 @@ from .bindings import type_checking as _type_checking
 from .examples import PATCHED
 from .inflight import CLOCK_FUNCTIONS
 from .model import PREFILL, Finding, Invalid, Rule
+from .nodes import children, walk
 from .project import Project
 
 WATCHED = frozenset({"os", "time", "environ"} | CLOCK_FUNCTIONS)
@@ -115,7 +116,7 @@ def _module_bound(tree: ast.Module) -> set[str]:
             bound.add(node.name)
         elif isinstance(node, ast.Assign | ast.AnnAssign | ast.AugAssign):
             targets = node.targets if isinstance(node, ast.Assign) else [node.target]
-            bound |= {n.id for t in targets for n in ast.walk(t) if isinstance(n, ast.Name)}
+            bound |= {n.id for t in targets for n in walk(t) if isinstance(n, ast.Name)}
         else:
             for name in ("body", "orelse", "finalbody"):
                 stack.extend(getattr(node, name, []) or [])
@@ -200,12 +201,12 @@ def _shadowed_uses(tree: ast.Module, text: str, rel: str) -> Iterator[tuple[ast.
     }
     if not wrong and not _rebinding(text):
         return  # the usual case: nothing binds a watched name to anything else
-    parents = {id(child): node for node in ast.walk(tree) for child in ast.iter_child_nodes(node)}
-    for function in ast.walk(tree):
+    parents = {id(child): node for node in walk(tree) for child in children(node)}
+    for function in walk(tree):
         if not isinstance(function, ast.FunctionDef | ast.AsyncFunctionDef):
             continue
         local = _bindings_in_force(function.body)
-        for node in ast.walk(function):
+        for node in walk(function):
             if isinstance(node, ast.Name) and node.id in WATCHED:
                 stmt = local.get(node.id)
                 if (
@@ -222,7 +223,7 @@ def _shadowed_uses(tree: ast.Module, text: str, rel: str) -> Iterator[tuple[ast.
                     )
     if not wrong:
         return
-    for node in ast.walk(tree):
+    for node in walk(tree):
         if isinstance(node, ast.Name) and node.id in wrong and _used_as_module(node, parents):
             enclosing = _enclosing_function(node, parents)
             if enclosing is not None and node.id in _bindings_in_force(enclosing.body):
@@ -251,7 +252,7 @@ def _scope_node(tree: ast.Module, qualname: str) -> ast.AST:
         child = next(
             (
                 child
-                for child in ast.iter_child_nodes(node)
+                for child in children(node)
                 if isinstance(child, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef)
                 and child.name == part
             ),
@@ -311,7 +312,7 @@ class UnboundName(Rule):
                 continue  # the usual case: every watched name the module uses is imported
             seen: set[tuple[int, int]] = set()  # a lambda's use is also its function's
             for qualname, name in _unbound_uses(project.texts[rel], rel, _type_checking_only(tree)):
-                for node in ast.walk(_scope_node(tree, qualname)):
+                for node in walk(_scope_node(tree, qualname)):
                     if (
                         isinstance(node, ast.Name)
                         and node.id == name
