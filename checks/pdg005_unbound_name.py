@@ -125,6 +125,17 @@ def _module_bound(tree: ast.Module) -> set[str]:
     return bound
 
 
+def _may_use_unbound(tree: ast.Module) -> bool:
+    """Can ``_unbound_uses`` find anything? Only a watched name some ``ast.Name`` of the module
+    spells (``symtable`` marks a name used only there), which no plain module-level import
+    binds (those ``symtable`` sees imported, and none is under TYPE_CHECKING) and which is not
+    a builtin. A walk of the module is half the cost of ``symtable``, and the text test before
+    it also takes a word of a comment or a string for a use."""
+    used = {n.id for n in walk(tree) if isinstance(n, ast.Name) and n.id in WATCHED}
+    imported = _imported([n for n in tree.body if not _type_checking(n)])
+    return bool(used - imported - set(dir(builtins)))
+
+
 def _unbound_uses(text: str, rel: str, hidden: set[str]) -> Iterator[tuple[str, str]]:
     """(scope qualified name, name) for each watched name a scope uses that nothing binds.
 
@@ -308,7 +319,7 @@ class UnboundName(Rule):
                     "when it runs",
                 )
             candidates = _candidates(text) - _module_bound(tree)
-            if not candidates:
+            if not candidates or not _may_use_unbound(tree):
                 continue  # the usual case: every watched name the module uses is imported
             seen: set[tuple[int, int]] = set()  # a lambda's use is also its function's
             for qualname, name in _unbound_uses(project.texts[rel], rel, _type_checking_only(tree)):
