@@ -42,6 +42,7 @@ from pdguard.sglang_names import (
 )
 
 from .kv_senders import ClassIndex, ClassInfo
+from .nodes import kept, own_nodes, own_parents, walk
 
 __all__ = ["DecodeQueueModel", "EarlyReturn", "Requeue"]
 
@@ -57,28 +58,10 @@ def _call_name(call: ast.Call) -> str | None:
     return None
 
 
-def _own_nodes(func: ast.AST) -> Iterator[ast.AST]:
-    """The nodes of a function, not of the functions or lambdas nested in it."""
-    stack = list(ast.iter_child_nodes(func))
-    while stack:
-        node = stack.pop()
-        yield node
-        if not isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.Lambda):
-            stack.extend(ast.iter_child_nodes(node))
-
-
-def _parents(func: ast.AST) -> dict[ast.AST, ast.AST]:
-    parents: dict[ast.AST, ast.AST] = {}
-    for node in ast.walk(func):
-        for child in ast.iter_child_nodes(node):
-            parents[child] = node
-    return parents
-
-
 def _fails(node: ast.AST) -> bool:
     """Does ``node`` fail a request: ``abort()``, ``prepare_abort(...)``, or store
     ``KVPoll.Failed``?"""
-    for sub in ast.walk(node):
+    for sub in walk(node):
         if isinstance(sub, ast.Call) and _call_name(sub) in (RECEIVER_ABORT, PREPARE_ABORT):
             return True
         if (
@@ -92,7 +75,7 @@ def _fails(node: ast.AST) -> bool:
 
 def _clock_names(func: ast.AST) -> set[str]:
     names = set()
-    for node in _own_nodes(func):
+    for node in own_nodes(func):
         if (
             isinstance(node, ast.Assign)
             and isinstance(node.value, ast.Call)
@@ -111,7 +94,7 @@ def _is_clock(node: ast.AST, clocks: set[str]) -> bool:
 def _elapsed_locals(func: ast.AST, clocks: set[str]) -> dict[str, ast.expr]:
     """Locals assigned ``<clock> - <stamp>`` in ``func``: name -> stamp."""
     found = {}
-    for node in _own_nodes(func):
+    for node in own_nodes(func):
         if isinstance(node, ast.Assign) and len(node.targets) == 1:
             target, value = node.targets[0], node.value
             if (
@@ -130,7 +113,7 @@ def _elapsed_operands(
     """The stamps of the elapsed times ``test`` reads: ``<clock> - <stamp>`` inline, or a
     local in ``elapsed`` (see ``_elapsed_locals``)."""
     stamps = []
-    for node in ast.walk(test):
+    for node in walk(test):
         if (
             isinstance(node, ast.BinOp)
             and isinstance(node.op, ast.Sub)
@@ -145,7 +128,7 @@ def _elapsed_operands(
 def _counters(func: ast.AST) -> set[str]:
     """Expressions (as source) that ``func`` increments: ``x += 1``, ``x = ... + 1``."""
     found = set()
-    for node in _own_nodes(func):
+    for node in own_nodes(func):
         if isinstance(node, ast.AugAssign) and isinstance(node.op, ast.Add):
             found.add(ast.unparse(node.target))
         elif (
@@ -183,7 +166,6 @@ class _Facts:
     """What one function does, from one walk of its own nodes."""
 
     reduces: bool = False  # calls poll_and_all_reduce*
-    receiver: bool = False  # reads the kv_receiver of a request it holds
     hands_on: bool = False  # calls <x>.kv_receiver.init() / send_metadata()
     calls: list[tuple[str, bool]] = field(default_factory=list)  # self.m() / super().m()
     queue_calls: list[ast.Call] = field(default_factory=list)  # self.<queue>.<m>()
@@ -209,13 +191,29 @@ def _own_receiver_reads(func: ast.FunctionDef) -> bool:
     """Does ``func`` read the ``kv_receiver`` of an item of its object's own collections, in
     the loop or comprehension that iterates over it? A function that polls a list it was
     handed (the PP mixin's ``get_rids``) does not."""
+    # the names whose ``kv_receiver`` the function reads anywhere: a loop can only read the
+    # receiver of an item through one of them
+    readers = set()
+    functions: list[ast.AST] = [func]  # and the functions nested in it
+    while functions:
+        for n in own_nodes(functions.pop()):
+            if isinstance(n, ast.FunctionDef | ast.AsyncFunctionDef | ast.Lambda):
+                functions.append(n)
+            elif (
+                isinstance(n, ast.Attribute)
+                and n.attr == REQ_RECEIVER
+                and isinstance(n.value, ast.Name)
+            ):
+                readers.add(n.value.id)
+    if not readers:
+        return False
     derived: set[str] = set()
-    assigns = [n for n in _own_nodes(func) if isinstance(n, ast.Assign)]
+    assigns = [n for n in own_nodes(func) if isinstance(n, ast.Assign)]
     for _ in range(2):  # a local computed from another
         for assign in assigns:
             if _from_self(assign.value, derived):
                 derived |= {t.id for t in assign.targets if isinstance(t, ast.Name)}
-    for node in _own_nodes(func):
+    for node in own_nodes(func):
         if isinstance(node, ast.For):
             loops = [(node.target, node.iter)]
         elif isinstance(node, ast.ListComp | ast.SetComp | ast.GeneratorExp | ast.DictComp):
@@ -226,23 +224,23 @@ def _own_receiver_reads(func: ast.FunctionDef) -> bool:
             n.id
             for target, iterated in loops
             if _from_self(iterated, derived)
-            for n in ast.walk(target)
+            for n in walk(target)
             if isinstance(n, ast.Name)
         }
-        if any(
+        if items & readers and any(
             isinstance(n, ast.Attribute)
             and n.attr == REQ_RECEIVER
             and isinstance(n.value, ast.Name)
             and n.value.id in items
-            for n in ast.walk(node)
+            for n in walk(node)
         ):
             return True
     return False
 
 
 def _facts_of(func: ast.FunctionDef) -> _Facts:
-    facts = _Facts(receiver=_own_receiver_reads(func))
-    for node in _own_nodes(func):
+    facts = _Facts()
+    for node in own_nodes(func):
         if isinstance(node, ast.Call):
             name = _call_name(node) or ""
             facts.reduces |= name.startswith(POLL_ALL_REDUCE_PREFIX)
@@ -276,13 +274,13 @@ class DecodeQueueModel:
     def __init__(self, index: ClassIndex) -> None:
         self.index = index
         self._queues: dict[str, set[str]] | None = None
-        self._facts: dict[int, _Facts] = {}
         self._reach: dict[tuple[str, str], list[ast.FunctionDef]] = {}
+        self._deadlines: dict[str, bool] = {}
 
     def facts(self, func: ast.FunctionDef) -> _Facts:
-        if id(func) not in self._facts:
-            self._facts[id(func)] = _facts_of(func)
-        return self._facts[id(func)]
+        """What ``func`` does (kept on the function: the model for a patched tree shares the
+        trees of the files the patch left alone)."""
+        return kept(func, "_pdguard_decode_facts", _facts_of)
 
     def reached(self, cls: str, method: str) -> list[ast.FunctionDef]:
         """The functions ``method`` of ``cls`` runs: itself and the ``self.*()`` and
@@ -319,8 +317,10 @@ class DecodeQueueModel:
         return self._queues
 
     def _reduces_receiver_polls(self, cls: str, method: str) -> bool:
-        facts = [self.facts(f) for f in self.reached(cls, method)]
-        return any(f.reduces for f in facts) and any(f.receiver for f in facts)
+        reached = self.reached(cls, method)
+        return any(self.facts(f).reduces for f in reached) and any(
+            kept(f, "_pdguard_decode_receiver", _own_receiver_reads) for f in reached
+        )
 
     def poll_methods(self) -> set[str]:
         return {m for polls in self.queues().values() for m in polls}
@@ -352,7 +352,7 @@ class DecodeQueueModel:
             ]
             if not calls:
                 continue
-            parents = _parents(func)
+            parents = own_parents(func)
             for ret in facts.returns:
                 skipped = sorted(
                     {ast.unparse(c.func) for c in calls if _before(ret, c)}
@@ -373,6 +373,7 @@ class DecodeQueueModel:
                 condition = ast.unparse(test) if test is not None else ""
                 yield EarlyReturn(rel, owner, func, ret, condition, tuple(skipped))
 
+    @cached_property
     def _queue_attrs(self) -> set[str]:
         """The attributes the polling functions pop decode queues through
         (``self.disagg_decode_transfer_queue``)."""
@@ -390,9 +391,9 @@ class DecodeQueueModel:
         requests hold no KV yet. Skipping only those while retracted requests wait for memory
         is back-pressure, as ``decode-queue-bound`` makes of the gate: the queue that holds
         KV for requests waiting on the prefill is still polled."""
-        queues = self._queue_attrs()
+        queues = self._queue_attrs
         handed: dict[str, set[str]] = {}  # a local -> the queues it is handed to
-        for node in _own_nodes(func):
+        for node in own_nodes(func):
             if (
                 isinstance(node, ast.Call)
                 and isinstance(node.func, ast.Attribute)
@@ -400,17 +401,17 @@ class DecodeQueueModel:
                 and ast.unparse(node.func.value) in queues
             ):
                 for arg in node.args:
-                    for name in ast.walk(arg):
+                    for name in walk(arg):
                         if isinstance(name, ast.Name):
                             handed.setdefault(name.id, set()).add(ast.unparse(node.func.value))
         found = set()
-        for node in _own_nodes(func):
+        for node in own_nodes(func):
             if not (isinstance(node, ast.Assign) and any(node.value is c for c in calls)):
                 continue
             call = node.value
             assert isinstance(call, ast.Call) and isinstance(call.func, ast.Attribute)
             source = ast.unparse(call.func.value)
-            bound = {n.id for t in node.targets for n in ast.walk(t) if isinstance(n, ast.Name)}
+            bound = {n.id for t in node.targets for n in walk(t) if isinstance(n, ast.Name)}
             if any(handed.get(name, set()) - {source} for name in bound):
                 found.add(ast.unparse(call.func))
         return found
@@ -442,7 +443,7 @@ class DecodeQueueModel:
         self, cls: str, func: ast.FunctionDef, local: str
     ) -> Iterator[tuple[ast.FunctionDef, ast.Call]]:
         yield from ((func, call) for call in _appends(func, local))
-        for node in _own_nodes(func):
+        for node in own_nodes(func):
             if not (isinstance(node, ast.Assign) and isinstance(node.value, ast.Call)):
                 continue
             callee = node.value.func
@@ -464,11 +465,16 @@ class DecodeQueueModel:
     def _deadline_on_entries(self, cls: str) -> bool:
         """A loop over a queue attribute, reached from a poll method, that fails an entry
         once the time since its stamp exceeds a limit."""
+        if cls not in self._deadlines:
+            self._deadlines[cls] = self._finds_deadline_on_entries(cls)
+        return self._deadlines[cls]
+
+    def _finds_deadline_on_entries(self, cls: str) -> bool:
         reached = {id(f): f for m in self.queues()[cls] for f in self.reached(cls, m)}
         for func in reached.values():
             clocks = _clock_names(func)
             elapsed = _elapsed_locals(func, clocks)
-            for loop in (n for n in _own_nodes(func) if isinstance(n, ast.For)):
+            for loop in (n for n in own_nodes(func) if isinstance(n, ast.For)):
                 if not (
                     isinstance(loop.iter, ast.Attribute)
                     and getattr(loop.iter.value, "id", "") == "self"
@@ -476,14 +482,14 @@ class DecodeQueueModel:
                 ):
                     continue
                 entry = loop.target.id
-                for test_if in (n for n in ast.walk(loop) if isinstance(n, ast.If)):
+                for test_if in (n for n in walk(loop) if isinstance(n, ast.If)):
                     stamps = [
                         stamp
                         for stamp in _elapsed_operands(test_if.test, clocks, elapsed)
                         if not _restamped_before(loop, stamp, test_if)
                     ]
                     on_entry = any(
-                        entry in {getattr(n, "id", None) for n in ast.walk(s)} for s in stamps
+                        entry in {getattr(n, "id", None) for n in walk(s)} for s in stamps
                     )
                     if on_entry and any(_fails(s) for s in test_if.body + test_if.orelse):
                         return True
@@ -491,7 +497,7 @@ class DecodeQueueModel:
 
 
 def _reads_attr(node: ast.AST, attr: str) -> bool:
-    return any(isinstance(n, ast.Attribute) and n.attr == attr for n in ast.walk(node))
+    return any(isinstance(n, ast.Attribute) and n.attr == attr for n in walk(node))
 
 
 def _before(a: ast.stmt | ast.expr, b: ast.stmt | ast.expr) -> bool:
@@ -514,7 +520,7 @@ def _only_probes_emptiness(test: ast.expr, targets: set[str]) -> bool:
     """``test`` reads the skipped queues only through ``len(q)``, ``q.queue`` or ``len(q.queue)``,
     and reads every one of them."""
     probed: set[str] = set()
-    for node in ast.walk(test):
+    for node in walk(test):
         if isinstance(node, ast.Attribute):
             base = ast.unparse(node.value)
             if base in targets:
@@ -531,7 +537,7 @@ def _only_probes_emptiness(test: ast.expr, targets: set[str]) -> bool:
 def _appends(func: ast.AST, local: str) -> list[ast.Call]:
     return [
         node
-        for node in _own_nodes(func)
+        for node in own_nodes(func)
         if isinstance(node, ast.Call)
         and isinstance(node.func, ast.Attribute)
         and node.func.attr in ("append", "extend", "insert")
@@ -552,7 +558,7 @@ def _position_of(target: ast.expr, local: str) -> int | None:
 
 def _returned_names(helper: ast.FunctionDef, position: int) -> set[str]:
     names = set()
-    for node in _own_nodes(helper):
+    for node in own_nodes(helper):
         if isinstance(node, ast.Return) and node.value is not None:
             value = node.value
             if position >= 0 and isinstance(value, ast.Tuple) and position < len(value.elts):
@@ -567,7 +573,7 @@ def _restamped_before(loop: ast.stmt, stamp: ast.expr, test_if: ast.If) -> bool:
     assignment in a statement list that leads to ``test_if``)? Then the elapsed time is
     measured from this pass, and never grows."""
     target = ast.unparse(stamp)
-    for node in ast.walk(loop):
+    for node in walk(loop):
         for body in (getattr(node, "body", None), getattr(node, "orelse", None)):
             if not isinstance(body, list):
                 continue
@@ -577,7 +583,7 @@ def _restamped_before(loop: ast.stmt, stamp: ast.expr, test_if: ast.If) -> bool:
                     and any(ast.unparse(t) == target for t in stmt.targets)
                 ):
                     continue
-                if any(test_if is n for later in body[index + 1 :] for n in ast.walk(later)):
+                if any(test_if is n for later in body[index + 1 :] for n in walk(later)):
                     return True
     return False
 
@@ -585,7 +591,7 @@ def _restamped_before(loop: ast.stmt, stamp: ast.expr, test_if: ast.If) -> bool:
 def _bounded_in_loop(func: ast.FunctionDef, site: ast.Call) -> bool:
     """The innermost loop around ``site`` also fails requests under a retry counter or an
     elapsed-time comparison, on a branch that does not hold ``site``."""
-    parents = _parents(func)
+    parents = own_parents(func)
     loop = parents.get(site)
     while loop is not None and not isinstance(loop, ast.For | ast.While | ast.FunctionDef):
         loop = parents.get(loop)
@@ -593,14 +599,14 @@ def _bounded_in_loop(func: ast.FunctionDef, site: ast.Call) -> bool:
         return False
     counters, clocks = _counters(func), _clock_names(func)
     elapsed = _elapsed_locals(func, clocks)
-    for node in ast.walk(loop):
+    for node in walk(loop):
         if not isinstance(node, ast.If):
             continue
-        compares = [n for n in ast.walk(node.test) if isinstance(n, ast.Compare)]
+        compares = [n for n in walk(node.test) if isinstance(n, ast.Compare)]
         bound = any(
             ast.unparse(part) in counters
             for compare in compares
-            for part in ast.walk(compare)
+            for part in walk(compare)
             if isinstance(part, ast.Name | ast.Attribute | ast.Subscript)
         ) or any(
             not _restamped_before(loop, stamp, node)
@@ -610,7 +616,7 @@ def _bounded_in_loop(func: ast.FunctionDef, site: ast.Call) -> bool:
         if not bound:
             continue
         for branch in (node.body, node.orelse):
-            holds_site = any(site is n for stmt in branch for n in ast.walk(stmt))
+            holds_site = any(site is n for stmt in branch for n in walk(stmt))
             if not holds_site and any(_fails(stmt) for stmt in branch):
                 return True
     return False

@@ -27,6 +27,7 @@ from pdguard.sglang_names import REQ_SENDER as SENDER
 
 from .classes import methods_of
 from .kv_senders import CLOCK_FUNCTIONS, is_self_attr
+from .nodes import kept, walk
 
 
 def clock_names(module: ast.Module) -> set[str]:
@@ -175,7 +176,7 @@ class _Scope:
         self.reads: dict[str, tuple[str, bool]] = {}  # name -> (attr, via_sender)
         self.senders: set[str] = set()
         self.values: dict[str, ast.expr] = {}  # name -> the expression last assigned to it
-        for node in ast.walk(function):
+        for node in walk(function):
             if isinstance(node, ast.Assign) and len(node.targets) == 1:
                 target = node.targets[0]
                 if not isinstance(target, ast.Name):
@@ -222,17 +223,17 @@ class _Scope:
 
 
 def _mentions_sender(node: ast.AST) -> bool:
-    return any(isinstance(n, ast.Attribute) and n.attr == SENDER for n in ast.walk(node))
+    return any(isinstance(n, ast.Attribute) and n.attr == SENDER for n in walk(node))
 
 
 def _name_in(node: ast.AST, names: set[str]) -> bool:
-    return any(isinstance(n, ast.Name) and n.id in names for n in ast.walk(node))
+    return any(isinstance(n, ast.Name) and n.id in names for n in walk(node))
 
 
 def _expanded(parts: list[ast.expr], scope: _Scope, depth: int = 3) -> list[ast.AST]:
     """The nodes of ``parts``, and of what the names in them were assigned (``waited = now -
     req.entered_at; if waited > TIMEOUT``)."""
-    nodes: list[ast.AST] = [n for part in parts for n in ast.walk(part)]
+    nodes: list[ast.AST] = [n for part in parts for n in walk(part)]
     if depth:
         for node in list(nodes):
             if isinstance(node, ast.Name) and node.id in scope.values:
@@ -249,7 +250,7 @@ def _deadline_compare(compare: ast.Compare, scope: _Scope) -> tuple[str, bool] |
     if not any(scope.is_clock(n) for n in nodes):
         return None
     # what a call is made on is a method, not a value read (``envs.X.get()``, ``t.value()``)
-    callees = {id(inner) for n in nodes if isinstance(n, ast.Call) for inner in ast.walk(n.func)}
+    callees = {id(inner) for n in nodes if isinstance(n, ast.Call) for inner in walk(n.func)}
     for node in nodes:
         if id(node) in callees:
             continue
@@ -286,11 +287,10 @@ class _ModuleIndex:
         """(id(block) -> the node holding it, id(stmt) -> (its block, its position))."""
         holders: dict[int, ast.AST] = {}
         places: dict[int, tuple[list[ast.stmt], int]] = {}
-        for node in ast.walk(self.module):
-            for block in _own_blocks(node):
-                holders[id(block)] = node
-                for position, stmt in enumerate(block):
-                    places[id(stmt)] = (block, position)
+        for node, block in _held_blocks(self.module):
+            holders[id(block)] = node
+            for position, stmt in enumerate(block):
+                places[id(stmt)] = (block, position)
         return holders, places
 
     def loop_of(self, block: list[ast.stmt]) -> ast.For | None:
@@ -302,7 +302,7 @@ class _ModuleIndex:
         return self._blocks[1].get(id(stmt), (None, 0))
 
     def self_calls(self, node: ast.AST) -> Iterator[ast.FunctionDef]:
-        for call in ast.walk(node):
+        for call in walk(node):
             if (
                 isinstance(call, ast.Call)
                 and isinstance(call.func, ast.Attribute)
@@ -318,20 +318,20 @@ def _checks_in(
 ) -> list[DeadlineCheck]:
     """Deadline checks in ``region`` of ``function``, and in the methods it calls."""
     scope = index.scope(function)
-    loops = [n for n in ast.walk(region) if isinstance(n, ast.For | ast.While)]
+    loops = [n for n in walk(region) if isinstance(n, ast.For | ast.While)]
     found = []
-    for node in ast.walk(region):
+    for node in walk(region):
         if not isinstance(node, ast.Compare):
             continue
         read = _deadline_compare(node, scope)
         if read is None:
             continue
-        loop = next((lp for lp in loops if any(n is node for n in ast.walk(lp))), region)
+        loop = next((lp for lp in loops if any(n is node for n in walk(lp))), region)
         fails = _fails_sender(index, loop, scope, node)
         check = DeadlineCheck(read[0], read[1], node.lineno, node.col_offset, function.name, fails)
         check.sender_calls, check.poll_set_at = _sender_actions(loop, scope)
         check.minds_parked = any(
-            isinstance(n, ast.Attribute) and n.attr == PARKED for n in ast.walk(loop)
+            isinstance(n, ast.Attribute) and n.attr == PARKED for n in walk(loop)
         )
         check.minds_ended_poll = _spares_ended_transfers(loop, scope)
         found.append(check)
@@ -347,7 +347,7 @@ def _fails_sender(
 ) -> bool:
     """Does ``region`` (the loop around a deadline check) act on the request's sender, other than
     polling it?"""
-    for node in ast.walk(region):
+    for node in walk(region):
         if node is compare:
             continue
         if isinstance(node, ast.Call):
@@ -378,13 +378,13 @@ def _spares_ended_transfers(region: ast.AST, scope: _Scope) -> bool:
     request's sender, or a name assigned one."""
     polled = {
         node.targets[0].id
-        for node in ast.walk(region)
+        for node in walk(region)
         if isinstance(node, ast.Assign)
         and len(node.targets) == 1
         and isinstance(node.targets[0], ast.Name)
         and _is_sender_poll(node.value, scope)
     }
-    for node in ast.walk(region):
+    for node in walk(region):
         if not isinstance(node, ast.If):
             continue
         for test in _comparisons(node.test):
@@ -400,7 +400,7 @@ def _spares_ended_transfers(region: ast.AST, scope: _Scope) -> bool:
             if isinstance(op, ast.In | ast.Eq) and isinstance(node.body[-1], ast.Continue):
                 return True
             if isinstance(op, ast.NotIn | ast.NotEq) and any(
-                _acts_on_sender(n, scope) for stmt in node.body for n in ast.walk(stmt)
+                _acts_on_sender(n, scope) for stmt in node.body for n in walk(stmt)
             ):
                 return True
     return False
@@ -445,7 +445,7 @@ def _sender_actions(region: ast.AST, scope: _Scope) -> tuple[set[str], tuple[int
     sender instance."""
     calls: set[str] = set()
     poll_set_at = None
-    for node in ast.walk(region):
+    for node in walk(region):
         if (
             isinstance(node, ast.Call)
             and isinstance(node.func, ast.Attribute)
@@ -473,7 +473,7 @@ def _stamps_in(
 ) -> Stamp | None:
     """The stamp ``stmt`` sets on ``req`` (a name, or an expression such as ``batch.urgent``),
     directly or through a helper method it passes the request to."""
-    for node in ast.walk(stmt):
+    for node in walk(stmt):
         if isinstance(node, ast.Assign):
             for target in node.targets:
                 if (
@@ -484,7 +484,7 @@ def _stamps_in(
                     guarded = _guarded(stmt, node, target.attr) or any(
                         (isinstance(n, ast.Attribute) and n.attr == target.attr)
                         or (isinstance(n, ast.Constant) and n.value == target.attr)
-                        for n in ast.walk(node.value)
+                        for n in walk(node.value)
                     )
                     return Stamp(target.attr, node.lineno, node.col_offset, guarded)
         if isinstance(node, ast.Call) and depth < 2 and isinstance(req, str):
@@ -509,16 +509,32 @@ def _is_request(node: ast.AST, req: str | ast.expr) -> bool:
 
 def _guarded(stmt: ast.stmt, assign: ast.Assign, attr: str) -> bool:
     """Is ``assign`` behind an ``if`` that tests the stamp attribute (set only once)?"""
-    for node in ast.walk(stmt):
-        if isinstance(node, ast.If) and any(n is assign for n in ast.walk(node)):
+    for node in walk(stmt):
+        if isinstance(node, ast.If) and any(n is assign for n in walk(node)):
             mentions = any(
                 (isinstance(n, ast.Attribute) and n.attr == attr)
                 or (isinstance(n, ast.Constant) and n.value == attr)
-                for n in ast.walk(node.test)
+                for n in walk(node.test)
             )
             if mentions:
                 return True
     return False
+
+
+def _held_blocks(module: ast.Module) -> list[tuple[ast.AST, list[ast.stmt]]]:
+    """Every statement list of ``module`` with the node holding it, in ``walk`` order (kept on
+    the module: the index and the entry points read it)."""
+    return kept(module, "_pdguard_inflight_blocks", _find_held_blocks)
+
+
+def _find_held_blocks(module: ast.Module) -> list[tuple[ast.AST, list[ast.stmt]]]:
+    return [
+        (node, block)
+        for node in walk(module)
+        # only these hold statements (an expression's ``body`` is an expression)
+        if isinstance(node, ast.mod | ast.stmt | ast.excepthandler | ast.match_case)
+        for block in _own_blocks(node)
+    ]
 
 
 def _own_blocks(node: ast.AST) -> list[list[ast.stmt]]:
@@ -584,7 +600,7 @@ def _entry(stmt: ast.stmt) -> Entry | None:
                         value = value.right
                     elif _is_queue(value.right):
                         value = value.left
-                elif any(_is_queue(n) for n in ast.walk(value)):
+                elif any(_is_queue(n) for n in walk(value)):
                     return None  # rebuilt from its own requests (a filter): nothing enters
                 return Entry(stmt, "reassignment", requests=value)
     return None
@@ -615,7 +631,7 @@ class _Flow:
     def may_poll(self, node: ast.AST) -> bool:
         """Can running ``node`` poll the queue (the inflight function, an all-reduce, or a
         method that reaches one), or hand control away (``yield``/``await``)?"""
-        for inner in ast.walk(node):
+        for inner in walk(node):
             if isinstance(inner, ast.Yield | ast.YieldFrom | ast.Await):
                 return True
             if (
@@ -695,7 +711,7 @@ def _collection_stamp(
 ) -> Stamp | None:
     """A stamp ``stmt`` puts on every one of ``requests``: ``for r in requests: r.t = clock()``,
     or a helper that does so with them."""
-    for node in ast.walk(stmt):
+    for node in walk(stmt):
         if (
             isinstance(node, ast.For)
             and _same(node.iter, requests)
@@ -722,13 +738,13 @@ def _queued_names(function: ast.FunctionDef) -> tuple[set[str], set[str]]:
     """In the inflight function: (names bound to requests taken from the queue, names of lists
     that become the queue again). Entries of those are keeps, not new requests."""
     taken: set[str] = set()
-    for node in ast.walk(function):
+    for node in walk(function):
         if isinstance(node, ast.For | ast.comprehension) and any(
-            _is_queue(n) for n in ast.walk(node.iter)
+            _is_queue(n) for n in walk(node.iter)
         ):
-            taken |= {n.id for n in ast.walk(node.target) if isinstance(n, ast.Name)}
+            taken |= {n.id for n in walk(node.target) if isinstance(n, ast.Name)}
     kept: set[str] = set()
-    for node in ast.walk(function):
+    for node in walk(function):
         entry = _entry(node) if isinstance(node, ast.stmt) else None
         if entry is not None and isinstance(entry.requests, ast.Name):
             kept.add(entry.requests.id)
@@ -745,8 +761,18 @@ def _keeps(entry: Entry, taken: set[str], kept: set[str]) -> bool:
 def _escapes(module: ast.Module) -> Iterator[Unmodelled]:
     """Uses of the queue that pdguard cannot follow: bound to another name, passed to a
     function, or a method it does not know."""
-    parents = {id(c): n for n in ast.walk(module) for c in ast.iter_child_nodes(n)}
-    for node in ast.walk(module):
+    # the parents the verdicts below read: of an attribute's object, an assigned value, a
+    # call's function and arguments (a queue under any other parent escapes in no way here)
+    parents: dict[int, ast.AST] = {}
+    for holder in walk(module):
+        if isinstance(holder, ast.Attribute | ast.Assign | ast.AnnAssign | ast.NamedExpr):
+            if holder.value is not None:
+                parents[id(holder.value)] = holder
+        elif isinstance(holder, ast.Call):
+            parents[id(holder.func)] = holder
+            for arg in holder.args:
+                parents[id(arg)] = holder
+    for node in walk(module):
         if not (
             _is_queue(node) and isinstance(node, ast.Attribute) and isinstance(node.ctx, ast.Load)
         ):
@@ -800,7 +826,7 @@ def analyse(module: ast.Module) -> InflightModel | None:
     model.keep_sites = _keep_sites(function, kept)
     model.unmodelled += _unrecognised(function, poll_position, model.keep_sites)
     blocks, model.assigned_attrs = _blocks_and_clock_attrs(module, scope)
-    inside = {id(n) for n in ast.walk(function)}
+    inside = {id(n) for n in walk(function)}
     for entry, block, position in _queue_entries(blocks):
         if id(entry.stmt) in inside and _keeps(entry, taken, kept):
             continue  # a request taken from the queue goes back: not a new entry
@@ -812,9 +838,9 @@ def analyse(module: ast.Module) -> InflightModel | None:
     model.parked_line = next(
         (
             n.lineno
-            for n in ast.walk(function)
+            for n in walk(function)
             if isinstance(n, ast.If)
-            and any(isinstance(a, ast.Attribute) and a.attr == PARKED for a in ast.walk(n.test))
+            and any(isinstance(a, ast.Attribute) and a.attr == PARKED for a in walk(n.test))
         ),
         0,
     )
@@ -826,14 +852,14 @@ def _keep_sites(function: ast.FunctionDef, kept: set[str]) -> list[ast.Call]:
     """Appends to the lists that become the queue again, in source order."""
     kept = kept | {
         node.value.id
-        for node in ast.walk(function)
+        for node in walk(function)
         if isinstance(node, ast.Assign)
         and isinstance(node.value, ast.Name)
         and any(_is_queue(t) for t in node.targets)
     }
     sites = [
         n
-        for n in ast.walk(function)
+        for n in walk(function)
         if isinstance(n, ast.Call)
         and isinstance(n.func, ast.Attribute)
         and n.func.attr == "append"
@@ -866,12 +892,11 @@ def _unrecognised(
 def _blocks_and_clock_attrs(
     module: ast.Module, scope: _Scope
 ) -> tuple[list[list[ast.stmt]], set[str]]:
-    """One walk of the module: its statement blocks (to find the entry points), and the
-    attributes given a clock value anywhere (to tell "stamped too early" from "never")."""
-    blocks = []
+    """The module's statement blocks (to find the entry points), and the attributes given a
+    clock value anywhere (to tell "stamped too early" from "never")."""
+    blocks = [block for _, block in _held_blocks(module)]
     assigned_attrs: set[str] = set()
-    for node in ast.walk(module):
-        blocks += _own_blocks(node)
+    for node in walk(module):
         if isinstance(node, ast.Assign) and scope.is_clock(node.value):
             assigned_attrs |= {t.attr for t in node.targets if isinstance(t, ast.Attribute)}
     return blocks, assigned_attrs
@@ -904,7 +929,7 @@ def _send_backs(index: _ModuleIndex) -> Iterator[SendBack]:
     ``del req.x``)."""
     for method in index.methods.values():
         params = {a.arg for a in method.args.args[1:]}
-        for node in ast.walk(method):
+        for node in walk(method):
             if not (
                 isinstance(node, ast.Call)
                 and isinstance(node.func, ast.Attribute)
@@ -933,7 +958,7 @@ def _earlier_queue(node: ast.expr) -> str | None:
 def _resets(method: ast.FunctionDef, params: set[str]) -> set[str]:
     """Attributes of the method's parameters set to None or deleted."""
     resets = set()
-    for node in ast.walk(method):
+    for node in walk(method):
         targets: list[ast.expr] = []
         if isinstance(node, ast.Assign) and isinstance(node.value, ast.Constant):
             if node.value.value is None:
@@ -955,14 +980,14 @@ def _restamps(function: ast.FunctionDef, scope: _Scope) -> list[Stamp]:
     on a parked request (behind ``if req.pending_bootstrap:``): its deadline has not started."""
     parked = {
         id(inner)
-        for node in ast.walk(function)
+        for node in walk(function)
         if isinstance(node, ast.If)
-        and any(isinstance(a, ast.Attribute) and a.attr == PARKED for a in ast.walk(node.test))
+        and any(isinstance(a, ast.Attribute) and a.attr == PARKED for a in walk(node.test))
         for stmt in node.body
-        for inner in ast.walk(stmt)
+        for inner in walk(stmt)
     }
     restamps = []
-    for node in ast.walk(function):
+    for node in walk(function):
         if id(node) in parked:
             continue
         if isinstance(node, ast.Assign) and scope.is_clock(node.value):

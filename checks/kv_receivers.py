@@ -58,6 +58,7 @@ from pdguard.sglang_names import (
 )
 
 from .kv_senders import ClassIndex, ClassInfo
+from .nodes import walk
 
 __all__ = ["PollVerdict", "ReceiverIndex", "is_abstract"]
 
@@ -478,7 +479,7 @@ def _acts_on(loop: ast.For, room: str) -> list[ast.stmt]:
     """The statements of ``loop`` that fail ``room``: ``update_status(room, KVPoll.Failed)``,
     ``record_failure(room, ...)``, or a write into the room's entry of a table."""
     acts: list[ast.stmt] = []
-    for node in ast.walk(loop):
+    for node in walk(loop):
         if isinstance(node, ast.Expr) and isinstance(node.value, ast.Call):
             call = node.value
             name = call.func.attr if isinstance(call.func, ast.Attribute) else None
@@ -507,9 +508,9 @@ def _membership_guards(act: ast.stmt, loop: ast.For, room: str) -> set[str]:
     """The tables ``t`` for which ``act`` runs only when ``room in self.t`` (a conjunct of an
     enclosing ``if`` of ``loop``)."""
     tables: set[str] = set()
-    for node in ast.walk(loop):
+    for node in walk(loop):
         if not isinstance(node, ast.If) or not any(
-            act is n for stmt in node.body for n in ast.walk(stmt)
+            act is n for stmt in node.body for n in walk(stmt)
         ):
             continue
         conjuncts = (
@@ -737,7 +738,7 @@ class ReceiverIndex:
             if id(func) in found:
                 continue
             found[id(func)] = func
-            for node in ast.walk(func):
+            for node in walk(func):
                 helper = _self_attr(node.func) if isinstance(node, ast.Call) else None
                 owner = self.index.resolve(name, helper) if helper is not None else None
                 if helper is not None and owner is not None:
@@ -749,7 +750,7 @@ class ReceiverIndex:
         (``self.kv_mgr.<table>[...] = ...``) or through a manager method it calls."""
         tables: set[str] = set()
         for func in self._life(name):
-            for node in ast.walk(func):
+            for node in walk(func):
                 if isinstance(node, ast.Assign):
                     tables |= {t for target in node.targets if (t := _table(target, 2))}
                 elif (
@@ -760,7 +761,7 @@ class ReceiverIndex:
                     owner = self.index.resolve(manager, node.func.attr)
                     if owner is None:
                         continue
-                    for sub in ast.walk(owner.methods[node.func.attr]):
+                    for sub in walk(owner.methods[node.func.attr]):
                         if isinstance(sub, ast.Assign):
                             tables |= {t for target in sub.targets if (t := _table(target, 1))}
         return tables
@@ -777,7 +778,7 @@ class ReceiverIndex:
             filled = self._filled_tables(name, manager)
             guards = [  # for each statement that fails a tracked room, the tables it needs
                 _membership_guards(act, loop, loop.target.id)
-                for loop in ast.walk(handler)
+                for loop in walk(handler)
                 if isinstance(loop, ast.For) and isinstance(loop.target, ast.Name)
                 for act in _acts_on(loop, loop.target.id)
             ]

@@ -24,6 +24,7 @@ from pdguard.sglang_names import (
 )
 
 from .classes import find_method, methods_of
+from .nodes import walk
 
 __all__ = ["BASE_SENDER", "BOOTSTRAP_TIMEOUT_ENV", "ClassIndex", "SenderFacts", "is_self_attr"]
 
@@ -163,7 +164,7 @@ class ClassIndex:
             if owner is None or (owner.name, meth) in seen:
                 continue
             seen.add((owner.name, meth))
-            for node in ast.walk(owner.methods[meth]):
+            for node in walk(owner.methods[meth]):
                 yield node
                 if isinstance(node, ast.Call):
                     func = node.func
@@ -377,7 +378,7 @@ class ClassIndex:
         """An expression the release reads the bootstrap timeout with, anywhere in the tree:
         (its source text, module its root name is imported from, imported name or None)."""
         for rel, tree in sorted(self.modules.items()):
-            for node in ast.walk(tree):
+            for node in walk(tree):
                 if isinstance(node, ast.Assign) and _reads_bootstrap_timeout(node.value):
                     root = node.value
                     while isinstance(root, ast.Call | ast.Attribute):
@@ -518,7 +519,7 @@ def _elapsed_checked(nodes: list[ast.AST]) -> bool:
                 values[target.id] = node.value
 
     def expanded(expr: ast.AST, depth: int = 3) -> list[ast.AST]:
-        found = list(ast.walk(expr))
+        found = list(walk(expr))
         if depth:
             for name in [n for n in found if isinstance(n, ast.Name) and n.id in values]:
                 found += expanded(values[name.id], depth - 1)
@@ -538,7 +539,7 @@ def _init_time_flag(nodes: list[ast.AST]) -> int:
     for node in nodes:
         if not isinstance(node, ast.If):
             continue
-        test = list(ast.walk(node.test))
+        test = list(walk(node.test))
         if not any(_reads_init_time(n) for n in test) or any(_is_clock_call(n) for n in test):
             continue
         for stmt in [*node.body, *node.orelse]:
@@ -555,7 +556,7 @@ def _init_time_flag(nodes: list[ast.AST]) -> int:
 
 def _in_source_order(node: ast.AST) -> list[ast.AST]:
     return sorted(
-        (n for n in ast.walk(node) if hasattr(n, "lineno")),
+        (n for n in walk(node) if hasattr(n, "lineno")),
         key=lambda n: (n.lineno, n.col_offset),  # type: ignore[attr-defined]  # hasattr-filtered; AST has no lineno
     )
 
@@ -563,7 +564,7 @@ def _in_source_order(node: ast.AST) -> list[ast.AST]:
 def _reads_bootstrap_timeout(expr: ast.expr) -> bool:
     if not isinstance(expr, ast.Call):
         return False
-    for node in ast.walk(expr):
+    for node in walk(expr):
         if isinstance(node, ast.Constant) and node.value == BOOTSTRAP_TIMEOUT_ENV:
             return True
         if isinstance(node, ast.Attribute) and node.attr == BOOTSTRAP_TIMEOUT_ENV:

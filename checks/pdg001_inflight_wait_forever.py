@@ -30,6 +30,7 @@ from collections.abc import Iterator
 from .examples import CALL_HELPER, HELPER, INLINE_DEADLINE, PATCHED, STAMP_ONCE, prefill
 from .inflight import FUNCTION, QUEUE, InflightModel
 from .model import PREFILL, Finding, Invalid, Rule
+from .nodes import children, walk
 from .project import Project
 
 
@@ -125,7 +126,7 @@ _PARKED = "pending_bootstrap"
 
 
 def _parents(function: ast.FunctionDef) -> dict[int, ast.AST]:
-    return {id(child): node for node in ast.walk(function) for child in ast.iter_child_nodes(node)}
+    return {id(child): node for node in walk(function) for child in children(node)}
 
 
 def _branches(site: ast.AST, parents: dict[int, ast.AST]) -> list[tuple[ast.If, bool]]:
@@ -151,7 +152,7 @@ def _mentions(node: ast.AST, name: str) -> bool:
     return any(
         (isinstance(n, ast.Name) and n.id == name)
         or (isinstance(n, ast.Attribute) and n.attr == name)
-        for n in ast.walk(node)
+        for n in walk(node)
     )
 
 
@@ -180,7 +181,7 @@ def keep_site(site: ast.AST, parents: dict[int, ast.AST]) -> str:
     if in_body:
         where = _condition(inner.test)
     else:
-        polls = any(_states(c) for c in ast.walk(inner.test) if isinstance(c, ast.expr))
+        polls = any(_states(c) for c in walk(inner.test) if isinstance(c, ast.expr))
         where = (
             "in the else branch (any other poll state)"
             if polls

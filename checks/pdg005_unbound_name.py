@@ -31,6 +31,7 @@ from .bindings import type_checking as _type_checking
 from .examples import PATCHED
 from .inflight import CLOCK_FUNCTIONS
 from .model import PREFILL, Finding, Invalid, Rule
+from .nodes import children, walk
 from .project import Project
 
 WATCHED = frozenset({"os", "time", "environ"} | CLOCK_FUNCTIONS)
@@ -115,13 +116,24 @@ def _module_bound(tree: ast.Module) -> set[str]:
             bound.add(node.name)
         elif isinstance(node, ast.Assign | ast.AnnAssign | ast.AugAssign):
             targets = node.targets if isinstance(node, ast.Assign) else [node.target]
-            bound |= {n.id for t in targets for n in ast.walk(t) if isinstance(n, ast.Name)}
+            bound |= {n.id for t in targets for n in walk(t) if isinstance(n, ast.Name)}
         else:
             for name in ("body", "orelse", "finalbody"):
                 stack.extend(getattr(node, name, []) or [])
             if isinstance(node, ast.Try):
                 stack.extend(stmt for handler in node.handlers for stmt in handler.body)
     return bound
+
+
+def _may_use_unbound(tree: ast.Module) -> bool:
+    """Can ``_unbound_uses`` find anything? Only a watched name some ``ast.Name`` of the module
+    spells (``symtable`` marks a name used only there), which no plain module-level import
+    binds (those ``symtable`` sees imported, and none is under TYPE_CHECKING) and which is not
+    a builtin. A walk of the module is half the cost of ``symtable``, and the text test before
+    it also takes a word of a comment or a string for a use."""
+    used = {n.id for n in walk(tree) if isinstance(n, ast.Name) and n.id in WATCHED}
+    imported = _imported([n for n in tree.body if not _type_checking(n)])
+    return bool(used - imported - set(dir(builtins)))
 
 
 def _unbound_uses(text: str, rel: str, hidden: set[str]) -> Iterator[tuple[str, str]]:
@@ -200,12 +212,12 @@ def _shadowed_uses(tree: ast.Module, text: str, rel: str) -> Iterator[tuple[ast.
     }
     if not wrong and not _rebinding(text):
         return  # the usual case: nothing binds a watched name to anything else
-    parents = {id(child): node for node in ast.walk(tree) for child in ast.iter_child_nodes(node)}
-    for function in ast.walk(tree):
+    parents = {id(child): node for node in walk(tree) for child in children(node)}
+    for function in walk(tree):
         if not isinstance(function, ast.FunctionDef | ast.AsyncFunctionDef):
             continue
         local = _bindings_in_force(function.body)
-        for node in ast.walk(function):
+        for node in walk(function):
             if isinstance(node, ast.Name) and node.id in WATCHED:
                 stmt = local.get(node.id)
                 if (
@@ -222,7 +234,7 @@ def _shadowed_uses(tree: ast.Module, text: str, rel: str) -> Iterator[tuple[ast.
                     )
     if not wrong:
         return
-    for node in ast.walk(tree):
+    for node in walk(tree):
         if isinstance(node, ast.Name) and node.id in wrong and _used_as_module(node, parents):
             enclosing = _enclosing_function(node, parents)
             if enclosing is not None and node.id in _bindings_in_force(enclosing.body):
@@ -251,7 +263,7 @@ def _scope_node(tree: ast.Module, qualname: str) -> ast.AST:
         child = next(
             (
                 child
-                for child in ast.iter_child_nodes(node)
+                for child in children(node)
                 if isinstance(child, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef)
                 and child.name == part
             ),
@@ -307,11 +319,11 @@ class UnboundName(Rule):
                     "when it runs",
                 )
             candidates = _candidates(text) - _module_bound(tree)
-            if not candidates:
+            if not candidates or not _may_use_unbound(tree):
                 continue  # the usual case: every watched name the module uses is imported
             seen: set[tuple[int, int]] = set()  # a lambda's use is also its function's
             for qualname, name in _unbound_uses(project.texts[rel], rel, _type_checking_only(tree)):
-                for node in ast.walk(_scope_node(tree, qualname)):
+                for node in walk(_scope_node(tree, qualname)):
                     if (
                         isinstance(node, ast.Name)
                         and node.id == name

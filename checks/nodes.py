@@ -1,0 +1,113 @@
+"""Walks of ``ast`` trees for the models, faster than ``ast.walk`` and kept on the nodes.
+
+The models walk the same functions many times (one question each). ``walk`` and ``own_nodes``
+give the same nodes, in the same order, as ``ast.walk`` and a depth-first walk that stops at
+nested functions, without a generator per node; the lists of functions (and modules) are
+kept in the node's ``__dict__``, so every model, and every project that shares the parsed
+tree (``project.parse_module`` gives one tree per text), walks a function once. The trees
+are read-only: nothing in ``checks`` changes a node once parsed.
+"""
+
+from __future__ import annotations
+
+import ast
+from collections.abc import Callable
+from typing import TypeVar
+
+__all__ = ["children", "kept", "own_nodes", "own_parents", "walk"]
+
+_FUNCTION = ast.FunctionDef | ast.AsyncFunctionDef | ast.Lambda
+_KEPT = (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)
+# keys of the lists kept on a node (not fields: ``ast.dump`` and ``unparse`` ignore them)
+_WALK = "_pdguard_walk"
+_OWN = "_pdguard_own"
+_OWN_PARENTS = "_pdguard_own_parents"
+
+_T = TypeVar("_T")
+_N = TypeVar("_N", bound=ast.AST)
+
+
+def children(node: ast.AST) -> list[ast.AST]:
+    """``list(ast.iter_child_nodes(node))``."""
+    children: list[ast.AST] = []
+    for name in node._fields:
+        value = getattr(node, name, None)
+        if isinstance(value, ast.AST):
+            children.append(value)
+        elif isinstance(value, list):
+            children.extend(item for item in value if isinstance(item, ast.AST))
+    return children
+
+
+def _walk(node: ast.AST) -> list[ast.AST]:
+    found = [node]
+    index = 0
+    while index < len(found):
+        current = found[index]
+        index += 1
+        for name in current._fields:
+            value = getattr(current, name, None)
+            if isinstance(value, ast.AST):
+                found.append(value)
+            elif isinstance(value, list):
+                found.extend(item for item in value if isinstance(item, ast.AST))
+    return found
+
+
+def walk(node: ast.AST) -> list[ast.AST]:
+    """``list(ast.walk(node))`` (breadth-first, ``node`` first); kept on modules, classes and
+    functions."""
+    if not isinstance(node, _KEPT):
+        return _walk(node)
+    kept = vars(node)
+    if _WALK not in kept:
+        kept[_WALK] = _walk(node)
+    found: list[ast.AST] = kept[_WALK]
+    return found
+
+
+def own_nodes(func: ast.AST) -> list[ast.AST]:
+    """The nodes of a function, not of the functions or lambdas nested in it (those nested
+    functions themselves included), depth-first, last child first; kept on ``func``."""
+    kept = vars(func)
+    if _OWN not in kept:
+        found: list[ast.AST] = []
+        stack = children(func)
+        while stack:
+            node = stack.pop()
+            found.append(node)
+            if isinstance(node, _FUNCTION):
+                continue
+            for name in node._fields:  # stack.extend(children(node)), inline
+                value = getattr(node, name, None)
+                if isinstance(value, ast.AST):
+                    stack.append(value)
+                elif isinstance(value, list):
+                    stack.extend(item for item in value if isinstance(item, ast.AST))
+        kept[_OWN] = found
+    nodes: list[ast.AST] = kept[_OWN]
+    return nodes
+
+
+def own_parents(func: ast.AST) -> dict[ast.AST, ast.AST]:
+    """The parent of each of ``func``'s own nodes (``own_nodes``); kept on ``func``."""
+    kept = vars(func)
+    if _OWN_PARENTS not in kept:
+        parents: dict[ast.AST, ast.AST] = {child: func for child in children(func)}
+        for node in own_nodes(func):
+            if not isinstance(node, _FUNCTION):
+                for child in children(node):
+                    parents[child] = node
+        kept[_OWN_PARENTS] = parents
+    found: dict[ast.AST, ast.AST] = kept[_OWN_PARENTS]
+    return found
+
+
+def kept(node: _N, key: str, compute: Callable[[_N], _T]) -> _T:
+    """``compute(node)``, kept on ``node`` under ``key`` (``_pdguard_*``): for what depends on
+    the node alone."""
+    store = vars(node)
+    if key not in store:
+        store[key] = compute(node)
+    value: _T = store[key]
+    return value
