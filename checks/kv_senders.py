@@ -24,6 +24,7 @@ from pdguard.sglang_names import (
 )
 
 from .classes import find_method, methods_of
+from .env_reads import env_reader, reads_env
 from .nodes import walk
 
 __all__ = ["BASE_SENDER", "BOOTSTRAP_TIMEOUT_ENV", "ClassIndex", "SenderFacts", "is_self_attr"]
@@ -365,7 +366,7 @@ class ClassIndex:
     def manager_timeout_attr(self, manager: str) -> str | None:
         """``self.<attr>`` a manager's ``__init__`` chain sets from the bootstrap timeout."""
         for node in self.reached(manager, "__init__"):
-            if isinstance(node, ast.Assign) and _reads_bootstrap_timeout(node.value):
+            if isinstance(node, ast.Assign) and reads_env(node.value, BOOTSTRAP_TIMEOUT_ENV):
                 for target in node.targets:
                     if isinstance(target, ast.Attribute) and is_self_attr(target, target.attr):
                         return target.attr
@@ -377,19 +378,7 @@ class ClassIndex:
     def timeout_reader(self) -> tuple[str, str, str | None] | None:
         """An expression the release reads the bootstrap timeout with, anywhere in the tree:
         (its source text, module its root name is imported from, imported name or None)."""
-        for rel, tree in sorted(self.modules.items()):
-            for node in walk(tree):
-                if isinstance(node, ast.Assign) and _reads_bootstrap_timeout(node.value):
-                    root = node.value
-                    while isinstance(root, ast.Call | ast.Attribute):
-                        root = root.func if isinstance(root, ast.Call) else root.value
-                    if not isinstance(root, ast.Name):
-                        continue
-                    origin = _import_origin(tree, root.id)
-                    source = ast.get_source_segment(self.texts[rel], node.value)
-                    if origin is not None and source is not None:
-                        return source, origin[0], origin[1]
-        return None
+        return env_reader(self.texts, self.modules.get, BOOTSTRAP_TIMEOUT_ENV)
 
 
 CONCLUDE_STATE = "conclude_state"
@@ -559,27 +548,3 @@ def _in_source_order(node: ast.AST) -> list[ast.AST]:
         (n for n in walk(node) if hasattr(n, "lineno")),
         key=lambda n: (n.lineno, n.col_offset),  # type: ignore[attr-defined]  # hasattr-filtered; AST has no lineno
     )
-
-
-def _reads_bootstrap_timeout(expr: ast.expr) -> bool:
-    if not isinstance(expr, ast.Call):
-        return False
-    for node in walk(expr):
-        if isinstance(node, ast.Constant) and node.value == BOOTSTRAP_TIMEOUT_ENV:
-            return True
-        if isinstance(node, ast.Attribute) and node.attr == BOOTSTRAP_TIMEOUT_ENV:
-            return True
-    return False
-
-
-def _import_origin(tree: ast.Module, local: str) -> tuple[str, str | None] | None:
-    for node in tree.body:
-        if isinstance(node, ast.ImportFrom) and node.module and not node.level:
-            for alias in node.names:
-                if (alias.asname or alias.name) == local and alias.asname is None:
-                    return node.module, alias.name
-        elif isinstance(node, ast.Import):
-            for alias in node.names:
-                if alias.asname is None and alias.name == local:
-                    return alias.name, None
-    return None

@@ -17,8 +17,8 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from pdguard.checks.bindings import bindings_in_force
+from pdguard.checks.env_reads import env_reader as checks_env_reader
 from pdguard.checks.project import Project
-from pdguard.checks.segments import source_segment
 
 from .. import fix_names
 from ..sglang_names import (
@@ -107,48 +107,10 @@ def failed_poll_raises(workspace: Workspace) -> int | None:
     return None
 
 
-def _reads_env(node: ast.expr, env: str) -> bool:
-    return isinstance(node, ast.Call) and any(
-        (isinstance(n, ast.Constant) and n.value == env)
-        or (isinstance(n, ast.Attribute) and n.attr == env)
-        for n in ast.walk(node)
-    )
-
-
-def _import_origin(tree: ast.Module, local: str) -> tuple[str, str | None] | None:
-    for node in tree.body:
-        if isinstance(node, ast.ImportFrom) and node.module and not node.level:
-            for alias in node.names:
-                if alias.asname is None and alias.name == local:
-                    return node.module, alias.name
-        elif isinstance(node, ast.Import):
-            for alias in node.names:
-                if alias.asname is None and alias.name == local:
-                    return alias.name, None
-    return None
-
-
-def _root(expr: ast.expr) -> str | None:
-    while isinstance(expr, ast.Call | ast.Attribute):
-        expr = expr.func if isinstance(expr, ast.Call) else expr.value
-    return expr.id if isinstance(expr, ast.Name) else None
-
-
 def env_reader(project: Project, env: str) -> tuple[str, str, str | None] | None:
     """An expression the release reads ``env`` with, anywhere in the tree: (its source, the
     module its root name is imported from, the imported name or None)."""
-    for rel in sorted(project.texts):
-        tree = project.tree(rel)
-        if tree is None or env not in project.texts[rel]:
-            continue
-        for node in ast.walk(tree):
-            if isinstance(node, ast.Assign) and _reads_env(node.value, env):
-                root = _root(node.value)
-                origin = _import_origin(tree, root) if root else None
-                source = source_segment(project.texts[rel], node.value)
-                if origin is not None and source is not None:
-                    return source, origin[0], origin[1]
-    return None
+    return checks_env_reader(project.texts, project.tree, env)
 
 
 def _as_waiting_reader(source: str) -> str | None:
