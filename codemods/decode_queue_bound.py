@@ -20,8 +20,8 @@ from __future__ import annotations
 
 import argparse
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
-import isort
 import libcst as cst
 
 from pdguard.fix_names import DECODE_GATE_FLAG as GATE_FLAG
@@ -34,13 +34,15 @@ from .command import Transform, commands
 from .holes import Scope
 from .insertion import StatementEdit, apply_edits, parse_statements, simple_statements
 from .isort_imports import (
-    DEFAULT_ISORT_CONFIG,
     AddIsortedImportsTransform,
     ImportRequest,
     import_requests,
     spelling,
 )
 from .sender_bootstrap_timeout import LINE_LENGTH
+
+if TYPE_CHECKING:
+    import isort
 
 _PENDING = """\
 {marker}: bounded wait for the DP rank.
@@ -128,7 +130,7 @@ class DecodeQueueBoundTransform(Transform):
         timeout: str = "envs.SGLANG_DISAGGREGATION_WAITING_TIMEOUT.get()",
         log: bool = True,
         imports: Sequence[ImportRequest | str] = (),
-        isort_config: isort.Config = DEFAULT_ISORT_CONFIG,
+        isort_config: isort.Config | None = None,
     ) -> None:
         self.pending = list(pending)
         self.gate = gate

@@ -35,8 +35,8 @@ from __future__ import annotations
 
 import argparse
 import ast
+from typing import TYPE_CHECKING
 
-import isort
 import libcst as cst
 
 from pdguard.checks.inflight import Entry, analyse, single_request
@@ -63,7 +63,10 @@ from .insertion import (
     parse_method,
     parse_statements,
 )
-from .isort_imports import DEFAULT_ISORT_CONFIG, AddIsortedImportsTransform, ImportRequest, spelling
+from .isort_imports import AddIsortedImportsTransform, ImportRequest, spelling
+
+if TYPE_CHECKING:
+    import isort
 
 # How an overdue sender is failed: abort(), which every sender's poll() honours (pdguard's
 # sender-abort fix sees to it), best effort (a rank whose abort() raises must still reach the
@@ -212,7 +215,7 @@ class InflightDeadlineTransform(Transform):
 
     def __init__(
         self,
-        isort_config: isort.Config = DEFAULT_ISORT_CONFIG,
+        isort_config: isort.Config | None = None,
         record: bool = False,
         replace: bool = False,
         parked: bool = False,

@@ -17,8 +17,9 @@ import argparse
 import ast
 from collections.abc import Sequence
 from dataclasses import dataclass
+from functools import cache
+from typing import TYPE_CHECKING
 
-import isort
 import libcst as cst
 
 from pdguard.checks.bindings import bindings_in_force, imported_as
@@ -29,7 +30,17 @@ from .command import Transform, commands, source_of
 from .holes import Scope
 from .insertion import Statement
 
-DEFAULT_ISORT_CONFIG = isort.Config(profile="black", known_first_party=frozenset({"sglang"}))
+if TYPE_CHECKING:
+    import isort
+
+
+@cache
+def default_isort_config() -> isort.Config:
+    """SGLang's own isort settings (``profile=black``, ``sglang`` first party), for a tree that
+    has none. isort is imported on first use: a transform that adds no import never needs it."""
+    import isort
+
+    return isort.Config(profile="black", known_first_party=frozenset({"sglang"}))
 
 
 @dataclass(frozen=True)
@@ -210,6 +221,8 @@ def _ast_of(module: cst.Module) -> ast.Module:
 
 
 def _sorts_before(new_line: str, existing: cst.SimpleStatementLine, config: isort.Config) -> bool:
+    import isort
+
     existing_code = cst.Module(body=[existing.with_changes(leading_lines=[])]).code
     sorted_code = isort.code(f"{new_line}\n{existing_code}", config=config)
     return sorted_code.lstrip().startswith(new_line)
@@ -261,10 +274,15 @@ class AddIsortedImportsTransform(Transform):
     def __init__(
         self,
         imports: Sequence[ImportRequest | str],
-        isort_config: isort.Config = DEFAULT_ISORT_CONFIG,
+        isort_config: isort.Config | None = None,
     ) -> None:
         self.requests = import_requests(imports)
-        self.config = isort_config
+        self.isort_config = isort_config
+
+    @property
+    def config(self) -> isort.Config:
+        """The target's isort settings, else ``default_isort_config()``."""
+        return self.isort_config if self.isort_config is not None else default_isort_config()
 
     def scope(self, text: str) -> Scope:
         """Module-level statements: the imports."""
@@ -278,6 +296,8 @@ class AddIsortedImportsTransform(Transform):
     def _add(self, tree: cst.Module, request: ImportRequest) -> cst.Module:
         if _already_bound(tree, request):
             return tree
+        import isort
+
         block = leading_import_block(tree)
         body = list(tree.body)
         if request.name is not None and request.asname is None:
@@ -295,6 +315,8 @@ class AddIsortedImportsTransform(Transform):
         return tree.with_changes(body=body)
 
     def _section_of(self, stmt: cst.SimpleStatementLine) -> str:
+        import isort
+
         return isort.place_module(_module_of(stmt), config=self.config)
 
     def _insert_in_section(
@@ -344,6 +366,8 @@ class AddIsortedImportsTransform(Transform):
         body.insert(at, new_stmt.with_changes(leading_lines=lead))
 
     def _merge(self, stmt: cst.SimpleStatementLine, name: str) -> Statement:
+        import isort
+
         imp = stmt.body[0]
         assert isinstance(imp, cst.ImportFrom) and not isinstance(imp.names, cst.ImportStar)
         names = [cst.ImportAlias(name=alias.name, asname=alias.asname) for alias in imp.names]

@@ -24,8 +24,8 @@ from __future__ import annotations
 
 import argparse
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
-import isort
 import libcst as cst
 
 from pdguard.fix_names import RECEIVER_WAITING_TIMEOUT as FIX
@@ -55,7 +55,6 @@ from .command import ClassTransform, Transform, commands
 from .holes import Scope
 from .insertion import Statement, StatementEdit, apply_edits, parse_statements, simple_statements
 from .isort_imports import (
-    DEFAULT_ISORT_CONFIG,
     AddIsortedImportsTransform,
     ImportRequest,
     add_import_args,
@@ -63,6 +62,9 @@ from .isort_imports import (
     spelling,
 )
 from .sender_bootstrap_timeout import LINE_LENGTH, black_assignment
+
+if TYPE_CHECKING:
+    import isort
 
 _INIT = """\
 {marker}: set when the KV indices are sent.
@@ -175,7 +177,7 @@ class ReceiverWaitingTimeoutTransform(ClassTransform):
         conclude_state: bool = True,
         log: bool = True,
         imports: Sequence[ImportRequest | str] = (),
-        isort_config: isort.Config = DEFAULT_ISORT_CONFIG,
+        isort_config: isort.Config | None = None,
     ) -> None:
         self.class_name = class_name
         self.check = check or "status"

@@ -22,9 +22,8 @@ from __future__ import annotations
 import argparse
 import ast
 from collections.abc import Callable, Sequence
-from typing import TypeVar
+from typing import TYPE_CHECKING, TypeVar
 
-import isort
 import libcst as cst
 
 from pdguard.fix_names import SENDER_BOOTSTRAP_TIMEOUT as FIX
@@ -35,13 +34,15 @@ from .command import ClassTransform, Transform, commands
 from .holes import Scope
 from .insertion import Statement, StatementEdit, apply_edits, parse_statements
 from .isort_imports import (
-    DEFAULT_ISORT_CONFIG,
     AddIsortedImportsTransform,
     ImportRequest,
     add_import_args,
     import_requests,
     spelling,
 )
+
+if TYPE_CHECKING:
+    import isort
 
 _INIT_TIME = """\
 {marker}: the bootstrap timeout counts from here.
@@ -165,7 +166,7 @@ class SenderBootstrapTimeoutTransform(ClassTransform):
         timeout_setting: str | None = None,
         record_failure: bool = True,
         imports: Sequence[ImportRequest | str] = (),
-        isort_config: isort.Config = DEFAULT_ISORT_CONFIG,
+        isort_config: isort.Config | None = None,
     ) -> None:
         self.class_name = class_name
         self.set_init_time = set_init_time

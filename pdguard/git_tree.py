@@ -10,14 +10,12 @@ from collections.abc import Iterator
 from pathlib import PurePosixPath
 
 import git
-from isort.settings import CONFIG_SOURCES
 
 from .errors import TargetError
+from .isort_config import CONFIG_SOURCES
 from .sglang_names import CHECKOUT_PREFIXES as PREFIXES
 from .sglang_names import DISAGGREGATION_DIR
 from .tree import SourceTree
-
-# Where the ``sglang`` package sits in a repository: upstream keeps it under python/.
 
 
 class GitTree(SourceTree):

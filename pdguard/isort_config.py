@@ -5,22 +5,26 @@ from __future__ import annotations
 import tempfile
 from functools import cache
 from pathlib import Path
-
-import isort
-from isort.settings import CONFIG_SECTIONS, _get_config_data
-
-from pdguard.codemods.isort_imports import DEFAULT_ISORT_CONFIG
+from typing import TYPE_CHECKING
 
 from .errors import ConfigError
 from .tree import SourceTree
 
+if TYPE_CHECKING:
+    import isort
 
-def isort_config_for(tree: SourceTree, rel: str) -> tuple[isort.Config, str]:
+# The files isort reads its settings from (``isort.settings.CONFIG_SOURCES``, which a test
+# compares with this): naming them here lets a tree without any go without importing isort.
+CONFIG_SOURCES = (".isort.cfg", "pyproject.toml", "setup.cfg", "tox.ini", ".editorconfig")
+
+
+def isort_config_for(tree: SourceTree, rel: str) -> tuple[isort.Config | None, str]:
     """isort's ``Config`` for file ``rel`` and where it came from.
 
     Searches ``rel``'s directory and its parents up to the tree root, nearest first, for the
     files isort reads (``.isort.cfg``, ``pyproject.toml [tool.isort]``, ``setup.cfg``, ...). With
-    none, SGLang's own settings: ``profile=black``, ``known_first_party=sglang``.
+    none, None: the codemods' default, SGLang's own settings (``profile=black``,
+    ``known_first_party=sglang``), made only if an import is added.
     """
     for name, content, shown in tree.config_files(rel):
         try:
@@ -30,12 +34,15 @@ def isort_config_for(tree: SourceTree, rel: str) -> tuple[isort.Config, str]:
             raise ConfigError(f"{shown}: cannot read its isort settings: {why}") from exc
         if config is not None:
             return config, name
-    return DEFAULT_ISORT_CONFIG, "default (profile=black, known_first_party=sglang)"
+    return None, "default (profile=black, known_first_party=sglang)"
 
 
 @cache
 def _config_from(name: str, content: bytes) -> isort.Config | None:
     """isort's own reading of a settings file (it reads from disk: give it a private copy)."""
+    import isort
+    from isort.settings import CONFIG_SECTIONS, _get_config_data
+
     with tempfile.TemporaryDirectory(prefix="pdguard-isort-") as tmp:
         path = Path(tmp) / name
         path.write_bytes(content)

@@ -108,7 +108,7 @@ class DirectoryTree(SourceTree):
         return sorted(found)
 
     def config_files(self, rel: str) -> Iterator[tuple[str, bytes, str]]:
-        from isort.settings import CONFIG_SOURCES
+        from .isort_config import CONFIG_SOURCES
 
         here = self.path(rel).parent
         root = self.root.resolve()

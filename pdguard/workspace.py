@@ -1,6 +1,6 @@
 """The files of one run: read once, decoded once, parsed once per content.
 
-LibCST and isort are imported only when a fix writes (``cst``, ``isort_config``): deciding that
+LibCST is imported only when a fix writes, isort only when it adds an import: deciding that
 a fix is ``present`` or ``upstream`` needs ``ast`` only.
 """
 
@@ -141,7 +141,9 @@ class Workspace:
         self.set_text(rel, result)
         return result != text
 
-    def isort_config(self, rel: str) -> isort.Config:
+    def isort_config(self, rel: str) -> isort.Config | None:
+        """The target's isort settings for ``rel``; None where it has none (the codemods then
+        use SGLang's, and import isort only if they add an import)."""
         from .isort_config import isort_config_for
 
         return isort_config_for(self.tree, rel)[0]

@@ -174,3 +174,28 @@ def test_workspace_transform_is_kept_by_text_and_options(tmp_path: Path, monkeyp
         with pytest.raises(AnchorError, match="PipeSender"):
             refused.transform(rel, [SenderBootstrapTimeoutTransform(class_name="PipeSender")])
         assert refused.text(rel) == text and not refused.changed()
+
+
+_ISORT_AFTER_APPLY = """
+import json, sys
+from pdguard.cli import main
+code = main(["apply", sys.argv[1], "--format", "json", "-o", sys.argv[2]])
+print(json.dumps({"exit": code, "isort": "isort" in sys.modules}))
+"""
+
+
+@pytest.mark.releases
+def test_apply_that_adds_no_import_never_imports_isort(tmp_path: Path) -> None:
+    """0.5.23 already imports what the fixes' code needs, and has no isort settings of its
+    own: apply patches three files without loading isort (about 30 ms a run)."""
+    target = copy_release("0.5.23", tmp_path / "sglang")
+    done = subprocess.run(
+        [sys.executable, "-c", _ISORT_AFTER_APPLY, str(target), str(tmp_path / "r.json")],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    result = json.loads(done.stdout.splitlines()[-1])
+    report = json.loads((tmp_path / "r.json").read_text())
+    assert result == {"exit": 0, "isort": False}
+    assert "applied" in report["fixes"].values()

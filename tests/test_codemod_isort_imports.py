@@ -211,3 +211,13 @@ class TestAddIsortedImports(CodemodTest):
 )
 def test_reference_to_reuses_existing_bindings(imports: str, expected: str | None) -> None:
     assert reference_to(cst.parse_module(imports), "time", "monotonic") == expected
+
+
+def test_pdguard_names_the_files_isort_reads_its_settings_from() -> None:
+    """``pdguard.isort_config.CONFIG_SOURCES`` stands in for isort's own list, so that a tree
+    without settings files is read without importing isort."""
+    from isort.settings import CONFIG_SOURCES
+
+    from pdguard.isort_config import CONFIG_SOURCES as OURS
+
+    assert tuple(OURS) == tuple(CONFIG_SOURCES)
