@@ -40,7 +40,7 @@ from ..checks.classes import methods_of
 from ..errors import LoadError
 from ..tree import SourceTree
 from . import loader, standins
-from .lockstep import EPS, Event, LockstepTrace, LockstepWorld, SimulationCode
+from .lockstep import EPS, Event, LockstepRank, LockstepTrace, LockstepWorld, SimulationCode
 from .standins import (
     FINISH_ABORT,
     FINISH_LENGTH,
@@ -1206,17 +1206,14 @@ METADATA_SLOTS = 64
 REQ_SLOTS = 64
 
 
-class DecodeRank:
+class DecodeRank(LockstepRank["DecodeWorld"]):
     """One decode scheduler rank (a thread), with its own copy of the target's classes."""
 
     def __init__(self, world: DecodeWorld, index: int) -> None:
+        super().__init__(world, index)
         target = world.target
         config = world.config
-        self.world = world
-        self.rank = index
         self.env = dict(config.env)
-        self.events: list[Event] = []
-        self.lag = 0.0
         self.tp_group = Group(index, world.collective if config.ranks > 1 else None)
         self.cp_group = Group(index, None)
         self.recorders = standins.Recorders(target.code.pass_along, cast(Any, self))
@@ -1298,17 +1295,7 @@ class DecodeRank:
         )
         return manager
 
-    # the stand-ins' context
-
-    def now(self) -> float:
-        return self.world.time + self.lag
-
-    def world_time(self) -> float:
-        return self.world.time
-
-    def record(self, kind: str, req: object, detail: str = "") -> None:
-        rid = req if isinstance(req, str) or req is None else getattr(req, "rid", None)
-        self.events.append(Event(self.world.step, self.world.time, self.rank, kind, rid, detail))
+    # the stand-ins' context (with LockstepRank's now, world_time and record)
 
     def rid_of(self, room: int) -> str | None:
         spec = self.world.by_room.get(room)

@@ -52,7 +52,8 @@ class RankFailure:
 ConfigT = TypeVar("ConfigT", bound="LockstepConfig[Any]")
 SpecT = TypeVar("SpecT", bound="LockstepSpec")
 SpecT_co = TypeVar("SpecT_co", bound="LockstepSpec", covariant=True)
-RankT = TypeVar("RankT", bound="LockstepRank")
+RankT = TypeVar("RankT", bound="LockstepRank[Any]")
+WorldT = TypeVar("WorldT", bound="LockstepWorld[Any, Any, Any, Any, Any]")
 SnapshotT = TypeVar("SnapshotT")
 TraceT = TypeVar("TraceT")
 
@@ -80,14 +81,30 @@ class LockstepConfig(Protocol[SpecT_co]):
     def step(self) -> float: ...
 
 
-class LockstepRank(Protocol):
-    """One simulated scheduler rank."""
+class LockstepRank(ABC, Generic[WorldT]):
+    """One simulated scheduler rank of ``world``, and the part of ``standins.Context`` every
+    rank gives its stand-ins alike: its clock and the record of its events."""
 
-    rank: int
-    events: list[Event]
+    def __init__(self, world: WorldT, index: int, offset: float = 0.0) -> None:
+        self.world = world
+        self.rank = index
+        self.events: list[Event] = []
+        self.offset = offset  # added to every clock reading
+        self.lag = 0.0  # how far into the step the rank is, while it handles arrivals
 
+    @abstractmethod
     def step(self) -> None:
         """One iteration of the rank's event loop."""
+
+    def now(self) -> float:
+        return self.world.time + self.offset + self.lag
+
+    def world_time(self) -> float:
+        return self.world.time
+
+    def record(self, kind: str, req: object, detail: str = "") -> None:
+        rid = req if isinstance(req, str) or req is None else getattr(req, "rid", None)
+        self.events.append(Event(self.world.step, self.world.time, self.rank, kind, rid, detail))
 
 
 @dataclass

@@ -43,6 +43,7 @@ from .lockstep import (
     BARRIER_TIMEOUT,
     EPS,
     Event,
+    LockstepRank,
     LockstepTrace,
     LockstepWorld,
     SimulationCode,
@@ -144,18 +145,15 @@ class _Consensus:
         return agreed
 
 
-class Rank:
+class Rank(LockstepRank["World"]):
     """One scheduler rank; the :class:`standins.Context` of its stand-ins."""
 
     def __init__(self, world: World, index: int, target: Target) -> None:
         config = world.config
-        self.world = world
-        self.rank = index
+        super().__init__(world, index, config.clock_offsets[index] if config.clock_offsets else 0.0)
         self.env = dict(config.env)
-        self.events: list[Event] = []
-        self.offset = config.clock_offsets[index] if config.clock_offsets else 0.0
+        # the lag while the rank handles arrivals and prefill results
         self.handling_lag = config.lag_of(index)
-        self.lag = 0.0  # the handling lag while the rank handles arrivals and prefill results
         tp = config.ranks > 1 and config.pp_stages <= 1
         self.tp_group = Group(index, world.collective if tp else None)
         self.consensus_rounds: list[list[str]] = []  # PP: the consensus of every round so far
@@ -181,17 +179,7 @@ class Rank:
         self.prefilling: list[tuple[float, SimReq]] = []
         self.requeue_at: dict[str, float] = {}
 
-    # standins.Context
-
-    def now(self) -> float:
-        return self.world.time + self.offset + self.lag
-
-    def world_time(self) -> float:
-        return self.world.time
-
-    def record(self, kind: str, req: object, detail: str = "") -> None:
-        rid = req if isinstance(req, str) or req is None else getattr(req, "rid", None)
-        self.events.append(Event(self.world.step, self.world.time, self.rank, kind, rid, detail))
+    # standins.Context (with LockstepRank's now, world_time and record)
 
     def spec_of_room(self, room: int) -> RequestSpec | None:
         return self.world.by_room.get(room)
