@@ -16,6 +16,7 @@ from pdguard.simulate.loader import Target
 from pdguard.simulate.lockstep import (
     FIRST_ROOM,
     Event,
+    LockstepConfig,
     LockstepRank,
     LockstepTrace,
     LockstepWorld,
@@ -42,17 +43,14 @@ class ToySpec:
 
 
 @dataclass(frozen=True)
-class ToyConfig:
-    requests: tuple[ToySpec, ...] = (ToySpec("a"), ToySpec("b"))
-    ranks: int = 2
-    horizon: float = 1.0
-    step: float = 0.25
+class ToyConfig(LockstepConfig[ToySpec]):
     settle_at: int | None = None  # the step after which the world has settled
     fail_at: tuple[int, int] | None = None  # (rank, step): the rank raises in that step
     stall_at: tuple[int, int] | None = None  # (rank, step): the rank sleeps STALL_S there
 
 
 STALL_S = 3.0
+REQUESTS = (ToySpec("a"), ToySpec("b"))
 ToySnapshot = tuple[int, float]
 ToyTrace = LockstepTrace[ToyConfig, ToySnapshot]
 
@@ -93,7 +91,7 @@ def _steps(trace: ToyTrace) -> list[tuple[int, int]]:
 
 
 def test_the_ranks_step_in_lock_step_until_the_horizon() -> None:
-    toy = ToyWorld(ToyConfig())
+    toy = ToyWorld(ToyConfig(REQUESTS, horizon=1.0))
     assert toy.rooms == {"a": FIRST_ROOM, "b": FIRST_ROOM + 1}
     assert toy.by_room[FIRST_ROOM + 1] == ToySpec("b")
     trace = toy.run()
@@ -105,12 +103,12 @@ def test_the_ranks_step_in_lock_step_until_the_horizon() -> None:
 
 
 def test_a_settled_world_stops_before_the_horizon() -> None:
-    trace = ToyWorld(ToyConfig(settle_at=1)).run()
+    trace = ToyWorld(ToyConfig(REQUESTS, horizon=1.0, settle_at=1)).run()
     assert trace.snapshots == [(0, 0.0), (1, 0.25)] and trace.end == 0.25
 
 
 def test_the_first_failure_ends_the_run_and_releases_every_barrier() -> None:
-    toy = ToyWorld(ToyConfig(ranks=3, fail_at=(1, 2)))
+    toy = ToyWorld(ToyConfig(REQUESTS, 3, horizon=1.0, fail_at=(1, 2)))
     trace = toy.run()
     failure = trace.failure
     assert failure is not None
@@ -127,7 +125,7 @@ def test_a_rank_stuck_past_the_barrier_timeout_is_a_timeout(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     monkeypatch.setattr(lockstep, "BARRIER_TIMEOUT", 0.5)
-    trace = ToyWorld(ToyConfig(stall_at=(0, 1))).run()
+    trace = ToyWorld(ToyConfig(REQUESTS, horizon=1.0, stall_at=(0, 1))).run()
     failure = trace.failure
     assert failure is not None and isinstance(failure.error, TimeoutError)
     assert str(failure.error) == "a rank did not finish step 1 within 0.5 s"

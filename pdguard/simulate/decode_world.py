@@ -40,7 +40,15 @@ from ..checks.classes import methods_of
 from ..errors import LoadError
 from ..tree import SourceTree
 from . import loader, standins
-from .lockstep import EPS, Event, LockstepRank, LockstepTrace, LockstepWorld, SimulationCode
+from .lockstep import (
+    EPS,
+    Event,
+    LockstepConfig,
+    LockstepRank,
+    LockstepTrace,
+    LockstepWorld,
+    SimulationCode,
+)
 from .standins import (
     FINISH_ABORT,
     FINISH_LENGTH,
@@ -1155,12 +1163,7 @@ class DecodeSpec:
 
 
 @dataclass(frozen=True)
-class DecodeConfig:
-    requests: tuple[DecodeSpec, ...]
-    ranks: int = 2
-    horizon: float = 600.0
-    step: float = 0.25
-    env: Mapping[str, str] = field(default_factory=dict)
+class DecodeConfig(LockstepConfig[DecodeSpec]):
     # (start, end) simulated seconds while decode memory is full
     memory_full: tuple[tuple[float, float], ...] = ()
     # the prefill's DP layout as its bootstrap server reports it (0.5.10+): with dp_size > 1

@@ -16,7 +16,8 @@ import sys
 import threading
 import traceback
 from abc import ABC, abstractmethod
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any, ClassVar, Generic, Protocol, TypeVar
 
@@ -51,7 +52,6 @@ class RankFailure:
 
 ConfigT = TypeVar("ConfigT", bound="LockstepConfig[Any]")
 SpecT = TypeVar("SpecT", bound="LockstepSpec")
-SpecT_co = TypeVar("SpecT_co", bound="LockstepSpec", covariant=True)
 RankT = TypeVar("RankT", bound="LockstepRank[Any]")
 WorldT = TypeVar("WorldT", bound="LockstepWorld[Any, Any, Any, Any, Any]")
 SnapshotT = TypeVar("SnapshotT")
@@ -65,20 +65,16 @@ class LockstepSpec(Protocol):
     def rid(self) -> str: ...
 
 
-class LockstepConfig(Protocol[SpecT_co]):
-    """What the engine reads of a world's configuration."""
+@dataclass(frozen=True)
+class LockstepConfig(Generic[SpecT]):
+    """What every world is configured with: its requests, its ranks, how long it runs (simulated
+    seconds) in steps of ``step``, and the environment the target's code reads."""
 
-    @property
-    def requests(self) -> tuple[SpecT_co, ...]: ...
-
-    @property
-    def ranks(self) -> int: ...
-
-    @property
-    def horizon(self) -> float: ...
-
-    @property
-    def step(self) -> float: ...
+    requests: tuple[SpecT, ...]
+    ranks: int = 2
+    horizon: float = 600.0
+    step: float = 0.25
+    env: Mapping[str, str] = field(default_factory=dict)
 
 
 class LockstepRank(ABC, Generic[WorldT]):

@@ -31,8 +31,7 @@ from __future__ import annotations
 
 import inspect
 import threading
-from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from .. import sglang_names as names
@@ -43,6 +42,7 @@ from .lockstep import (
     BARRIER_TIMEOUT,
     EPS,
     Event,
+    LockstepConfig,
     LockstepRank,
     LockstepTrace,
     LockstepWorld,
@@ -60,12 +60,7 @@ from .standins import (
 
 
 @dataclass(frozen=True)
-class WorldConfig:
-    requests: tuple[RequestSpec, ...]
-    ranks: int = 2
-    horizon: float = 600.0
-    step: float = 0.25
-    env: Mapping[str, str] = field(default_factory=dict)
+class WorldConfig(LockstepConfig[RequestSpec]):
     clock_offsets: tuple[float, ...] = ()  # per rank: added to every clock reading
     # How far into a step a rank handles arrivals and prefill results (where the sender is
     # created and the request enters the inflight queue), so that stamps fall between steps;
