@@ -13,15 +13,7 @@ import pytest
 
 from pdguard.simulate import decode_world, lockstep, standins, world
 from pdguard.simulate.loader import Target
-from pdguard.simulate.lockstep import (
-    FIRST_ROOM,
-    Event,
-    LockstepConfig,
-    LockstepRank,
-    LockstepTrace,
-    LockstepWorld,
-    SimulationCode,
-)
+from pdguard.simulate.lockstep import FIRST_ROOM, Event
 
 # a target with no module: a failure is placed at its label
 TARGET = Target(
@@ -43,7 +35,7 @@ class ToySpec:
 
 
 @dataclass(frozen=True)
-class ToyConfig(LockstepConfig[ToySpec]):
+class ToyConfig(lockstep.LockstepConfig[ToySpec]):
     settle_at: int | None = None  # the step after which the world has settled
     fail_at: tuple[int, int] | None = None  # (rank, step): the rank raises in that step
     stall_at: tuple[int, int] | None = None  # (rank, step): the rank sleeps STALL_S there
@@ -52,10 +44,10 @@ class ToyConfig(LockstepConfig[ToySpec]):
 STALL_S = 3.0
 REQUESTS = (ToySpec("a"), ToySpec("b"))
 ToySnapshot = tuple[int, float]
-ToyTrace = LockstepTrace[ToyConfig, ToySnapshot]
+ToyTrace = lockstep.LockstepTrace[ToyConfig, ToySnapshot]
 
 
-class ToyRank(LockstepRank["ToyWorld"]):
+class ToyRank(lockstep.LockstepRank["ToyWorld"]):
     def step(self) -> None:
         here = (self.rank, self.world.step)
         self.record("stepped", None, str(self.now()))
@@ -65,8 +57,8 @@ class ToyRank(LockstepRank["ToyWorld"]):
             time.sleep(STALL_S)
 
 
-class ToyWorld(LockstepWorld[ToyConfig, ToySpec, ToyRank, ToySnapshot, ToyTrace]):
-    SIMULATION = SimulationCode()
+class ToyWorld(lockstep.LockstepWorld[ToyConfig, ToySpec, ToyRank, ToySnapshot, ToyTrace]):
+    SIMULATION = lockstep.SimulationCode()
 
     def __init__(self, config: ToyConfig) -> None:
         super().__init__(config, TARGET)
@@ -83,7 +75,7 @@ class ToyWorld(LockstepWorld[ToyConfig, ToySpec, ToyRank, ToySnapshot, ToyTrace]
         return self.config.settle_at is not None and self.step >= self.config.settle_at
 
     def _trace(self, events: list[Event]) -> ToyTrace:
-        return LockstepTrace(self.config, self.snapshots, events, self.failure, self.time)
+        return lockstep.LockstepTrace(self.config, self.snapshots, events, self.failure, self.time)
 
 
 def _steps(trace: ToyTrace) -> list[tuple[int, int]]:
@@ -135,7 +127,7 @@ def test_a_rank_stuck_past_the_barrier_timeout_is_a_timeout(
 # -- the simulation's gaps ---------------------------------------------------------------------
 
 
-def _gap(simulation: SimulationCode, call: Callable[[], object]) -> str | None:
+def _gap(simulation: lockstep.SimulationCode, call: Callable[[], object]) -> str | None:
     try:
         call()
     except Exception as exc:
@@ -162,7 +154,7 @@ BOTH = pytest.mark.parametrize("simulation", [world.World.SIMULATION, ToyWorld.S
 
 @BOTH
 def test_a_stand_in_called_in_a_way_it_does_not_accept_is_a_gap(
-    simulation: SimulationCode,
+    simulation: lockstep.SimulationCode,
 ) -> None:
     gap = _gap(simulation, _call(standins.prefill_batch))
     assert gap is not None
@@ -170,7 +162,7 @@ def test_a_stand_in_called_in_a_way_it_does_not_accept_is_a_gap(
 
 
 @BOTH
-def test_the_targets_own_errors_are_not_gaps(simulation: SimulationCode) -> None:
+def test_the_targets_own_errors_are_not_gaps(simulation: lockstep.SimulationCode) -> None:
     assert _gap(simulation, lambda: dict[str, int]()["missing"]) is None
     assert _gap(simulation, _call(fork_helper)) is None
 

@@ -39,16 +39,8 @@ from typing import Any, ClassVar, cast
 from ..checks.classes import methods_of
 from ..errors import LoadError
 from ..tree import SourceTree
-from . import loader, standins
-from .lockstep import (
-    EPS,
-    Event,
-    LockstepConfig,
-    LockstepRank,
-    LockstepTrace,
-    LockstepWorld,
-    SimulationCode,
-)
+from . import loader, lockstep, standins
+from .lockstep import EPS, Event
 from .standins import (
     FINISH_ABORT,
     FINISH_LENGTH,
@@ -1163,7 +1155,7 @@ class DecodeSpec:
 
 
 @dataclass(frozen=True)
-class DecodeConfig(LockstepConfig[DecodeSpec]):
+class DecodeConfig(lockstep.LockstepConfig[DecodeSpec]):
     # (start, end) simulated seconds while decode memory is full
     memory_full: tuple[tuple[float, float], ...] = ()
     # the prefill's DP layout as its bootstrap server reports it (0.5.10+): with dp_size > 1
@@ -1201,7 +1193,7 @@ class DecodeSnapshot:
 
 
 @dataclass
-class DecodeTrace(LockstepTrace[DecodeConfig, DecodeSnapshot]):
+class DecodeTrace(lockstep.LockstepTrace[DecodeConfig, DecodeSnapshot]):
     metadata_slots: int
 
 
@@ -1209,7 +1201,7 @@ METADATA_SLOTS = 64
 REQ_SLOTS = 64
 
 
-class DecodeRank(LockstepRank["DecodeWorld"]):
+class DecodeRank(lockstep.LockstepRank["DecodeWorld"]):
     """One decode scheduler rank (a thread), with its own copy of the target's classes."""
 
     def __init__(self, world: DecodeWorld, index: int) -> None:
@@ -1417,9 +1409,11 @@ class DecodeReq(SimReq):
         """16 new tokens: not finished after the first."""
 
 
-class DecodeWorld(LockstepWorld[DecodeConfig, DecodeSpec, DecodeRank, DecodeSnapshot, DecodeTrace]):
+class DecodeWorld(
+    lockstep.LockstepWorld[DecodeConfig, DecodeSpec, DecodeRank, DecodeSnapshot, DecodeTrace]
+):
     # the decode ranks' TP group is the prefill world's collective
-    SIMULATION = SimulationCode(__name__, _Collective.__module__, on_purpose=(Divergence,))
+    SIMULATION = lockstep.SimulationCode(__name__, _Collective.__module__, on_purpose=(Divergence,))
 
     def __init__(self, config: DecodeConfig, target: DecodeTarget) -> None:
         super().__init__(config, target.code)
