@@ -31,9 +31,7 @@ decode event loop: arrivals (``add``), ``process_decode_queue``, the running bat
 from __future__ import annotations
 
 import ast
-import inspect
 import threading
-import traceback
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, cast
@@ -41,7 +39,8 @@ from typing import Any, ClassVar, cast
 from ..checks.classes import methods_of
 from ..errors import LoadError
 from ..tree import SourceTree
-from . import loader, standins
+from . import loader, lockstep, standins
+from .lockstep import EPS, Event
 from .standins import (
     FINISH_ABORT,
     FINISH_LENGTH,
@@ -53,7 +52,7 @@ from .standins import (
     SimReq,
     Strict,
 )
-from .world import BARRIER_TIMEOUT, EPS, Divergence, Event, _Collective, _names_a_standin
+from .world import Divergence, _Collective
 
 DECODE_PATH = "sglang/srt/disaggregation/decode.py"
 UTILS_PATH = "sglang/srt/disaggregation/utils.py"
@@ -84,7 +83,6 @@ RECEIVER_REPLACED = frozenset(
 )
 PREFILL_SERVER = "10.0.0.2:8998"
 PREFILL_RANK_PORT = 17000
-EPOCH_ROOM = 1000
 
 
 # -- the target ------------------------------------------------------------------------------
@@ -1157,12 +1155,7 @@ class DecodeSpec:
 
 
 @dataclass(frozen=True)
-class DecodeConfig:
-    requests: tuple[DecodeSpec, ...]
-    ranks: int = 2
-    horizon: float = 600.0
-    step: float = 0.25
-    env: Mapping[str, str] = field(default_factory=dict)
+class DecodeConfig(lockstep.LockstepConfig[DecodeSpec]):
     # (start, end) simulated seconds while decode memory is full
     memory_full: tuple[tuple[float, float], ...] = ()
     # the prefill's DP layout as its bootstrap server reports it (0.5.10+): with dp_size > 1
@@ -1199,43 +1192,23 @@ class DecodeSnapshot:
         return "/".join(places) or None
 
 
-@dataclass(frozen=True)
-class DecodeFailure:
-    rank: int
-    time: float
-    error: BaseException
-    where: str
-    gap: str | None = None
-
-
 @dataclass
-class DecodeTrace:
-    config: DecodeConfig
-    snapshots: list[DecodeSnapshot]
-    events: list[Event]
-    failure: DecodeFailure | None
-    end: float
+class DecodeTrace(lockstep.LockstepTrace[DecodeConfig, DecodeSnapshot]):
     metadata_slots: int
-
-    def events_of(self, kind: str, rid: str | None = None) -> list[Event]:
-        return [e for e in self.events if e.kind == kind and (rid is None or e.rid == rid)]
 
 
 METADATA_SLOTS = 64
 REQ_SLOTS = 64
 
 
-class DecodeRank:
+class DecodeRank(lockstep.LockstepRank["DecodeWorld"]):
     """One decode scheduler rank (a thread), with its own copy of the target's classes."""
 
     def __init__(self, world: DecodeWorld, index: int) -> None:
+        super().__init__(world, index)
         target = world.target
         config = world.config
-        self.world = world
-        self.rank = index
         self.env = dict(config.env)
-        self.events: list[Event] = []
-        self.lag = 0.0
         self.tp_group = Group(index, world.collective if config.ranks > 1 else None)
         self.cp_group = Group(index, None)
         self.recorders = standins.Recorders(target.code.pass_along, cast(Any, self))
@@ -1317,17 +1290,7 @@ class DecodeRank:
         )
         return manager
 
-    # the stand-ins' context
-
-    def now(self) -> float:
-        return self.world.time + self.lag
-
-    def world_time(self) -> float:
-        return self.world.time
-
-    def record(self, kind: str, req: object, detail: str = "") -> None:
-        rid = req if isinstance(req, str) or req is None else getattr(req, "rid", None)
-        self.events.append(Event(self.world.step, self.world.time, self.rank, kind, rid, detail))
+    # the stand-ins' context (with LockstepRank's now, world_time and record)
 
     def rid_of(self, room: int) -> str | None:
         spec = self.world.by_room.get(room)
@@ -1446,88 +1409,35 @@ class DecodeReq(SimReq):
         """16 new tokens: not finished after the first."""
 
 
-class DecodeWorld:
+class DecodeWorld(
+    lockstep.LockstepWorld[DecodeConfig, DecodeSpec, DecodeRank, DecodeSnapshot, DecodeTrace]
+):
+    # the decode ranks' TP group is the prefill world's collective
+    SIMULATION = lockstep.SimulationCode(__name__, _Collective.__module__, on_purpose=(Divergence,))
+
     def __init__(self, config: DecodeConfig, target: DecodeTarget) -> None:
-        self.config = config
+        super().__init__(config, target.code)
         self.target = target
-        self.time = 0.0
-        self.step = 0
-        self.done = False
-        self.specs = {s.rid: s for s in config.requests}
-        self.rooms = {s.rid: EPOCH_ROOM + i for i, s in enumerate(config.requests)}
-        self.by_room = {self.rooms[rid]: spec for rid, spec in self.specs.items()}
         self.collective = _Collective(config.ranks)
-        self.step_barrier = threading.Barrier(
-            config.ranks, action=self._end_step, timeout=BARRIER_TIMEOUT
-        )
-        self.snapshots: list[DecodeSnapshot] = []
-        self.failure: DecodeFailure | None = None
-        self._lock = threading.Lock()
         self.ranks = [DecodeRank(self, i) for i in range(config.ranks)]
 
-    def run(self) -> DecodeTrace:
-        threads = [
-            threading.Thread(target=self._loop, args=(rank,), daemon=True) for rank in self.ranks
-        ]
-        for thread in threads:
-            thread.start()
-        while any(thread.is_alive() for thread in threads):
-            for thread in threads:
-                thread.join(timeout=1.0)
-            if self.failure is not None:
-                break
-        events = sorted(
-            (e for rank in self.ranks for e in rank.events), key=lambda e: (e.step, e.rank)
-        )
-        return DecodeTrace(
-            self.config, self.snapshots, events, self.failure, self.time, METADATA_SLOTS
-        )
+    def _barriers(self) -> tuple[threading.Barrier, ...]:
+        return (self.collective.barrier,)
 
-    def _loop(self, rank: DecodeRank) -> None:
-        try:
-            while not self.done:
-                rank.step()
-                self.step_barrier.wait()
-        except threading.BrokenBarrierError:
-            if self.failure is None:
-                self._fail(rank, TimeoutError(f"a rank did not finish step {self.step}"))
-        except BaseException as exc:
-            self._fail(rank, exc)
-
-    def _fail(self, rank: DecodeRank, exc: BaseException) -> None:
-        with self._lock:
-            if self.failure is None:
-                frames = traceback.extract_tb(exc.__traceback__)
-                last = frames[-1] if frames else None
-                where = f"{last.filename}:{last.lineno} in {last.name}" if last else "a barrier"
-                self.failure = DecodeFailure(
-                    rank.rank, self.time, exc, where, _gap(self.target, exc, frames)
-                )
-            self.done = True
-        self.collective.barrier.abort()
-        self.step_barrier.abort()
-
-    def _end_step(self) -> None:
+    def _snapshot(self) -> DecodeSnapshot:
         per_rank = [rank.rids() for rank in self.ranks]
         column = [tuple(r[i] for r in per_rank) for i in range(5)]
-        self.snapshots.append(
-            DecodeSnapshot(
-                self.step,
-                self.time,
-                column[0],
-                column[1],
-                column[2],
-                column[3],
-                column[4],
-                tuple(len(rank.req_pool.used) for rank in self.ranks),
-                tuple(rank.metadata_allocator.available_size() for rank in self.ranks),
-            )
+        return DecodeSnapshot(
+            self.step,
+            self.time,
+            column[0],
+            column[1],
+            column[2],
+            column[3],
+            column[4],
+            tuple(len(rank.req_pool.used) for rank in self.ranks),
+            tuple(rank.metadata_allocator.available_size() for rank in self.ranks),
         )
-        if self._settled() or self.time + self.config.step > self.config.horizon + EPS:
-            self.done = True
-            return
-        self.time = round(self.time + self.config.step, 9)
-        self.step += 1
 
     def _settled(self) -> bool:
         if any(rank.arrivals for rank in self.ranks):
@@ -1538,36 +1448,10 @@ class DecodeWorld:
                 return False
         return True
 
-
-def _gap(target: DecodeTarget, exc: BaseException, frames: traceback.StackSummary) -> str | None:
-    """``<file>:<line>: cannot run: <what>`` when ``exc`` is the simulation's gap (a missing
-    stand-in, an import, a stand-in that does not model the call), not the target's failure."""
-    rels = {plan.rel for plan in target.code.modules}
-    inner = next((f for f in reversed(frames) if f.filename in rels), None)
-    where = target.code.where(inner.filename, inner.lineno or 0) if inner else target.label
-    what = f"{type(exc).__name__}: {exc}"
-    here = {__file__, standins.__file__}
-    if isinstance(exc, MissingStandIn):
-        what = str(exc)
-    elif isinstance(exc, ImportError):
-        what = f"an import ({what}): the simulation never imports"
-    elif frames and frames[-1].filename in here and not isinstance(exc, Divergence):
-        what = f"a stand-in raised {what} (in {frames[-1].name}): it does not model this call"
-    elif isinstance(exc, TypeError) and _names_a_standin(str(exc)):
-        what = f"a stand-in does not take this call ({what})"
-    elif isinstance(exc, TypeError | AttributeError) and any(
-        f"'{name}' object" in str(exc) for name in _STANDIN_CLASSES
-    ):
-        what = f"a stand-in does not model this ({what})"
-    else:
-        return None
-    function = f" in {inner.name}" if inner else ""
-    return f"{where}: cannot run{function}: {what}"
-
-
-_STANDIN_CLASSES = frozenset(
-    name for name, value in [*vars(standins).items(), *globals().items()] if inspect.isclass(value)
-)
+    def _trace(self, events: list[Event]) -> DecodeTrace:
+        return DecodeTrace(
+            self.config, self.snapshots, events, self.failure, self.time, METADATA_SLOTS
+        )
 
 
 def simulate(config: DecodeConfig, target: DecodeTarget) -> DecodeTrace:

@@ -23,22 +23,31 @@ request's script.
 Every ``poll_and_all_reduce*`` the target calls exchanges the local polls of all ranks through
 a :class:`threading.Barrier` and MIN-reduces them, as ``dist.all_reduce(op=MIN)`` does. After
 each step all ranks meet at a second barrier, whose action records a snapshot of every rank's
-queues and advances the simulated clock by ``step`` seconds.
+queues and advances the simulated clock by ``step`` seconds (the engine both worlds run on,
+``lockstep``).
 """
 
 from __future__ import annotations
 
 import inspect
 import threading
-import traceback
-from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from .. import sglang_names as names
 from ..errors import LoadError
 from . import standins
 from .loader import EnvRegistry, Target
+from .lockstep import (
+    BARRIER_TIMEOUT,
+    EPS,
+    Event,
+    LockstepConfig,
+    LockstepRank,
+    LockstepTrace,
+    LockstepWorld,
+    SimulationCode,
+)
 from .spec import RequestSpec
 from .standins import (
     BootstrapQueueStandIn,
@@ -49,17 +58,9 @@ from .standins import (
     SimReq,
 )
 
-EPS = 1e-6
-BARRIER_TIMEOUT = 60.0  # real seconds: a rank stuck this long is a bug in the simulation
-
 
 @dataclass(frozen=True)
-class WorldConfig:
-    requests: tuple[RequestSpec, ...]
-    ranks: int = 2
-    horizon: float = 600.0
-    step: float = 0.25
-    env: Mapping[str, str] = field(default_factory=dict)
+class WorldConfig(LockstepConfig[RequestSpec]):
     clock_offsets: tuple[float, ...] = ()  # per rank: added to every clock reading
     # How far into a step a rank handles arrivals and prefill results (where the sender is
     # created and the request enters the inflight queue), so that stamps fall between steps;
@@ -82,16 +83,6 @@ class WorldConfig:
 
 
 @dataclass(frozen=True)
-class Event:
-    step: int
-    time: float
-    rank: int
-    kind: str  # abort, kv_released, kv_locked, streamed, kv_send, sender_abort, log, pp_agreed, ...
-    rid: str | None
-    detail: str
-
-
-@dataclass(frozen=True)
 class Snapshot:
     """Every rank's queues after one step (request ids, per rank)."""
 
@@ -105,28 +96,8 @@ class Snapshot:
         return any(rid in q[rank] for q in (self.inflight, self.bootstrap, self.prefilling))
 
 
-@dataclass(frozen=True)
-class RankFailure:
-    rank: int
-    time: float
-    error: BaseException
-    where: str  # the innermost frame, "file:line in function"
-    # Not the target's failure but the simulation's: a missing stand-in, an import, a
-    # stand-in called in a way it does not model. "<file>:<line>: cannot run: <what>".
-    gap: str | None = None
-
-
 @dataclass
-class Trace:
-    config: WorldConfig
-    snapshots: list[Snapshot]
-    events: list[Event]
-    failure: RankFailure | None
-    end: float
-
-    def events_of(self, kind: str, rid: str | None = None) -> list[Event]:
-        return [e for e in self.events if e.kind == kind and (rid is None or e.rid == rid)]
-
+class Trace(LockstepTrace[WorldConfig, Snapshot]):
     def entered_inflight(self, rid: str, rank: int = 0) -> Snapshot | None:
         return next((s for s in self.snapshots if rid in s.inflight[rank]), None)
 
@@ -169,18 +140,15 @@ class _Consensus:
         return agreed
 
 
-class Rank:
+class Rank(LockstepRank["World"]):
     """One scheduler rank; the :class:`standins.Context` of its stand-ins."""
 
     def __init__(self, world: World, index: int, target: Target) -> None:
         config = world.config
-        self.world = world
-        self.rank = index
+        super().__init__(world, index, config.clock_offsets[index] if config.clock_offsets else 0.0)
         self.env = dict(config.env)
-        self.events: list[Event] = []
-        self.offset = config.clock_offsets[index] if config.clock_offsets else 0.0
+        # the lag while the rank handles arrivals and prefill results
         self.handling_lag = config.lag_of(index)
-        self.lag = 0.0  # the handling lag while the rank handles arrivals and prefill results
         tp = config.ranks > 1 and config.pp_stages <= 1
         self.tp_group = Group(index, world.collective if tp else None)
         self.consensus_rounds: list[list[str]] = []  # PP: the consensus of every round so far
@@ -206,17 +174,7 @@ class Rank:
         self.prefilling: list[tuple[float, SimReq]] = []
         self.requeue_at: dict[str, float] = {}
 
-    # standins.Context
-
-    def now(self) -> float:
-        return self.world.time + self.offset + self.lag
-
-    def world_time(self) -> float:
-        return self.world.time
-
-    def record(self, kind: str, req: object, detail: str = "") -> None:
-        rid = req if isinstance(req, str) or req is None else getattr(req, "rid", None)
-        self.events.append(Event(self.world.step, self.world.time, self.rank, kind, rid, detail))
+    # standins.Context (with LockstepRank's now, world_time and record)
 
     def spec_of_room(self, room: int) -> RequestSpec | None:
         return self.world.by_room.get(room)
@@ -348,90 +306,29 @@ class Rank:
         )
 
 
-class World:
+class World(LockstepWorld[WorldConfig, RequestSpec, Rank, Snapshot, Trace]):
+    SIMULATION = SimulationCode(__name__, on_purpose=(Divergence,))
+
     def __init__(self, config: WorldConfig, target: Target) -> None:
-        self.config = config
-        self.time = 0.0
-        self.step = 0
-        self.done = False
-        self.specs = {s.rid: s for s in config.requests}
-        self.rooms = {s.rid: 1000 + i for i, s in enumerate(config.requests)}
-        self.by_room = {self.rooms[rid]: spec for rid, spec in self.specs.items()}
+        super().__init__(config, target)
         self.target = target
         self.collective = _Collective(config.ranks)
         self.exchange = _Consensus(config.ranks)
-        self.step_barrier = threading.Barrier(
-            config.ranks, action=self._end_step, timeout=BARRIER_TIMEOUT
-        )
-        self.snapshots: list[Snapshot] = []
-        self.failure: RankFailure | None = None
-        self._lock = threading.Lock()
         self.ranks = [Rank(self, i, target) for i in range(config.ranks)]
         _check_self_reads(target, self.ranks[0])
 
-    def run(self) -> Trace:
-        threads = [
-            threading.Thread(
-                target=self._loop, args=(rank,), name=f"sim-rank-{rank.rank}", daemon=True
-            )
-            for rank in self.ranks
-        ]
-        for thread in threads:
-            thread.start()
-        while any(thread.is_alive() for thread in threads):
-            for thread in threads:
-                thread.join(timeout=1.0)
-            if self.failure is not None:  # a rank stuck in the target's code is left behind
-                break
-        events = sorted(
-            (e for rank in self.ranks for e in rank.events), key=lambda e: (e.step, e.rank)
-        )
-        return Trace(self.config, self.snapshots, events, self.failure, self.time)
+    def _barriers(self) -> tuple[threading.Barrier, ...]:
+        return (self.collective.barrier, self.exchange.barrier)
 
-    def _loop(self, rank: Rank) -> None:
-        try:
-            while not self.done:
-                rank.step()
-                self.step_barrier.wait()
-        except threading.BrokenBarrierError:
-            if self.failure is None:  # no rank failed: one is stuck
-                stuck = TimeoutError(
-                    f"a rank did not finish step {self.step} within {BARRIER_TIMEOUT:g} s"
-                )
-                self._fail(rank, stuck)
-        except BaseException as exc:
-            self._fail(rank, exc)
-
-    def _fail(self, rank: Rank, exc: BaseException) -> None:
-        with self._lock:
-            if self.failure is None:
-                frames = traceback.extract_tb(exc.__traceback__)
-                last = frames[-1] if frames else None
-                where = f"{last.filename}:{last.lineno} in {last.name}" if last else "a barrier"
-                gap = _gap(self.target, exc, frames)
-                self.failure = RankFailure(rank.rank, self.time, exc, where, gap)
-            self.done = True
-        self.collective.barrier.abort()
-        self.exchange.barrier.abort()
-        self.step_barrier.abort()
-
-    def _end_step(self) -> None:
-        """Barrier action: runs once per step, while every rank waits."""
+    def _snapshot(self) -> Snapshot:
         per_rank = [rank.rids() for rank in self.ranks]
-        self.snapshots.append(
-            Snapshot(
-                self.step,
-                self.time,
-                tuple(r[0] for r in per_rank),
-                tuple(r[1] for r in per_rank),
-                tuple(r[2] for r in per_rank),
-            )
+        return Snapshot(
+            self.step,
+            self.time,
+            tuple(r[0] for r in per_rank),
+            tuple(r[1] for r in per_rank),
+            tuple(r[2] for r in per_rank),
         )
-        if self._settled() or self.time + self.config.step > self.config.horizon + EPS:
-            self.done = True
-            return
-        self.time = round(self.time + self.config.step, 9)
-        self.step += 1
 
     def _settled(self) -> bool:
         """Every request arrived and was streamed back on every rank, and no queue holds it."""
@@ -445,6 +342,9 @@ class World:
             if any(last.holds(rid, rank.rank) for rid in self.specs):
                 return False
         return True
+
+    def _trace(self, events: list[Event]) -> Trace:
+        return Trace(self.config, self.snapshots, events, self.failure, self.time)
 
 
 # The target's own mixin methods whose every call the trace records (the method still runs):
@@ -500,78 +400,6 @@ def _check_self_reads(target: Target, rank: Rank) -> None:
                     f"{target.where(target.mixin[0], line)}: cannot load: {name} is needed by "
                     f"{cls}.{function} and has no stand-in{why}"
                 )
-
-
-# A stand-in's own functions, by the name a TypeError gives them ("prepare_abort() got ...").
-_STANDIN_CALLABLES = frozenset(
-    name
-    for value in vars(standins).values()
-    if getattr(value, "__module__", None) == standins.__name__
-    for name in (
-        [value.__qualname__, value.__name__]
-        if inspect.isfunction(value)
-        else [
-            f"{value.__name__}.{attr}"
-            for attr, member in vars(value).items()
-            if inspect.isfunction(member)
-        ]
-        if inspect.isclass(value)
-        else []
-    )
-)
-_STANDIN_FILE = standins.__file__
-_STANDIN_CLASSES = frozenset(
-    name
-    for name, value in vars(standins).items()
-    if inspect.isclass(value) and value.__module__ == standins.__name__
-)
-
-
-def _standin_object(exc: BaseException) -> bool:
-    """Is ``exc`` about a stand-in object: an attribute it does not have (``exc.obj``), or an
-    operation its class does not support (``'TreeCache' object is not iterable``)?"""
-    if isinstance(exc, AttributeError) and not isinstance(exc, standins.MissingStandIn):
-        owner = type(getattr(exc, "obj", None))
-        return owner.__module__ == standins.__name__ and owner.__name__ in _STANDIN_CLASSES
-    message = str(exc)
-    return isinstance(exc, TypeError) and any(f"'{n}' object" in message for n in _STANDIN_CLASSES)
-
-
-def _names_a_standin(message: str) -> bool:
-    """Does a TypeError's message start with a stand-in's function name?"""
-    name = message.split("(", 1)[0]
-    return name in _STANDIN_CALLABLES or name.split(".<locals>.")[0] in _STANDIN_CALLABLES
-
-
-def _gap(target: Target, exc: BaseException, frames: traceback.StackSummary) -> str | None:
-    """``<file>:<line>: cannot run: <what>`` when ``exc`` is the simulation's gap rather
-    than the target's own failure: a stand-in that is missing (MissingStandIn), an import, an
-    exception raised inside a stand-in or the simulated world (other than the SGLang errors
-    the stand-ins raise on purpose, and the ranks' divergence, which is judged), a stand-in
-    called in a way it does not accept (a TypeError naming it), or a stand-in object without
-    the attribute or operation used on it."""
-    rels = {plan.rel for plan in target.modules}
-    inner = next((f for f in reversed(frames) if f.filename in rels), None)
-    where = target.where(inner.filename, inner.lineno or 0) if inner else target.label
-    what = f"{type(exc).__name__}: {exc}"
-    if isinstance(exc, standins.MissingStandIn):
-        what = str(exc)
-    elif isinstance(exc, ImportError):
-        what = f"an import ({what}): the simulation never imports"
-    elif (
-        frames
-        and frames[-1].filename in (_STANDIN_FILE, __file__)
-        and not isinstance(exc, standins.KVTransferError | Divergence)
-    ):
-        what = f"a stand-in raised {what} (in {frames[-1].name}): it does not model this call"
-    elif isinstance(exc, TypeError) and _names_a_standin(str(exc)):
-        what = f"a stand-in does not take this call ({what})"
-    elif _standin_object(exc):
-        what = f"a stand-in does not model this ({what})"
-    else:
-        return None
-    function = f" in {inner.name}" if inner else ""
-    return f"{where}: cannot run{function}: {what}"
 
 
 def simulate(config: WorldConfig, target: Target) -> Trace:
