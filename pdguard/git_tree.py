@@ -12,10 +12,9 @@ from pathlib import PurePosixPath
 import git
 
 from .errors import TargetError
-from .isort_config import CONFIG_SOURCES
 from .sglang_names import CHECKOUT_PREFIXES as PREFIXES
 from .sglang_names import DISAGGREGATION_DIR
-from .tree import SourceTree
+from .tree import CONFIG_SOURCES, SourceTree
 
 
 class GitTree(SourceTree):

@@ -13,10 +13,6 @@ from .tree import SourceTree
 if TYPE_CHECKING:
     import isort
 
-# The files isort reads its settings from (``isort.settings.CONFIG_SOURCES``, which a test
-# compares with this): naming them here lets a tree without any go without importing isort.
-CONFIG_SOURCES = (".isort.cfg", "pyproject.toml", "setup.cfg", "tox.ini", ".editorconfig")
-
 
 def isort_config_for(tree: SourceTree, rel: str) -> tuple[isort.Config | None, str]:
     """isort's ``Config`` for file ``rel`` and where it came from.

@@ -20,6 +20,10 @@ from .sglang_names import DISAGGREGATION_DIR, PREFILL_PATH, VERSION_PATHS
 
 __all__ = ["DISAGGREGATION_DIR", "PREFILL_PATH", "DirectoryTree", "SourceTree"]
 
+# The files isort reads its settings from (``isort.settings.CONFIG_SOURCES``, which a test
+# compares with this): naming them here lets a tree without any be read without importing isort.
+CONFIG_SOURCES = (".isort.cfg", "pyproject.toml", "setup.cfg", "tox.ini", ".editorconfig")
+
 
 class SourceTree(ABC):
     """An SGLang source tree, read by relative path."""
@@ -108,8 +112,6 @@ class DirectoryTree(SourceTree):
         return sorted(found)
 
     def config_files(self, rel: str) -> Iterator[tuple[str, bytes, str]]:
-        from .isort_config import CONFIG_SOURCES
-
         here = self.path(rel).parent
         root = self.root.resolve()
         while True:

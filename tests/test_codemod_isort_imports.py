@@ -214,10 +214,10 @@ def test_reference_to_reuses_existing_bindings(imports: str, expected: str | Non
 
 
 def test_pdguard_names_the_files_isort_reads_its_settings_from() -> None:
-    """``pdguard.isort_config.CONFIG_SOURCES`` stands in for isort's own list, so that a tree
+    """``pdguard.tree.CONFIG_SOURCES`` stands in for isort's own list, so that a tree
     without settings files is read without importing isort."""
     from isort.settings import CONFIG_SOURCES
 
-    from pdguard.isort_config import CONFIG_SOURCES as OURS
+    from pdguard.tree import CONFIG_SOURCES as OURS
 
     assert tuple(OURS) == tuple(CONFIG_SOURCES)
