@@ -140,12 +140,12 @@ class DecodeQueueBoundTransform(Transform):
         self.isort_config = isort_config
 
     def scope(self, text: str) -> Scope:
-        """The methods holding the re-queues and the function holding the gate (and every
-        definition that shares a name with one: ``find_method`` must see them all)."""
+        """The methods holding the re-queues and the function holding the gate, whole (and
+        every definition that shares a name with one: ``find_method`` must see them all)."""
         names = {spec.split(":")[0].rsplit(".", 1)[-1] for spec in self.pending}
         if self.gate:
             names.add(self.gate.rpartition(".")[2])
-        return Scope(mentions=frozenset(names))
+        return Scope(mentions=frozenset(names), functions=frozenset(names))
 
     def transform_module_impl(self, tree: cst.Module) -> cst.Module:
         edits: list[tuple[cst.CSTNode, StatementEdit]] = []

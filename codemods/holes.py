@@ -13,7 +13,9 @@ What is hollowed, in a module's text (``ast`` positions):
   every other module-level statement stay, as the import and naming helpers read them;
 * in the body of a class that mentions an anchor (and is not kept whole), runs of any
   statements; a class that mentions none is one statement of its enclosing run;
-* nothing inside a function: a function is kept whole or is part of a run.
+* a function is kept whole or is part of a run, unless the scope names the functions it keeps
+  whole (``functions``): the body of any other function that mentions an anchor is then
+  hollowed as a class body is, and so is each block of a compound statement in it that does.
 
 A statement *mentions* an anchor when its source lines contain the anchor's text, so a method
 is kept when its name is an anchor (its ``def`` line holds it). Text that holds ``pdguard`` (a
@@ -55,10 +57,21 @@ class Scope:
     mentions: frozenset[str] = frozenset()
     classes: frozenset[str] = frozenset()
     lines: frozenset[int] = frozenset()
+    # None: a reached function is kept whole; else only these are, and the body of any other
+    # reached function is hollowed as a class body is
+    functions: frozenset[str] | None = None
 
     def __or__(self, other: Scope) -> Scope:
+        functions = (
+            None
+            if self.functions is None or other.functions is None
+            else self.functions | other.functions
+        )
         return Scope(
-            self.mentions | other.mentions, self.classes | other.classes, self.lines | other.lines
+            self.mentions | other.mentions,
+            self.classes | other.classes,
+            self.lines | other.lines,
+            functions,
         )
 
 
@@ -180,16 +193,25 @@ class _Runs:
         self.scope = scope
         self.found: list[tuple[int, int]] = []
 
-    def block(self, body: Sequence[ast.stmt], module_level: bool) -> None:
+    def block(
+        self, body: Sequence[ast.stmt], module_level: bool, in_function: bool = False
+    ) -> None:
         run: list[ast.stmt] = []
         for stmt in body:
-            if (module_level and not isinstance(stmt, _DEFINITIONS)) or self._reached(stmt):
-                self._close(run, body)
-                run = []
-                if isinstance(stmt, ast.ClassDef) and stmt.name not in self.scope.classes:
-                    self.block(stmt.body, module_level=False)
-            else:
+            if not ((module_level and not isinstance(stmt, _DEFINITIONS)) or self._reached(stmt)):
                 run.append(stmt)
+                continue
+            self._close(run, body)
+            run = []
+            if isinstance(stmt, ast.ClassDef):
+                if stmt.name not in self.scope.classes:
+                    self.block(stmt.body, module_level=False)
+            elif isinstance(stmt, ast.FunctionDef | ast.AsyncFunctionDef):
+                if self.scope.functions is not None and stmt.name not in self.scope.functions:
+                    self.block(stmt.body, module_level=False, in_function=True)
+            elif in_function:
+                for inner in _blocks(stmt):
+                    self.block(inner, module_level=False, in_function=True)
         self._close(run, body)
 
     def _reached(self, stmt: ast.stmt) -> bool:
@@ -224,6 +246,15 @@ class _Runs:
             return line.lstrip(" \t\f").startswith("@")
         prefix = line.encode("utf-8", "surrogatepass")[: stmt.col_offset]
         return prefix.strip(b" \t\f") == b""
+
+
+def _blocks(stmt: ast.stmt) -> list[list[ast.stmt]]:
+    """The statement lists of a compound statement, in source order."""
+    if isinstance(stmt, ast.Try | ast.TryStar):
+        return [stmt.body, *(h.body for h in stmt.handlers), stmt.orelse, stmt.finalbody]
+    if isinstance(stmt, ast.Match):
+        return [case.body for case in stmt.cases]
+    return [getattr(stmt, name) for name in ("body", "orelse") if getattr(stmt, name, None)]
 
 
 def _decorators(stmt: ast.stmt) -> Collection[ast.expr]:

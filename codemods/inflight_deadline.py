@@ -235,12 +235,16 @@ class InflightDeadlineTransform(Transform):
         }
 
     def scope(self, text: str) -> Scope:
-        """The inflight function, whatever names the queue, pdguard's own names and the
-        functions holding the statements the checker's model finds putting requests into the
+        """The inflight function, whole; elsewhere the statements that name the queue or
+        pdguard's own names, and those the checker's model finds putting requests into the
         queue (they are stamped)."""
         model = analyse(parse_module(text, PREFILL_PATH))
         entries = frozenset(entry.stmt.lineno for entry in model.entries) if model else frozenset()
-        return Scope(mentions=frozenset({FUNCTION, QUEUE, HELPER, STAMP, READER}), lines=entries)
+        return Scope(
+            mentions=frozenset({FUNCTION, QUEUE, HELPER, STAMP, READER}),
+            lines=entries,
+            functions=frozenset({FUNCTION}),
+        )
 
     def transform_module_impl(self, tree: cst.Module) -> cst.Module:
         # Every anchor is found on the original tree first; then one pass makes all edits.

@@ -7,8 +7,9 @@ a fix is ``present`` or ``upstream`` needs ``ast`` only.
 from __future__ import annotations
 
 import ast
+import operator
 from collections import OrderedDict
-from functools import cache
+from functools import cache, reduce
 from typing import TYPE_CHECKING
 
 from pdguard.checks.project import parse_module
@@ -47,14 +48,11 @@ def _transformed(text: str, transforms: Sequence[Transform]) -> tuple[bool, str]
     """(True, the new text) or (False, the ``AnchorError`` message). Where every transform
     declares its scope, they run on the hollowed module first; a result whose holes cannot
     all be filled, or an ``AnchorError`` there, sends them to the whole module."""
-    from pdguard.codemods.holes import Scope, hollow
+    from pdguard.codemods.holes import hollow
 
-    scope: Scope | None = Scope()
-    for transform in transforms:
-        mine = transform.scope(text) if scope is not None else None
-        scope = scope | mine if scope is not None and mine is not None else None
-    if HOLLOW and scope is not None:
-        hollowed = hollow(text, scope)
+    scopes = [s for s in (t.scope(text) for t in transforms) if s is not None] if HOLLOW else []
+    if scopes and len(scopes) == len(transforms):  # every transform says where it reaches
+        hollowed = hollow(text, reduce(operator.or_, scopes))
         if hollowed is not None:
             done, result = _run(_parse_cst(hollowed.text), transforms)
             filled = hollowed.fill(result) if done else None

@@ -218,3 +218,58 @@ def test_apply_plans_the_same_bytes_with_and_without_holes(
             )
         )
     assert results[0] == results[1]
+
+
+FUNCTIONS = textwrap.dedent(
+    """\
+    def target(queue):
+        first = 1
+        second = 2
+        third = 3
+        fourth = 4
+        return queue
+
+
+    def caller(queue):
+        setup = []
+        setup.append(1)
+        setup.append(2)
+        setup.append(3)
+        for item in queue:
+            ready = item
+            checked = ready
+            more = checked
+            done = more
+            target(queue)
+        return setup
+    """
+)
+
+
+def test_scope_functions_keeps_those_whole_and_hollows_inside_the_others() -> None:
+    """With ``functions``, a reached function not named there is hollowed inside, into the
+    blocks of its compound statements; one named there stays whole."""
+    scope = Scope(mentions=frozenset({"target"}), functions=frozenset({"target"}))
+    hollowed = hollow(FUNCTIONS, scope)
+    assert hollowed is not None
+    assert "    fourth = 4\n" in hollowed.text  # target: whole
+    assert "setup.append" not in hollowed.text  # caller's first run
+    assert "    for item in queue:\n" in hollowed.text  # holds a mention: kept, hollowed inside
+    assert "        target(queue)\n" in hollowed.text and "checked" not in hollowed.text
+    assert hollowed.fill(hollowed.text) == FUNCTIONS
+    # without ``functions`` every reached function is whole: nothing to hollow here
+    assert hollow(FUNCTIONS, Scope(mentions=frozenset({"target"}))) is None
+
+
+def test_scopes_combine_to_reach_everything_either_reaches() -> None:
+    keep_whole = Scope(mentions=frozenset({"a"}))
+    only_b = Scope(mentions=frozenset({"b"}), lines=frozenset({3}), functions=frozenset({"b"}))
+    combined = only_b | Scope(classes=frozenset({"C"}), functions=frozenset({"d"}))
+    assert combined == Scope(
+        mentions=frozenset({"b"}),
+        classes=frozenset({"C"}),
+        lines=frozenset({3}),
+        functions=frozenset({"b", "d"}),
+    )
+    # a scope that keeps every reached function whole wins
+    assert (keep_whole | only_b).functions is None
