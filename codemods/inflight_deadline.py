@@ -40,6 +40,7 @@ from typing import TYPE_CHECKING
 import libcst as cst
 
 from pdguard.checks.inflight import Entry, analyse, single_request
+from pdguard.checks.nodes import walk
 from pdguard.checks.project import parse_module
 from pdguard.fix_names import INFLIGHT_DEADLINE as FIX
 from pdguard.fix_names import INFLIGHT_HELPER as HELPER
@@ -375,10 +376,9 @@ def _entry_statements(tree: cst.Module) -> list[tuple[cst.SimpleStatementLine, E
     model = analyse(module)
     if model is None:
         raise AnchorError(f"no {FUNCTION}()")
-    owners = _owners(module)
     wanted: dict[tuple[str, str], list[Entry]] = {}
     for entry in model.entries:
-        key = (owners.get(id(entry.stmt), "<module>"), ast.unparse(entry.stmt))
+        key = (_owner(module, entry.stmt), ast.unparse(entry.stmt))
         wanted.setdefault(key, []).append(entry)
     functions = {function_name for function_name, _ in wanted}
     found: list[tuple[cst.SimpleStatementLine, Entry]] = []
@@ -403,21 +403,16 @@ def _entry_statements(tree: cst.Module) -> list[tuple[cst.SimpleStatementLine, E
     return found
 
 
-def _owners(module: ast.Module) -> dict[int, str]:
-    """The name of the innermost function holding each node (by id) below a function."""
-    owners: dict[int, str] = {}
-
-    def visit(node: ast.AST, owner: str | None) -> None:
-        for child in ast.iter_child_nodes(node):
-            inner = (
-                child.name if isinstance(child, ast.FunctionDef | ast.AsyncFunctionDef) else None
-            )
-            if owner is not None:
-                owners[id(child)] = owner
-            visit(child, inner or owner)
-
-    visit(module, None)
-    return owners
+def _owner(module: ast.Module, stmt: ast.stmt) -> str:
+    """The name of the innermost function holding ``stmt`` (by position: a statement below a
+    ``def`` lies within its lines), or ``<module>``."""
+    holding = [
+        node
+        for node in walk(module)
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef)
+        and node.lineno < stmt.lineno <= (node.end_lineno or node.lineno)
+    ]
+    return max(holding, key=lambda node: node.lineno).name if holding else "<module>"
 
 
 class _FunctionStatements(cst.CSTVisitor):
