@@ -111,16 +111,24 @@ class ClassIndex:
         self.classes: dict[str, ClassInfo] = {}
         self.modules: dict[str, ast.Module] = {}
         self.texts: dict[str, str] = {}
+        self._mro: dict[str, list[ClassInfo]] = {}
 
     def add_module(self, rel: str, tree: ast.Module, text: str) -> None:
         self.modules[rel] = tree
         self.texts[rel] = text
+        self._mro.clear()
         for node in tree.body:
             if isinstance(node, ast.ClassDef) and node.name not in self.classes:
                 bases = [_base_name(b) for b in node.bases]
                 self.classes[node.name] = ClassInfo(node.name, rel, node, bases, methods_of(node))
 
     def mro(self, name: str) -> list[ClassInfo]:
+        """``name`` and its bases, depth first (a base once); worked out once per class."""
+        if name not in self._mro:
+            self._mro[name] = self._linearise(name)
+        return list(self._mro[name])
+
+    def _linearise(self, name: str) -> list[ClassInfo]:
         order: list[ClassInfo] = []
         seen: set[str] = set()
 

@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING
 import libcst as cst
 
 from pdguard.checks.bindings import bindings_in_force, imported_as
+from pdguard.checks.nodes import walk
 from pdguard.checks.project import parse_module
 
 from .anchors import AnchorError
@@ -201,7 +202,7 @@ def _names_used(module: cst.Module) -> set[str]:
     """Every identifier the module binds or reads anywhere (a name we bind must clash with
     none of them)."""
     names: set[str] = set()
-    for node in ast.walk(_ast_of(module)):
+    for node in walk(_ast_of(module)):
         if isinstance(node, ast.Name):
             names.add(node.id)
         elif isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):

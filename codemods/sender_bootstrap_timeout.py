@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, TypeVar
 
 import libcst as cst
 
+from pdguard.checks.nodes import walk
 from pdguard.fix_names import SENDER_BOOTSTRAP_TIMEOUT as FIX
 from pdguard.sglang_names import MANAGER_CHECK_STATUS, MANAGER_UPDATE_STATUS, SENDER_INIT_TIME
 
@@ -300,7 +301,7 @@ def may_raise_default(module: ast.Module, env: str) -> bool:
     """Whether ``RaiseBootstrapTimeoutDefault`` can change the module parsed as ``module``: a
     cheap test with ``ast`` (true of every module it changes, and of a few more), so that the
     modules it cannot change are neither parsed with LibCST nor walked."""
-    for node in ast.walk(module):
+    for node in walk(module):
         if isinstance(node, ast.Call) and len(node.args) + len(node.keywords) == 2:
             values = [*node.args, *(keyword.value for keyword in node.keywords)]
             constants = [v.value for v in values if isinstance(v, ast.Constant)]
