@@ -11,6 +11,8 @@ import libcst as cst
 from pdguard.fix_names import MARKER_PREFIX, has_marker, marker
 
 __all__ = [
+    "COMPOUND",
+    "HOLDERS",
     "MARKER_PREFIX",
     "AnchorError",
     "calls_named",
@@ -35,16 +37,48 @@ class AnchorError(Exception):
     """The code does not have the shape a transform anchors on."""
 
 
+# Compound statements and the nodes that hold statements, by concrete type: an isinstance test
+# against LibCST's abstract bases (``cst.BaseExpression``) costs about 0.1 s of ABC subclass
+# checks in a fresh process.
+COMPOUND = frozenset(
+    {
+        cst.FunctionDef,
+        cst.ClassDef,
+        cst.If,
+        cst.For,
+        cst.While,
+        cst.With,
+        cst.Try,
+        cst.TryStar,
+        cst.Match,
+    }
+)
+HOLDERS = COMPOUND | {
+    cst.Module,
+    cst.IndentedBlock,
+    cst.Else,
+    cst.ExceptHandler,
+    cst.ExceptStarHandler,
+    cst.Finally,
+    cst.MatchCase,
+}
+
+
+_STATEMENTS = (cst.SimpleStatementLine, cst.IndentedBlock, *COMPOUND, *HOLDERS)
+
+
 class _FindAll(cst.CSTVisitor):
     def __init__(self, kind: type[cst.CSTNode]) -> None:
         super().__init__()
         self.kind = kind
         self.found: list[cst.CSTNode] = []
+        # a statement is never inside an expression or a simple statement line
+        self.statements_only = issubclass(kind, _STATEMENTS)
 
     def on_visit(self, node: cst.CSTNode) -> bool:
         if isinstance(node, self.kind):
             self.found.append(node)
-        return True
+        return not self.statements_only or type(node) in HOLDERS
 
 
 def find_all(node: cst.CSTNode, kind: type[_NodeT]) -> list[_NodeT]:

@@ -8,6 +8,9 @@ from typing import TypeVar, cast
 
 import libcst as cst
 
+from .anchors import COMPOUND as _COMPOUND
+from .anchors import HOLDERS as _HOLDERS
+
 _KEEP = object()
 _NodeT = TypeVar("_NodeT", bound=cst.CSTNode)
 
@@ -34,33 +37,6 @@ def _split_leading(
         if line.comment is not None:
             return lines[:index], lines[index:]
     return lines, []
-
-
-# Compound statements and the nodes that hold statements, by concrete type: an isinstance test
-# against LibCST's abstract bases (``cst.BaseExpression``) costs about 0.1 s of ABC subclass
-# checks in a fresh process.
-_COMPOUND = frozenset(
-    {
-        cst.FunctionDef,
-        cst.ClassDef,
-        cst.If,
-        cst.For,
-        cst.While,
-        cst.With,
-        cst.Try,
-        cst.TryStar,
-        cst.Match,
-    }
-)
-_HOLDERS = _COMPOUND | {
-    cst.Module,
-    cst.IndentedBlock,
-    cst.Else,
-    cst.ExceptHandler,
-    cst.ExceptStarHandler,
-    cst.Finally,
-    cst.MatchCase,
-}
 
 
 class _ApplyEdits(cst.CSTTransformer):
