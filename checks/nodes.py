@@ -40,6 +40,7 @@ def children(node: ast.AST) -> list[ast.AST]:
 
 
 def _walk(node: ast.AST) -> list[ast.AST]:
+    # children() inlined: this loop runs once for every node of every module read
     found = [node]
     index = 0
     while index < len(found):

@@ -9,7 +9,7 @@ from __future__ import annotations
 import ast
 import operator
 from collections import OrderedDict
-from functools import cache, reduce
+from functools import lru_cache, reduce
 from typing import TYPE_CHECKING
 
 from pdguard.checks.project import parse_module
@@ -32,7 +32,7 @@ _TRANSFORMED: OrderedDict[tuple[str, bool, tuple[str, ...]], tuple[bool, str]] =
 _KEPT = 256
 
 
-@cache
+@lru_cache(maxsize=64)  # LibCST modules are large: verify meets hundreds of texts
 def _parse_cst(text: str) -> cst.Module:
     from pdguard.codemods.command import parse
 
