@@ -111,7 +111,7 @@ class Hollowed:
         return "".join(pieces)
 
 
-# Hollowings by tag, for ``fill_known`` (``source_of``); a tag names its original text.
+# Hollowings by tag, for ``fill_known`` (``source_of``); a tag names a text and its runs.
 _KNOWN: OrderedDict[str, Hollowed] = OrderedDict()
 _KEPT = 64
 
@@ -142,11 +142,14 @@ def hollow(text: str, scope: Scope) -> Hollowed | None:
     except (SyntaxError, ValueError):
         return None
     lines = _lines(text)
-    tag = hashlib.blake2b(text.encode("utf-8", "surrogatepass"), digest_size=6).hexdigest()
     runs = _Runs(lines, scope)
     runs.block(tree.body, module_level=True)
     if not runs.found:
         return None
+    # the text and its runs: two hollowings of one text (two scopes) never share a hole name
+    digest = hashlib.blake2b(text.encode("utf-8", "surrogatepass"), digest_size=6)
+    digest.update(repr(runs.found).encode())
+    tag = digest.hexdigest()
     hollowed = Hollowed("", tag)
     pieces: list[str] = []
     done = 0

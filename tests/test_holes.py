@@ -273,3 +273,14 @@ def test_scopes_combine_to_reach_everything_either_reaches() -> None:
     )
     # a scope that keeps every reached function whole wins
     assert (keep_whole | only_b).functions is None
+
+
+def test_two_hollowings_of_one_text_never_share_a_hole() -> None:
+    """A module hollowed for one scope still reads as the whole text after the same text was
+    hollowed for another (their holes stand for different runs)."""
+    wide = hollow(SOURCE, Scope())
+    narrow = hollow(SOURCE, Scope(mentions=frozenset({"stash"})))
+    assert wide is not None and narrow is not None
+    assert not set(wide.holes) & set(narrow.holes)
+    assert source_of(parse(wide.text)) == SOURCE
+    assert source_of(parse(narrow.text)) == SOURCE
