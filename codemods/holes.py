@@ -52,13 +52,14 @@ _MIN_LINES = 4
 class Scope:
     """Where a transform can reach: statements that mention one of ``mentions`` or span one
     of ``lines`` (1-based), and the classes in ``classes`` whole (their name need not be in
-    ``mentions``). ``Scope()`` reaches module-level statements only."""
+    ``mentions``). A reached function is kept whole when ``functions`` is None, else only
+    the functions it names are, and the body of any other reached function is hollowed too.
+    ``Scope()`` reaches module-level statements only. Scopes combine with ``|`` into one that
+    reaches all they reach (a function kept whole by either stays whole)."""
 
     mentions: frozenset[str] = frozenset()
     classes: frozenset[str] = frozenset()
     lines: frozenset[int] = frozenset()
-    # None: a reached function is kept whole; else only these are, and the body of any other
-    # reached function is hollowed as a class body is
     functions: frozenset[str] | None = None
 
     def __or__(self, other: Scope) -> Scope:
