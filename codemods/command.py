@@ -80,17 +80,23 @@ class Transform:
 
 
 class ClassTransform(Transform):
-    """A transform of one class of a module (``--class``), which it reads whole (``scope``)."""
+    """A transform of one class of a module (``--class``), which reads only the methods
+    ``methods()`` names (``scope``)."""
 
     class_name: str
+    METHODS: tuple[str, ...] = ()
 
     @staticmethod
     def add_args(arg_parser: argparse.ArgumentParser) -> None:
         arg_parser.add_argument("--class", dest="class_name", required=True)
 
+    def methods(self) -> tuple[str, ...]:
+        """The methods of the class the transform reads or edits (whole)."""
+        return self.METHODS
+
     def scope(self, text: str) -> Scope:
-        """Its class, whole."""
-        return Scope(classes=frozenset({self.class_name}))
+        """Its methods, whole."""
+        return Scope(members=frozenset((self.class_name, name) for name in self.methods()))
 
 
 def _command(module: str, name: str, transform: type[Transform]) -> type:

@@ -52,8 +52,10 @@ _MIN_LINES = 4
 class Scope:
     """Where a transform can reach: statements that mention one of ``mentions`` or span one
     of ``lines`` (1-based), and the classes in ``classes`` whole (their name need not be in
-    ``mentions``). A reached function is kept whole when ``functions`` is None, else only
-    the functions it names are, and the body of any other reached function is hollowed too.
+    ``mentions``), and the methods in ``members`` (class, method) whole (their class is
+    reached, the rest of its body hollowed). A reached function is kept whole when
+    ``functions`` is None, else only the functions it names are (and ``members``), and the
+    body of any other reached function is hollowed too.
     ``Scope()`` reaches module-level statements only. Scopes combine with ``|`` into one that
     reaches all they reach (a function kept whole by either stays whole)."""
 
@@ -61,6 +63,7 @@ class Scope:
     classes: frozenset[str] = frozenset()
     lines: frozenset[int] = frozenset()
     functions: frozenset[str] | None = None
+    members: frozenset[tuple[str, str]] = frozenset()
 
     def __or__(self, other: Scope) -> Scope:
         functions = (
@@ -73,6 +76,7 @@ class Scope:
             self.classes | other.classes,
             self.lines | other.lines,
             functions,
+            self.members | other.members,
         )
 
 
@@ -196,30 +200,47 @@ class _Runs:
         self.lines = lines
         self.scope = scope
         self.found: list[tuple[int, int]] = []
+        self.member_classes = {cls for cls, _ in scope.members}
 
     def block(
-        self, body: Sequence[ast.stmt], module_level: bool, in_function: bool = False
+        self,
+        body: Sequence[ast.stmt],
+        module_level: bool,
+        in_function: bool = False,
+        owner: str | None = None,
     ) -> None:
         run: list[ast.stmt] = []
         for stmt in body:
-            if not ((module_level and not isinstance(stmt, _DEFINITIONS)) or self._reached(stmt)):
+            kept = module_level and not isinstance(stmt, _DEFINITIONS)
+            if not (kept or self._reached(stmt, owner)):
                 run.append(stmt)
                 continue
             self._close(run, body)
             run = []
             if isinstance(stmt, ast.ClassDef):
                 if stmt.name not in self.scope.classes:
-                    self.block(stmt.body, module_level=False)
+                    self.block(stmt.body, module_level=False, owner=stmt.name)
             elif isinstance(stmt, ast.FunctionDef | ast.AsyncFunctionDef):
-                if self.scope.functions is not None and stmt.name not in self.scope.functions:
+                if (
+                    self.scope.functions is not None
+                    and stmt.name not in self.scope.functions
+                    and (owner, stmt.name) not in self.scope.members
+                ):
                     self.block(stmt.body, module_level=False, in_function=True)
             elif in_function:
                 for inner in _blocks(stmt):
                     self.block(inner, module_level=False, in_function=True)
         self._close(run, body)
 
-    def _reached(self, stmt: ast.stmt) -> bool:
-        if isinstance(stmt, ast.ClassDef) and stmt.name in self.scope.classes:
+    def _reached(self, stmt: ast.stmt, owner: str | None) -> bool:
+        if isinstance(stmt, ast.ClassDef) and (
+            stmt.name in self.scope.classes or stmt.name in self.member_classes
+        ):
+            return True
+        if (
+            isinstance(stmt, ast.FunctionDef | ast.AsyncFunctionDef)
+            and (owner, stmt.name) in self.scope.members
+        ):
             return True
         first, last = _first_line(stmt), _last_line(stmt)
         if any(first <= line <= last for line in self.scope.lines):

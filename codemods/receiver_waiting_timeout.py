@@ -151,6 +151,7 @@ def _is_docstring(stmt: cst.CSTNode) -> bool:
 
 class ReceiverWaitingTimeoutTransform(ClassTransform):
     DESCRIPTION: str = "Give a KV receiver a waiting timeout once its KV indices are sent."
+    METHODS = ("__init__", "poll")
 
     @staticmethod
     def add_args(arg_parser: argparse.ArgumentParser) -> None:
@@ -189,6 +190,9 @@ class ReceiverWaitingTimeoutTransform(ClassTransform):
         self.imports = import_requests(imports)
         self.isort_config = isort_config
         self.clock = "time.time"
+
+    def methods(self) -> tuple[str, ...]:
+        return (*self.METHODS, self.send_method)
 
     def transform_module_impl(self, tree: cst.Module) -> cst.Module:
         # time.time(), as upstream's receivers measure it; the module's own spelling of it.
@@ -372,8 +376,12 @@ class NixlHeartbeatRoomsTransform(Transform):
         self.receiver_class = receiver_class
 
     def scope(self, text: str) -> Scope:
-        """The manager and receiver classes, whole."""
-        return Scope(classes=frozenset({self.manager_class, self.receiver_class}))
+        """The manager class whole (its heartbeat's loops can be anywhere in it), and the
+        receiver's poll()."""
+        return Scope(
+            classes=frozenset({self.manager_class}),
+            members=frozenset({(self.receiver_class, "poll")}),
+        )
 
     def transform_module_impl(self, tree: cst.Module) -> cst.Module:
         manager = next(

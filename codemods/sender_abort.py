@@ -82,6 +82,7 @@ def _is_docstring(stmt: cst.CSTNode) -> bool:
 
 class SenderAbortTransform(ClassTransform):
     DESCRIPTION: str = "Make a KV sender's poll() report Failed once abort() is called."
+    METHODS = ("__init__", "poll", "failure_exception")
 
     @staticmethod
     def add_args(arg_parser: argparse.ArgumentParser) -> None:

@@ -145,6 +145,7 @@ def _check_status_returns(poll: cst.FunctionDef) -> list[cst.SimpleStatementLine
 
 class SenderBootstrapTimeoutTransform(ClassTransform):
     DESCRIPTION: str = "Let a KV sender's bootstrap timeout fire while it reports Bootstrapping."
+    METHODS = ("__init__", "poll")
 
     @staticmethod
     def add_args(arg_parser: argparse.ArgumentParser) -> None:

@@ -284,3 +284,15 @@ def test_two_hollowings_of_one_text_never_share_a_hole() -> None:
     assert not set(wide.holes) & set(narrow.holes)
     assert source_of(parse(wide.text)) == SOURCE
     assert source_of(parse(narrow.text)) == SOURCE
+
+
+def test_members_keep_a_class_s_named_methods_and_hollow_the_rest_of_it() -> None:
+    hollowed = hollow(SOURCE, Scope(members=frozenset({("Keeper", "count")})))
+    assert hollowed is not None
+    assert "class Keeper:\n" in hollowed.text and "        for _ in self.things:\n" in hollowed.text
+    assert "def stash" not in hollowed.text and 'colour = "red"' not in hollowed.text
+    assert "class Other" not in hollowed.text  # not reached
+    # the members of another class: Keeper is not reached at all
+    other = hollow(SOURCE, Scope(members=frozenset({("Other", "first")})))
+    assert other is not None
+    assert "def first(self):" in other.text and "def count" not in other.text
