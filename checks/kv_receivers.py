@@ -42,9 +42,10 @@ literal ``None``): the analysis follows what the code writes, not what the netwo
 from __future__ import annotations
 
 import ast
+from collections import OrderedDict
 from collections.abc import Callable, Hashable, Iterator
 from dataclasses import dataclass, field
-from typing import TypeGuard, TypeVar
+from typing import NoReturn, TypeGuard, TypeVar
 
 from pdguard.sglang_names import (
     BASE_RECEIVER,
@@ -700,7 +701,7 @@ class ReceiverIndex:
 
     def verdict(self, name: str) -> PollVerdict:
         if name not in self._verdicts:
-            self._verdicts[name] = self._verdict(name)
+            self._verdicts[name] = _kept_verdict(self.index, name)
         return self._verdicts[name]
 
     def _verdict(self, name: str) -> PollVerdict:
@@ -770,8 +771,8 @@ class ReceiverIndex:
         info = self.index.classes[name]
         managers = [
             c.name
-            for c in self.index.classes.values()
-            if c.rel == info.rel and c.name != name and HANDLE_NODE_FAILURE in c.methods
+            for c in self.index.classes_in(info.rel)
+            if c.name != name and HANDLE_NODE_FAILURE in c.methods
         ]
         for manager in managers:
             handler = self.index.classes[manager].methods[HANDLE_NODE_FAILURE]
@@ -785,3 +786,113 @@ class ReceiverIndex:
             if guards and all(g - filled for g in guards):
                 return manager, sorted(set().union(*guards) - filled)[0]
         return None
+
+
+# -- verdicts kept across indexes ---------------------------------------------------------
+
+
+# A question a verdict asked of the class index, and the class nodes the answer named.
+_Answer = tuple[tuple[str | None, ...], tuple[ast.ClassDef, ...]]
+
+
+class _Recorded(ClassIndex):
+    """A class index as one verdict reads it, every answer recorded as the class nodes it
+    names: a verdict worked out on one index holds on any other that gives the same answers.
+    ``apply``'s re-check and ``verify``'s next ref change ``decode.py`` (which names
+    ``KVReceiver``, so it is in the receivers' index) but none of the receiver classes."""
+
+    def __init__(self, index: ClassIndex) -> None:
+        super().__init__()
+        self.inner = index
+        self.modules, self.texts = index.modules, index.texts
+        self.answers: list[_Answer] = []
+        self.classes = _RecordedClasses(self)
+
+    def mro(self, name: str) -> list[ClassInfo]:
+        chain = self.inner.mro(name)
+        self.answers.append((("mro", name), tuple(c.node for c in chain)))
+        return chain
+
+    def resolve(self, name: str, method: str, after: str | None = None) -> ClassInfo | None:
+        owner = self.inner.resolve(name, method, after)
+        self.answers.append((("resolve", name, method, after), (owner.node,) if owner else ()))
+        return owner
+
+    def classes_in(self, rel: str) -> list[ClassInfo]:
+        found = self.inner.classes_in(rel)
+        self.answers.append((("in", rel), tuple(c.node for c in found)))
+        return found
+
+
+class _RecordedClasses(dict[str, ClassInfo]):
+    """``classes[name]`` and ``get(name)`` recorded; anything that would read every class
+    raises (a verdict reads a file's classes with ``classes_in``), so no read goes
+    unrecorded."""
+
+    def __init__(self, owner: _Recorded) -> None:
+        super().__init__()
+        self.owner = owner
+
+    # dict.get is overloaded; this one takes the only form a verdict uses
+    def get(self, name: str, default: ClassInfo | None = None) -> ClassInfo | None:  # type: ignore[override]
+        info = self.owner.inner.classes.get(name)
+        self.owner.answers.append((("class", name), (info.node,) if info else ()))
+        return info if info is not None else default
+
+    def __getitem__(self, name: str) -> ClassInfo:
+        info = self.get(name)
+        if info is None:
+            raise KeyError(name)
+        return info
+
+    def __contains__(self, name: object) -> bool:
+        return isinstance(name, str) and self.get(name) is not None
+
+    def _unrecorded(self, *_: object) -> NoReturn:
+        raise NotImplementedError("a verdict reads classes by name, or a file's (classes_in)")
+
+    __iter__ = __len__ = keys = values = items = _unrecorded  # each raises
+
+
+def _answers_hold(
+    index: ClassIndex, answers: list[tuple[tuple[str | None, ...], tuple[ast.ClassDef, ...]]]
+) -> bool:
+    for question, nodes in answers:
+        kind, name = question[0], question[1]
+        assert name is not None
+        if kind == "mro":
+            got = tuple(c.node for c in index.mro(name))
+        elif kind == "resolve":
+            method, after = question[2], question[3]
+            assert method is not None
+            owner = index.resolve(name, method, after)
+            got = (owner.node,) if owner else ()
+        elif kind == "in":
+            got = tuple(c.node for c in index.classes_in(name))
+        else:
+            info = index.classes.get(name)
+            got = (info.node,) if info else ()
+        if len(got) != len(nodes) or any(a is not b for a, b in zip(got, nodes, strict=True)):
+            return False
+    return True
+
+
+# Verdicts by class name, with the answers they were worked out from (holding their nodes, so
+# an identity compared is never another node's); for the process, as the models are.
+_KEPT: OrderedDict[
+    str, list[tuple[list[tuple[tuple[str | None, ...], tuple[ast.ClassDef, ...]]], PollVerdict]]
+] = OrderedDict()
+_KEPT_PER_NAME = 8
+
+
+def _kept_verdict(index: ClassIndex, name: str) -> PollVerdict:
+    for answers, verdict in _KEPT.get(name, []):
+        if _answers_hold(index, answers):
+            _KEPT.move_to_end(name)
+            return verdict
+    recorded = _Recorded(index)
+    verdict = ReceiverIndex(recorded)._verdict(name)
+    kept = _KEPT.setdefault(name, [])
+    kept.insert(0, (recorded.answers, verdict))
+    del kept[_KEPT_PER_NAME:]
+    return verdict

@@ -144,6 +144,10 @@ class ClassIndex:
         walk(name)
         return order
 
+    def classes_in(self, rel: str) -> list[ClassInfo]:
+        """The classes defined in file ``rel``, in definition order."""
+        return [info for info in self.classes.values() if info.rel == rel]
+
     def resolve(self, name: str, method: str, after: str | None = None) -> ClassInfo | None:
         """The class whose ``method`` ``name`` uses (after class ``after`` in the MRO: super())."""
         chain = self.mro(name)

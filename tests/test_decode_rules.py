@@ -604,3 +604,38 @@ def test_pp_mixin_gate_skips_only_admission(version: str, tmp_path: Path) -> Non
         "SchedulerPPMixin.process_decode_transfer_queue",
     )
     assert "pop_transferred()" in finding.message
+
+
+def test_a_kept_receiver_verdict_is_reused_only_while_its_answers_hold() -> None:
+    """A verdict is kept with what it asked of the class index; another index that answers
+    the same (the same class nodes) reuses it, and one where a method the verdict read
+    changed works it out again."""
+    from pdguard.checks import kv_receivers
+    from pdguard.checks.project import Project
+
+    texts = {
+        "sglang/srt/disaggregation/base/conn.py": (
+            "class BaseKVReceiver:\n    def poll(self):\n        raise NotImplementedError\n"
+        ),
+        "sglang/srt/disaggregation/toy/conn.py": (
+            "from sglang.srt.disaggregation.base.conn import BaseKVReceiver, KVPoll\n\n\n"
+            "class ToyKVReceiver(BaseKVReceiver):\n"
+            "    def __init__(self, mgr):\n"
+            "        self.kv_mgr = mgr\n\n"
+            "    def init(self, indices):\n"
+            "        self.sent = True\n\n"
+            "    def poll(self):\n"
+            "        return KVPoll.WaitingForInput\n"
+        ),
+    }
+    kv_receivers._KEPT.clear()
+    first = Project(texts).receivers.verdict("ToyKVReceiver")
+    assert first.violates
+    # another project over the same texts (the same parsed trees): the verdict is reused
+    assert Project(dict(texts)).receivers.verdict("ToyKVReceiver") is first
+    # poll() now fails the wait: the kept verdict's answers no longer hold
+    rel = "sglang/srt/disaggregation/toy/conn.py"
+    changed = dict(texts)
+    changed[rel] = texts[rel].replace("KVPoll.WaitingForInput", "KVPoll.Failed")
+    again = Project(changed).receivers.verdict("ToyKVReceiver")
+    assert again is not first and not again.violates
