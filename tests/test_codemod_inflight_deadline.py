@@ -16,45 +16,43 @@ from pdguard.codemods.anchors import AnchorError
 from pdguard.codemods.inflight_deadline import InflightDeadline
 
 PREFILL = '''\
-"""A hand-written prefill module for the codemod tests."""
+"""A toy scheduler that hands finished prefills to a queue and polls them out of it."""
 
 from __future__ import annotations
 
 import logging
 
-from sglang.srt.disaggregation.base import KVPoll
-from sglang.srt.disaggregation.utils import poll_and_all_reduce
+from toy_pd.transport import KVPoll, poll_and_all_reduce
 
 logger = logging.getLogger(__name__)
 
 
 class ToyPrefillScheduler:
-    def finish_prefill(self, batch) -> None:
-        for req in batch.reqs:
-            self.disagg_prefill_inflight_queue.append(req)
+    def hand_over(self, batch) -> None:
+        for item in batch.reqs:
+            self.disagg_prefill_inflight_queue.append(item)
 
     def process_disagg_prefill_inflight_queue(self) -> list:
-        if not self.disagg_prefill_inflight_queue:
+        waiting = self.disagg_prefill_inflight_queue
+        if not waiting:
             return []
-        states = poll_and_all_reduce(
-            [req.disagg_kv_sender for req in self.disagg_prefill_inflight_queue],
-            self.tp_group,
+        verdicts = poll_and_all_reduce(
+            [item.disagg_kv_sender for item in waiting], self.rank_group
         )
-        kept, ended = [], []
-        for req, state in zip(self.disagg_prefill_inflight_queue, states):
-            if state == KVPoll.Failed:
-                req.ended_with_error = True
-                ended.append(req)
-            elif state == KVPoll.Success:
-                ended.append(req)
+        still_waiting, finished = [], []
+        for item, verdict in zip(waiting, verdicts):
+            if verdict == KVPoll.Failed:
+                item.ended_with_error = True
+            if verdict in (KVPoll.Failed, KVPoll.Success):
+                finished.append(item)
             else:
-                kept.append(req)
-        self.disagg_prefill_inflight_queue = kept
-        return ended
+                still_waiting.append(item)
+        self.disagg_prefill_inflight_queue = still_waiting
+        return finished
 '''
 
 EXPECTED = '''\
-"""A hand-written prefill module for the codemod tests."""
+"""A toy scheduler that hands finished prefills to a queue and polls them out of it."""
 
 from __future__ import annotations
 
@@ -63,8 +61,8 @@ import os
 import time
 from functools import lru_cache
 
-from sglang.srt.disaggregation.base import KVPoll
-from sglang.srt.disaggregation.utils import poll_and_all_reduce
+from toy_pd.transport import KVPoll, poll_and_all_reduce
+
 from sglang.srt.utils import get_int_env_var
 
 logger = logging.getLogger(__name__)
@@ -89,12 +87,12 @@ def _get_inflight_timeout() -> int:
 
 
 class ToyPrefillScheduler:
-    def finish_prefill(self, batch) -> None:
-        for req in batch.reqs:
+    def hand_over(self, batch) -> None:
+        for item in batch.reqs:
             # pdguard: inflight-deadline: the deadline counts the KV transfer only;
             # a request that leaves the queue and comes back starts a fresh one.
-            req.inflight_queue_entry_time = time.monotonic()
-            self.disagg_prefill_inflight_queue.append(req)
+            item.inflight_queue_entry_time = time.monotonic()
+            self.disagg_prefill_inflight_queue.append(item)
 
     # pdguard: inflight-deadline
     def _fail_timed_out_inflight_reqs(self) -> None:
@@ -125,26 +123,25 @@ class ToyPrefillScheduler:
                 logger.exception(f"Failed to abort the sender of {req.rid=}")
 
     def process_disagg_prefill_inflight_queue(self) -> list:
-        if not self.disagg_prefill_inflight_queue:
+        waiting = self.disagg_prefill_inflight_queue
+        if not waiting:
             return []
         # pdguard: inflight-deadline: fail overdue requests before the poll
         # all-reduce, so that every rank sees them Failed in the same step.
         self._fail_timed_out_inflight_reqs()
-        states = poll_and_all_reduce(
-            [req.disagg_kv_sender for req in self.disagg_prefill_inflight_queue],
-            self.tp_group,
+        verdicts = poll_and_all_reduce(
+            [item.disagg_kv_sender for item in waiting], self.rank_group
         )
-        kept, ended = [], []
-        for req, state in zip(self.disagg_prefill_inflight_queue, states):
-            if state == KVPoll.Failed:
-                req.ended_with_error = True
-                ended.append(req)
-            elif state == KVPoll.Success:
-                ended.append(req)
+        still_waiting, finished = [], []
+        for item, verdict in zip(waiting, verdicts):
+            if verdict == KVPoll.Failed:
+                item.ended_with_error = True
+            if verdict in (KVPoll.Failed, KVPoll.Success):
+                finished.append(item)
             else:
-                kept.append(req)
-        self.disagg_prefill_inflight_queue = kept
-        return ended
+                still_waiting.append(item)
+        self.disagg_prefill_inflight_queue = still_waiting
+        return finished
 '''
 
 # --replace, where some sender never pops its failure record: the abort block only.
@@ -190,21 +187,22 @@ class TestInflightDeadline(CodemodTest):
     def test_self_annotation_follows_the_target(self) -> None:
         src = PREFILL.replace(
             "def process_disagg_prefill_inflight_queue(self)",
-            "def process_disagg_prefill_inflight_queue(self: Scheduler)",
+            "def process_disagg_prefill_inflight_queue(self: ToyPrefillScheduler)",
         )
-        assert "def _fail_timed_out_inflight_reqs(self: Scheduler) -> None:" in _patch(src)
+        helper = "def _fail_timed_out_inflight_reqs(self: ToyPrefillScheduler) -> None:"
+        assert helper in _patch(src)
 
     def test_anchors_on_the_function_not_the_first_poll_call(self) -> None:
         # Another poll_and_all_reduce() earlier in the file must not be touched.
         src = PREFILL.replace(
             "class ToyPrefillScheduler:\n",
-            "class PrefillBootstrapQueue:\n"
-            "    def pop_bootstrapped(self):\n"
-            "        return poll_and_all_reduce(self.queue, self.gloo_group)\n"
+            "class ToyHandshakeQueue:\n"
+            "    def drain_ready(self):\n"
+            "        return poll_and_all_reduce(self.pending, self.cpu_group)\n"
             "\n\nclass ToyPrefillScheduler:\n",
         )
         out = _patch(src)
-        pop = out.index("def pop_bootstrapped")
+        pop = out.index("def drain_ready")
         assert (
             "_fail_timed_out_inflight_reqs()"
             not in out[pop : out.index("class ToyPrefillScheduler")]
@@ -222,10 +220,10 @@ class TestInflightDeadline(CodemodTest):
             "no method process_disagg_prefill_inflight_queue()",
         ),
         ("logger = logging.getLogger(__name__)", "log = 1", "logger"),
-        ("self.disagg_prefill_inflight_queue.append(req)", "pass", "append"),
+        ("self.disagg_prefill_inflight_queue.append(item)", "pass", "append"),
         (
-            "        kept, ended = [], []\n",
-            "        kept, ended = [], []\n        poll_and_all_reduce([], None)\n",
+            "        still_waiting, finished = [], []\n",
+            "        still_waiting, finished = [], []\n        poll_and_all_reduce([], None)\n",
             "2 poll_and_all_reduce",
         ),
     ],
@@ -309,8 +307,7 @@ def _load(
     options = {"convention": "get_int_env_var", **options}
     code = _patch(source, **options)
     for line in (
-        "from sglang.srt.disaggregation.base import KVPoll\n",
-        "from sglang.srt.disaggregation.utils import poll_and_all_reduce\n",
+        "from toy_pd.transport import KVPoll, poll_and_all_reduce\n",
         "from sglang.srt.utils import get_int_env_var\n",
         "from sglang.srt.environ import envs\n",
     ):
@@ -351,7 +348,7 @@ def _int_setting(name: str, fallback: int | None = 0) -> int | None:
 def _scheduler(module: types.ModuleType) -> object:
     scheduler = module.ToyPrefillScheduler()
     scheduler.disagg_prefill_inflight_queue = []
-    scheduler.tp_group = None
+    scheduler.rank_group = None
     return scheduler
 
 
@@ -363,7 +360,7 @@ def test_written_code_fails_a_wedged_request_at_the_deadline(monkeypatch) -> Non
     module, clock = _load(monkeypatch, env=None)
     scheduler = _scheduler(module)
     req = _req("wedged")
-    scheduler.finish_prefill(types.SimpleNamespace(reqs=[req]))
+    scheduler.hand_over(types.SimpleNamespace(reqs=[req]))
     clock.now += 299.0
     assert scheduler.process_disagg_prefill_inflight_queue() == []
     assert scheduler.disagg_prefill_inflight_queue == [req]
@@ -381,11 +378,11 @@ def test_a_request_that_comes_back_starts_a_fresh_deadline(monkeypatch) -> None:
     module, clock = _load(monkeypatch, env="60")
     scheduler = _scheduler(module)
     req = _req("requeued")
-    scheduler.finish_prefill(types.SimpleNamespace(reqs=[req]))
+    scheduler.hand_over(types.SimpleNamespace(reqs=[req]))
     clock.now += 40.0
     scheduler.disagg_prefill_inflight_queue = []  # out (optimistic_release_and_requeue) ...
     clock.now += 100.0
-    scheduler.finish_prefill(types.SimpleNamespace(reqs=[req]))  # ... back
+    scheduler.hand_over(types.SimpleNamespace(reqs=[req]))  # ... back
     clock.now += 30.0  # 170 s since the first entry, 30 s since it came back
     assert scheduler.process_disagg_prefill_inflight_queue() == []
     clock.now += 31.0
@@ -397,7 +394,7 @@ def test_honoured_abort_fails_without_touching_poll_and_says_why(monkeypatch, ca
     scheduler = _scheduler(module)
     req = _req("wedged")
     req.disagg_kv_sender = sender = _AbortableSender()
-    scheduler.finish_prefill(types.SimpleNamespace(reqs=[req]))
+    scheduler.hand_over(types.SimpleNamespace(reqs=[req]))
     clock.now += 61.0
     with caplog.at_level(logging.WARNING):
         assert scheduler.process_disagg_prefill_inflight_queue() == [req]
@@ -415,7 +412,7 @@ def test_replace_says_why_in_the_record_abort_made(monkeypatch, caplog) -> None:
     req = _req("wedged")
     req.disagg_kv_sender = sender = _AbortableSender()
     sender.kv_mgr.failure_records[8] = "another room's failure"
-    scheduler.finish_prefill(types.SimpleNamespace(reqs=[req]))
+    scheduler.hand_over(types.SimpleNamespace(reqs=[req]))
     clock.now += 61.0
     with caplog.at_level(logging.WARNING):
         assert scheduler.process_disagg_prefill_inflight_queue() == [req]
@@ -432,7 +429,7 @@ def test_replace_creates_no_record(monkeypatch) -> None:
     scheduler = _scheduler(module)
     req = _req("wedged")
     req.disagg_kv_sender = sender = _SilentAbortSender()
-    scheduler.finish_prefill(types.SimpleNamespace(reqs=[req]))
+    scheduler.hand_over(types.SimpleNamespace(reqs=[req]))
     clock.now += 61.0
     assert scheduler.process_disagg_prefill_inflight_queue() == [req]
     assert req.ended_with_error and sender.kv_mgr.failure_records == {}
@@ -443,7 +440,7 @@ def test_replace_without_failure_records_only_aborts(monkeypatch) -> None:
     module, clock = _load(monkeypatch, env="60", replace=True)
     scheduler = _scheduler(module)
     req = _req("wedged")
-    scheduler.finish_prefill(types.SimpleNamespace(reqs=[req]))
+    scheduler.hand_over(types.SimpleNamespace(reqs=[req]))
     clock.now += 61.0
     assert scheduler.process_disagg_prefill_inflight_queue() == [req]
     assert req.disagg_kv_sender.aborted == 1 and not hasattr(req.disagg_kv_sender, "kv_mgr")
@@ -457,7 +454,7 @@ def test_parked_time_is_not_counted(monkeypatch) -> None:
     req = _req("parked")
     req.pending_bootstrap = True
     req.disagg_kv_sender = _AbortableSender()
-    scheduler.finish_prefill(types.SimpleNamespace(reqs=[req]))
+    scheduler.hand_over(types.SimpleNamespace(reqs=[req]))
     clock.now += 250.0
     assert scheduler.process_disagg_prefill_inflight_queue() == []
     req.pending_bootstrap = False  # bootstrap done: unparked
@@ -473,13 +470,13 @@ def test_pp_leaves_a_request_every_stage_agreed_on_to_its_poll() -> None:
     src = PREFILL.replace(
         "def process_disagg_prefill_inflight_queue(self) -> list:",
         "def process_disagg_prefill_inflight_queue(\n"
-        "        self: Scheduler, rids_to_check: Optional[List[str]] = None\n"
-        "    ) -> List[Req]:",
+        "        self: ToyPrefillScheduler, rids_to_check: list[str] | None = None\n"
+        "    ) -> list:",
     )
     out = _patch(src)
     assert (
         "    def _fail_timed_out_inflight_reqs(\n"
-        "        self: Scheduler, rids_to_check: Optional[List[str]] = None\n"
+        "        self: ToyPrefillScheduler, rids_to_check: list[str] | None = None\n"
         "    ) -> None:\n"
     ) in out
     assert "self._fail_timed_out_inflight_reqs(rids_to_check)" in out
@@ -511,7 +508,7 @@ def test_pp_a_stage_fails_only_a_transfer_it_still_polls_as_unfinished(monkeypat
     transferred.disagg_kv_sender = _AbortableSender()
     transferred.disagg_kv_sender.conclude_state = 4  # this stage polls Success
     wedged.disagg_kv_sender = _AbortableSender()
-    scheduler.finish_prefill(types.SimpleNamespace(reqs=[transferred, wedged]))
+    scheduler.hand_over(types.SimpleNamespace(reqs=[transferred, wedged]))
     clock.now += 61.0
     # both overdue; the consensus naming "transferred" has not reached this stage yet
     assert scheduler.process_disagg_prefill_inflight_queue([]) == [transferred, wedged]
@@ -525,7 +522,7 @@ def test_an_abort_that_raises_is_logged_and_the_step_goes_on(monkeypatch, caplog
     scheduler = _scheduler(module)
     req = _req("unlucky")
     req.disagg_kv_sender = _AbortableSender(raises=True)
-    scheduler.finish_prefill(types.SimpleNamespace(reqs=[req]))
+    scheduler.hand_over(types.SimpleNamespace(reqs=[req]))
     clock.now += 61.0
     with caplog.at_level(logging.ERROR):
         # this rank still reaches the poll all-reduce; its peers fail the request there
@@ -538,7 +535,7 @@ def test_zero_turns_the_deadline_off(monkeypatch, env: str) -> None:
     module, clock = _load(monkeypatch, env=env)
     scheduler = _scheduler(module)
     req = _req("patient")
-    scheduler.finish_prefill(types.SimpleNamespace(reqs=[req]))
+    scheduler.hand_over(types.SimpleNamespace(reqs=[req]))
     clock.now += 1e6
     assert scheduler.process_disagg_prefill_inflight_queue() == []
     assert req.disagg_kv_sender.aborted == 0
@@ -553,7 +550,7 @@ def test_invalid_value_warns_at_first_use_and_uses_the_default(
     assert caplog.text == ""  # nothing at import
     scheduler = _scheduler(module)
     req = _req("wedged")
-    scheduler.finish_prefill(types.SimpleNamespace(reqs=[req]))
+    scheduler.hand_over(types.SimpleNamespace(reqs=[req]))
     clock.now += 299.0
     with caplog.at_level(logging.WARNING):
         assert scheduler.process_disagg_prefill_inflight_queue() == []
@@ -580,7 +577,7 @@ def test_registry_convention_reads_the_entry_at_each_use(monkeypatch) -> None:
     scheduler = _scheduler(module)
     req = _req("wedged")
     req.disagg_kv_sender = _AbortableSender()
-    scheduler.finish_prefill(types.SimpleNamespace(reqs=[req]))
+    scheduler.hand_over(types.SimpleNamespace(reqs=[req]))
     clock.now += 61.0
     assert scheduler.process_disagg_prefill_inflight_queue() == []
     monkeypatch.setenv("SGLANG_DISAGGREGATION_INFLIGHT_TIMEOUT", "60")
