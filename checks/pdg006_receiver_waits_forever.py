@@ -172,6 +172,15 @@ def _nixl(stamp: str = _STAMP, check: str = _INLINE, helper: str = "") -> dict[s
     return _tree(_RECEIVER.format(stamp=stamp, check=check, helper=helper))
 
 
+def _waits_forever(line: int, more: str = "") -> list[tuple[int, int, str, str]]:
+    """The finding on the toy NIXL receiver's ``poll()`` at ``line``."""
+    message = (
+        "NixlKVReceiver can wait forever after its KV indices were sent to the prefill: "
+        "poll() can return WaitingForInput with no waiting timeout that can fire" + more
+    )
+    return [(line, 5, message, "sglang/srt/disaggregation/nixl/conn.py")]
+
+
 class ReceiverWaitsForever(Rule):
     code = "PDG006"
     name = "receiver-waits-forever"
@@ -183,49 +192,16 @@ class ReceiverWaitsForever(Rule):
     INVALID = (
         Invalid(
             _nixl(check=""),
-            [
-                (
-                    21,
-                    5,
-                    (
-                        "NixlKVReceiver can wait forever after its KV indices were sent to the "
-                        "prefill: poll() can return WaitingForInput with no waiting timeout "
-                        "that can fire"
-                    ),
-                    "sglang/srt/disaggregation/nixl/conn.py",
-                )
-            ],
+            _waits_forever(21),
         ),  # no waiting timeout
         Invalid(
             _nixl(stamp=""),
-            [
-                (
-                    20,
-                    5,
-                    (
-                        "NixlKVReceiver can wait forever after its KV indices were sent to the "
-                        "prefill: poll() can return WaitingForInput with no waiting timeout "
-                        "that can fire"
-                    ),
-                    "sglang/srt/disaggregation/nixl/conn.py",
-                )
-            ],
+            _waits_forever(20),
         ),  # init_time stays None: the check never fires
         # expired, but nothing fails; then a helper that returns None once expired
         Invalid(
             _nixl(check=_INLINE.split("                self.conclude")[0] + " " * 16 + "pass\n"),
-            [
-                (
-                    21,
-                    5,
-                    (
-                        "NixlKVReceiver can wait forever after its KV indices were sent to the "
-                        "prefill: poll() can return WaitingForInput with no waiting timeout "
-                        "that can fire"
-                    ),
-                    "sglang/srt/disaggregation/nixl/conn.py",
-                )
-            ],
+            _waits_forever(21),
         ),
         Invalid(
             _nixl(
@@ -233,34 +209,12 @@ class ReceiverWaitsForever(Rule):
                 check=_CALL_HELPER,
                 helper=_HELPER.replace("waited < ", "waited > "),
             ),
-            [
-                (
-                    21,
-                    5,
-                    (
-                        "NixlKVReceiver can wait forever after its KV indices were sent to the "
-                        "prefill: poll() can return WaitingForInput with no waiting timeout "
-                        "that can fire"
-                    ),
-                    "sglang/srt/disaggregation/nixl/conn.py",
-                )
-            ],
+            _waits_forever(21),
         ),
         # a time.time() stamp read on time.monotonic(): no elapsed time, nothing fires
         Invalid(
             _nixl(check=_CALL_HELPER, helper=_HELPER),
-            [
-                (
-                    21,
-                    5,
-                    (
-                        "NixlKVReceiver can wait forever after its KV indices were sent to the "
-                        "prefill: poll() can return WaitingForInput with no waiting timeout "
-                        "that can fire"
-                    ),
-                    "sglang/srt/disaggregation/nixl/conn.py",
-                )
-            ],
+            _waits_forever(21),
         ),
         # the clock started in the constructor: it also counts the wait for decode memory
         Invalid(
@@ -284,18 +238,7 @@ class ReceiverWaitsForever(Rule):
         ),
         Invalid(
             _tree(_NO_FAILED),
-            [
-                (
-                    12,
-                    5,
-                    (
-                        "NixlKVReceiver can wait forever after its KV indices were sent to the "
-                        "prefill: poll() can return WaitingForInput with no waiting timeout "
-                        "that can fire; poll() never returns Failed"
-                    ),
-                    "sglang/srt/disaggregation/nixl/conn.py",
-                )
-            ],
+            _waits_forever(12, "; poll() never returns Failed"),
         ),
     )
 
