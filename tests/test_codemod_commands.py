@@ -187,7 +187,7 @@ print(json.dumps({"exit": code, "isort": "isort" in sys.modules}))
 @pytest.mark.releases
 def test_apply_that_adds_no_import_never_imports_isort(tmp_path: Path) -> None:
     """0.5.23 already imports what the fixes' code needs, and has no isort settings of its
-    own: apply patches three files without loading isort (about 30 ms a run)."""
+    own: apply patches three files without loading isort (25 - 30 ms a run)."""
     target = copy_release("0.5.23", tmp_path / "sglang")
     done = subprocess.run(
         [sys.executable, "-c", _ISORT_AFTER_APPLY, str(target), str(tmp_path / "r.json")],
