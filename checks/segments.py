@@ -8,13 +8,13 @@ import ast
 import re
 from functools import lru_cache
 
-__all__ = ["source_segment"]
+__all__ = ["line_starts", "source_segment"]
 
 _LINE_ENDS = re.compile(r"\r\n|\r|\n")
 
 
 @lru_cache(maxsize=64)
-def _line_starts(text: str) -> tuple[int, ...]:
+def line_starts(text: str) -> tuple[int, ...]:
     """The offset of each line's first character (lines numbered as ``ast`` numbers them)."""
     return (0, *(match.end() for match in _LINE_ENDS.finditer(text)))
 
@@ -27,7 +27,7 @@ def source_segment(text: str, node: ast.AST) -> str | None:
     end_col = getattr(node, "end_col_offset", None)
     if lineno is None or end_lineno is None or col is None or end_col is None:
         return None
-    starts = _line_starts(text)
+    starts = line_starts(text)
     if end_lineno > len(starts):
         return None
     # ast's columns are UTF-8 byte offsets within their line

@@ -20,6 +20,8 @@ import tokenize
 from collections.abc import Collection, Iterable, Sequence
 from dataclasses import dataclass, field
 
+from .checks.segments import line_starts
+
 _PREFIX = re.compile(r"#\s*pdguard:\s*", re.I)
 _SEGMENT = re.compile(r"#\s*pdguard:", re.I)
 _IGNORE = re.compile(r"ignore(?P<tail>.*)$", re.I | re.S)
@@ -58,7 +60,7 @@ def _comments(text: str) -> Iterable[tuple[int, int, str]]:
     never ends up a comment. A line between statements (a comment line, an ``else:``) is
     tokenized alone. Tokenizing the whole file is the fallback (and costs 40 ms for a
     3,500-line module, which ``apply`` re-checks after every fix)."""
-    lines = [match.start() for match in _LINE_STARTS.finditer(text)]
+    lines = line_starts(text)
     candidates = sorted(
         {bisect.bisect_right(lines, match.start()) for match in _SEGMENT.finditer(text)}
     )
@@ -73,9 +75,6 @@ def _comments(text: str) -> Iterable[tuple[int, int, str]]:
         if found is None:
             found = list(_all_comments(text, {line}))
         yield from found
-
-
-_LINE_STARTS = re.compile(r"^", re.M)
 
 
 def _tree(text: str) -> ast.Module | None:
