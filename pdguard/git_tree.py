@@ -5,24 +5,38 @@ HEAD, the index, the working tree and the stash of the repository are never touc
 
 from __future__ import annotations
 
-import os
+from collections import OrderedDict
 from collections.abc import Iterator
 from pathlib import PurePosixPath
 
 import git
+from git.objects.fun import tree_entries_from_data
 
 from .errors import TargetError
 from .sglang_names import CHECKOUT_PREFIXES as PREFIXES
 from .sglang_names import DISAGGREGATION_DIR
 from .tree import CONFIG_SOURCES, SourceTree
 
+# Git objects are immutable: a tree's entries and a blob's bytes, by object id, serve every ref
+# of the process (``verify`` reads neighbouring releases, which share most of them).
+_TREES: dict[bytes, dict[str, tuple[int, bytes]]] = {}
+_BLOBS: OrderedDict[bytes, bytes] = OrderedDict()
+_BLOB_BYTES = 64 << 20  # kept blobs, at most (least recently used go first)
+_blob_bytes = 0
+_TREE_MODE = 0o040000
+_SUBMODULE_MODE = 0o160000
+
 
 class GitTree(SourceTree):
+    """Paths are resolved through the commit's tree objects, each read once a process (an
+    ``ls-tree`` of the path's directories, without GitPython's object per entry)."""
+
     def __init__(self, repo: git.Repo, ref: str, commit: git.Commit, prefix: str) -> None:
         self.repo = repo
         self.ref = ref
         self.commit = commit
         self.prefix = prefix
+        self._resolved: dict[str, tuple[int, bytes] | None] = {}
 
     @property
     def label(self) -> str:
@@ -33,31 +47,74 @@ class GitTree(SourceTree):
         that reports and annotations map to files in the repository."""
         return f"{self.prefix}{rel}"
 
-    def _object(self, path: str) -> git.Blob | git.Tree | None:
-        try:
-            return self.commit.tree / path.rstrip("/") if path else self.commit.tree
-        except KeyError:
-            return None
+    def _entries(self, binsha: bytes) -> dict[str, tuple[int, bytes]]:
+        entries = _TREES.get(binsha)
+        if entries is None:
+            data = self._read(binsha)
+            entries = {name: (mode, sha) for sha, mode, name in tree_entries_from_data(data)}
+            _TREES[binsha] = entries
+        return entries
+
+    def _read(self, binsha: bytes) -> bytes:
+        return bytes(self.repo.odb.stream(binsha).read())
+
+    def entry(self, path: str) -> tuple[int, bytes] | None:
+        """(mode, object id) of ``path`` (from the repository root) at this commit; None where
+        nothing is there."""
+        path = path.rstrip("/")
+        if path in self._resolved:
+            return self._resolved[path]
+        found: tuple[int, bytes] | None = (_TREE_MODE, self.commit.tree.binsha)
+        if path:
+            parent, _, name = path.rpartition("/")
+            above = self.entry(parent)
+            found = (
+                self._entries(above[1]).get(name)
+                if above is not None and above[0] == _TREE_MODE
+                else None
+            )
+        self._resolved[path] = found
+        return found
 
     def read_bytes(self, rel: str) -> bytes | None:
-        blob = self._object(self.prefix + rel)
-        if not isinstance(blob, git.Blob):
+        found = self.entry(self.prefix + rel)
+        if found is None or found[0] in (_TREE_MODE, _SUBMODULE_MODE):
             return None
+        return self._blob(found[1], f"{self.prefix}{rel}")
+
+    def _blob(self, binsha: bytes, path: str) -> bytes:
+        global _blob_bytes
+        data = _BLOBS.get(binsha)
+        if data is not None:
+            _BLOBS.move_to_end(binsha)
+            return data
         try:
-            return blob.data_stream.read()
+            data = self._read(binsha)
         except ValueError as exc:  # GitPython: "SHA ... could not be resolved": not in the odb
             raise TargetError(
-                f"{self.ref}:{self.prefix}{rel}: git object {blob.hexsha[:12]} is missing "
+                f"{self.ref}:{path}: git object {binsha.hex()[:12]} is missing "
                 "(a shallow or partial clone?)"
             ) from exc
+        _BLOBS[binsha] = data
+        _blob_bytes += len(data)
+        while _blob_bytes > _BLOB_BYTES and len(_BLOBS) > 1:
+            _blob_bytes -= len(_BLOBS.popitem(last=False)[1])
+        return data
 
     def python_files(self, rel_dir: str) -> list[str]:
-        top = self._object(self.prefix + rel_dir)
-        if not isinstance(top, git.Tree):
+        top = self.entry(self.prefix + rel_dir)
+        if top is None or top[0] != _TREE_MODE:
             return []
-        start = len(self.prefix)
-        paths = (os.fspath(item.path) for item in top.traverse() if isinstance(item, git.Blob))
-        return sorted(path[start:] for path in paths if path.endswith(".py"))
+        base = f"{rel_dir.rstrip('/')}/" if rel_dir.rstrip("/") else ""
+        return sorted(base + path for path in self._files(top[1]) if path.endswith(".py"))
+
+    def _files(self, binsha: bytes) -> Iterator[str]:
+        """The paths of the blobs below a tree, relative to it (submodules are not blobs)."""
+        for name, (mode, sha) in self._entries(binsha).items():
+            if mode == _TREE_MODE:
+                yield from (f"{name}/{path}" for path in self._files(sha))
+            elif mode != _SUBMODULE_MODE:
+                yield name
 
     def config_files(self, rel: str) -> Iterator[tuple[str, bytes, str]]:
         """From ``rel``'s directory up to the repository root, nearest first."""
@@ -65,9 +122,9 @@ class GitTree(SourceTree):
         while True:
             for name in CONFIG_SOURCES:
                 path = str(here / name) if str(here) != "." else name
-                blob = self._object(path)
-                if isinstance(blob, git.Blob):
-                    yield name, blob.data_stream.read(), f"{self.ref}:{path}"
+                found = self.entry(path)
+                if found is not None and found[0] not in (_TREE_MODE, _SUBMODULE_MODE):
+                    yield name, self._blob(found[1], path), f"{self.ref}:{path}"
             if str(here) in (".", ""):
                 return
             here = here.parent
