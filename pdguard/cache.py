@@ -6,10 +6,12 @@
   ``sglang/srt/disaggregation`` that passes the text prefilter, by path), the selected rule
   codes, and pdguard's fingerprint. A file that changes, appears or vanishes changes the key.
 * ``verify`` of a git ref: the key is the git tree id of ``sglang/srt/disaggregation`` (every
-  file the rules and fixes read is in it), the blob ids of isort's settings files in the
-  directories above it, where the package sits in the repository, the fixes and rule codes,
-  and pdguard's fingerprint. Of a ref whose key hits, only the version file is read (for the
-  report's ``sglang_version``). Refs with the same key in one run are analysed once.
+  file the rules read is in it), the blob ids of the files the fixes read outside it (the env
+  registry, ``environ.py``: ``sglang_names.READ_OUTSIDE_DISAGGREGATION``) and of isort's
+  settings files in the directories above it, where the package sits in the repository, the
+  fixes and rule codes, and pdguard's fingerprint. Of a ref whose key hits, only the version
+  file is read (for the report's ``sglang_version``). Refs with the same key in one run are
+  analysed once.
 
 pdguard's fingerprint is its version and a hash of its own source files, so a new pdguard (or an
 edited checkout of it) never reads another's results. Where the cache lives:
@@ -211,34 +213,28 @@ def ref_key(store: ResultCache, tree: GitTree) -> str:
     """What ``verify`` reads of ``tree``, by git object id (see the module docstring)."""
     from . import checks
     from .fixes import FIXES
-    from .sglang_names import DISAGGREGATION_DIR
+    from .sglang_names import DISAGGREGATION_DIR, READ_OUTSIDE_DISAGGREGATION
 
-    root = tree.commit.tree
+    def object_id(path: str) -> str:
+        found = tree.entry(tree.prefix + path)
+        return found[1].hex() if found is not None else "-"
+
     parts = [
         tree.prefix,
         ",".join(f"{fix.name}={'+'.join(fix.rules)}" for fix in FIXES),
         ",".join(checks.CODES),
+        f"{DISAGGREGATION_DIR}={object_id(DISAGGREGATION_DIR)}",
+        *(f"{rel}={object_id(rel)}" for rel in READ_OUTSIDE_DISAGGREGATION),
     ]
-    disaggregation = root / (tree.prefix + DISAGGREGATION_DIR)
-    parts.append(f"{DISAGGREGATION_DIR}={disaggregation.hexsha}")
     # isort's settings in each directory above the disaggregation directory (those inside it
     # are in its tree id)
-    names = _config_sources()
-    here = root
     directories = (tree.prefix + DISAGGREGATION_DIR).split("/")[:-1]
     for depth in range(len(directories) + 1):
-        for name in names:
-            parts.append(f"{'/'.join(directories[:depth])}/{name}={_entry_id(here, name)}")
-        if depth < len(directories):
-            here = here / directories[depth]
+        here = "/".join(directories[:depth])
+        for name in _config_sources():
+            found = tree.entry(f"{here}/{name}" if here else name)
+            parts.append(f"{here}/{name}={found[1].hex() if found is not None else '-'}")
     return store.key("verify-ref", parts)
-
-
-def _entry_id(git_tree: Any, name: str) -> str:
-    try:
-        return str((git_tree / name).hexsha)
-    except KeyError:
-        return "-"
 
 
 def _report_value(report: RefReport, prefix: str) -> dict[str, object]:

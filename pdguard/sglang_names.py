@@ -95,6 +95,8 @@ RESOLVE_PENDING_REQS = "_resolve_pending_reqs"
 ENVIRON_MODULE = "sglang.srt.environ"
 ENVIRON_OBJECT = "envs"
 ENVIRON_PATH = "sglang/srt/environ.py"
+# The files outside DISAGGREGATION_DIR that a fix reads (verify's cache keys on them too).
+READ_OUTSIDE_DISAGGREGATION = (ENVIRON_PATH,)
 
 
 class KVPoll(IntEnum):

@@ -7,6 +7,7 @@ is replaced by a spy that counts its calls and then does the real work.
 
 from __future__ import annotations
 
+import json
 import subprocess
 from pathlib import Path
 
@@ -17,6 +18,10 @@ from pdguard import cache
 from pdguard.cli import main
 from pdguard.commands import check as checking
 from pdguard.commands import verify as verifying
+from pdguard.sglang_names import DISAGGREGATION_DIR, READ_OUTSIDE_DISAGGREGATION, VERSION_PATHS
+from pdguard.tree import open_tree
+from pdguard.vendor_sglang import fetch_release
+from tests.helpers import RELEASES
 from tests.snippets import PREFILL_REL, make_tree
 
 
@@ -266,3 +271,46 @@ def test_verify_a_version_bump_alone_is_analysed_once(repo, cache_dir, analysed,
     assert analysed == ["verify unpatched"]
     assert shared == run(capsys, *args, "--no-cache")
     assert '"sglang_version": "0.0.1.post1"' in shared[1]
+
+
+def test_verify_miss_on_a_changed_env_registry(repo, cache_dir, analysed, capsys) -> None:
+    """``environ.py`` is outside the disaggregation directory, but the inflight fix reads it:
+    once the release keeps its timeouts in an env registry, the fix must have its entry there.
+    A ref that adds such a registry to ``patched`` is analysed again, and drifts."""
+    run(capsys, "verify", "--repo", repo, "--ref", "patched")
+    git(repo, "checkout", "-q", "patched")
+    environ = repo / "python/sglang/srt/environ.py"
+    environ.write_text(
+        "class Settings:\n    SGLANG_DISAGGREGATION_WAITING_TIMEOUT = IntSetting(300)\n",
+        encoding="utf-8",
+    )
+    git(repo, "add", "-A")
+    git(repo, "commit", "-q", "-m", "an env registry")
+    git(repo, "tag", "registry")
+    args = ("verify", "--repo", repo, "--ref", "patched", "--ref", "registry", "--format", "json")
+    code, out = run(capsys, *args)
+    assert analysed == ["verify patched", "verify registry"]
+    reports = {r["ref"]: r["fixes"]["inflight-deadline"] for r in json.loads(out)}
+    assert reports == {"patched": "carried", "registry": "drifted"}
+    assert (code, out) == run(capsys, *args, "--no-cache")
+
+
+def test_verify_reads_only_what_its_key_holds(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every file ``verify`` reads of a release is in its cache key: below the disaggregation
+    directory (its tree id), one of ``READ_OUTSIDE_DISAGGREGATION``, or the version file (read
+    again on a hit)."""
+    release = RELEASES[-1]
+    tree = open_tree(fetch_release(release.version))
+    read: list[str] = []
+    real = type(tree).read_bytes
+
+    def read_bytes(self, rel: str) -> bytes | None:  # type: ignore[no-untyped-def]  # a spy with read_bytes' signature
+        read.append(rel)
+        return real(self, rel)
+
+    monkeypatch.setattr(type(tree), "read_bytes", read_bytes)
+    report = verifying.verify_tree(tree, release.version, None)
+    assert report.fixes["inflight-deadline"] == "applicable"  # every fix read what it needs
+    outside = {rel for rel in read if not rel.startswith(f"{DISAGGREGATION_DIR}/")}
+    assert outside, "the fixes read the env registry"
+    assert outside <= {*READ_OUTSIDE_DISAGGREGATION, *VERSION_PATHS}
