@@ -33,6 +33,7 @@ import pytest
 
 from pdguard import __version__
 from pdguard.cli import main
+from pdguard.commands import verify as verifying
 from pdguard.commands.check import check_tree
 from pdguard.fixes import FIXES as FIX_UNITS
 from pdguard.tree import open_tree
@@ -713,3 +714,16 @@ def test_verify_malformed_isort_settings_is_an_error(upstream: Upstream, tmp_pat
     assert proc.returncode == 2
     [line] = proc.stderr.splitlines()
     assert "bad:python/pyproject.toml: cannot read its isort settings" in line, line
+
+
+def test_guided_runs_shrink_to_single_refs() -> None:
+    """The refs are cut into runs that keep their order, cover each ref once, never grow, and
+    end with runs of one ref (so no worker waits long for the other at the end)."""
+    order = list(range(62))
+    runs = verifying._guided_runs(order, 2)
+    assert [i for run in runs for i in run] == order
+    sizes = [len(run) for run in runs]
+    assert sizes == sorted(sizes, reverse=True)
+    assert sizes[0] == 16 and sizes[-3:] == [1, 1, 1]
+    assert verifying._guided_runs([7], 4) == [[7]]
+    assert verifying._guided_runs([], 2) == []

@@ -31,6 +31,8 @@ from ..tree import DirectoryTree, SourceTree
 if TYPE_CHECKING:
     from concurrent.futures import Future
 
+    import git
+
     from ..workspace import Workspace
 from .base import (
     EXIT_CHANGES,
@@ -176,11 +178,11 @@ def _verify_git_ref(repo_path: str, ref: str) -> RefReport:
     """One ref's report; a ref that cannot be verified is an error row (``RefReport.error``)."""
     import git
 
-    from ..git_tree import open_git_tree, open_repo
+    from ..git_tree import open_git_tree
 
     commit = None
     try:
-        repo = open_repo(repo_path)
+        repo = _worker_repo(repo_path)
         tree = open_git_tree(repo, ref)
         commit = tree.commit.hexsha
         return verify_tree(tree, ref, commit)
@@ -188,6 +190,20 @@ def _verify_git_ref(repo_path: str, ref: str) -> RefReport:
         return RefReport.errored(ref, commit, str(exc))
     except (git.GitError, ValueError) as exc:  # GitPython on a broken or partial repository
         return RefReport.errored(ref, commit, f"{ref}: cannot read from git: {exc}")
+
+
+_REPOS: dict[tuple[int, str], git.Repo] = {}
+
+
+def _worker_repo(repo_path: str) -> git.Repo:
+    """The repository, opened once a process: its ``git cat-file`` processes serve every ref
+    the process verifies (never one inherited through a fork: their pipes are the parent's)."""
+    from ..git_tree import open_repo
+
+    key = (os.getpid(), repo_path)
+    if key not in _REPOS:
+        _REPOS[key] = open_repo(repo_path)
+    return _REPOS[key]
 
 
 def _verify_release(version: str) -> RefReport:
@@ -226,9 +242,9 @@ def run_parallel(
 ) -> list[RefReport]:
     """Run ``worker(*job)`` for every job in worker processes; results in job order.
 
-    Each worker process takes runs of neighbouring releases (in version order: ``v0.5.9``,
-    ``v0.5.10``, ...): they share most files, and a process parses and transforms a file
-    content once (``checks.project.parse_module``, ``Workspace.transform``)."""
+    Each worker process takes runs of neighbouring releases (in version order: ``v0.5.10``
+    next to ``v0.5.9``; ``_guided_runs``): they share most files, and a process parses and
+    transforms a file content once (``checks.project.parse_module``, ``Workspace.transform``)."""
     if len(jobs) == 1 or processes == 1:
         reports = []
         for n, job in enumerate(jobs, 1):
@@ -238,10 +254,8 @@ def run_parallel(
     from concurrent.futures import ProcessPoolExecutor
 
     workers = min(len(jobs), processes or os.cpu_count() or 1)
-    order = sorted(range(len(jobs)), key=lambda i: _natural(str(jobs[i][-1])))
-    # a few runs per worker, so that one that finishes early takes another
-    size = max(1, -(-len(jobs) // (workers * _RUNS_PER_WORKER)))
-    runs = [order[start : start + size] for start in range(0, len(order), size)]
+    order = sorted(range(len(jobs)), key=lambda i: _natural(str(jobs[i][-1])), reverse=True)
+    runs = _guided_runs(order, workers)
     results: dict[int, RefReport] = {}
     with ProcessPoolExecutor(max_workers=workers, initializer=_ignore_ctrl_c) as pool:
         try:
@@ -259,7 +273,21 @@ def run_parallel(
     return [results[i] for i in range(len(jobs))]
 
 
-_RUNS_PER_WORKER = 4
+def _guided_runs(order: list[int], workers: int) -> list[list[int]]:
+    """``order`` cut into runs that shrink as they go (guided self-scheduling): each takes a
+    share of what is left, so the first runs are long (a process meets neighbouring releases,
+    which share most files) and the last are one ref each (no process waits long for another
+    at the end). The newest releases come first: they are the largest."""
+    runs = []
+    start = 0
+    while start < len(order):
+        size = max(1, -(-(len(order) - start) // (_SHARE * workers)))
+        runs.append(order[start : start + size])
+        start += size
+    return runs
+
+
+_SHARE = 2  # a run takes 1/(_SHARE * workers) of the refs left
 
 
 def _run(worker: Callable[..., RefReport], jobs: list[tuple[object, ...]]) -> list[RefReport]:
