@@ -3,13 +3,14 @@
 ``check`` and ``verify`` ask it before they analyse anything:
 
 * ``check`` of a directory tree: the key is a hash of the texts the rules read (every file of
-  ``sglang/srt/disaggregation`` that passes the text prefilter, by path), the selected rule
-  codes, and pdguard's fingerprint. A file that changes, appears or vanishes changes the key.
-* ``verify`` of a git ref: the key is the git tree id of ``sglang/srt/disaggregation`` (every
-  file the rules read is in it), the blob ids of the files the fixes read outside it (the env
-  registry, ``environ.py``: ``sglang_names.READ_OUTSIDE_DISAGGREGATION``) and of isort's
-  settings files in the directories above it, where the package sits in the repository, the
-  fixes and rule codes, and pdguard's fingerprint. Of a ref whose key hits, only the version
+  ``sglang/srt/disaggregation``, and of ``sglang/srt/managers``, that passes the text
+  prefilter, by path), the selected rule codes, and pdguard's fingerprint. A file that
+  changes, appears or vanishes changes the key.
+* ``verify`` of a git ref: the key holds the git ids of what the rules and fixes read
+  (``sglang_names.READ_DIRS`` and ``READ_FILES``: the trees of ``sglang/srt/disaggregation``
+  and ``sglang/srt/managers``, the env registry ``environ.py``), the blob ids of isort's
+  settings files in the directories above them, where the package sits in the repository,
+  the fixes and rule codes, and pdguard's fingerprint. Of a ref whose key hits, only the version
   file is read (for the report's ``sglang_version``). Refs with the same key in one run are
   analysed once.
 
@@ -213,7 +214,7 @@ def ref_key(store: ResultCache, tree: GitTree) -> str:
     """What ``verify`` reads of ``tree``, by git object id (see the module docstring)."""
     from . import checks
     from .fixes import FIXES
-    from .sglang_names import DISAGGREGATION_DIR, READ_OUTSIDE_DISAGGREGATION
+    from .sglang_names import DISAGGREGATION_DIR, READ_DIRS, READ_FILES
 
     def object_id(path: str) -> str:
         found = tree.entry(tree.prefix + path)
@@ -223,11 +224,10 @@ def ref_key(store: ResultCache, tree: GitTree) -> str:
         tree.prefix,
         ",".join(f"{fix.name}={'+'.join(fix.rules)}" for fix in FIXES),
         ",".join(checks.CODES),
-        f"{DISAGGREGATION_DIR}={object_id(DISAGGREGATION_DIR)}",
-        *(f"{rel}={object_id(rel)}" for rel in READ_OUTSIDE_DISAGGREGATION),
+        *(f"{rel}={object_id(rel)}" for rel in (*READ_DIRS, *READ_FILES)),
     ]
     # isort's settings in each directory above the disaggregation directory (those inside it
-    # are in its tree id)
+    # are in its tree id; the managers directory has the same parents)
     directories = (tree.prefix + DISAGGREGATION_DIR).split("/")[:-1]
     for depth in range(len(directories) + 1):
         here = "/".join(directories[:depth])

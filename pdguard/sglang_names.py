@@ -95,8 +95,6 @@ RESOLVE_PENDING_REQS = "_resolve_pending_reqs"
 ENVIRON_MODULE = "sglang.srt.environ"
 ENVIRON_OBJECT = "envs"
 ENVIRON_PATH = "sglang/srt/environ.py"
-# The files outside DISAGGREGATION_DIR that a fix reads (verify's cache keys on them too).
-READ_OUTSIDE_DISAGGREGATION = (ENVIRON_PATH,)
 
 
 class KVPoll(IntEnum):
@@ -130,3 +128,7 @@ NEEDLES = (*SENDER_NEEDLES, INFLIGHT_QUEUE, *RECEIVER_NEEDLES, REQ_RECEIVER)
 # loop, ``managers/scheduler_pp_mixin.py``, 0.5.7+; the non-PP loop lives in decode.py).
 MANAGERS_DIR = "sglang/srt/managers"
 SCHEDULER_DECODE_NEEDLES = (POP_PREALLOCATED, POP_TRANSFERRED)
+# Everything the rules and fixes read of a tree (verify's cache key holds their git ids): the
+# files of these directories, these single files, and the version file (for reports only).
+READ_DIRS = (DISAGGREGATION_DIR, MANAGERS_DIR)
+READ_FILES = (ENVIRON_PATH,)

@@ -18,7 +18,7 @@ from pdguard import cache
 from pdguard.cli import main
 from pdguard.commands import check as checking
 from pdguard.commands import verify as verifying
-from pdguard.sglang_names import DISAGGREGATION_DIR, READ_OUTSIDE_DISAGGREGATION, VERSION_PATHS
+from pdguard.sglang_names import POP_PREALLOCATED, READ_DIRS, READ_FILES, VERSION_PATHS
 from pdguard.tree import open_tree
 from pdguard.vendor_sglang import fetch_release
 from tests.helpers import RELEASES
@@ -296,9 +296,9 @@ def test_verify_miss_on_a_changed_env_registry(repo, cache_dir, analysed, capsys
 
 
 def test_verify_reads_only_what_its_key_holds(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Every file ``verify`` reads of a release is in its cache key: below the disaggregation
-    directory (its tree id), one of ``READ_OUTSIDE_DISAGGREGATION``, or the version file (read
-    again on a hit)."""
+    """Every file ``verify`` reads of a release is in its cache key: below one of
+    ``READ_DIRS`` (their tree ids), one of ``READ_FILES``, or the version file (read again on
+    a hit)."""
     release = RELEASES[-1]
     tree = open_tree(fetch_release(release.version))
     read: list[str] = []
@@ -311,6 +311,26 @@ def test_verify_reads_only_what_its_key_holds(monkeypatch: pytest.MonkeyPatch) -
     monkeypatch.setattr(type(tree), "read_bytes", read_bytes)
     report = verifying.verify_tree(tree, release.version, None)
     assert report.fixes["inflight-deadline"] == "applicable"  # every fix read what it needs
-    outside = {rel for rel in read if not rel.startswith(f"{DISAGGREGATION_DIR}/")}
+    outside = {rel for rel in read if not rel.startswith(tuple(f"{d}/" for d in READ_DIRS))}
     assert outside, "the fixes read the env registry"
-    assert outside <= {*READ_OUTSIDE_DISAGGREGATION, *VERSION_PATHS}
+    assert outside <= {*READ_FILES, *VERSION_PATHS}
+
+
+def test_verify_miss_on_a_changed_scheduler_module(repo, cache_dir, analysed, capsys) -> None:
+    """The rules read the scheduler modules that pop a decode queue themselves (a PP mixin,
+    in ``sglang/srt/managers``): a ref that changes one is analysed again."""
+    git(repo, "checkout", "-q", "unpatched")
+    mixin = repo / "python/sglang/srt/managers/pipelined_decode.py"
+    mixin.parent.mkdir(parents=True)
+    for n, body in enumerate(("pass", "return None")):
+        mixin.write_text(
+            f"class PipelinedDecode:\n    def step(self):\n        # {POP_PREALLOCATED}\n"
+            f"        {body}\n",
+            encoding="utf-8",
+        )
+        git(repo, "add", "-A")
+        git(repo, "commit", "-q", "-m", f"mixin {n}")
+        git(repo, "tag", f"mixin-{n}")
+    args = ("verify", "--repo", repo, "--ref", "mixin-0", "--ref", "mixin-1")
+    run(capsys, *args)
+    assert analysed == ["verify mixin-0", "verify mixin-1"]
