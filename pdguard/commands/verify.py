@@ -192,18 +192,21 @@ def _verify_git_ref(repo_path: str, ref: str) -> RefReport:
         return RefReport.errored(ref, commit, f"{ref}: cannot read from git: {exc}")
 
 
-_REPOS: dict[tuple[int, str], git.Repo] = {}
+_REPO: list[tuple[int, str, git.Repo]] = []  # the one a process has open
 
 
 def _worker_repo(repo_path: str) -> git.Repo:
     """The repository, opened once a process: its ``git cat-file`` processes serve every ref
-    the process verifies (never one inherited through a fork: their pipes are the parent's)."""
+    the process verifies (never one inherited through a fork: their pipes are the parent's).
+    Opening another repository closes the one before."""
     from ..git_tree import open_repo
 
-    key = (os.getpid(), repo_path)
-    if key not in _REPOS:
-        _REPOS[key] = open_repo(repo_path)
-    return _REPOS[key]
+    if _REPO and _REPO[0][:2] == (os.getpid(), repo_path):
+        return _REPO[0][2]
+    if _REPO and _REPO[0][0] == os.getpid():
+        _REPO[0][2].close()
+    _REPO[:] = [(os.getpid(), repo_path, open_repo(repo_path))]
+    return _REPO[0][2]
 
 
 def _verify_release(version: str) -> RefReport:
