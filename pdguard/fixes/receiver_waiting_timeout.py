@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING
 
 from pdguard.checks.bindings import bindings_in_force
 from pdguard.checks.env_reads import env_reader as checks_env_reader
+from pdguard.checks.nodes import walk
 from pdguard.checks.project import Project
 
 from .. import fix_names
@@ -92,7 +93,7 @@ def failed_poll_raises(workspace: Workspace) -> int | None:
     ``raise Exception("Handshake failed")``), if any."""
     if DECODE_PATH not in workspace.files_containing(DISAGGREGATION_DIR, KVPOLL):
         return None
-    for node in ast.walk(workspace.ast(DECODE_PATH)):
+    for node in walk(workspace.ast(DECODE_PATH)):  # the checker's kept walk of the module
         if (
             isinstance(node, ast.If)
             and isinstance(node.test, ast.Compare)
@@ -178,7 +179,7 @@ def weak_heartbeat(manager: ClassInfo) -> bool:
             for n in ast.walk(loop)
         )
         and any(isinstance(n, ast.Attribute) and n.attr == "discard" for n in ast.walk(loop))
-        for loop in ast.walk(manager.node)
+        for loop in walk(manager.node)
     )
     return fails_some and forgets
 
