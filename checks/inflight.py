@@ -20,14 +20,19 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from functools import cached_property, lru_cache
 
-from pdguard.sglang_names import BOOTSTRAP_QUEUE, POLL_ALL_REDUCE_PREFIX, KVPoll
+from pdguard.sglang_names import (
+    BOOTSTRAP_QUEUE,
+    POLL_ALL_REDUCE_PREFIX,
+    PP_CONSENSUS_PARAM,
+    KVPoll,
+)
 from pdguard.sglang_names import INFLIGHT_FUNCTION as FUNCTION
 from pdguard.sglang_names import INFLIGHT_QUEUE as QUEUE
 from pdguard.sglang_names import REQ_SENDER as SENDER
 
 from .classes import methods_of
 from .kv_senders import CLOCK_FUNCTIONS, is_self_attr
-from .nodes import kept, walk
+from .nodes import kept, own_parents, walk
 
 
 def clock_names(module: ast.Module) -> set[str]:
@@ -127,6 +132,10 @@ class DeadlineCheck:
     # The expired branch's loop leaves alone a request whose own sender already polls as
     # transferred (what a PP stage reports into the stages' consensus).
     minds_ended_poll: bool = False
+    # The check never runs when the PP consensus (``rids_to_check``) is given, as every PP
+    # stage gives it: ``if rids_to_check is not None: continue`` before it, or under ``if
+    # rids_to_check is None:``.
+    skipped_under_pp: bool = False
 
 
 @dataclass
@@ -302,6 +311,11 @@ class _ModuleIndex:
         return self._blocks[1].get(id(stmt), (None, 0))
 
     def self_calls(self, node: ast.AST) -> Iterator[ast.FunctionDef]:
+        for _, method in self.self_call_sites(node):
+            yield method
+
+    def self_call_sites(self, node: ast.AST) -> Iterator[tuple[ast.Call, ast.FunctionDef]]:
+        """``self.<method>(...)`` calls below ``node`` of this class's methods, with the method."""
         for call in walk(node):
             if (
                 isinstance(call, ast.Call)
@@ -310,13 +324,20 @@ class _ModuleIndex:
                 and call.func.value.id == "self"
                 and call.func.attr in self.methods
             ):
-                yield self.methods[call.func.attr]
+                yield call, self.methods[call.func.attr]
 
 
 def _checks_in(
-    index: _ModuleIndex, function: ast.FunctionDef, region: ast.AST, seen: set[str]
+    index: _ModuleIndex,
+    function: ast.FunctionDef,
+    region: ast.AST,
+    seen: set[str],
+    pp_names: frozenset[str] = frozenset({PP_CONSENSUS_PARAM}),
+    pp_skipped: bool = False,
 ) -> list[DeadlineCheck]:
-    """Deadline checks in ``region`` of ``function``, and in the methods it calls."""
+    """Deadline checks in ``region`` of ``function``, and in the methods it calls.
+    ``pp_names``: the names that hold the PP consensus in ``function``; ``pp_skipped``: the
+    call that reached ``function`` does not run when it is given."""
     scope = index.scope(function)
     loops = [n for n in walk(region) if isinstance(n, ast.For | ast.While)]
     found = []
@@ -334,12 +355,90 @@ def _checks_in(
             isinstance(n, ast.Attribute) and n.attr == PARKED for n in walk(loop)
         )
         check.minds_ended_poll = _spares_ended_transfers(loop, scope)
+        check.skipped_under_pp = pp_skipped or _skipped_under_pp(node, function, pp_names)
         found.append(check)
-    for callee in index.self_calls(region):
+    for call, callee in index.self_call_sites(region):
         if callee.name not in seen:
             seen.add(callee.name)
-            found += _checks_in(index, callee, callee, seen)
+            found += _checks_in(
+                index,
+                callee,
+                callee,
+                seen,
+                _passed_as(call, callee, pp_names),
+                pp_skipped or _skipped_under_pp(call, function, pp_names),
+            )
     return found
+
+
+def _passed_as(call: ast.Call, callee: ast.FunctionDef, names: frozenset[str]) -> frozenset[str]:
+    """The parameters of ``callee`` (a method, called as ``self.callee(...)``) that ``call``
+    passes one of ``names`` to."""
+    params = [a.arg for a in callee.args.args][1:]  # after self
+    passed = {
+        params[i]
+        for i, arg in enumerate(call.args)
+        if i < len(params) and isinstance(arg, ast.Name) and arg.id in names
+    }
+    passed |= {
+        kw.arg
+        for kw in call.keywords
+        if kw.arg is not None and isinstance(kw.value, ast.Name) and kw.value.id in names
+    }
+    return frozenset(passed)
+
+
+def _skipped_under_pp(node: ast.AST, function: ast.FunctionDef, names: frozenset[str]) -> bool:
+    """Is ``node`` (in ``function``) unreachable once one of ``names`` (the PP consensus) is
+    not None: under ``if <name> is None:`` (or the ``else`` of ``is not None``), or after
+    ``if <name> is not None: continue`` (``return``, ``break``, ``raise``) in a block around
+    it?"""
+    if not names:
+        return False
+    parents = own_parents(function)
+    child: ast.AST = node
+    while child is not function and child in parents:
+        parent = parents[child]
+        if isinstance(parent, ast.If) and (
+            (child in parent.body and _is_none_test(parent.test, names, ast.Is))
+            or (child in parent.orelse and _is_none_test(parent.test, names, ast.IsNot))
+        ):
+            return True
+        for block in _blocks_of(parent):
+            if child in block:
+                for before in block[: block.index(child)]:
+                    if (
+                        isinstance(before, ast.If)
+                        and not before.orelse
+                        and _is_none_test(before.test, names, ast.IsNot)
+                        and isinstance(
+                            before.body[-1], ast.Continue | ast.Return | ast.Break | ast.Raise
+                        )
+                    ):
+                        return True
+        child = parent
+    return False
+
+
+def _blocks_of(node: ast.AST) -> list[list[ast.stmt]]:
+    return [
+        value
+        for name in ("body", "orelse", "finalbody")
+        if isinstance(value := getattr(node, name, None), list)
+    ]
+
+
+def _is_none_test(test: ast.expr, names: frozenset[str], op: type[ast.cmpop]) -> bool:
+    """``<name> is None`` (``op``: ``ast.Is``) or ``<name> is not None`` (``ast.IsNot``)."""
+    return (
+        isinstance(test, ast.Compare)
+        and isinstance(test.left, ast.Name)
+        and test.left.id in names
+        and len(test.ops) == 1
+        and isinstance(test.ops[0], op)
+        and isinstance(test.comparators[0], ast.Constant)
+        and test.comparators[0].value is None
+    )
 
 
 def _fails_sender(

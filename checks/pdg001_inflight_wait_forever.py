@@ -27,11 +27,29 @@ from __future__ import annotations
 import ast
 from collections.abc import Iterator
 
+from pdguard.sglang_names import PP_CONSENSUS_PARAM
+
 from .examples import CALL_HELPER, HELPER, INLINE_DEADLINE, PATCHED, STAMP_ONCE, prefill
 from .inflight import FUNCTION, QUEUE, InflightModel
 from .model import PREFILL, Finding, Invalid, Rule
 from .nodes import children, walk
 from .project import Project
+
+# Pipeline parallelism: every stage passes the consensus, and this helper then does nothing.
+_TAKES_CONSENSUS = (
+    "def process_disagg_prefill_inflight_queue(self):",
+    "def process_disagg_prefill_inflight_queue(self, rids_to_check=None):",
+)
+_PASS_CONSENSUS = "        self._expire_inflight(consensus=rids_to_check)\n"
+_HELPER_OFF_UNDER_PP = """
+    def _expire_inflight(self, consensus):
+        now = time.monotonic()
+        for req in self.disagg_prefill_inflight_queue:
+            if consensus is not None:
+                continue  # left to the stages' consensus
+            if now - req.entered_at > TIMEOUT:
+                req.disagg_kv_sender.abort()
+"""
 
 
 class InflightWaitForever(Rule):
@@ -98,13 +116,32 @@ class InflightWaitForever(Rule):
                 )
             ],
         ),
+        Invalid(
+            prefill(stamp=STAMP_ONCE, helper=_HELPER_OFF_UNDER_PP, before=_PASS_CONSENSUS).replace(
+                *_TAKES_CONSENSUS
+            ),
+            [
+                (
+                    37,
+                    17,
+                    "request kept in the inflight queue with no deadline when poll is "
+                    "WaitingForInput/Transferring: the deadline is skipped when rids_to_check "
+                    "is given, and every PP stage gives it: under pipeline parallelism a "
+                    "transfer that never ends keeps its request on every stage",
+                )
+            ],
+        ),
     )
 
     def check(self, project: Project) -> Iterator[Finding]:
         model = project.inflight
-        if model is None or model.valid_checks():
+        if model is None:
             return
-        why = _why(model)
+        valid = model.valid_checks()
+        stages = PP_CONSENSUS_PARAM in {a.arg for a in model.function.args.args}
+        if valid and not (stages and all(c.skipped_under_pp for c in valid)):
+            return
+        why = _why(model) if not valid else _PP_SKIPPED
         symbol = f"{model.class_name}.{FUNCTION}"
         parents = _parents(model.function)
         for site in model.keep_sites:
@@ -197,6 +234,12 @@ def keep_site(site: ast.AST, parents: dict[int, ast.AST]) -> str:
                 covered.add(name)
                 context.append(words)
     return ", ".join([*reversed(context), where])
+
+
+_PP_SKIPPED = (
+    f"the deadline is skipped when {PP_CONSENSUS_PARAM} is given, and every PP stage gives it: "
+    "under pipeline parallelism a transfer that never ends keeps its request on every stage"
+)
 
 
 def _why(model: InflightModel) -> str:

@@ -217,6 +217,7 @@ class DeadlinePerRank(Rule):
                 and check.position == "before"
                 and check.fails_sender
                 and not check.minds_ended_poll
+                and not check.skipped_under_pp  # PDG001 reports that one: no PP deadline
             ):
                 yield self.finding(PREFILL, check.line, check.col + 1, where, PP_MESSAGE)
             if check.position == "before" and check.poll_set_at is not None:
