@@ -417,10 +417,15 @@ def _is_stub(function: ast.FunctionDef) -> bool:
     )
 
 
+_EXITS = (ast.Return, ast.Raise)
+
+
 def _returns_conclude_first(body: list[ast.stmt]) -> bool:
     """The first statement returns ``self.conclude_state`` when it is set:
-    ``if self.conclude_state is not None: return self.conclude_state`` or
-    ``if self.conclude_state is None: ... else: return self.conclude_state``."""
+    ``if self.conclude_state is not None: return self.conclude_state``, or
+    ``if self.conclude_state is None: ... else: return self.conclude_state``, or that ``if``
+    without ``else``, its body ending in a ``return`` (or ``raise``), then
+    ``return self.conclude_state``."""
     if not body or not isinstance(body[0], ast.If):
         return False
     first = body[0]
@@ -433,6 +438,8 @@ def _returns_conclude_first(body: list[ast.stmt]) -> bool:
     ):
         return False
     branch = first.body if isinstance(test.ops[0], ast.IsNot) else first.orelse
+    if isinstance(test.ops[0], ast.Is) and not branch and isinstance(first.body[-1], _EXITS):
+        branch = body[1:]  # the unset case never falls through: what follows is the set one
     return bool(branch) and all(
         isinstance(s, ast.Return) and s.value is not None and is_self_attr(s.value, CONCLUDE_STATE)
         for s in branch[:1]
