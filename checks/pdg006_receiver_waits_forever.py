@@ -53,11 +53,7 @@ from abc import ABC, abstractmethod
 
 
 class KVPoll:
-    Failed = 0
-    Bootstrapping = 1
-    WaitingForInput = 2
-    Transferring = 3
-    Success = 4
+    Failed, Bootstrapping, WaitingForInput, Transferring, Success = range(5)
 
 
 class BaseKVReceiver(ABC):
@@ -65,7 +61,7 @@ class BaseKVReceiver(ABC):
     def init(self, kv_indices, aux_index=None): ...
 
     @abstractmethod
-    def poll(self) -> KVPoll: ...
+    def poll(self): ...
 """
 _RECEIVER = """\
 import time
@@ -79,25 +75,25 @@ class NixlKVReceiver(BaseKVReceiver):
     def __init__(self, mgr, bootstrap_addr, bootstrap_room=None):
         self.kv_mgr = mgr
         self.room = bootstrap_room
-        self.conclude_state = None
         self.init_time = None
-        self.kv_mgr.update_status(self.room, KVPoll.Bootstrapping)
+        self.conclude_state = None
+        # bootstrapped at once: the room waits for its KV from here on
         self.kv_mgr.update_status(self.room, KVPoll.WaitingForInput)
 
     def init(self, kv_indices, aux_index=None):
         self.kv_mgr.send(self.room, kv_indices)
 {stamp}
-    def poll(self) -> KVPoll:
-        if self.conclude_state is not None:
+    def poll(self):
+        if self.conclude_state is not None:  # Success or Failed, kept
             return self.conclude_state
-        status = self.kv_mgr.check_status(self.room)
-        if status in (KVPoll.Success, KVPoll.Failed):
-            self.conclude_state = status
-{check}        return status
+        current = self.kv_mgr.check_status(self.room)
+        if current in (KVPoll.Success, KVPoll.Failed):
+            self.conclude_state = current
+{check}        return current
 {helper}"""
 _STAMP = "        self.init_time = time.time()\n"
 _INLINE = """\
-        elif status == KVPoll.WaitingForInput and self.init_time is not None:
+        elif current == KVPoll.WaitingForInput and self.init_time is not None:
             if time.time() - self.init_time > TIMEOUT:
                 self.conclude_state = KVPoll.Failed
                 return KVPoll.Failed
@@ -111,17 +107,17 @@ _CALL_HELPER = """\
                 return verdict
 """
 _HELPER = """
+    def abort(self):
+        self.conclude_state = KVPoll.Failed
+
     def _expire(self):
         if self.init_time is None:
-            return None
+            return None  # the indices are not out yet
         waited = time.monotonic() - self.init_time
         if waited < TIMEOUT:
             return None
         self.abort()
         return KVPoll.Failed
-
-    def abort(self):
-        self.conclude_state = KVPoll.Failed
 """
 _FAKE = """\
 from sglang.srt.disaggregation.base.conn import BaseKVReceiver, KVPoll
@@ -129,13 +125,13 @@ from sglang.srt.disaggregation.base.conn import BaseKVReceiver, KVPoll
 
 class FakeKVReceiver(BaseKVReceiver):
     def __init__(self, mgr, bootstrap_addr, bootstrap_room=None):
-        self.has_init = False
+        self.indices_given = False
 
     def init(self, kv_indices, aux_index=None):
-        self.has_init = True
+        self.indices_given = True
 
-    def poll(self) -> KVPoll:
-        if self.has_init is False:
+    def poll(self):
+        if not self.indices_given:
             return KVPoll.WaitingForInput
         return KVPoll.Success
 """
@@ -147,15 +143,13 @@ from sglang.srt.disaggregation.base.conn import BaseKVReceiver, KVPoll
 class NixlKVReceiver(BaseKVReceiver):
     def __init__(self, mgr, bootstrap_addr, bootstrap_room=None):
         self.kv_mgr = mgr
-        self.started_transfer = False
+        self.indices_out = False
 
     def init(self, kv_indices, aux_index=None):
-        self.started_transfer = True
+        self.indices_out = True
 
-    def poll(self) -> KVPoll:
-        if not self.started_transfer:
-            return KVPoll.WaitingForInput
-        if self.kv_mgr.check_transfer_done():
+    def poll(self):
+        if self.indices_out and self.kv_mgr.check_transfer_done():
             return KVPoll.Success
         return KVPoll.WaitingForInput
 """

@@ -141,13 +141,14 @@ def test_unpatched_releases_report_what_the_fixes_bound(capsys: pytest.CaptureFi
 class TestReceiverWaitingTimeout(CodemodTest):
     TRANSFORM = ReceiverWaitingTimeout
 
-    def test_mooncake_with_conclude_state(self) -> None:
-        # a receiver that keeps conclude_state, reads check_status() once and records failures
+    def test_status_read_with_conclude_state_and_log(self) -> None:
+        # poll() keeps its verdict in conclude_state and reads check_status() into a local;
+        # the module has a logger and the env registry; the manager records no failures
         before = """
             import logging
             import time
 
-            from sglang.srt.utils import get_int_env_var
+            from sglang.srt.environ import envs
 
             logger = logging.getLogger(__name__)
 
@@ -161,19 +162,20 @@ class TestReceiverWaitingTimeout(CodemodTest):
                 def init(self, kv_indices, aux_index=None):
                     self.push_indices(kv_indices)
 
-                def poll(self) -> KVPoll:
-                    if self.conclude_state is not None:
-                        return self.conclude_state
-                    status = self.kv_mgr.check_status(self.bootstrap_room)
-                    if status in (KVPoll.Success, KVPoll.Failed):
-                        self.conclude_state = status
-                    return status
+                def poll(self):
+                    settled = self.conclude_state
+                    if settled is not None:
+                        return settled
+                    polled = self.kv_mgr.check_status(self.bootstrap_room)
+                    if polled in (KVPoll.Success, KVPoll.Failed):
+                        self.conclude_state = polled
+                    return polled
         """
         after = """
             import logging
             import time
 
-            from sglang.srt.utils import get_int_env_var
+            from sglang.srt.environ import envs
 
             logger = logging.getLogger(__name__)
 
@@ -182,9 +184,7 @@ class TestReceiverWaitingTimeout(CodemodTest):
                 def __init__(self, manager, room=None):
                     # pdguard: receiver-waiting-timeout: set when the KV indices are sent.
                     self.init_time = None
-                    self.waiting_timeout = get_int_env_var(
-                        "SGLANG_DISAGGREGATION_WAITING_TIMEOUT", 300
-                    )
+                    self.waiting_timeout = envs.SGLANG_DISAGGREGATION_WAITING_TIMEOUT.get()
                     self.kv_mgr = manager
                     self.bootstrap_room = room
                     self.conclude_state = None
@@ -194,12 +194,13 @@ class TestReceiverWaitingTimeout(CodemodTest):
                     # pdguard: receiver-waiting-timeout: the waiting timeout counts from here.
                     self.init_time = time.time()
 
-                def poll(self) -> KVPoll:
-                    if self.conclude_state is not None:
-                        return self.conclude_state
-                    status = self.kv_mgr.check_status(self.bootstrap_room)
+                def poll(self):
+                    settled = self.conclude_state
+                    if settled is not None:
+                        return settled
+                    polled = self.kv_mgr.check_status(self.bootstrap_room)
                     # pdguard: receiver-waiting-timeout
-                    if status not in (KVPoll.Success, KVPoll.Failed) and self.init_time is not None:
+                    if polled not in (KVPoll.Success, KVPoll.Failed) and self.init_time is not None:
                         elapsed = time.time() - self.init_time
                         if elapsed >= self.waiting_timeout:
                             reason = (
@@ -207,23 +208,24 @@ class TestReceiverWaitingTimeout(CodemodTest):
                                 " waiting for its KV cache"
                             )
                             logger.error(f"{reason} (SGLANG_DISAGGREGATION_WAITING_TIMEOUT)")
-                            self.kv_mgr.record_failure(self.bootstrap_room, reason)
                             self.conclude_state = KVPoll.Failed
                             return KVPoll.Failed
-                    if status in (KVPoll.Success, KVPoll.Failed):
-                        self.conclude_state = status
-                    return status
+                    if polled in (KVPoll.Success, KVPoll.Failed):
+                        self.conclude_state = polled
+                    return polled
         """
         self.assertCodemod(
             before,
             after,
             class_name="ToyReceiver",
             check="status",
-            timeout_setting='get_int_env_var("SGLANG_DISAGGREGATION_WAITING_TIMEOUT", 300)',
+            timeout_setting="envs.SGLANG_DISAGGREGATION_WAITING_TIMEOUT.get()",
+            record_failure=False,
         )
 
     def test_returned_status_is_split_and_time_imported(self) -> None:
-        # poll() returns check_status() directly, no conclude_state
+        # poll() returns check_status() directly, no conclude_state; the manager records
+        # failures, so the expired branch hands it the reason
         before = """
             import os
 
@@ -237,7 +239,7 @@ class TestReceiverWaitingTimeout(CodemodTest):
                 def init(self, kv_indices, aux_index=None):
                     self.push_indices(kv_indices)
 
-                def poll(self) -> KVPoll:
+                def poll(self):
                     return self.kv_mgr.check_status(self.bootstrap_room)
         """
         after = """
@@ -261,12 +263,17 @@ class TestReceiverWaitingTimeout(CodemodTest):
                     # pdguard: receiver-waiting-timeout: the waiting timeout counts from here.
                     self.init_time = time.time()
 
-                def poll(self) -> KVPoll:
+                def poll(self):
                     status = self.kv_mgr.check_status(self.bootstrap_room)
                     # pdguard: receiver-waiting-timeout
                     if status not in (KVPoll.Success, KVPoll.Failed) and self.init_time is not None:
                         elapsed = time.time() - self.init_time
                         if elapsed >= self.waiting_timeout:
+                            reason = (
+                                f"Request {self.bootstrap_room} timed out after {elapsed:.1f}s"
+                                " waiting for its KV cache"
+                            )
+                            self.kv_mgr.record_failure(self.bootstrap_room, reason)
                             return KVPoll.Failed
                     return status
         """
@@ -275,13 +282,62 @@ class TestReceiverWaitingTimeout(CodemodTest):
             after,
             class_name="ToyReceiver",
             check="status",
-            record_failure=False,
             conclude_state=False,
             log=False,
         )
 
+    def test_record_log_and_conclude_state_in_order(self) -> None:
+        """All three at once: the expired branch builds the reason, logs it, records it with
+        the manager, keeps Failed in conclude_state, and only then reports Failed."""
+        import ast
+
+        code = """
+            import logging
+            import time
+
+            logger = logging.getLogger(__name__)
+
+
+            class ToyReceiver(BaseKVReceiver):
+                def __init__(self, manager, room=None):
+                    self.kv_mgr = manager
+                    self.bootstrap_room = room
+                    self.conclude_state = None
+
+                def init(self, kv_indices, aux_index=None):
+                    self.push_indices(kv_indices)
+
+                def poll(self):
+                    if self.conclude_state is None:
+                        fresh = self.kv_mgr.check_status(self.bootstrap_room)
+                        if fresh in (KVPoll.Success, KVPoll.Failed):
+                            self.conclude_state = fresh
+                        return fresh
+                    return self.conclude_state
+        """
+        module = cst.parse_module(textwrap.dedent(code))
+        patched = ReceiverWaitingTimeout(
+            CodemodContext(), class_name="ToyReceiver", check="status"
+        ).transform_module(module)
+        expired = next(
+            node
+            for node in ast.walk(ast.parse(patched.code))
+            if isinstance(node, ast.If)
+            and ast.unparse(node.test) == "elapsed >= self.waiting_timeout"
+        )
+        steps = [ast.unparse(step) for step in expired.body]
+        assert steps[0].startswith("reason = f'Request {self.bootstrap_room} timed out")
+        assert [step.split("(")[0] for step in steps[1:]] == [
+            "logger.error",
+            "self.kv_mgr.record_failure",
+            "self.conclude_state = KVPoll.Failed",
+            "return KVPoll.Failed",
+        ]
+        assert "record_failure(self.bootstrap_room, reason)" in steps[2]
+
     def test_nixl_final_return(self) -> None:
-        # the check goes before the final non-terminal return
+        # the check goes before the final non-terminal return; the receiver keeps its outcome
+        # under a name of its own, so the codemod stores nothing (conclude_state=False)
         before = """
             import time
 
@@ -289,19 +345,19 @@ class TestReceiverWaitingTimeout(CodemodTest):
             class ToyChunkReceiver(CommonKVReceiver):
                 def __init__(self, manager, room=None):
                     self.indices_sent = False
-                    self.conclude_state = None
+                    self.outcome = None
                     super().__init__(manager, room)
 
                 def init(self, kv_indices, aux_index=None):
                     self.push_indices(kv_indices)
                     self.indices_sent = True
 
-                def poll(self) -> KVPoll:
-                    if self.conclude_state is None and self.indices_sent:
+                def poll(self):
+                    if self.outcome is None and self.indices_sent:
                         if self.kv_mgr.check_transfer_done(self.bootstrap_room):
-                            self.conclude_state = KVPoll.Success
-                    if self.conclude_state is not None:
-                        return self.conclude_state
+                            self.outcome = KVPoll.Success
+                    if self.outcome is not None:
+                        return self.outcome
                     return KVPoll.WaitingForInput
         """
         after = """
@@ -314,7 +370,7 @@ class TestReceiverWaitingTimeout(CodemodTest):
                     self.init_time = None
                     self.waiting_timeout = 300
                     self.indices_sent = False
-                    self.conclude_state = None
+                    self.outcome = None
                     super().__init__(manager, room)
 
                 def init(self, kv_indices, aux_index=None):
@@ -323,17 +379,16 @@ class TestReceiverWaitingTimeout(CodemodTest):
                     # pdguard: receiver-waiting-timeout: the waiting timeout counts from here.
                     self.init_time = time.time()
 
-                def poll(self) -> KVPoll:
-                    if self.conclude_state is None and self.indices_sent:
+                def poll(self):
+                    if self.outcome is None and self.indices_sent:
                         if self.kv_mgr.check_transfer_done(self.bootstrap_room):
-                            self.conclude_state = KVPoll.Success
-                    if self.conclude_state is not None:
-                        return self.conclude_state
+                            self.outcome = KVPoll.Success
+                    if self.outcome is not None:
+                        return self.outcome
                     # pdguard: receiver-waiting-timeout
                     if self.init_time is not None:
                         elapsed = time.time() - self.init_time
                         if elapsed >= self.waiting_timeout:
-                            self.conclude_state = KVPoll.Failed
                             return KVPoll.Failed
                     return KVPoll.WaitingForInput
         """
@@ -344,6 +399,7 @@ class TestReceiverWaitingTimeout(CodemodTest):
             check="final",
             timeout_setting="300",
             record_failure=False,
+            conclude_state=False,
             log=False,
         )
 
@@ -396,9 +452,10 @@ class TestNixlHeartbeatRooms(CodemodTest):
 
 
             class ToyChunkReceiver(CommonKVReceiver):
-                def poll(self) -> KVPoll:
-                    if self.kv_mgr.check_transfer_done(self.bootstrap_room):
-                        self.kv_mgr.transfer_statuses.pop(self.bootstrap_room)
+                def poll(self):
+                    room = self.bootstrap_room
+                    if self.kv_mgr.check_transfer_done(room):
+                        self.kv_mgr.transfer_statuses.pop(room)
                         return KVPoll.Success
                     return KVPoll.WaitingForInput
         """
@@ -425,13 +482,14 @@ class TestNixlHeartbeatRooms(CodemodTest):
 
 
             class ToyChunkReceiver(CommonKVReceiver):
-                def poll(self) -> KVPoll:
-                    if self.kv_mgr.check_transfer_done(self.bootstrap_room):
+                def poll(self):
+                    room = self.bootstrap_room
+                    if self.kv_mgr.check_transfer_done(room):
                         # pdguard: receiver-waiting-timeout: untracked once done.
                         self.kv_mgr.addr_to_rooms_tracker[self.bootstrap_addr].discard(
                             self.bootstrap_room
                         )
-                        self.kv_mgr.transfer_statuses.pop(self.bootstrap_room)
+                        self.kv_mgr.transfer_statuses.pop(room)
                         return KVPoll.Success
                     return KVPoll.WaitingForInput
         """
@@ -588,17 +646,17 @@ class TestDecodeQueueBound(CodemodTest):
 
                 class ToyPreallocQueue:
                     def _resolve_pending_reqs(self):
-                        remaining = []
-                        for decode_req in self.pending_reqs:
-                            remaining.append(decode_req)
-                            remaining.append(decode_req)
+                        again = []
+                        for waiting in self.pending_reqs:
+                            again.append(waiting)  # re-queued twice: which one to bound?
+                            again.append(waiting)
                 """
             )
         )
         with pytest.raises(AnchorError, match="expected one"):
             DecodeQueueBound(
                 CodemodContext(),
-                pending=["ToyPreallocQueue._resolve_pending_reqs:remaining:decode_req"],
+                pending=["ToyPreallocQueue._resolve_pending_reqs:again:waiting"],
             ).transform_module(module)
 
 

@@ -162,11 +162,7 @@ from abc import ABC, abstractmethod
 
 
 class KVPoll:
-    Failed = 0
-    Bootstrapping = 1
-    WaitingForInput = 2
-    Transferring = 3
-    Success = 4
+    Failed, Bootstrapping, WaitingForInput, Transferring, Success = range(5)
 
 
 class BaseKVReceiver(ABC):
@@ -177,7 +173,7 @@ class BaseKVReceiver(ABC):
     def send_metadata(self, kv_indices, aux_index=None): ...
 
     @abstractmethod
-    def poll(self) -> KVPoll: ...
+    def poll(self): ...
 """
 # The 0.5.10+ lifecycle: Bootstrapping at construction, WaitingForInput after init(), the
 # clock stamped in send_metadata(); the check in a helper of the common base.
@@ -188,31 +184,32 @@ from sglang.srt.disaggregation.base.conn import BaseKVReceiver, KVPoll
 
 
 class CommonKVReceiver(BaseKVReceiver):
-    def __init__(self, mgr, bootstrap_addr, bootstrap_room=None):
-        self.kv_mgr = mgr
-        self.bootstrap_room = bootstrap_room
-        self.conclude_state = None
+    def __init__(self, manager, addr, room=None):
+        self.kv_mgr = manager
+        self.bootstrap_room = room
+        manager.update_status(room, KVPoll.Bootstrapping)
         self.init_time = None
-        self.kv_mgr.update_status(self.bootstrap_room, KVPoll.Bootstrapping)
+        self.conclude_state = None
 
     def init(self, prefill_dp_rank):
-        if self.kv_mgr.lookup(prefill_dp_rank) is None:
+        room = self.bootstrap_room
+        if self.kv_mgr.lookup(prefill_dp_rank) is None:  # no such prefill: give up now
+            self.kv_mgr.update_status(room, KVPoll.Failed)
             self.conclude_state = KVPoll.Failed
-            self.kv_mgr.update_status(self.bootstrap_room, KVPoll.Failed)
             return
-        self.kv_mgr.update_status(self.bootstrap_room, KVPoll.WaitingForInput)
+        self.kv_mgr.update_status(room, KVPoll.WaitingForInput)
 
-    def send_metadata(self, kv_indices, aux_index=None):
-        raise NotImplementedError
-
-    def _check_waiting_timeout(self):
-        if self.init_time is None:
+    def _waited_too_long(self):
+        if self.init_time is None:  # nothing sent yet
             return None
-        elapsed = time.time() - self.init_time
-        if elapsed < self.kv_mgr.waiting_timeout:
+        age = time.time() - self.init_time
+        if age < self.kv_mgr.waiting_timeout:
             return None
         self.conclude_state = KVPoll.Failed
         return KVPoll.Failed
+
+    def send_metadata(self, kv_indices, aux_index=None):
+        raise NotImplementedError
 """
 MOONCAKE = """\
 import time
@@ -228,14 +225,14 @@ class MooncakeKVReceiver(CommonKVReceiver):
     def poll(self):
         if self.conclude_state is not None:
             return self.conclude_state
-        status = self.kv_mgr.check_status(self.bootstrap_room)
-        if status in (KVPoll.Success, KVPoll.Failed):
-            self.conclude_state = status
-        elif status == KVPoll.WaitingForInput:
-            timeout_result = self._check_waiting_timeout()
-            if timeout_result is not None:
-                return timeout_result
-        return status
+        state = self.kv_mgr.check_status(self.bootstrap_room)
+        if state == KVPoll.WaitingForInput:
+            timed_out = self._waited_too_long()
+            if timed_out is not None:
+                return timed_out
+        elif state in (KVPoll.Success, KVPoll.Failed):
+            self.conclude_state = state
+        return state
 """
 ASCEND = """\
 from sglang.srt.disaggregation.mooncake.conn import MooncakeKVReceiver
@@ -280,9 +277,9 @@ def test_bootstrapping_is_waiting_for_input_by_the_time_indices_are_sent() -> No
     """The decode queue sends the indices only after poll() said WaitingForInput: a WFI-only
     timeout covers a receiver that is still Bootstrapping right after init()."""
     texts = _receivers()
-    texts[_COMMON] = texts[_COMMON].replace(
-        "        self.kv_mgr.update_status(self.bootstrap_room, KVPoll.WaitingForInput)\n", ""
-    )
+    waiting = "        self.kv_mgr.update_status(room, KVPoll.WaitingForInput)\n"
+    assert waiting in texts[_COMMON]
+    texts[_COMMON] = texts[_COMMON].replace(waiting, "")
     assert _pdg006(texts) == set()
 
 
@@ -299,10 +296,11 @@ def test_a_status_the_receiver_sets_after_the_send_is_judged() -> None:
 
 def test_a_deadline_stamp_counts() -> None:
     texts = _receivers()
+    elapsed = """        age = time.time() - self.init_time
+        if age < self.kv_mgr.waiting_timeout:"""
+    assert elapsed in texts[_COMMON]
     texts[_COMMON] = texts[_COMMON].replace(
-        """        elapsed = time.time() - self.init_time
-        if elapsed < self.kv_mgr.waiting_timeout:""",
-        """        if time.time() < self.init_time + self.kv_mgr.waiting_timeout:""",
+        elapsed, """        if time.time() < self.init_time + self.kv_mgr.waiting_timeout:"""
     )
     assert _pdg006(texts) == set()
 
