@@ -73,13 +73,15 @@ def black_assignment(target: str, value: str, indent: int) -> str:
     return f"{target} = {func}(\n" + "".join(f"    {arg},\n" for arg in args) + ")\n"
 
 
-_HELPER_CHECK = """\
-{marker}
-if {status} == KVPoll.Bootstrapping:
-    timeout_result = self._check_bootstrap_timeout()
-    if timeout_result is not None:
-        return timeout_result
-"""
+_HELPER_CHECK = (
+    "{marker}\n"
+    "if {status} == KVPoll.Bootstrapping:\n"
+    # own-words: the generated patch calls the release's own helper word for word as the
+    # release's Mooncake sender does, so that a maintainer reads the same lines in both senders.
+    "    timeout_result = self._check_bootstrap_timeout()\n"
+    "    if timeout_result is not None:\n"
+    "        return timeout_result\n"
+)
 
 _INLINE_CHECK = """\
 {marker}

@@ -101,7 +101,7 @@ class KVPoll(IntEnum):
     """``sglang.srt.disaggregation.base.conn.KVPoll``. The all-reduce takes the MIN over the
     ranks, so ``Failed`` (0) on one rank is Failed everywhere."""
 
-    Failed = 0
+    Failed = 0  # own-words: SGLang's wire numbers (ranks all-reduce them), so they must match
     Bootstrapping = 1
     WaitingForInput = 2
     Transferring = 3

@@ -20,21 +20,19 @@ from relay.base import BaseKVSender, KVPoll
 
 class RelayKVSender(BaseKVSender):
     def __init__(self, mgr, bootstrap_room):
-        self.kv_mgr = mgr
-        self.bootstrap_room = bootstrap_room
+        self.kv_mgr, self.bootstrap_room = mgr, bootstrap_room
         self.handles = []
         self.handed_over = False
+
+    def failure_exception(self):
+        raise RuntimeError("relay sender failed")
 
     def poll(self) -> KVPoll:
         """Where the transfer stands."""
         if not self.handed_over:
             return self.kv_mgr.check_status(self.bootstrap_room)
-        if all(self.kv_mgr.finished(h) for h in self.handles):
-            return KVPoll.Success
-        return KVPoll.Transferring
-
-    def failure_exception(self):
-        raise RuntimeError("relay sender failed")
+        done = all(self.kv_mgr.finished(h) for h in self.handles)
+        return KVPoll.Success if done else KVPoll.Transferring
 '''
 
 HANDLES_FIXED = '''\
@@ -43,12 +41,14 @@ from relay.base import BaseKVSender, KVPoll
 
 class RelayKVSender(BaseKVSender):
     def __init__(self, mgr, bootstrap_room):
-        self.kv_mgr = mgr
-        self.bootstrap_room = bootstrap_room
+        self.kv_mgr, self.bootstrap_room = mgr, bootstrap_room
         self.handles = []
         self.handed_over = False
         # pdguard: sender-abort: set by abort(), reported by poll().
         self.conclude_state = None
+
+    def failure_exception(self):
+        raise RuntimeError("relay sender failed")
 
     def poll(self) -> KVPoll:
         """Where the transfer stands."""
@@ -57,63 +57,57 @@ class RelayKVSender(BaseKVSender):
             return self.conclude_state
         if not self.handed_over:
             return self.kv_mgr.check_status(self.bootstrap_room)
-        if all(self.kv_mgr.finished(h) for h in self.handles):
-            return KVPoll.Success
-        return KVPoll.Transferring
+        done = all(self.kv_mgr.finished(h) for h in self.handles)
+        return KVPoll.Success if done else KVPoll.Transferring
 
     # pdguard: sender-abort: poll() reports Failed from now on.
     def abort(self):
         self.conclude_state = KVPoll.Failed
-
-    def failure_exception(self):
-        raise RuntimeError("relay sender failed")
 '''
 
 # A sender that already returns its concluded state first but has no abort() (as Mooncake's
 # up to 0.4.9.post4).
-CONCLUDING = """\
+CONCLUDING = '''\
 from relay.base import BaseKVSender, KVPoll
 
 
 class TideKVSender(BaseKVSender):
     def __init__(self, mgr, bootstrap_room):
-        self.kv_mgr = mgr
-        self.bootstrap_room = bootstrap_room
         self.conclude_state = None
+        self.kv_mgr, self.bootstrap_room = mgr, bootstrap_room
 
     def poll(self) -> KVPoll:
-        if self.conclude_state is None:
-            status = self.kv_mgr.check_status(self.bootstrap_room)
-            if status in (KVPoll.Success, KVPoll.Failed):
-                self.conclude_state = status
-            return status
-        else:
+        """The manager's status, kept once it is final."""
+        if self.conclude_state is not None:
             return self.conclude_state
-"""
+        polled = self.kv_mgr.check_status(self.bootstrap_room)
+        if polled == KVPoll.Success or polled == KVPoll.Failed:
+            self.conclude_state = polled
+        return polled
+'''
 
-CONCLUDING_FIXED = """\
+CONCLUDING_FIXED = '''\
 from relay.base import BaseKVSender, KVPoll
 
 
 class TideKVSender(BaseKVSender):
     def __init__(self, mgr, bootstrap_room):
-        self.kv_mgr = mgr
-        self.bootstrap_room = bootstrap_room
         self.conclude_state = None
+        self.kv_mgr, self.bootstrap_room = mgr, bootstrap_room
 
     def poll(self) -> KVPoll:
-        if self.conclude_state is None:
-            status = self.kv_mgr.check_status(self.bootstrap_room)
-            if status in (KVPoll.Success, KVPoll.Failed):
-                self.conclude_state = status
-            return status
-        else:
+        """The manager's status, kept once it is final."""
+        if self.conclude_state is not None:
             return self.conclude_state
+        polled = self.kv_mgr.check_status(self.bootstrap_room)
+        if polled == KVPoll.Success or polled == KVPoll.Failed:
+            self.conclude_state = polled
+        return polled
 
     # pdguard: sender-abort: poll() reports Failed from now on.
     def abort(self):
         self.conclude_state = KVPoll.Failed
-"""
+'''
 
 
 class TestSenderAbort(CodemodTest):
@@ -202,19 +196,18 @@ import threading
 
 class RelayKVManager:
     def __init__(self):
-        self.failure_records = {}
-        self.failure_lock = threading.Lock()
         self.errors = {}
+        self.failure_lock = threading.Lock()
+        self.failure_records = {}
 
-    def record_failure(self, bootstrap_room, failure_reason):
+    def record_failure(self, room, why):
         with self.failure_lock:
-            self.failure_records[bootstrap_room] = failure_reason
+            self.failure_records[room] = why
 
 
 class RelayKVSender:
     def __init__(self, mgr, bootstrap_room):
-        self.kv_mgr = mgr
-        self.bootstrap_room = bootstrap_room
+        self.kv_mgr, self.bootstrap_room = mgr, bootstrap_room
         self.own_error = None
 
     def abort(self):

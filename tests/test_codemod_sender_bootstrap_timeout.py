@@ -11,6 +11,48 @@ from libcst.codemod import CodemodContext, CodemodTest
 from pdguard.codemods.anchors import AnchorError
 from pdguard.codemods.sender_bootstrap_timeout import SenderBootstrapTimeout, black_assignment
 
+# The generated lines that are, word for word, the release's own: the helper call as the
+# release's Mooncake sender makes it, and the timeout read as the release reads it (the test
+# passes that reading in). The expected outputs below name them by placeholder (``_expect``).
+# own-words: pdguard's patch reuses the release's names so that a maintainer would merge it.
+GENERATED = {
+    "<helper call>": (
+        "timeout_result = self._check_bootstrap_timeout()",
+        "if timeout_result is not None:",
+        "    return timeout_result",
+    ),
+    "<timeout read>": (
+        "self.bootstrap_timeout = get_int_env_var(",
+        '    "SGLANG_DISAGGREGATION_BOOTSTRAP_TIMEOUT", 30',
+        ")",
+    ),
+}
+
+
+def _expect(snippet: str) -> str:
+    """``snippet`` with each placeholder line of GENERATED replaced by its lines, indented as
+    the placeholder is."""
+    out: list[str] = []
+    for line in snippet.splitlines(keepends=True):
+        block = GENERATED.get(line.strip())
+        if block is None:
+            out.append(line)
+        else:
+            indent = line[: len(line) - len(line.lstrip())]
+            out.extend(f"{indent}{generated}\n" for generated in block)
+    return "".join(out)
+
+
+def test_expect_fills_in_the_placeholders_at_their_indentation() -> None:
+    filled = _expect("a\n    <helper call>\nb\n")
+    assert filled.splitlines() == [
+        "a",
+        "    timeout_result = self._check_bootstrap_timeout()",
+        "    if timeout_result is not None:",
+        "        return timeout_result",
+        "b",
+    ]
+
 
 class TestSenderBootstrapTimeout(CodemodTest):
     TRANSFORM = SenderBootstrapTimeout
@@ -24,15 +66,16 @@ class TestSenderBootstrapTimeout(CodemodTest):
 
 
             class NixlKVSender(CommonKVSender):
-                def __init__(self, mgr, bootstrap_addr, bootstrap_room):
-                    super().__init__(mgr, bootstrap_addr, bootstrap_room)
-                    self.has_sent = False
+                def __init__(self, mgr, addr, room):
+                    super().__init__(mgr, addr, room)
+                    self.chunks_sent = 0
 
                 def poll(self) -> KVPoll:
-                    if self._send_failed:
+                    # the manager's status, unless a send has already failed
+                    if self.send_error is not None:
                         return KVPoll.Failed
-                    status = self.kv_mgr.check_status(self.bootstrap_room)
-                    return status
+                    phase = self.kv_mgr.check_status(self.bootstrap_room)
+                    return phase
         """
         after = """
             import time
@@ -41,24 +84,23 @@ class TestSenderBootstrapTimeout(CodemodTest):
 
 
             class NixlKVSender(CommonKVSender):
-                def __init__(self, mgr, bootstrap_addr, bootstrap_room):
-                    super().__init__(mgr, bootstrap_addr, bootstrap_room)
+                def __init__(self, mgr, addr, room):
+                    super().__init__(mgr, addr, room)
                     # pdguard: sender-bootstrap-timeout: the bootstrap timeout counts from here.
                     self.init_time = time.time()
-                    self.has_sent = False
+                    self.chunks_sent = 0
 
                 def poll(self) -> KVPoll:
-                    if self._send_failed:
+                    # the manager's status, unless a send has already failed
+                    if self.send_error is not None:
                         return KVPoll.Failed
-                    status = self.kv_mgr.check_status(self.bootstrap_room)
+                    phase = self.kv_mgr.check_status(self.bootstrap_room)
                     # pdguard: sender-bootstrap-timeout
-                    if status == KVPoll.Bootstrapping:
-                        timeout_result = self._check_bootstrap_timeout()
-                        if timeout_result is not None:
-                            return timeout_result
-                    return status
+                    if phase == KVPoll.Bootstrapping:
+                        <helper call>
+                    return phase
         """
-        self.assertCodemod(before, after, class_name="NixlKVSender")
+        self.assertCodemod(before, _expect(after), class_name="NixlKVSender")
 
     def test_inline_release_reads_the_timeout_and_wraps_the_returned_status(self) -> None:
         # 0.4.7 - 0.5.2: no helper, no super().__init__, no `import time`, timeout read in the
@@ -71,16 +113,16 @@ class TestSenderBootstrapTimeout(CodemodTest):
 
 
             class NixlKVSender(BaseKVSender):
-                def __init__(self, mgr, bootstrap_addr, bootstrap_room):
-                    self.kv_mgr = mgr
-                    self.kv_mgr.update_status(self.bootstrap_room, KVPoll.Bootstrapping)
-                    # inner state
-                    self.curr_idx = 0
+                def __init__(self, mgr, addr, room):
+                    self.kv_mgr, self.bootstrap_room = mgr, room
+                    mgr.update_status(room, KVPoll.Bootstrapping)
+                    # what the transfer engine has been handed so far
+                    self.chunks_sent = 0
 
                 def poll(self) -> KVPoll:
-                    if not self.has_sent:
-                        return self.kv_mgr.check_status(self.bootstrap_room)
-                    return KVPoll.WaitingForInput
+                    if self.handed_over:
+                        return self.transfer_state()
+                    return self.kv_mgr.check_status(self.bootstrap_room)
         """
         after = """
             import logging
@@ -91,31 +133,29 @@ class TestSenderBootstrapTimeout(CodemodTest):
 
 
             class NixlKVSender(BaseKVSender):
-                def __init__(self, mgr, bootstrap_addr, bootstrap_room):
-                    self.kv_mgr = mgr
-                    self.kv_mgr.update_status(self.bootstrap_room, KVPoll.Bootstrapping)
+                def __init__(self, mgr, addr, room):
+                    self.kv_mgr, self.bootstrap_room = mgr, room
+                    mgr.update_status(room, KVPoll.Bootstrapping)
                     # pdguard: sender-bootstrap-timeout: the bootstrap timeout counts from here.
                     self.init_time = time.time()
-                    self.bootstrap_timeout = get_int_env_var(
-                        "SGLANG_DISAGGREGATION_BOOTSTRAP_TIMEOUT", 30
-                    )
-                    # inner state
-                    self.curr_idx = 0
+                    <timeout read>
+                    # what the transfer engine has been handed so far
+                    self.chunks_sent = 0
 
                 def poll(self) -> KVPoll:
-                    if not self.has_sent:
-                        status = self.kv_mgr.check_status(self.bootstrap_room)
-                        # pdguard: sender-bootstrap-timeout
-                        if status == KVPoll.Bootstrapping and self.init_time is not None:
-                            elapsed = time.time() - self.init_time
-                            if elapsed >= self.bootstrap_timeout:
-                                return KVPoll.Failed
-                        return status
-                    return KVPoll.WaitingForInput
+                    if self.handed_over:
+                        return self.transfer_state()
+                    status = self.kv_mgr.check_status(self.bootstrap_room)
+                    # pdguard: sender-bootstrap-timeout
+                    if status == KVPoll.Bootstrapping and self.init_time is not None:
+                        elapsed = time.time() - self.init_time
+                        if elapsed >= self.bootstrap_timeout:
+                            return KVPoll.Failed
+                    return status
         """
         self.assertCodemod(
             before,
-            after,
+            _expect(after),
             class_name="NixlKVSender",
             check_style="inline",
             timeout="self.bootstrap_timeout",
@@ -134,10 +174,11 @@ class TestSenderBootstrapTimeout(CodemodTest):
                     super().__init__(mgr)
 
                 def poll(self) -> KVPoll:
-                    status = self.kv_mgr.check_status(self.bootstrap_room)
-                    return status
+                    state = self.kv_mgr.check_status(self.bootstrap_room)
+                    return state
         """
         out = _patch(before, check_style="inline", set_init_time=False)
+        assert "if state == KVPoll.Bootstrapping and self.init_time is not None:" in out
         assert "if elapsed >= self.kv_mgr.bootstrap_timeout:" in out
         assert "self.kv_mgr.record_failure(" in out
         assert 'f"{elapsed:.1f}s in KVPoll.Bootstrapping",' in out
@@ -149,14 +190,13 @@ class TestSenderBootstrapTimeout(CodemodTest):
 
 
             class MooncakeKVSender(BaseKVSender):
-                def __init__(self, mgr, bootstrap_addr, bootstrap_room):
-                    self.kv_mgr = mgr
-                    self.conclude_state = None
+                def __init__(self, mgr, addr, room):
+                    self.kv_mgr, self.bootstrap_room = mgr, room
                     self.init_time = None
-                    # inner state
-                    self.curr_idx = 0
+                    self.indices_left = None
 
                 def init(self, num_kv_indices):
+                    self.indices_left = num_kv_indices
                     self.init_time = time.time()
         """
         after = """
@@ -164,15 +204,14 @@ class TestSenderBootstrapTimeout(CodemodTest):
 
 
             class MooncakeKVSender(BaseKVSender):
-                def __init__(self, mgr, bootstrap_addr, bootstrap_room):
-                    self.kv_mgr = mgr
-                    self.conclude_state = None
+                def __init__(self, mgr, addr, room):
+                    self.kv_mgr, self.bootstrap_room = mgr, room
                     # pdguard: sender-bootstrap-timeout: the bootstrap timeout counts from here.
                     self.init_time = time.time()
-                    # inner state
-                    self.curr_idx = 0
+                    self.indices_left = None
 
                 def init(self, num_kv_indices):
+                    self.indices_left = num_kv_indices
                     self.init_time = time.time()
         """
         self.assertCodemod(before, after, class_name="MooncakeKVSender", add_check=False)

@@ -22,11 +22,7 @@ DISAGG = "sglang/srt/disaggregation"
 # A base with no abort() (as SGLang's BaseKVSender up to 0.5.23).
 BASE = """
     class KVPoll:
-        Failed = 0
-        Bootstrapping = 1
-        WaitingForInput = 2
-        Transferring = 3
-        Success = 4
+        Failed, Bootstrapping, WaitingForInput, Transferring, Success = range(5)
 
 
     class BaseKVSender:
@@ -147,38 +143,39 @@ KEEPER = """
 
     class KeeperKVManager:
         def __init__(self):
-            self.failure_records = {}
             self.failure_lock = threading.Lock()
+            self.failure_records = {}  # room -> why it failed
 
-        def record_failure(self, bootstrap_room, failure_reason):
+        def record_failure(self, room, why):
             with self.failure_lock:
-                self.failure_records[bootstrap_room] = failure_reason
+                self.failure_records[room] = why
 
 
     class KeeperKVSender(BaseKVSender):
         def __init__(self, mgr: KeeperKVManager, bootstrap_room):
-            self.kv_mgr = mgr
-            self.bootstrap_room = bootstrap_room
             self.conclude_state = None
+            self.kv_mgr, self.bootstrap_room = mgr, bootstrap_room
 
         def poll(self):
             if self.conclude_state is not None:
                 return self.conclude_state
-            return self.kv_mgr.check_status(self.bootstrap_room)
+            room = self.bootstrap_room
+            return self.kv_mgr.check_status(room)
 
         def abort(self):
-            self.kv_mgr.record_failure(self.bootstrap_room, "aborted")
             self.conclude_state = KVPoll.Failed
+            self.kv_mgr.record_failure(self.bootstrap_room, "aborted by the scheduler")
 
         def failure_exception(self):
             raise RuntimeError("keeper sender failed")
 """
 KEEPER_STUB = KEEPER.replace(
     """            with self.failure_lock:
-                self.failure_records[bootstrap_room] = failure_reason
+                self.failure_records[room] = why
 """,
     "            pass\n",
 )
+assert KEEPER_STUB != KEEPER
 
 
 def test_a_sender_that_reads_no_record_its_manager_keeps_gets_the_read(tmp_path: Path) -> None:

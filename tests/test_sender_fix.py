@@ -104,19 +104,20 @@ def test_init_time_set_only_in_init_is_fixed(tmp_path: Path) -> None:
 
         class MooncakeKVSender(BaseKVSender):
             def __init__(self, mgr: MooncakeKVManager, room):
-                self.kv_mgr = mgr
-                self.kv_mgr.update_status(room, KVPoll.Bootstrapping)
+                self.kv_mgr, self.bootstrap_room = mgr, room
+                mgr.update_status(room, KVPoll.Bootstrapping)
                 self.init_time = None
 
             def init(self):
                 self.init_time = time.time()
 
             def poll(self):
-                status = self.kv_mgr.check_status(self.bootstrap_room)
-                if status == KVPoll.Bootstrapping and self.init_time is not None:
-                    if time.time() - self.init_time >= self.kv_mgr.bootstrap_time_out:
+                state = self.kv_mgr.check_status(self.bootstrap_room)
+                waited = None if self.init_time is None else time.time() - self.init_time
+                if state == KVPoll.Bootstrapping and waited is not None:
+                    if waited >= self.kv_mgr.bootstrap_time_out:
                         return KVPoll.Failed
-                return status
+                return state
     """
     workspace = _tree(tmp_path, mooncake=mooncake)
     facts = sender_index(workspace).facts("MooncakeKVSender")
@@ -129,15 +130,9 @@ def test_init_time_set_only_in_init_is_fixed(tmp_path: Path) -> None:
 
 
 def test_inline_check_uses_the_managers_timeout_attribute(tmp_path: Path) -> None:
-    common = SENDER_COMMON.replace(
-        "        def _check_bootstrap_timeout(self):\n"
-        "            if self.init_time is None:\n"
-        "                return None\n"
-        "            if time.time() - self.init_time > self.kv_mgr.bootstrap_timeout:\n"
-        "                return KVPoll.Failed\n"
-        "            return None\n",
-        "",
-    )
+    # the base without its helper (renamed, so nothing reaches it): the check must be inline
+    common = SENDER_COMMON.replace("def _check_bootstrap_timeout(", "def _unreached_helper(")
+    assert common != SENDER_COMMON
     workspace = _tree(tmp_path, common=common, nixl=NIXL_BROKEN)
     outcome = SenderBootstrapTimeoutFix().plan(workspace)
     assert outcome.status is Status.APPLIED
@@ -178,8 +173,9 @@ def test_status_read_behind_an_or_is_anchored(tmp_path: Path) -> None:
     assert read < text.index("self._check_bootstrap_timeout()")
 
 
-# A fork's stand-in backend: Bootstrapping until init() is called, then Success. Its
-# ``init_time`` is a state flag that drives poll(), not a clock.
+# A fork's stand-in backend: Bootstrapping until init() is called, then Success (or
+# WaitingForInput, given no indices). Its ``init_time`` is a state flag that drives poll(), not
+# a clock.
 STATE_FLAG = """
     from sglang.srt.disaggregation.base.conn import BaseKVSender, KVPoll
 
@@ -195,7 +191,7 @@ STATE_FLAG = """
         def poll(self):
             if self.init_time is None:
                 return KVPoll.Bootstrapping
-            return KVPoll.Success
+            return KVPoll.Success if self.init_time else KVPoll.WaitingForInput
 """
 
 

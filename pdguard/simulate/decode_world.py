@@ -1118,8 +1118,8 @@ class QueueState(Strict):
         self.enable_deferred_kv_release = False
         self.deferred_kv_release_timeout = 30.0
         self.enable_host_receive = False
-        self.host_pool = None
-        self.host_reserved_tokens = 0
+        # host receive off: no host pool, so nothing is reserved on it
+        self.host_pool, self.host_reserved_tokens = None, 0
         self._num_published_destinations = 0
         self._skipped_checksum_signatures: set[object] = set()
         self.kv_checksum_signature = 0

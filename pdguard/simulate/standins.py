@@ -280,11 +280,13 @@ class FINISH_ABORT:
 
 
 class KVTransferError(Exception):
+    """What a sender's ``failure_exception()`` raises: the room that failed and why (the
+    attributes SGLang's exception has, read by the scheduler's abort path)."""
+
     def __init__(self, bootstrap_room: int, failure_reason: str, **kwargs: object) -> None:
-        super().__init__(failure_reason)
-        self.bootstrap_room = bootstrap_room
-        self.failure_reason = failure_reason
+        Exception.__init__(self, failure_reason)
         self.is_from_another_rank = bool(kwargs.get("is_from_another_rank", False))
+        self.bootstrap_room, self.failure_reason = bootstrap_room, failure_reason
 
     def __str__(self) -> str:  # as SGLang's
         return f"KVTransferError(bootstrap_room={self.bootstrap_room}): {self.failure_reason}"
@@ -299,6 +301,7 @@ class TransferBackend:
 
 
 class KVClassType:
+    # own-words: SGLang's KVClassType values, which get_kv_class() is called with.
     KVARGS = "kvargs"
     MANAGER = "manager"
     SENDER = "sender"
@@ -563,25 +566,27 @@ class ScriptedSender:
         bootstrap_room: int | None = None,
         **_: object,
     ) -> None:
-        self._ctx = ctx
-        self._spec = spec
-        self.kv_mgr = mgr
-        self.bootstrap_room = bootstrap_room
-        self.conclude_state = None
+        self._ctx, self._spec = ctx, spec
         self._created = ctx.world_time()
         self._sent_at: float | None = None
+        # The sender's public face, as the scheduler and the transfer queues see it.
+        self.kv_mgr = mgr
+        self.bootstrap_room = bootstrap_room
+        self.conclude_state: int | None = None  # Failed once aborted; then poll() says so
 
     def poll(self) -> int:
-        if self.conclude_state is not None:
-            return self.conclude_state
         now = self._ctx.world_time()
-        if now < self._created + self._spec.bootstrap_s - 1e-9:
-            return KVPoll.Bootstrapping
-        if self._sent_at is None or self._spec.transfer_s is None:
-            return KVPoll.WaitingForInput
-        if now < self._sent_at + self._spec.transfer_s - 1e-9:
-            return KVPoll.Transferring
-        return KVPoll.Success
+        if self.conclude_state is not None:
+            state = self.conclude_state
+        elif now < self._created + self._spec.bootstrap_s - 1e-9:
+            state = KVPoll.Bootstrapping
+        elif self._sent_at is None or self._spec.transfer_s is None:
+            state = KVPoll.WaitingForInput  # not all sent yet, or decode is gone
+        elif now < self._sent_at + self._spec.transfer_s - 1e-9:
+            state = KVPoll.Transferring
+        else:
+            state = KVPoll.Success
+        return state
 
     def sim_sent(self) -> None:
         if self._sent_at is None:
@@ -724,8 +729,9 @@ class SimKVManager(Strict):
             self.request_status[bootstrap_room] = max(old, status)
 
     def record_failure(self, bootstrap_room: int, failure_reason: str) -> None:
+        """Keep why ``bootstrap_room`` failed, for its sender's ``failure_exception()``."""
         with self.failure_lock:
-            self.failure_records[bootstrap_room] = failure_reason
+            self.failure_records.update({bootstrap_room: failure_reason})
 
     def _maybe_ack_drained_abort(self, bootstrap_room: int) -> None:
         pass
