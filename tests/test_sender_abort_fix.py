@@ -205,3 +205,43 @@ def test_a_manager_with_a_stub_record_failure_leaves_failure_exception_alone(
     workspace = Workspace(open_tree(root))
     assert SenderAbortFix().plan(workspace).status is Status.UPSTREAM
     assert workspace.changed() == {}
+
+
+# An aborting sender whose poll() returns the room's status while nothing is concluded, and
+# the concluded state after that ``if`` (no ``else``); and one whose unconcluded branch falls
+# through to the handles, so an abort() is never seen.
+EARLY_RETURN = """
+    from sglang.srt.disaggregation.base.conn import BaseKVSender, KVPoll
+
+
+    class SluiceKVSender(BaseKVSender):
+        def __init__(self, mgr, room):
+            self.kv_mgr = mgr
+            self.room = room
+            self.conclude_state = None
+
+        def abort(self):
+            self.conclude_state = KVPoll.Failed
+
+        def poll(self):
+            if self.conclude_state is None:
+                return self.kv_mgr.check_status(self.room)
+            return self.conclude_state
+
+
+    class WeirKVSender(SluiceKVSender):
+        def poll(self):
+            if self.conclude_state is None:
+                self.kv_mgr.refresh(self.room)
+            return self.kv_mgr.check_status(self.room)
+"""
+
+
+def test_concluded_state_returned_after_an_early_return_is_honoured(tmp_path: Path) -> None:
+    """``if conclude_state is None: return <status>`` then ``return conclude_state`` reports
+    Failed once aborted, as the ``else:`` spelling does; a branch that falls through does not."""
+    root = _add(make_tree(tmp_path / "t"), base=BASE, sluice=EARLY_RETURN)
+    index = sender_index(Workspace(open_tree(root)))
+    assert index.abort_honoured("SluiceKVSender")
+    assert not index.abort_honoured("WeirKVSender")
+    assert ignoring_senders(index) == ["WeirKVSender"]
