@@ -420,6 +420,14 @@ def _skipped_under_pp(node: ast.AST, function: ast.FunctionDef, names: frozenset
     return False
 
 
+def _pp_test(stmt: ast.stmt) -> bool:
+    """``if rids_to_check is (not) None:``: a statement that runs on every call without PP."""
+    names = frozenset({PP_CONSENSUS_PARAM})
+    return isinstance(stmt, ast.If) and (
+        _is_none_test(stmt.test, names, ast.Is) or _is_none_test(stmt.test, names, ast.IsNot)
+    )
+
+
 def _blocks_of(node: ast.AST) -> list[list[ast.stmt]]:
     return [
         value
@@ -1105,7 +1113,7 @@ def _positioned_checks(
         for check in _checks_in(index, function, stmt, {FUNCTION}):
             if poll_position is None or position >= poll_position:
                 check.position = "after"
-            elif _conditional(stmt):
+            elif _conditional(stmt) and not (check.skipped_under_pp and _pp_test(stmt)):
                 check.position = "conditional"
             else:
                 check.position = "before"
