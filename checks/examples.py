@@ -21,22 +21,20 @@ class SchedulerDisaggregationPrefillMixin:
 {stamp}            self.disagg_prefill_inflight_queue.append(req)
 {helper}
     def process_disagg_prefill_inflight_queue(self):
-        if len(self.disagg_prefill_inflight_queue) == 0:
+        if not self.disagg_prefill_inflight_queue:
             return []
-{before}        polls = poll_and_all_reduce(
-            [req.disagg_kv_sender for req in self.disagg_prefill_inflight_queue],
-            self.attn_tp_cpu_group,
-        )
-        done_reqs, undone_reqs = [], []
-        for req, poll in zip(self.disagg_prefill_inflight_queue, polls):
-{after}            if poll in [KVPoll.WaitingForInput, KVPoll.Transferring]:
-{keep}                undone_reqs.append(req)
-            elif poll == KVPoll.Success:
-                done_reqs.append(req)
-            elif poll == KVPoll.Failed:
-                done_reqs.append(req)
-        self.disagg_prefill_inflight_queue = undone_reqs
-        return done_reqs
+{before}        senders = [r.disagg_kv_sender for r in self.disagg_prefill_inflight_queue]
+        states = poll_and_all_reduce(senders, self.tp_cpu_group)
+        finished = []
+        waiting = []
+        # each rank takes the branch the reduced state picks
+        for req, state in zip(self.disagg_prefill_inflight_queue, states):
+{after}            if state in (KVPoll.WaitingForInput, KVPoll.Transferring):
+{keep}                waiting.append(req)
+            elif state in (KVPoll.Success, KVPoll.Failed):
+                finished.append(req)
+        self.disagg_prefill_inflight_queue = waiting
+        return finished
 """
 
 # The stamp where requests enter the inflight queue: at every entry, so that a request that

@@ -26,7 +26,8 @@ Why is this bad
     others with success, for the same request.
 
 Example
-    ``if now - req.entered_at > TIMEOUT: poll = KVPoll.Failed`` inside the loop over ``polls``.
+    ``if now - req.entered_at > TIMEOUT: state = KVPoll.Failed`` in the loop over the reduced
+    states.
     Under PP, a helper that skips only ``req.rid in rids_to_check`` before it aborts overdue
     senders: it also needs ``if req.disagg_kv_sender.poll() in (KVPoll.Success,
     KVPoll.Failed): continue``.
@@ -44,28 +45,30 @@ from .inflight import FUNCTION
 from .model import PREFILL, Finding, Invalid, Rule
 from .project import Project
 
-# A release whose senders all report Failed once aborted, and one where NIXL's does not.
+# Senders that all report Failed once aborted; then one more whose poll() never looks.
 HONOURING_SENDERS = """\
 class BaseKVSender:
     def abort(self):
+        # an aborted sender answers Failed from then on
         self.conclude_state = KVPoll.Failed
 
 
-class MooncakeKVSender(BaseKVSender):
+class LedgerKVSender(BaseKVSender):
     def poll(self):
         if self.conclude_state is not None:
             return self.conclude_state
-        return self.kv_mgr.check_status(self.bootstrap_room)
+        return self.kv_mgr.check_status(self.room)
 """
 IGNORING_SENDERS = (
     HONOURING_SENDERS
     + """
 
-class NixlKVSender(BaseKVSender):
+class SpoolKVSender(BaseKVSender):
     def poll(self):
-        if not self.has_sent:
-            return self.kv_mgr.check_status(self.bootstrap_room)
-        return KVPoll.Success if self.done() else KVPoll.WaitingForInput
+        if not self.transfers:
+            return self.kv_mgr.check_status(self.room)
+        done = self.kv_mgr.finished(self.transfers)
+        return KVPoll.Success if done else KVPoll.Transferring
 """
 )
 CONN = "sglang/srt/disaggregation/base/conn.py"
@@ -75,7 +78,7 @@ PIN_POLL = HELPER.replace(
 
 AFTER_REDUCE = """\
             if time.monotonic() - req.entered_at > TIMEOUT:
-                poll = KVPoll.Failed
+                state = KVPoll.Failed
 """
 DROP_BEFORE_REDUCE = """\
         for req in list(self.disagg_prefill_inflight_queue):
@@ -191,7 +194,7 @@ class DeadlinePerRank(Rule):
                     22,
                     17,
                     "inflight deadline sets `poll` on a sender instance, skipping poll()'s own "
-                    "bookkeeping: make NixlKVSender.poll() report Failed once aborted (the "
+                    "bookkeeping: make SpoolKVSender.poll() report Failed once aborted (the "
                     "sender-abort fix) and call abort()",
                 )
             ],

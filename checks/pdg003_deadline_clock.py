@@ -43,7 +43,7 @@ SEND_BACK_CLEARING_STAMP = SEND_BACK.replace(
 # not count its parked time.
 PARKED_KEEP = """\
             if req.pending_bootstrap:
-                undone_reqs.append(req)
+                waiting.append(req)
                 continue
 """
 SKIPS_PARKED = HELPER.replace(

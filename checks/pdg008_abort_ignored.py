@@ -33,16 +33,17 @@ class BaseKVSender:
     pass
 
 
-class CommonKVSender(BaseKVSender):
+class SharedKVSender(BaseKVSender):
     def abort(self):
+        # remembered for poll(), which must report it
         self.conclude_state = KVPoll.Failed
 """
 _QUILL = """\
 from sglang.srt.disaggregation.base.conn import KVPoll
-from sglang.srt.disaggregation.common.conn import CommonKVSender
+from sglang.srt.disaggregation.common.conn import SharedKVSender
 
 
-class QuillKVSender(CommonKVSender):
+class QuillKVSender(SharedKVSender):
     def __init__(self, mgr, room):
         self.kv_mgr = mgr
         self.room = room
@@ -98,7 +99,7 @@ class AbortIgnored(Rule):
                     12,
                     5,
                     "QuillKVSender.poll() does not report Failed once abort() has run (it "
-                    "never returns the state CommonKVSender.abort() concludes), and the inflight "
+                    "never returns the state SharedKVSender.abort() concludes), and the inflight "
                     "deadline fails senders with abort() (line 21): its requests can wait forever",
                     _QUILL_PATH,
                 )
@@ -108,7 +109,7 @@ class AbortIgnored(Rule):
             _tree(
                 _QUILL.format(init=_INIT_STATE, first=_FIRST),
                 base="class BaseKVSender:\n"
-                "    pass\n\n\nclass CommonKVSender(BaseKVSender):\n    pass\n",
+                "    pass\n\n\nclass SharedKVSender(BaseKVSender):\n    pass\n",
             ),
             [
                 (
@@ -131,7 +132,7 @@ class AbortIgnored(Rule):
                     12,
                     5,
                     "QuillKVSender.poll() does not report Failed once abort() has run (it "
-                    "never returns the state CommonKVSender.abort() concludes), and the inflight "
+                    "never returns the state SharedKVSender.abort() concludes), and the inflight "
                     "deadline fails senders with abort() (line 21): its requests can wait forever",
                     _QUILL_PATH,
                 )

@@ -49,23 +49,23 @@ _EXPIRE = """
 
 _INFLIGHT = """
     def {function}(self):
-        if len(self.disagg_prefill_inflight_queue) == 0:
+        if not self.disagg_prefill_inflight_queue:
             return []
-{before}        polls = poll_and_all_reduce(
-            [req.disagg_kv_sender for req in self.disagg_prefill_inflight_queue],
-            self.attn_tp_cpu_group,
+{before}        reduced = poll_and_all_reduce(
+            [r.disagg_kv_sender for r in self.disagg_prefill_inflight_queue],
+            self.tp_cpu_group,
         )
-        done_reqs, undone_reqs = [], []
-        for req, poll in zip(self.disagg_prefill_inflight_queue, polls):
-            if poll in [KVPoll.WaitingForInput, KVPoll.Transferring]:
-                undone_reqs.append(req)
-            elif poll == KVPoll.Success:
-                done_reqs.append(req)
+        kept, ended = [], []
+        for req, state in zip(self.disagg_prefill_inflight_queue, reduced):
+            if state == KVPoll.Success:
+                ended.append(req)
             elif {failed_test}:
                 req.disagg_kv_sender.abort()
-                done_reqs.append(req)
-        self.disagg_prefill_inflight_queue = undone_reqs
-        return done_reqs
+                ended.append(req)
+            else:
+                kept.append(req)
+        self.disagg_prefill_inflight_queue = kept
+        return ended
 """
 
 # Stamped once: a request that is handed back keeps its first stamp (correct wherever nothing
@@ -88,7 +88,7 @@ def prefill(
     attr: str = "entered_at",
     function: str = "process_disagg_prefill_inflight_queue",
     before: str = CALL_EXPIRE,
-    failed_test: str = "poll == KVPoll.Failed",
+    failed_test: str = "state == KVPoll.Failed",
     extra: str = "",
 ) -> str:
     """A prefill.py whose holes are filled; the defaults give a correct deadline."""
@@ -112,11 +112,8 @@ def _enter(body: str) -> str:
 
 _BASE = """\
 class KVPoll:
-    Failed = 0
-    Bootstrapping = 1
-    WaitingForInput = 2
-    Transferring = 3
-    Success = 4
+    # the all-reduce keeps the lowest state over the ranks
+    Failed, Bootstrapping, WaitingForInput, Transferring, Success = range(5)
 
 
 class BaseKVSender:
@@ -125,17 +122,17 @@ class BaseKVSender:
     def abort(self): ...
 """
 
-# A fork's stand-in backend: Bootstrapping until init() is called, then Success. Its
-# ``init_time`` is a state flag that drives poll(), not a clock.
+# A fork's stand-in backend: Bootstrapping until init() is called, then Transferring until its
+# manager has sent the room. Its ``init_time`` is a state flag that drives poll(), not a clock.
 _STATE_FLAG_SENDER = """\
 from sglang.srt.disaggregation.base.conn import BaseKVSender, KVPoll
 
 
-class CommonKVSender(BaseKVSender):
-    def __init__(self, mgr, bootstrap_addr, bootstrap_room):
+class StubKVSender(BaseKVSender):
+    def __init__(self, mgr, bootstrap_addr, room):
+        self.bootstrap_room = room
         self.kv_mgr = mgr
-        self.bootstrap_room = bootstrap_room
-        self.init_time = None
+        self.init_time = None  # set by init(): a flag, not a time
 
     def init(self, num_kv_indices, aux_index=None):
         self.init_time = num_kv_indices
@@ -143,7 +140,8 @@ class CommonKVSender(BaseKVSender):
     def poll(self):
         if self.init_time is None:
             return KVPoll.Bootstrapping
-        return KVPoll.Success
+        sent = self.kv_mgr.sent(self.bootstrap_room)
+        return KVPoll.Success if sent else KVPoll.Transferring
 """
 
 # A sender whose poll() reads the manager through an ``or``.
@@ -154,22 +152,23 @@ from sglang.srt.disaggregation.base.conn import BaseKVSender, KVPoll
 
 
 class ForkKVSender(BaseKVSender):
-    def __init__(self, mgr, bootstrap_addr, bootstrap_room):
+    def __init__(self, mgr, bootstrap_addr, room):
         self.kv_mgr = mgr
-        self.bootstrap_room = bootstrap_room
+        self.bootstrap_room = room
         self.conclude_state = None
         self.init_time = time.time()
-        self.kv_mgr.update_status(bootstrap_room, KVPoll.Bootstrapping)
-
-    def poll(self):
-        status = self.conclude_state or self.kv_mgr.check_status(self.bootstrap_room)
-        if status == KVPoll.Bootstrapping:
-            if time.time() - self.init_time > self.kv_mgr.bootstrap_timeout:
-                return KVPoll.Failed
-        return status
+        self.kv_mgr.update_status(room, KVPoll.Bootstrapping)
 
     def abort(self):
         self.kv_mgr.update_status(self.bootstrap_room, KVPoll.Failed)
+
+    def poll(self):
+        status = self.conclude_state or self.kv_mgr.check_status(self.bootstrap_room)
+        if status != KVPoll.Bootstrapping:
+            return status
+        if time.time() - self.init_time > self.kv_mgr.bootstrap_timeout:
+            return KVPoll.Failed
+        return status
 """
 
 
@@ -223,12 +222,12 @@ CASES: tuple[Case, ...] = (
     ),
     _case(
         "failed-or-abort",
-        prefill(failed_test="poll == KVPoll.Failed or req.to_abort"),
+        prefill(failed_test="state == KVPoll.Failed or req.to_abort"),
         why="a fork's Failed branch that also takes aborted requests",
     ),
     _case(
         "failed-in-tuple",
-        prefill(failed_test="poll in (KVPoll.Failed,)"),
+        prefill(failed_test="state in (KVPoll.Failed,)"),
     ),
     _case(
         "perf-counter-alias",
@@ -314,8 +313,8 @@ CASES: tuple[Case, ...] = (
             before="",
             extra="",
         ).replace(
-            "        done_reqs, undone_reqs = [], []\n",
-            "        self._expire_inflight()\n        done_reqs, undone_reqs = [], []\n",
+            "        kept, ended = [], []\n",
+            "        self._expire_inflight()\n        kept, ended = [], []\n",
         ),
         "PDG001,PDG002",
     ),

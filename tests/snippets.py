@@ -39,22 +39,20 @@ class SchedulerDisaggregationPrefillMixin:
             self.disagg_prefill_inflight_queue.append(req)
 
     def process_disagg_prefill_inflight_queue(self) -> List:
-        if len(self.disagg_prefill_inflight_queue) == 0:
+        if not self.disagg_prefill_inflight_queue:
             return []
 
-        done_reqs = []
-        polls = poll_and_all_reduce(
-            [req.disagg_kv_sender for req in self.disagg_prefill_inflight_queue],
-            self.attn_tp_cpu_group,
-        )
+        handed_off = []
+        senders = [req.disagg_kv_sender for req in self.disagg_prefill_inflight_queue]
+        states = poll_and_all_reduce(senders, self.tp_cpu_group)
 
-        undone_reqs = []
-        for req, poll in zip(self.disagg_prefill_inflight_queue, polls):
-            if poll in [KVPoll.WaitingForInput, KVPoll.Transferring]:
-                undone_reqs.append(req)
-            elif poll == KVPoll.Success:
-                done_reqs.append(req)
-            elif poll == KVPoll.Failed:
+        pending = []
+        for req, state in zip(self.disagg_prefill_inflight_queue, states):
+            if state == KVPoll.Success:
+                handed_off.append(req)
+            elif state in (KVPoll.WaitingForInput, KVPoll.Transferring):
+                pending.append(req)
+            elif state == KVPoll.Failed:
 '''
 
 FAILED_RAISES = """\
@@ -62,13 +60,13 @@ FAILED_RAISES = """\
 """
 
 FAILED_CLEANS_UP = """\
-                done_reqs.append(req)
+                handed_off.append(req)
 """
 
 PREFILL_TAIL = """\
 
-        self.disagg_prefill_inflight_queue = undone_reqs
-        return done_reqs
+        self.disagg_prefill_inflight_queue = pending
+        return handed_off
 """
 
 CONN = '''\
@@ -76,11 +74,8 @@ CONN = '''\
 
 
 class KVPoll:
-    Failed = 0
-    Bootstrapping = 1
-    WaitingForInput = 2
-    Transferring = 3
-    Success = 4
+    # the all-reduce keeps the lowest: one rank's Failed fails the request on every rank
+    Failed, Bootstrapping, WaitingForInput, Transferring, Success = range(5)
 
 
 class BaseKVSender:
@@ -92,11 +87,18 @@ class BaseKVSender:
         self.conclude_state = KVPoll.Failed
 
 
-class FakeKVSender(BaseKVSender):
+class LoopbackKVSender(BaseKVSender):
+    """Never bootstraps: it waits for its KV indices, then transfers until aborted."""
+
+    sent = False
+
+    def send(self, kv_indices):
+        self.sent = True
+
     def poll(self):
         if self.conclude_state is not None:
             return self.conclude_state
-        return KVPoll.WaitingForInput
+        return KVPoll.Transferring if self.sent else KVPoll.WaitingForInput
 '''
 
 VERSION_PY = f'__version__ = "{VERSION}"\n'
@@ -145,12 +147,12 @@ def make_tree(
 
 # -- keep sites: where make_tree's inflight loop keeps a request for another step --------------
 
-KEEP = "undone_reqs.append(req)"
+KEEP = "pending.append(req)"
 # A second keep site: requests in an unexpected poll state are kept too.
 SECOND_KEEP = """\
-                done_reqs.append(req)
+                handed_off.append(req)
             else:
-                undone_reqs.append(req)
+                pending.append(req)
 """
 
 
@@ -163,8 +165,8 @@ def keep_sites(root: Path) -> list[tuple[int, int]]:
 def add_second_keep_site(root: Path) -> Path:
     prefill = root / PREFILL_REL
     text = prefill.read_text()
-    assert text.count("                done_reqs.append(req)\n") == 2
-    head, _, tail = text.rpartition("                done_reqs.append(req)\n")
+    assert text.count("                handed_off.append(req)\n") == 2
+    head, _, tail = text.rpartition("                handed_off.append(req)\n")
     prefill.write_text(head + SECOND_KEEP + tail)
     assert len(keep_sites(root)) == 2
     return root
@@ -245,15 +247,13 @@ NIXL_VIA_HELPER = """
             self.init_time = time.time()
 
         def poll(self):
-            return self._poll_with_status(self.kv_mgr.check_status)
+            return self._status_within_deadline(self.kv_mgr.check_status)
 
-        def _poll_with_status(self, check_status):
-            status = check_status(self.bootstrap_room)
-            if status == KVPoll.Bootstrapping:
-                timeout_result = self._check_bootstrap_timeout()
-                if timeout_result is not None:
-                    return timeout_result
-            return status
+        def _status_within_deadline(self, read_status):
+            current = read_status(self.bootstrap_room)
+            if current != KVPoll.Bootstrapping:
+                return current
+            return self._check_bootstrap_timeout() or current
 """
 
 # A sender that never reports Bootstrapping (like NIXL in 0.4.6).
@@ -263,12 +263,10 @@ NIXL_NEVER_BOOTSTRAPS = """
 
     class NixlKVSender(BaseKVSender):
         def __init__(self, mgr, room):
-            self.has_sent = False
+            self.transferred = False
 
         def poll(self):
-            if not self.has_sent:
-                return KVPoll.WaitingForInput
-            return KVPoll.Success
+            return KVPoll.Success if self.transferred else KVPoll.WaitingForInput
 """
 
 
@@ -306,7 +304,9 @@ class PrefillBootstrapQueue:
     def pop_bootstrapped(self):
         if not self.queue:
             return []
-        polls = poll_and_all_reduce([r.disagg_kv_sender for r in self.queue], self.gloo_group)
+        polls = poll_and_all_reduce(
+            [r.disagg_kv_sender for r in self.queue], self.gloo_group
+        )
         ready = [r for r, p in zip(self.queue, polls) if p == KVPoll.WaitingForInput]
         self.queue = [r for r in self.queue if r not in ready]
         return ready
@@ -316,26 +316,26 @@ class SchedulerDisaggregationPrefillMixin:
     def process_batch_result_disagg_prefill(self, batch, result):
         for req in batch.reqs:
             self.tree_cache.cache_unfinished_req(req)
+            self.send_kv_chunk(req, True)
             self.disagg_prefill_inflight_queue.append(req)
-            self.send_kv_chunk(req, last_chunk=True)
 
     def process_disagg_prefill_inflight_queue(self):
+        senders = [req.disagg_kv_sender for req in self.disagg_prefill_inflight_queue]
         polls = poll_and_all_reduce(
-            [req.disagg_kv_sender for req in self.disagg_prefill_inflight_queue],
+            senders,
             self.attn_tp_cpu_group,
         )
         undone, done = [], []
         for req, poll in zip(self.disagg_prefill_inflight_queue, polls):
-            if poll in (KVPoll.WaitingForInput, KVPoll.Transferring):
+            if poll not in (KVPoll.Success, KVPoll.Failed):
                 undone.append(req)
-            elif poll == KVPoll.Success:
-                self.tree_cache.cache_finished_req(req)
+                continue
+            self.tree_cache.cache_finished_req(req)
+            if poll == KVPoll.Failed:
+                prepare_abort(req, "KV transfer to the decode side failed")
+            else:
                 req.finished_reason = FINISH_LENGTH(length=0)
-                done.append(req)
-            elif poll == KVPoll.Failed:
-                self.tree_cache.cache_finished_req(req)
-                prepare_abort(req, "transfer failed")
-                done.append(req)
+            done.append(req)
         self.stream_output(done, False)
         self.disagg_prefill_inflight_queue = undone
 

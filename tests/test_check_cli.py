@@ -1,7 +1,7 @@
 """``pdguard check`` end to end, in-process, on the hand-written trees of tests/snippets.py.
 
 ``make_tree`` has no inflight deadline, so ``check`` reports PDG001 at its keep site (the
-``undone_reqs.append(req)`` of the inflight loop); after ``pdguard apply`` it is clean. Every
+``pending.append(req)`` of the inflight loop); after ``pdguard apply`` it is clean. Every
 test runs from ``tmp_path`` (``monkeypatch.chdir``, as the ``tree`` fixture of tests/conftest.py
 does), so the reported paths start with ``tree/``.
 """
@@ -188,8 +188,8 @@ def test_prefill_with_a_syntax_error(tree: Path, capsys, select: list[str]) -> N
     """Whatever rules are selected: a file the rules read that does not parse is an error."""
     prefill = tree / PREFILL_REL
     lines = prefill.read_text().splitlines(keepends=True)
-    broken = next(n for n, line in enumerate(lines, 1) if "done_reqs = []" in line)
-    lines[broken - 1] = lines[broken - 1].replace("done_reqs = []", "done_reqs = [")
+    broken = next(n for n, line in enumerate(lines, 1) if "handed_off = []" in line)
+    lines[broken - 1] = lines[broken - 1].replace("handed_off = []", "handed_off = [")
     prefill.write_text("".join(lines))
     code, out, err = run(capsys, "tree", *select)
     assert (code, out) == (2, "")

@@ -30,7 +30,7 @@ INFLIGHT = "inflight-deadline"
 SENDER = "sender-bootstrap-timeout"
 # The decode fixes (issue 11): the test tree has no KV receiver and no decode queue.
 DECODE_NA = {"receiver-waiting-timeout": "not-applicable", "decode-queue-bound": "not-applicable"}
-ABORT_HONOURED = {"sender-abort": "upstream"}  # the snippet's FakeKVSender honours abort()
+ABORT_HONOURED = {"sender-abort": "upstream"}  # the snippet's LoopbackKVSender honours abort()
 BOM = b"\xef\xbb\xbf"
 
 

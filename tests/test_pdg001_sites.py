@@ -27,28 +27,27 @@ def test_invalid_examples_name_their_keep_site(n: int) -> None:
 SNIPPET = """\
 class SchedulerDisaggregationPrefillMixin:
     def process_disagg_prefill_inflight_queue(self, rids_to_check=None):
-        done_reqs, undone_reqs = [], []
-        polls = poll_and_all_reduce(
-            [req.disagg_kv_sender for req in self.disagg_prefill_inflight_queue], self.gloo
-        )
-        for req, poll in zip(self.disagg_prefill_inflight_queue, polls):
+        senders = [r.disagg_kv_sender for r in self.disagg_prefill_inflight_queue]
+        states = poll_and_all_reduce(senders, self.stage_group)
+        carry_over, released = [], []
+        for req, state in zip(self.disagg_prefill_inflight_queue, states):
             if rids_to_check is not None:
+                # under PP, only what every stage reported may leave
                 if req.rid not in rids_to_check:
-                    undone_reqs.append(req)
+                    carry_over.append(req)
                     continue
             if req.pending_bootstrap:
-                if poll == KVPoll.Bootstrapping:
-                    undone_reqs.append(req)
+                # parked: prefill done, the bootstrap still running
+                if state == KVPoll.Bootstrapping:
+                    carry_over.append(req)
                 continue
-            if poll in [KVPoll.WaitingForInput, KVPoll.Transferring]:
-                undone_reqs.append(req)
-            elif poll == KVPoll.Success:
-                done_reqs.append(req)
-            elif poll == KVPoll.Failed:
-                done_reqs.append(req)
+            if state in (KVPoll.WaitingForInput, KVPoll.Transferring):
+                carry_over.append(req)
+            elif state in (KVPoll.Success, KVPoll.Failed):
+                released.append(req)
             else:
-                undone_reqs.append(req)
-        self.disagg_prefill_inflight_queue = undone_reqs
+                carry_over.append(req)
+        self.disagg_prefill_inflight_queue = carry_over
 """
 
 
