@@ -216,17 +216,17 @@ EARLY_RETURN = """
 
     class SluiceKVSender(BaseKVSender):
         def __init__(self, mgr, room):
-            self.kv_mgr = mgr
-            self.room = room
+            self.kv_mgr, self.room = mgr, room
             self.conclude_state = None
-
-        def abort(self):
-            self.conclude_state = KVPoll.Failed
 
         def poll(self):
             if self.conclude_state is None:
                 return self.kv_mgr.check_status(self.room)
             return self.conclude_state
+
+        def abort(self):
+            self.kv_mgr.forget(self.room)
+            self.conclude_state = KVPoll.Failed
 
 
     class WeirKVSender(SluiceKVSender):
