@@ -226,9 +226,7 @@ class ClassIndex:
             for n in poll_nodes
         )
         returns_bootstrapping = any(
-            isinstance(n, ast.Return)
-            and isinstance(n.value, ast.Attribute)
-            and n.value.attr == "Bootstrapping"
+            isinstance(n, ast.Return) and "Bootstrapping" in _poll_states(n.value, owner=None)
             for n in poll_nodes
         )
         sets_bootstrapping = any(
@@ -541,24 +539,39 @@ def _elapsed_checked(nodes: list[ast.AST]) -> bool:
     return False
 
 
+def _poll_states(expr: ast.expr | None, owner: str | None = "KVPoll") -> set[str]:
+    """The poll states ``expr`` can evaluate to, as far as it names them: ``KVPoll.X`` (any
+    ``<name>.X`` with ``owner`` None), and either side of ``A if test else B``."""
+    if isinstance(expr, ast.IfExp):
+        return _poll_states(expr.body, owner) | _poll_states(expr.orelse, owner)
+    if isinstance(expr, ast.Attribute) and (
+        owner is None or (isinstance(expr.value, ast.Name) and expr.value.id == owner)
+    ):
+        return {expr.attr}
+    return set()
+
+
 def _init_time_flag(nodes: list[ast.AST]) -> int:
-    """The line of an ``if`` on ``init_time`` (no clock in its test) whose own branch returns
-    a poll state other than Failed: ``init_time`` then decides what poll() reports."""
+    """The line of an ``if`` (or a conditional expression) on ``init_time``, no clock in its
+    test, whose own branch returns a poll state other than Failed: ``init_time`` then decides
+    what poll() reports."""
+
+    def flag_test(test: ast.expr) -> bool:
+        read = list(walk(test))
+        return any(_reads_init_time(n) for n in read) and not any(_is_clock_call(n) for n in read)
+
     for node in nodes:
-        if not isinstance(node, ast.If):
-            continue
-        test = list(walk(node.test))
-        if not any(_reads_init_time(n) for n in test) or any(_is_clock_call(n) for n in test):
-            continue
-        for stmt in [*node.body, *node.orelse]:
-            if (
-                isinstance(stmt, ast.Return)
-                and isinstance(stmt.value, ast.Attribute)
-                and stmt.value.attr != "Failed"
-                and isinstance(stmt.value.value, ast.Name)
-                and stmt.value.value.id == "KVPoll"
-            ):
-                return node.lineno
+        if isinstance(node, ast.If) and flag_test(node.test):
+            for stmt in [*node.body, *node.orelse]:
+                if isinstance(stmt, ast.Return) and _poll_states(stmt.value) - {"Failed"}:
+                    return node.lineno
+        if (
+            isinstance(node, ast.Return)
+            and isinstance(node.value, ast.IfExp)
+            and flag_test(node.value.test)
+            and _poll_states(node.value) - {"Failed"}
+        ):
+            return node.lineno
     return 0
 
 

@@ -144,6 +144,22 @@ class StubKVSender(BaseKVSender):
         return KVPoll.Success if sent else KVPoll.Transferring
 """
 
+# The same flag, read in one conditional expression.
+_STATE_FLAG_ONE_LINE = _STATE_FLAG_SENDER.replace(
+    """        if self.init_time is None:
+            return KVPoll.Bootstrapping
+        sent = self.kv_mgr.sent(self.bootstrap_room)
+        return KVPoll.Success if sent else KVPoll.Transferring
+""",
+    """        started = self.init_time is not None
+        return self._progress() if started else KVPoll.Bootstrapping
+
+    def _progress(self):
+        return KVPoll.Success if self.kv_mgr.sent(self.bootstrap_room) else KVPoll.Transferring
+""",
+)
+assert _STATE_FLAG_ONE_LINE != _STATE_FLAG_SENDER
+
 # A sender whose poll() reads the manager through an ``or``.
 _OR_POLL_SENDER = """\
 import time
@@ -306,6 +322,13 @@ CASES: tuple[Case, ...] = (
         "PDG004",
         why="init_time is a state flag driving poll(), not a clock: no timeout can fire",
         **{BACKEND_CONN: _STATE_FLAG_SENDER},
+    ),
+    _case(
+        "state-flag-init-time-one-line",
+        prefill(),
+        "PDG004",
+        why="the same flag, read in a conditional expression (through a local)",
+        **{BACKEND_CONN: _STATE_FLAG_ONE_LINE},
     ),
     _case(
         "deadline-after-all-reduce",
