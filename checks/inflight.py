@@ -203,9 +203,15 @@ class _Scope:
         return is_clock(node, self.clocks, self.clock_vars)
 
     def stamp_read(self, node: ast.AST) -> tuple[str, bool] | None:
-        """``req.attr`` / ``getattr(req, "attr", ...)`` / a name holding one: (attr, via_sender)."""
+        """``req.attr`` / ``getattr(req, "attr", ...)`` / a name holding one: (attr, via_sender);
+        or a stamp the scheduler keeps by request (``keyed_stamp``)."""
         if isinstance(node, ast.Name):
             return self.reads.get(node.id)
+        keyed = keyed_stamp(node)
+        if keyed is not None and (
+            not isinstance(node, ast.Subscript) or isinstance(node.ctx, ast.Load)
+        ):
+            return keyed, False
         if isinstance(node, ast.Attribute) and isinstance(node.ctx, ast.Load):
             if isinstance(node.value, ast.Name) and node.value.id == "self":
                 return None  # scheduler state, not something stamped on a request
@@ -594,6 +600,13 @@ def _stamps_in(
                         for n in walk(node.value)
                     )
                     return Stamp(target.attr, node.lineno, node.col_offset, guarded)
+                keyed = keyed_stamp(target, req)
+                if keyed is not None and is_clock(node.value, index.clocks):
+                    assert isinstance(target, ast.Subscript)  # keyed_stamp's shape
+                    holder = target.value
+                    assert isinstance(holder, ast.Attribute)
+                    guarded = _guarded(stmt, node, holder.attr)
+                    return Stamp(keyed, node.lineno, node.col_offset, guarded)
         if isinstance(node, ast.Call) and depth < 2 and isinstance(req, str):
             # A helper that stamps its argument: self._stamp(req)
             for callee in index.self_calls(node):
@@ -606,6 +619,50 @@ def _stamps_in(
                         if found is not None:
                             return found
     return None
+
+
+def keyed_stamp(node: ast.AST, req: str | ast.expr | None = None) -> str | None:
+    """A stamp kept by the scheduler rather than on the request: ``self.<map>[<key>]``, or
+    ``self.<map>.get(<key>, ...)``, where the key is an attribute of the request
+    (``req.rid``), the request itself, or ``id(req)`` (of ``req``, when given). Its name in
+    the model is ``self.<map>[<attr>]`` (``[]`` for the request, ``[id]`` for its id), so the
+    stamp and the deadline's read of it meet as an attribute stamp does."""
+    if isinstance(node, ast.Subscript):
+        holder, key = node.value, node.slice
+    elif (
+        isinstance(node, ast.Call)
+        and isinstance(node.func, ast.Attribute)
+        and node.func.attr == "get"
+        and node.args
+    ):
+        holder, key = node.func.value, node.args[0]
+    else:
+        return None
+    if not (
+        isinstance(holder, ast.Attribute)
+        and isinstance(holder.value, ast.Name)
+        and holder.value.id == "self"
+    ):
+        return None
+
+    def of_request(expr: ast.expr) -> bool:
+        return isinstance(expr, ast.Name) if req is None else _is_request(expr, req)
+
+    if isinstance(key, ast.Attribute) and of_request(key.value):
+        part = key.attr
+    elif of_request(key):
+        part = ""
+    elif (
+        isinstance(key, ast.Call)
+        and isinstance(key.func, ast.Name)
+        and key.func.id == "id"
+        and len(key.args) == 1
+        and of_request(key.args[0])
+    ):
+        part = "id"
+    else:
+        return None
+    return f"self.{holder.attr}[{part}]"
 
 
 def _is_request(node: ast.AST, req: str | ast.expr) -> bool:
@@ -1101,6 +1158,9 @@ def _restamps(function: ast.FunctionDef, scope: _Scope) -> list[Stamp]:
             for target in node.targets:
                 if isinstance(target, ast.Attribute) and isinstance(target.value, ast.Name):
                     restamps.append(Stamp(target.attr, node.lineno, node.col_offset, False))
+                keyed = keyed_stamp(target)
+                if keyed is not None:
+                    restamps.append(Stamp(keyed, node.lineno, node.col_offset, False))
     return restamps
 
 

@@ -77,6 +77,11 @@ STAMP_BEFORE = """\
 STAMP_AFTER = STAMP_BEFORE
 CALL_EXPIRE = "        self._expire_inflight()\n"
 
+# The stamp kept by the scheduler in a map by request id, not on the request.
+STAMP_BY_RID = "            self.handed_over_at[req.rid] = time.monotonic()\n"
+_READ_ATTR = "now - req.entered_at > INFLIGHT_TIMEOUT"
+READ_BY_RID = "now - self.handed_over_at.get(req.rid, now) > INFLIGHT_TIMEOUT"
+
 
 def prefill(
     *,
@@ -329,6 +334,31 @@ CASES: tuple[Case, ...] = (
         "PDG004",
         why="the same flag, read in a conditional expression (through a local)",
         **{BACKEND_CONN: _STATE_FLAG_ONE_LINE},
+    ),
+    _case(
+        "stamp-by-rid",
+        prefill(stamp_before=STAMP_BY_RID).replace(_READ_ATTR, READ_BY_RID),
+        why="the stamp lives in the scheduler's map by rid, and the deadline reads it there",
+    ),
+    _case(
+        "stamp-by-rid-read-elsewhere",
+        prefill(stamp_before=STAMP_BY_RID).replace(
+            _READ_ATTR, READ_BY_RID.replace("handed_over_at", "queued_at")
+        ),
+        "PDG001",
+        why="the deadline reads another map than the one stamped: it never fires",
+    ),
+    _case(
+        "stamp-by-rid-restamped",
+        prefill(stamp_before=STAMP_BY_RID)
+        .replace(_READ_ATTR, READ_BY_RID)
+        .replace(
+            "                kept.append(req)\n",
+            "                self.handed_over_at[req.rid] = time.monotonic()\n"
+            "                kept.append(req)\n",
+        ),
+        "PDG003",
+        why="the map's stamp is renewed on every step the request waits: the deadline restarts",
     ),
     _case(
         "deadline-after-all-reduce",
