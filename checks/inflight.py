@@ -136,6 +136,14 @@ class DeadlineCheck:
     # stage gives it: ``if rids_to_check is not None: continue`` before it, or under ``if
     # rids_to_check is None:``.
     skipped_under_pp: bool = False
+    # Which requests of the queue the check reaches: "" for every one (a loop over the whole
+    # queue, or a helper called in one), else what it loops over: a part of the queue
+    # (``queue[1:]``, ``range(len(queue) - 1)``; ``partial``) or something pdguard cannot
+    # tell covers the queue (a ``while`` loop, another list, no loop).
+    reaches: str = ""
+    partial: bool = False
+    # The rank test the failure is behind (``self.tp_rank == 0``), if it runs on some ranks only.
+    rank_gate: str = ""
 
 
 @dataclass
@@ -169,7 +177,12 @@ class InflightModel:
         return [
             c
             for c in self.checks
-            if c.position == "before" and c.fails_sender and not c.via_sender and c.attr in stamped
+            if c.position == "before"
+            and c.fails_sender
+            and not c.via_sender
+            and c.attr in stamped
+            and not c.reaches
+            and not c.rank_gate
         ]
 
 
@@ -340,11 +353,15 @@ def _checks_in(
     seen: set[str],
     pp_names: frozenset[str] = frozenset({PP_CONSENSUS_PARAM}),
     pp_skipped: bool = False,
+    outer: tuple[str, bool] | None = None,
+    gated: str = "",
 ) -> list[DeadlineCheck]:
     """Deadline checks in ``region`` of ``function``, and in the methods it calls.
     ``pp_names``: the names that hold the PP consensus in ``function``; ``pp_skipped``: the
-    call that reached ``function`` does not run when it is given."""
+    call that reached ``function`` does not run when it is given; ``outer``: what the loop
+    around that call reaches (``_reach``), ``gated``: the rank test that call is behind."""
     scope = index.scope(function)
+    pp_names = pp_names | _aliases(function, pp_names)
     loops = [n for n in walk(region) if isinstance(n, ast.For | ast.While)]
     found = []
     for node in walk(region):
@@ -354,13 +371,21 @@ def _checks_in(
         if read is None:
             continue
         loop = next((lp for lp in loops if any(n is node for n in walk(lp))), region)
-        fails = _fails_sender(index, loop, scope, node)
+        actions = _failing_actions(index, loop, scope, node)
+        fails = bool(actions)
         check = DeadlineCheck(read[0], read[1], node.lineno, node.col_offset, function.name, fails)
+        check.reaches, check.partial = (
+            _reach(node, function, scope) or outer or ("no loop over the queue", False)
+        )
+        check.rank_gate = gated or _rank_gate(node, function)
+        if not check.rank_gate and actions:
+            gates = [_rank_gate(a, function) for a in actions]
+            check.rank_gate = gates[0] if all(gates) else ""
         check.sender_calls, check.poll_set_at = _sender_actions(loop, scope)
         check.minds_parked = any(
             isinstance(n, ast.Attribute) and n.attr == PARKED for n in walk(loop)
         )
-        check.minds_ended_poll = _spares_ended_transfers(loop, scope)
+        check.minds_ended_poll = _spares_ended_transfers(loop, scope, _unpassed(function, pp_names))
         check.skipped_under_pp = pp_skipped or _skipped_under_pp(node, function, pp_names)
         found.append(check)
     for call, callee in index.self_call_sites(region):
@@ -373,8 +398,164 @@ def _checks_in(
                 seen,
                 _passed_as(call, callee, pp_names),
                 pp_skipped or _skipped_under_pp(call, function, pp_names),
+                _reach(call, function, scope) or outer,
+                gated or _rank_gate(call, function),
             )
     return found
+
+
+def _aliases(function: ast.FunctionDef, names: frozenset[str]) -> frozenset[str]:
+    """Local names ``function`` binds to one of ``names`` (``agreed = rids_to_check``): they
+    hold the PP consensus too."""
+    return frozenset(
+        target.id
+        for node in walk(function)
+        if isinstance(node, ast.Assign)
+        and isinstance(node.value, ast.Name)
+        and node.value.id in names
+        for target in node.targets
+        if isinstance(target, ast.Name)
+    )
+
+
+def _unpassed(function: ast.FunctionDef, names: frozenset[str]) -> frozenset[str]:
+    """The parameters of ``function`` with a None default that the call reaching it does not
+    pass the PP consensus to (``self._expire()`` for ``def _expire(self, rids_to_check=None)``):
+    they are always None there, so a guard on them being given never runs. The inflight
+    function itself is called with the consensus."""
+    if function.name == FUNCTION:
+        return frozenset()
+    args = function.args
+    positional = [*args.posonlyargs, *args.args]
+    defaults = dict(zip([a.arg for a in positional][::-1], args.defaults[::-1], strict=False))
+    defaults |= {
+        a.arg: d for a, d in zip(args.kwonlyargs, args.kw_defaults, strict=True) if d is not None
+    }
+    return frozenset(
+        name
+        for name, default in defaults.items()
+        if isinstance(default, ast.Constant) and default.value is None and name not in names
+    )
+
+
+# Iterations over the whole of a list: ``list(q)``, ``enumerate(q)``, ``zip(q, polls)``.
+_WHOLE_READERS = frozenset({"list", "tuple", "reversed", "sorted", "enumerate", "iter", "zip"})
+
+
+def _reach(node: ast.AST, function: ast.FunctionDef, scope: _Scope) -> tuple[str, bool] | None:
+    """Which requests of the queue ``node`` (a deadline comparison, or a call of a helper that
+    may hold one) runs for, from the innermost loop around it in ``function``: ("", False) for
+    every one, (what it loops over, True) for a part of the queue, (what, False) when pdguard
+    cannot tell; None without a loop around it (then the loop around the call that reached
+    ``function`` decides, or, for a call, the callee's own loops)."""
+    parents = own_parents(function)
+    child: ast.AST = node
+    while child is not function and child in parents:
+        parent = parents[child]
+        if isinstance(parent, ast.For | ast.comprehension) and child is not parent.iter:
+            return _covers(parent.iter, scope)
+        if isinstance(parent, ast.ListComp | ast.SetComp | ast.GeneratorExp | ast.DictComp):
+            return _covers(parent.generators[0].iter, scope)
+        if isinstance(parent, ast.While):
+            return "a while loop", False
+        child = parent
+    return None
+
+
+def _covers(iterated: ast.expr, scope: _Scope, depth: int = 2) -> tuple[str, bool]:
+    """What a loop over ``iterated`` reaches of the queue (as ``_reach``): the queue itself, a
+    whole copy or enumeration of it (``list(q)``, ``q[:]``, ``enumerate(q)``, ``zip(q,
+    polls)``, ``range(len(q))``), a part of it (a slice with bounds, a ``range`` other than
+    ``range(len(q))``), or something else (a name is followed to what it was assigned)."""
+    text = f"`{ast.unparse(iterated)}`"
+    if _is_queue(iterated):
+        return "", False
+    if isinstance(iterated, ast.Name) and iterated.id in scope.values and depth:
+        found = _covers(scope.values[iterated.id], scope, depth - 1)
+        return (found[0] and text, found[1]) if found[0] else found
+    if isinstance(iterated, ast.Subscript) and _is_queue(iterated.value):
+        whole = (
+            isinstance(iterated.slice, ast.Slice)
+            and iterated.slice.upper is None
+            and iterated.slice.step is None
+            and (
+                iterated.slice.lower is None
+                or (
+                    isinstance(iterated.slice.lower, ast.Constant)
+                    and iterated.slice.lower.value == 0
+                )
+            )
+        )
+        return ("", False) if whole else (text, True)
+    if isinstance(iterated, ast.Call) and isinstance(iterated.func, ast.Name):
+        name, args = iterated.func.id, iterated.args
+        if name in _WHOLE_READERS and args and not iterated.keywords:
+            parts = [_covers(a, scope, depth) for a in (args if name == "zip" else args[:1])]
+            if name == "enumerate" and len(args) > 1:
+                return text, False
+            if any(p[1] for p in parts):
+                return text, True
+            if any(not p[0] for p in parts):
+                return "", False
+            return text, False
+        if name == "range" and any(_is_queue(n) for a in args for n in walk(a)):
+            counts = args[-1] if len(args) <= 2 else None
+            starts = len(args) == 1 or (
+                len(args) == 2 and isinstance(args[0], ast.Constant) and args[0].value == 0
+            )
+            whole = (
+                starts
+                and isinstance(counts, ast.Call)
+                and isinstance(counts.func, ast.Name)
+                and counts.func.id == "len"
+                and len(counts.args) == 1
+                and _is_queue(counts.args[0])
+            )
+            return ("", False) if whole else (text, True)
+    return text, False
+
+
+def _is_rank(node: ast.AST) -> bool:
+    """A rank's number or a test of it: ``self.tp_rank``, ``attn_tp_rank``,
+    ``get_tensor_model_parallel_rank()``, ``is_first_rank``."""
+    name = (
+        node.id
+        if isinstance(node, ast.Name)
+        else node.attr
+        if isinstance(node, ast.Attribute)
+        else ""
+    )
+    return name.endswith("rank") or "_rank_" in name
+
+
+def _rank_gate(node: ast.AST, function: ast.FunctionDef) -> str:
+    """The test on the rank that ``node`` (in ``function``) runs behind, if it does: under an
+    ``if`` (or its ``else``) whose test reads a rank, or after ``if <rank test>:
+    continue`` (``break``, ``return``, ``raise``) in a block around it. Ranks then act
+    differently on the same request."""
+    parents = own_parents(function)
+    child: ast.AST = node
+    while child is not function and child in parents:
+        parent = parents[child]
+        if (
+            isinstance(parent, ast.If | ast.While | ast.IfExp)
+            and child is not parent.test
+            and any(_is_rank(n) for n in walk(parent.test))
+        ):
+            return ast.unparse(parent.test)
+        for block in _blocks_of(parent):
+            if child in block:
+                for before in block[: block.index(child)]:
+                    if (
+                        isinstance(before, ast.If)
+                        and isinstance(
+                            before.body[-1], ast.Continue | ast.Return | ast.Break | ast.Raise
+                        )
+                        and any(_is_rank(n) for n in walk(before.test))
+                    ):
+                        return ast.unparse(before.test)
+        child = parent
+    return ""
 
 
 def _passed_as(call: ast.Call, callee: ast.FunctionDef, names: frozenset[str]) -> frozenset[str]:
@@ -455,11 +636,12 @@ def _is_none_test(test: ast.expr, names: frozenset[str], op: type[ast.cmpop]) ->
     )
 
 
-def _fails_sender(
+def _failing_actions(
     index: _ModuleIndex, region: ast.AST, scope: _Scope, compare: ast.Compare
-) -> bool:
-    """Does ``region`` (the loop around a deadline check) act on the request's sender, other than
-    polling it?"""
+) -> list[ast.AST]:
+    """Where ``region`` (the loop around a deadline check) acts on the request's sender, other
+    than polling it: calls on it, helpers that do, attributes set on it."""
+    found: list[ast.AST] = []
     for node in walk(region):
         if node is compare:
             continue
@@ -470,25 +652,32 @@ def _fails_sender(
                 and func.attr != "poll"
                 and scope.touches_sender(func.value)
             ):
-                return True
+                found.append(node)
+                continue
             if isinstance(func, ast.Name) and func.id.startswith(POLL_ALL_REDUCE_PREFIX):
                 continue
             for callee in index.self_calls(node):
                 if callee is not None and _mentions_sender(callee) and callee.name != FUNCTION:
-                    return True
+                    found.append(node)
+                    break
         if isinstance(node, ast.Assign):
             for target in node.targets:
                 if isinstance(target, ast.Attribute) and scope.touches_sender(target.value):
-                    return True
-    return False
+                    found.append(node)
+    return found
 
 
-def _spares_ended_transfers(region: ast.AST, scope: _Scope) -> bool:
+def _spares_ended_transfers(
+    region: ast.AST, scope: _Scope, unpassed: frozenset[str] = frozenset()
+) -> bool:
     """Does ``region`` (the loop around a deadline check) leave alone a request whose sender's
     own ``poll()`` says the transfer succeeded: ``if <poll> in (KVPoll.Success, ...):
     continue`` (or ``== KVPoll.Success``), or the failure only under ``if <poll> not in
     (KVPoll.Success, ...)`` (or ``!= KVPoll.Success``)? ``<poll>`` is a ``poll()`` call on the
-    request's sender, or a name assigned one."""
+    request's sender, or a name assigned one. A comprehension that keeps only requests whose
+    poll is not Success (``[r for r in q if ... and <poll> not in (KVPoll.Success, ...)]``)
+    spares them too. A test that also needs one of ``unpassed`` (parameters the consensus
+    never reaches, always None) to be given never holds, so spares nothing."""
     polled = {
         node.targets[0].id
         for node in walk(region)
@@ -498,7 +687,21 @@ def _spares_ended_transfers(region: ast.AST, scope: _Scope) -> bool:
         and _is_sender_poll(node.value, scope)
     }
     for node in walk(region):
-        if not isinstance(node, ast.If):
+        if isinstance(node, ast.comprehension):
+            for condition in node.ifs:
+                for test in _required(condition):
+                    if (
+                        len(test.ops) == 1
+                        and isinstance(test.ops[0], ast.NotIn | ast.NotEq)
+                        and (
+                            _is_sender_poll(test.left, scope)
+                            or (isinstance(test.left, ast.Name) and test.left.id in polled)
+                        )
+                        and _names_success(test.comparators[0], scope)
+                    ):
+                        return True
+            continue
+        if not isinstance(node, ast.If) or _needs_given(node.test, unpassed):
             continue
         for test in _comparisons(node.test):
             if len(test.ops) != 1:
@@ -507,7 +710,7 @@ def _spares_ended_transfers(region: ast.AST, scope: _Scope) -> bool:
             polls = _is_sender_poll(left, scope) or (
                 isinstance(left, ast.Name) and left.id in polled
             )
-            if not polls or not _names_success(right):
+            if not polls or not _names_success(right, scope):
                 continue
             op = test.ops[0]
             if isinstance(op, ast.In | ast.Eq) and isinstance(node.body[-1], ast.Continue):
@@ -517,6 +720,34 @@ def _spares_ended_transfers(region: ast.AST, scope: _Scope) -> bool:
             ):
                 return True
     return False
+
+
+def _required(test: ast.expr) -> list[ast.Compare]:
+    """The comparisons ``test`` holds only if they hold: itself, each side of an ``and``, the
+    one side of an ``or`` whose other sides only test a name for None (``agreed is None or
+    (...)``, the test's non-PP path)."""
+    if isinstance(test, ast.Compare):
+        return [test]
+    if isinstance(test, ast.BoolOp) and isinstance(test.op, ast.And):
+        return [c for value in test.values for c in _required(value)]
+    if isinstance(test, ast.BoolOp):
+        others = [
+            v
+            for v in test.values
+            if not (isinstance(v, ast.Compare) and isinstance(v.left, ast.Name))
+            or not _is_none_test(v, frozenset({v.left.id}), ast.Is)
+        ]
+        return _required(others[0]) if len(others) == 1 else []
+    return []
+
+
+def _needs_given(test: ast.expr, names: frozenset[str]) -> bool:
+    """Does ``test`` hold only when one of ``names`` is not None (``<name> is not None and
+    ...``)?"""
+    values = (
+        test.values if isinstance(test, ast.BoolOp) and isinstance(test.op, ast.And) else [test]
+    )
+    return any(_is_none_test(v, names, ast.IsNot) for v in values)
 
 
 def _comparisons(test: ast.expr) -> list[ast.Compare]:
@@ -547,8 +778,11 @@ def _is_sender_poll(node: ast.AST, scope: _Scope) -> bool:
     )
 
 
-def _names_success(node: ast.AST) -> bool:
-    """``KVPoll.Success``, or a tuple, list or set holding it."""
+def _names_success(node: ast.AST, scope: _Scope | None = None) -> bool:
+    """``KVPoll.Success``, or a tuple, list or set holding it, or a name assigned one (``ended
+    = (KVPoll.Success, KVPoll.Failed)``)."""
+    if isinstance(node, ast.Name) and scope is not None and node.id in scope.values:
+        node = scope.values[node.id]
     elements = node.elts if isinstance(node, ast.Tuple | ast.List | ast.Set) else [node]
     return any(isinstance(e, ast.Attribute) and e.attr == POLL_SUCCESS for e in elements)
 
@@ -1009,7 +1243,30 @@ def analyse(module: ast.Module) -> InflightModel | None:
         0,
     )
     model.checks = _positioned_checks(index, function, poll_position)
+    if not model.valid_checks():
+        model.unmodelled += _unknown_reach(model)
     return model
+
+
+def _unknown_reach(model: InflightModel) -> Iterator[Unmodelled]:
+    """Deadlines that would hold but for their loop, which pdguard cannot tell reaches every
+    request of the queue (a ``while`` loop, another list, no loop at all)."""
+    stamped = model.stamped_attrs()
+    for check in model.checks:
+        if (
+            check.reaches
+            and not check.partial
+            and check.position == "before"
+            and check.fails_sender
+            and not check.via_sender
+            and check.attr in stamped
+        ):
+            yield Unmodelled(
+                check.line,
+                check.col + 1,
+                f"the inflight deadline reaches the requests through {check.reaches}, not a loop "
+                f"over {QUEUE}: pdguard cannot tell that it looks at every request",
+            )
 
 
 def _keep_sites(function: ast.FunctionDef, kept: set[str]) -> list[ast.Call]:

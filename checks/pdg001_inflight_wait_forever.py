@@ -249,4 +249,15 @@ def _why(model: InflightModel) -> str:
         return f"requests are not stamped where they enter {QUEUE}"
     if not any(c.position == "before" for c in model.checks):
         return "the deadline does not run before the poll all-reduce on every call"
+    held = [c for c in model.checks if c.position == "before" and c.fails_sender]
+    partial = next((c for c in held if c.partial), None)
+    if partial is not None:
+        return f"the deadline skips requests of the queue: it loops over {partial.reaches}"
+    gated = next((c for c in held if c.rank_gate), None)
+    if gated is not None:
+        return (
+            f"the deadline fails the request's sender only on the ranks where `{gated.rank_gate}`"
+        )
+    if any(c.reaches for c in held):
+        return "pdguard cannot tell that the deadline looks at every request (PDG000)"
     return "the deadline does not fail the request's sender"

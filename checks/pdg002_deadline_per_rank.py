@@ -249,6 +249,12 @@ class DeadlinePerRank(Rule):
                     "inflight deadline does not fail the request's sender: the reduced poll "
                     "will not say Failed on every rank"
                 )
+            elif check.rank_gate:
+                message = (
+                    f"inflight deadline fails the request's sender only where "
+                    f"`{check.rank_gate}`: ranks act differently on the same request; fail it "
+                    "on every rank before the poll all-reduce"
+                )
             else:
                 continue
             yield self.finding(PREFILL, check.line, check.col + 1, where, message)

@@ -1,0 +1,206 @@
+"""Hand-written inflight deadlines in styles pdguard had not seen: each test pins a verdict that
+was wrong (a broken fix passed, a sound one was reported) and holds by meaning.
+
+The module is written here in pdguard's own words; only the names the model keys on are
+SGLang's (the queue, the sender, the poll all-reduce's prefix, ``rids_to_check``).
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from pdguard import checks
+from pdguard.checks import Project
+from pdguard.sglang_names import PREFILL_PATH
+
+MODULE = """\
+import time
+
+from sglang.srt.disaggregation.base import KVPoll
+from sglang.srt.disaggregation.utils import poll_and_all_reduce
+
+LIMIT_S = 120.0
+
+
+class ToyPrefill:
+    def hand_over(self, finished):
+        for req in finished:
+{stamp}            self.disagg_prefill_inflight_queue.append(req)
+{helper}
+    def process_disagg_prefill_inflight_queue(self, rids_to_check=None):
+{call}        states = poll_and_all_reduce(
+            [req.disagg_kv_sender for req in self.disagg_prefill_inflight_queue],
+            self.poll_group,
+        )
+        waiting, finished = [], []
+        for req, state in zip(self.disagg_prefill_inflight_queue, states):
+            if state in (KVPoll.Success, KVPoll.Failed):
+                finished.append(req)
+            else:
+                waiting.append(req)
+        self.disagg_prefill_inflight_queue = waiting
+        return finished
+"""
+STAMP = "            req.handed_over_at = time.monotonic()\n"
+CALL = "        self._expire(rids_to_check)\n"
+# Under PP, a transfer this stage already polls as ended is left to the stages' consensus.
+SPARE = """\
+            if agreed is not None and req.disagg_kv_sender.poll() in (
+                KVPoll.Success,
+                KVPoll.Failed,
+            ):
+                continue
+"""
+
+
+def expire(loop: str = "for req in self.disagg_prefill_inflight_queue:", body: str = "") -> str:
+    """A deadline helper: ``loop`` over the requests, ``body`` after the sparing guard and
+    before the clock test (at the loop body's indentation)."""
+    return (
+        "\n    def _expire(self, agreed=None):\n"
+        "        now = time.monotonic()\n"
+        f"        {loop}\n" + SPARE + body + "            if now - req.handed_over_at > LIMIT_S:\n"
+        "                req.disagg_kv_sender.abort()\n"
+    )
+
+
+def findings(
+    helper: str,
+    stamp: str = STAMP,
+    call: str = CALL,
+    codes: tuple[str, ...] = ("PDG000", "PDG001", "PDG002", "PDG003"),
+) -> list[tuple[str, str]]:
+    text = MODULE.format(stamp=stamp, helper=helper, call=call)
+    project = Project({PREFILL_PATH: text})
+    return [(f.code, f.message) for f in checks.run(project, list(codes))]
+
+
+@pytest.mark.parametrize(
+    ("loop", "shown"),
+    [
+        ("for req in self.disagg_prefill_inflight_queue[1:]:", "[1:]"),
+        ("for req in self.disagg_prefill_inflight_queue[:-1]:", "[:-1]"),
+    ],
+    ids=["slice-from-one", "slice-to-last"],
+)
+def test_a_deadline_that_skips_part_of_the_queue_is_no_deadline(loop: str, shown: str) -> None:
+    """A request the loop never reaches waits for ever: PDG001 at the keep site, naming what
+    the loop goes over (it passed before)."""
+    found = findings(expire(loop))
+    assert [code for code, _ in found] == ["PDG001"]
+    assert "the deadline skips requests of the queue" in found[0][1]
+    assert shown in found[0][1]
+
+
+def test_an_index_loop_one_short_is_no_deadline() -> None:
+    helper = (
+        "\n    def _expire(self, agreed=None):\n"
+        "        now = time.monotonic()\n"
+        "        for i in range(len(self.disagg_prefill_inflight_queue) - 1):\n"
+        "            req = self.disagg_prefill_inflight_queue[i]\n"
+        + SPARE
+        + "            if now - req.handed_over_at > LIMIT_S:\n"
+        "                req.disagg_kv_sender.abort()\n"
+    )
+    found = findings(helper)
+    assert [code for code, _ in found] == ["PDG001"]
+    assert "skips requests of the queue" in found[0][1]
+
+
+@pytest.mark.parametrize(
+    ("helper", "test"),
+    [
+        (
+            expire().replace(
+                "                req.disagg_kv_sender.abort()\n",
+                "                if self.tp_rank == 0:\n"
+                "                    req.disagg_kv_sender.abort()\n",
+            ),
+            "self.tp_rank == 0",
+        ),
+        (
+            expire(body="            if self.attn_tp_rank != 0:\n                break\n"),
+            "self.attn_tp_rank != 0",
+        ),
+    ],
+    ids=["abort-under-rank-test", "loop-left-on-other-ranks"],
+)
+def test_a_failure_on_some_ranks_only_is_flagged(helper: str, test: str) -> None:
+    """Ranks then act differently on the same request: PDG002 names the rank test, and PDG001
+    does not count it as the deadline (both passed before)."""
+    found = findings(helper)
+    assert [code for code, _ in found] == ["PDG002", "PDG001"]
+    assert f"fails the request's sender only where `{test}`" in found[0][1]
+    assert "only on the ranks where" in found[1][1]
+
+
+def test_a_deadline_in_a_while_loop_is_said_to_be_unmodelled() -> None:
+    """pdguard cannot tell which requests a ``while`` loop reaches: PDG000 says so (it passed
+    before)."""
+    helper = (
+        "\n    def _expire(self, agreed=None):\n"
+        "        now = time.monotonic()\n"
+        "        i = 0\n"
+        "        while i < len(self.disagg_prefill_inflight_queue):\n"
+        "            req = self.disagg_prefill_inflight_queue[i]\n"
+        "            i += 1\n" + SPARE + "            if now - req.handed_over_at > LIMIT_S:\n"
+        "                req.disagg_kv_sender.abort()\n"
+    )
+    found = findings(helper)
+    assert "PDG000" in [code for code, _ in found]
+    unmodelled = next(message for code, message in found if code == "PDG000")
+    assert "a while loop" in unmodelled and "cannot tell" in unmodelled
+
+
+def test_a_pp_skip_through_another_name_is_a_skip() -> None:
+    """``agreed = rids_to_check`` then ``if agreed is not None: return``: the deadline never
+    runs under PP (PDG001's PP message; it passed before)."""
+    helper = expire().replace(
+        "        now = time.monotonic()\n",
+        "        given = agreed\n        if given is not None:\n            return\n"
+        "        now = time.monotonic()\n",
+    )
+    found = findings(helper)
+    assert [code for code, _ in found] == ["PDG001"]
+    assert "skipped when rids_to_check is given" in found[0][1]
+
+
+def test_a_helper_never_given_the_consensus_spares_nothing() -> None:
+    """``self._expire()`` leaves ``agreed`` None, so its PP guard never runs: under PP it can
+    fail a transfer this stage polls as ended (PDG002; it passed before)."""
+    found = findings(expire(), call="        self._expire()\n")
+    assert [code for code, _ in found] == ["PDG002"]
+    assert "already polls as transferred" in found[0][1]
+
+
+def test_a_comprehension_that_keeps_only_unended_transfers_spares_them() -> None:
+    """The overdue list keeps a request only while its sender's poll is not ended: the
+    second loop's abort spares ended transfers under PP (PDG002 reported it before)."""
+    helper = """
+    def _expire(self, agreed=None):
+        now = time.monotonic()
+        overdue = [
+            req
+            for req in self.disagg_prefill_inflight_queue
+            if now - req.handed_over_at > LIMIT_S
+            and (agreed is None or req.disagg_kv_sender.poll() not in (KVPoll.Success,))
+        ]
+        for req in overdue:
+            req.disagg_kv_sender.abort()
+"""
+    assert findings(helper) == []
+
+
+def test_ended_states_held_by_a_name_are_ended_states() -> None:
+    """``ended = (KVPoll.Success, KVPoll.Failed)`` then ``poll() in ended``: the guard spares
+    ended transfers as the literal does (PDG002 reported it before)."""
+    helper = expire().replace(
+        "        now = time.monotonic()\n",
+        "        now = time.monotonic()\n        ended = (KVPoll.Success, KVPoll.Failed)\n",
+    )
+    helper = helper.replace(
+        SPARE.split("poll() ")[1].split(":\n")[0] + ":",
+        "in ended:",
+    )
+    assert "in ended:" in helper
+    assert findings(helper) == []
