@@ -36,11 +36,19 @@ from .nodes import kept, own_parents, walk
 
 
 def clock_names(module: ast.Module) -> set[str]:
-    """Local names of clock functions imported by name (``from time import monotonic``)."""
+    """Local names of clock functions imported by name (``from time import monotonic``), and
+    ``self.<name>`` for each method of the module's classes that only returns a clock reading
+    (``def _now(self): return time.monotonic()``): calling it reads the clock."""
     names = set()
     for node in module.body:  # module-level imports are the ones functions see
         if isinstance(node, ast.ImportFrom) and node.module == "time":
             names |= {a.asname or a.name for a in node.names if a.name in CLOCK_FUNCTIONS}
+    for cls in module.body:
+        if isinstance(cls, ast.ClassDef):
+            for method in methods_of(cls).values():
+                returns = [n.value for n in walk(method) if isinstance(n, ast.Return)]
+                if returns and all(r is not None and is_clock(r, names) for r in returns):
+                    names.add(f"self.{method.name}")
     return names
 
 
@@ -57,12 +65,19 @@ def imported_names(module: ast.Module) -> set[str]:
 def is_clock(
     node: ast.AST, clocks: set[str], clock_vars: set[str] | frozenset[str] = frozenset()
 ) -> bool:
-    """A clock reading: ``time.monotonic()``, ``_t.time()``, ``monotonic()``, a name holding one,
-    or ``x or time.monotonic()``."""
+    """A clock reading: ``time.monotonic()``, ``_t.time()``, ``monotonic()``, a method that
+    returns one (``self._now()``, when ``clocks`` holds ``self._now``), a name holding one, or
+    ``x or time.monotonic()``."""
     if isinstance(node, ast.Call):
         func = node.func
         if isinstance(func, ast.Attribute) and func.attr in CLOCK_FUNCTIONS:
             return True
+        if (
+            isinstance(func, ast.Attribute)
+            and isinstance(func.value, ast.Name)
+            and func.value.id == "self"
+        ):
+            return f"self.{func.attr}" in clocks
         return isinstance(func, ast.Name) and func.id in clocks
     if isinstance(node, ast.Name):
         return node.id in clock_vars
@@ -816,17 +831,24 @@ def _conditional(stmt: ast.stmt) -> bool:
 
 
 def _stamps_in(
-    index: _ModuleIndex, stmt: ast.stmt, req: str | ast.expr, depth: int = 0
+    index: _ModuleIndex,
+    stmt: ast.stmt,
+    req: str | ast.expr,
+    depth: int = 0,
+    clock_vars: frozenset[str] = frozenset(),
 ) -> Stamp | None:
     """The stamp ``stmt`` sets on ``req`` (a name, or an expression such as ``batch.urgent``),
-    directly or through a helper method it passes the request to."""
+    or on an object the request holds (``req.stats.entered``, named by its last attribute as
+    its reads are), directly or through a helper method it passes the request to, by position
+    or keyword; ``clock_vars``: the helper's parameters given a clock reading by that call
+    (``self._note(req, at=time.monotonic())``)."""
     for node in walk(stmt):
         if isinstance(node, ast.Assign):
             for target in node.targets:
                 if (
                     isinstance(target, ast.Attribute)
-                    and _is_request(target.value, req)
-                    and is_clock(node.value, index.clocks)
+                    and _holds(target.value, req)
+                    and is_clock(node.value, index.clocks, clock_vars)
                 ):
                     guarded = _guarded(stmt, node, target.attr) or any(
                         (isinstance(n, ast.Attribute) and n.attr == target.attr)
@@ -835,24 +857,55 @@ def _stamps_in(
                     )
                     return Stamp(target.attr, node.lineno, node.col_offset, guarded)
                 keyed = keyed_stamp(target, req)
-                if keyed is not None and is_clock(node.value, index.clocks):
+                if keyed is not None and is_clock(node.value, index.clocks, clock_vars):
                     assert isinstance(target, ast.Subscript)  # keyed_stamp's shape
                     holder = target.value
                     assert isinstance(holder, ast.Attribute)
                     guarded = _guarded(stmt, node, holder.attr)
                     return Stamp(keyed, node.lineno, node.col_offset, guarded)
         if isinstance(node, ast.Call) and depth < 2 and isinstance(req, str):
-            # A helper that stamps its argument: self._stamp(req)
+            # A helper that stamps its argument: self._stamp(req), self._note(at=now, r=req)
             for callee in index.self_calls(node):
-                params = [a.arg for a in callee.args.args[1:]]
-                args = [a.id if isinstance(a, ast.Name) else None for a in node.args]
-                if req in args and args.index(req) < len(params):
-                    inner = params[args.index(req)]
-                    for inner_stmt in callee.body:
-                        found = _stamps_in(index, inner_stmt, inner, depth + 1)
-                        if found is not None:
-                            return found
+                given = _arguments(node, callee)
+                inner = next(
+                    (p for p, a in given.items() if isinstance(a, ast.Name) and a.id == req), None
+                )
+                if inner is None:
+                    continue
+                clocks = frozenset(
+                    p for p, a in given.items() if is_clock(a, index.clocks, clock_vars)
+                )
+                for inner_stmt in callee.body:
+                    found = _stamps_in(index, inner_stmt, inner, depth + 1, clocks)
+                    if found is not None:
+                        return found
     return None
+
+
+def _arguments(call: ast.Call, callee: ast.FunctionDef) -> dict[str, ast.expr]:
+    """The parameters of ``callee`` (a method, called as ``self.callee(...)``) that ``call``
+    passes an argument to, by position or keyword, with the argument."""
+    params = [a.arg for a in [*callee.args.posonlyargs, *callee.args.args][1:]]
+    params += [a.arg for a in callee.args.kwonlyargs]
+    given = {params[i]: arg for i, arg in enumerate(call.args) if i < len(params)}
+    given |= {kw.arg: kw.value for kw in call.keywords if kw.arg in params}
+    return given
+
+
+def _holds(node: ast.expr, req: str | ast.expr) -> bool:
+    """Is ``node`` the request, or an object read off it (``req.stats``)?"""
+    while not _is_request(node, req):
+        if not isinstance(node, ast.Attribute):
+            return False
+        node = node.value
+    return True
+
+
+def _attribute_root(node: ast.expr) -> ast.expr:
+    """``req`` for ``req.stats.timing``: what a chain of attribute reads starts from."""
+    while isinstance(node, ast.Attribute):
+        node = node.value
+    return node
 
 
 def keyed_stamp(node: ast.AST, req: str | ast.expr | None = None) -> str | None:
@@ -1413,7 +1466,9 @@ def _restamps(function: ast.FunctionDef, scope: _Scope) -> list[Stamp]:
             continue
         if isinstance(node, ast.Assign) and scope.is_clock(node.value):
             for target in node.targets:
-                if isinstance(target, ast.Attribute) and isinstance(target.value, ast.Name):
+                if isinstance(target, ast.Attribute) and isinstance(
+                    _attribute_root(target.value), ast.Name
+                ):  # req.entered, or req.stats.entered (as stamps are named)
                     restamps.append(Stamp(target.attr, node.lineno, node.col_offset, False))
                 keyed = keyed_stamp(target)
                 if keyed is not None:

@@ -204,3 +204,47 @@ def test_ended_states_held_by_a_name_are_ended_states() -> None:
     )
     assert "in ended:" in helper
     assert findings(helper) == []
+
+
+# Stamps written in other styles: each is a stamp where the request enters the queue.
+NOTE_HELPER = """
+    def _note(self, r, at):
+        r.handed_over_at = at
+"""
+CLOCK_METHOD = """
+    def _clock(self):
+        return time.monotonic()
+"""
+
+
+@pytest.mark.parametrize(
+    ("stamp", "extra", "clock"),
+    [
+        ("            self._note(at=time.monotonic(), r=req)\n", NOTE_HELPER, ""),
+        ("            self._note(req, time.monotonic())\n", NOTE_HELPER, ""),
+        ("            req.handed_over_at = self._clock()\n", CLOCK_METHOD, "self._clock()"),
+    ],
+    ids=["helper-keywords-clock-argument", "helper-positional-clock-argument", "clock-method"],
+)
+def test_a_stamp_written_another_way_is_a_stamp(stamp: str, extra: str, clock: str) -> None:
+    """A helper given the request and the clock reading (by keyword or position) stamps the
+    request; a method that only returns a clock reading reads the clock, at the stamp and in
+    the deadline (PDG001 reported these as unstamped or as no deadline before)."""
+    helper = expire() + extra
+    if clock:
+        helper = helper.replace("now = time.monotonic()", f"now = {clock}")
+    assert findings(helper, stamp=stamp) == []
+
+
+def test_a_stamp_on_an_object_the_request_holds_is_a_stamp() -> None:
+    """``req.timing.handed_over_at = time.monotonic()`` read as ``req.timing.handed_over_at``:
+    a stamp at entry (PDG001 said unstamped, PDG003 'set before the request entered' before);
+    rewritten while the request waits, it restarts the deadline (PDG003)."""
+    stamp = STAMP.replace("req.handed_over_at", "req.timing.handed_over_at")
+    helper = expire().replace("req.handed_over_at", "req.timing.handed_over_at")
+    assert findings(helper, stamp=stamp) == []
+    renewed = CALL + "        for req in self.disagg_prefill_inflight_queue:\n"
+    renewed += "            req.timing.handed_over_at = time.monotonic()\n"
+    found = findings(helper, stamp=stamp, call=renewed)
+    assert [code for code, _ in found] == ["PDG003"]
+    assert "is rewritten while the request waits" in found[0][1]
