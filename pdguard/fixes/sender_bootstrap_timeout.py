@@ -211,6 +211,14 @@ class SenderBootstrapTimeoutFix(Fix):
                     f"{FIX} to apply the others)",
                     f"{rel}:{facts.init_time_flag}",
                 )
+            if facts.restamp:
+                rel = facts.poll_owner.rel if facts.poll_owner else facts.rel
+                raise Refused(
+                    f"{facts.name}.poll() restarts init_time on every call, so the time since "
+                    "it never grows; pdguard does not rewrite a clock poll() keeps resetting "
+                    f"(leave this fix out with --ignore {FIX} to apply the others)",
+                    f"{rel}:{facts.restamp}",
+                )
             if facts.init_time != "time":
                 if facts.init_owner is None:
                     raise Refused(f"{facts.name} has no __init__ to start init_time in")
