@@ -25,7 +25,7 @@ from pdguard.sglang_names import (
 
 from .classes import find_method, methods_of
 from .env_reads import env_reader, reads_env
-from .nodes import walk
+from .nodes import own_nodes, own_parents, walk
 
 __all__ = ["BASE_SENDER", "BOOTSTRAP_TIMEOUT_ENV", "ClassIndex", "SenderFacts", "is_self_attr"]
 
@@ -101,6 +101,9 @@ class SenderFacts:
     # ``self.init_time = <clock>`` on every poll() (not behind ``if self.init_time is None``):
     # the time since it never grows. Its line, or 0.
     restamp: int = 0
+    # A return of poll() that can report Bootstrapping before the timeout can fire, and the
+    # line where it first can (``_unchecked_return``); (0, 0) for none.
+    unchecked_return: tuple[int, int] = (0, 0)
 
     @property
     def healthy(self) -> bool:
@@ -111,6 +114,7 @@ class SenderFacts:
             and self.check_reached
             and not self.init_time_flag
             and not self.restamp
+            and not self.unchecked_return[0]
         )
 
 
@@ -248,7 +252,11 @@ class ClassIndex:
             for n in init_nodes
         )
         functions = [n for n in poll_nodes if isinstance(n, ast.FunctionDef)]
-        check_reached, inert_check, inert_raises = _timeout_fires(functions)
+        fired, inert_check, inert_raises = _timeout_fires(functions)
+        poll_owner = self.resolve(name, "poll")
+        unchecked = (0, 0)
+        if poll_owner is not None and fired:
+            unchecked = _unchecked_return(poll_owner.methods["poll"], fired, functions)
         lazy, restamp = _poll_stamps(functions)
         init_time = self.init_time_state(name)
         if lazy and init_time != "time":
@@ -262,7 +270,8 @@ class ClassIndex:
             can_bootstrap=returns_bootstrapping or (reads_status and sets_bootstrapping),
             init_time=init_time,
             restamp=restamp,
-            check_reached=check_reached,
+            check_reached=bool(fired),
+            unchecked_return=unchecked,
             init_time_flag=_init_time_flag(poll_nodes),
             inert_check=inert_check,
             inert_raises=inert_raises,
@@ -690,13 +699,14 @@ def _exits(stmts: list[ast.stmt]) -> bool:
     return bool(stmts) and isinstance(stmts[-1], _EXITS)
 
 
-def _timeout_fires(functions: list[ast.FunctionDef]) -> tuple[bool, int, bool]:
+def _timeout_fires(functions: list[ast.FunctionDef]) -> tuple[dict[str, int], int, bool]:
     """Does a test of the time since ``init_time`` in ``functions`` (``poll()`` and the
     helpers it reaches) decide a Failed: in its own branches (an ``if``, a conditional
     expression, a ``case`` guard), or after a branch that returns (``if elapsed < limit:
-    return None`` then Failed)? Returns (it does, the line of a test that does not, whether
-    that test's branch raises: an exception out of ``poll()`` is no Failed, the scheduler's
-    poll loop does not catch it)."""
+    return None`` then Failed)? Returns (the functions where one does, by name, with the line
+    of its first such test; the line of a test that does not; whether that test's branch
+    raises: an exception out of ``poll()`` is no Failed, the scheduler's poll loop does not
+    catch it)."""
     values_of = {id(f): _local_values(f) for f in functions}
     predicates = {
         f.name
@@ -711,7 +721,7 @@ def _timeout_fires(functions: list[ast.FunctionDef]) -> tuple[bool, int, bool]:
     failing = {f.name for f in functions if _reports_failed(walk(f)[1:], set())}
     inert, raises = 0, False
 
-    def block(stmts: list[ast.stmt], values: dict[str, ast.expr]) -> bool:
+    def block(stmts: list[ast.stmt], values: dict[str, ast.expr]) -> int:
         nonlocal inert, raises
         for i, stmt in enumerate(stmts):
             branches: list[list[ast.stmt]] = []
@@ -720,14 +730,14 @@ def _timeout_fires(functions: list[ast.FunctionDef]) -> tuple[bool, int, bool]:
                 rest = stmts[i + 1 :] if isinstance(stmt, ast.If) else []
                 taken = [b for b in branches if b] + [rest] * any(_exits(b) for b in branches)
                 if any(_reports_failed(_block_nodes(b), failing) for b in taken):
-                    return True
+                    return stmt.lineno
                 inert = inert or stmt.lineno
                 raises = raises or any(isinstance(n, ast.Raise) for n in _block_nodes(stmt.body))
             if isinstance(stmt, ast.Match):
                 for case in stmt.cases:
                     if case.guard is not None and _is_elapsed(case.guard, values, predicates):
                         if _reports_failed(_block_nodes(case.body), failing):
-                            return True
+                            return case.guard.lineno
                         inert = inert or case.guard.lineno
                         raises = raises or any(
                             isinstance(n, ast.Raise) for n in _block_nodes(case.body)
@@ -737,15 +747,107 @@ def _timeout_fires(functions: list[ast.FunctionDef]) -> tuple[bool, int, bool]:
                     # its value (returned or stored) is Failed on one side, or a side fails
                     either = [*walk(node.body), *walk(node.orelse)]
                     if "Failed" in _poll_states(node, None) or _reports_failed(either, failing):
-                        return True
+                        return node.lineno
                     inert = inert or node.lineno
             for inner in _sub_blocks(stmt):
-                if block(inner, values):
-                    return True
-        return False
+                line = block(inner, values)
+                if line:
+                    return line
+        return 0
 
-    fires = any(block(f.body, values_of[id(f)]) for f in functions)
-    return fires, 0 if fires else inert, raises and not fires
+    fired = {f.name: line for f in functions if (line := block(f.body, values_of[id(f)]))}
+    return fired, 0 if fired else inert, raises and not fired
+
+
+def _unchecked_return(
+    poll: ast.FunctionDef, fired: dict[str, int], functions: list[ast.FunctionDef]
+) -> tuple[int, int]:
+    """A ``return`` of ``poll()`` that can report Bootstrapping (the room's status from
+    ``check_status()``, directly or through a local name, or Bootstrapping itself) and comes
+    before the first place where the timeout can fire (its test in ``poll()``, or a call of a
+    helper that tests it): that path reports Bootstrapping without the test. Returns (its
+    line, that place's line), or (0, 0)."""
+    called = {
+        f.name: {
+            _call_name(n)
+            for n in walk(f)
+            if isinstance(n, ast.Call) and is_self_attr(n.func, _call_name(n) or "")
+        }
+        for f in functions
+    }
+    reaches = set(fired)  # helpers that test the timeout, or call one that does
+    while grown := {name for name, names in called.items() if names & reaches} - reaches:
+        reaches |= grown
+    firsts = [fired[poll.name]] if poll.name in fired else []
+    firsts += [
+        node.lineno
+        for node in walk(poll)
+        if isinstance(node, ast.Call)
+        and is_self_attr(node.func, _call_name(node) or "")
+        and _call_name(node) in reaches
+    ]
+    if not firsts:
+        return 0, 0
+    first = min(firsts)
+    statuses = {
+        t.id
+        for n in walk(poll)
+        if isinstance(n, ast.Assign)
+        and isinstance(n.value, ast.Call)
+        and _call_name(n.value) == MANAGER_CHECK_STATUS
+        for t in n.targets
+        if isinstance(t, ast.Name)
+    }
+    parents = own_parents(poll)
+    for node in own_nodes(poll):
+        if not isinstance(node, ast.Return) or node.value is None or node.lineno >= first:
+            continue
+        if _behind_not_bootstrapping(node, parents):
+            continue
+        value = node.value
+        if (
+            (isinstance(value, ast.Call) and _call_name(value) == MANAGER_CHECK_STATUS)
+            or (isinstance(value, ast.Name) and value.id in statuses)
+            or "Bootstrapping" in _poll_states(value, None)
+        ):
+            return node.lineno, first
+    return 0, 0
+
+
+def _behind_not_bootstrapping(node: ast.AST, parents: dict[ast.AST, ast.AST]) -> bool:
+    """Does ``node`` sit behind a test that the state is not Bootstrapping (``if status !=
+    KVPoll.Bootstrapping:``, ``if status in (KVPoll.Success, KVPoll.Failed):``, or the
+    ``else`` of ``if status == KVPoll.Bootstrapping:``)?"""
+
+    def excludes(test: ast.expr, negated: bool) -> bool:
+        if isinstance(test, ast.BoolOp) and isinstance(test.op, ast.And) and not negated:
+            return any(excludes(v, negated) for v in test.values)
+        if not (isinstance(test, ast.Compare) and len(test.ops) == 1):
+            return False
+        op, right = test.ops[0], test.comparators[0]
+        named = "Bootstrapping" in _poll_states(right, None)
+        if isinstance(right, ast.Tuple | ast.List | ast.Set):
+            named = any("Bootstrapping" in _poll_states(e, None) for e in right.elts)
+        if negated:
+            return isinstance(op, ast.Eq | ast.Is | ast.In) and named
+        if isinstance(op, ast.NotEq | ast.IsNot | ast.NotIn):
+            return named
+        return (
+            isinstance(op, ast.Eq | ast.Is | ast.In)
+            and not named
+            and bool(_poll_states(right, None) or isinstance(right, ast.Tuple | ast.List | ast.Set))
+        )
+
+    child = node
+    parent = parents.get(child)
+    while parent is not None:
+        if isinstance(parent, ast.If):
+            if child in parent.body and excludes(parent.test, negated=False):
+                return True
+            if child in parent.orelse and excludes(parent.test, negated=True):
+                return True
+        child, parent = parent, parents.get(parent)
+    return False
 
 
 def _poll_stamps(functions: list[ast.FunctionDef]) -> tuple[int, int]:

@@ -153,6 +153,13 @@ class SenderBootstrappingForever(Rule):
                     if facts.init_time == "unset"
                     else "init_time is None while Bootstrapping (set only later, if at all)"
                 )
+            if facts.unchecked_return[0]:
+                returned, first = facts.unchecked_return
+                problems.append(
+                    f"poll() can return the room's status (line {returned}) before the "
+                    f"bootstrap timeout is tested (line {first}): that path reports "
+                    "Bootstrapping unchecked"
+                )
             if not facts.check_reached and facts.inert_check:
                 problems.append(
                     f"poll()'s test of the time since init_time (line {facts.inert_check}) "

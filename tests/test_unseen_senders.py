@@ -287,3 +287,57 @@ def test_an_abort_mark_counts_only_if_poll_fails_on_it_first(
     assert _found(_aborting(*honoured), "PDG008", prefill=PATCHED) == []
     [message] = _found(_aborting(*ignored), "PDG008", prefill=PATCHED)
     assert "QuillKVSender.poll() does not report Failed once abort() has run" in message
+
+
+# -- PDG004: the timeout must be tested on every path that can report Bootstrapping --------
+
+
+_SENT_FLAG = "        self.sent = False\n"
+
+
+def test_a_timeout_tested_only_after_the_status_was_returned_is_reported() -> None:
+    # the room's status is returned while nothing is sent: the test below never sees it
+    sender = _sender(
+        """\
+        if not self.sent:
+            return self.kv_mgr.check_status(self.room)
+        if time.monotonic() - self.init_time > PATIENCE_S:
+            return KVPoll.Failed
+        return KVPoll.Transferring
+        """,
+        stamp=_STAMP + _SENT_FLAG,
+    )
+    [message] = _found(sender, "PDG004")
+    assert "poll() can return the room's status (line 19) before the bootstrap timeout is " in (
+        message
+    )
+    assert "tested (line 20)" in message
+
+
+@pytest.mark.parametrize(
+    "guard",
+    [
+        "if state != KVPoll.Bootstrapping:",
+        "if state in (KVPoll.Success, KVPoll.Failed):",
+        "if state == KVPoll.WaitingForInput:",
+    ],
+)
+def test_a_status_returned_early_only_when_not_bootstrapping_is_fine(guard: str) -> None:
+    sender = _sender(
+        f"""\
+        state = self.kv_mgr.check_status(self.room)
+        {guard}
+            return state
+        if time.monotonic() - self.init_time > PATIENCE_S:
+            return KVPoll.Failed
+        if self.sent:
+            return state
+        return self.kv_mgr.check_status(self.room)
+        """,
+        stamp=_STAMP + _SENT_FLAG,
+    )
+    assert _found(sender, "PDG004") == []
+    # the same early return without its guard is a path that skips the test
+    unguarded = sender.replace(f"        {guard}\n    ", "")
+    [message] = _found(unguarded, "PDG004")
+    assert "reports Bootstrapping unchecked" in message
