@@ -259,6 +259,19 @@ class ClassIndex:
             unchecked = _unchecked_return(poll_owner.methods["poll"], fired, functions)
         lazy, restamp = _poll_stamps(functions)
         init_time = self.init_time_state(name)
+        own = _own_clocks(init_nodes)
+        if own and not (fired and init_time == "time"):
+            # a clock of its own, read at construction (``self.give_up_at = time.monotonic()
+            # + limit``), that poll() tests and fails on, bounds Bootstrapping as init_time does
+            own_fired, own_inert, own_raises = _timeout_fires(functions, own)
+            if not own_fired and own_inert and not inert_check:
+                inert_check, inert_raises = own_inert, own_raises
+            if own_fired:
+                fired, inert_check, inert_raises, init_time = own_fired, 0, False, "time"
+                restamp = _poll_stamps(functions, own)[1]
+                unchecked = (0, 0)
+                if poll_owner is not None:
+                    unchecked = _unchecked_return(poll_owner.methods["poll"], fired, functions)
         if lazy and init_time != "time":
             # started at the first poll(): every Bootstrapping after it has a running clock
             init_time = "time"
@@ -631,8 +644,14 @@ def _is_clock_call(node: ast.AST) -> bool:
     return isinstance(func, ast.Name) and func.id in CLOCK_FUNCTIONS
 
 
-def _reads_init_time(node: ast.AST) -> bool:
-    return is_self_attr(node, SENDER_INIT_TIME) and isinstance(getattr(node, "ctx", None), ast.Load)
+def _reads_init_time(node: ast.AST, clocks: frozenset[str] = frozenset({SENDER_INIT_TIME})) -> bool:
+    """A read of ``self.init_time`` (or of another of the sender's ``clocks``)."""
+    return (
+        isinstance(node, ast.Attribute)
+        and node.attr in clocks
+        and is_self_attr(node, node.attr)
+        and isinstance(node.ctx, ast.Load)
+    )
 
 
 def _local_values(function: ast.FunctionDef) -> dict[str, ast.expr]:
@@ -655,7 +674,12 @@ def _expanded(expr: ast.AST, values: dict[str, ast.expr], depth: int = 3) -> lis
     return found
 
 
-def _is_elapsed(expr: ast.AST, values: dict[str, ast.expr], predicates: set[str]) -> bool:
+def _is_elapsed(
+    expr: ast.AST,
+    values: dict[str, ast.expr],
+    predicates: set[str],
+    clocks: frozenset[str] = frozenset({SENDER_INIT_TIME}),
+) -> bool:
     """Does ``expr`` compare an elapsed time since ``init_time`` (a clock reading minus it,
     directly or through local names) with something, or call a ``self.<helper>()`` that
     returns such a comparison? A mere read of ``init_time`` (a ``None`` test) is no timeout."""
@@ -663,7 +687,9 @@ def _is_elapsed(expr: ast.AST, values: dict[str, ast.expr], predicates: set[str]
     for node in parts:
         if isinstance(node, ast.Compare):
             inner = _expanded(node, values)
-            if any(_is_clock_call(n) for n in inner) and any(_reads_init_time(n) for n in inner):
+            if any(_is_clock_call(n) for n in inner) and any(
+                _reads_init_time(n, clocks) for n in inner
+            ):
                 return True
         if (
             isinstance(node, ast.Call)
@@ -699,7 +725,9 @@ def _exits(stmts: list[ast.stmt]) -> bool:
     return bool(stmts) and isinstance(stmts[-1], _EXITS)
 
 
-def _timeout_fires(functions: list[ast.FunctionDef]) -> tuple[dict[str, int], int, bool]:
+def _timeout_fires(
+    functions: list[ast.FunctionDef], clocks: frozenset[str] = frozenset({SENDER_INIT_TIME})
+) -> tuple[dict[str, int], int, bool]:
     """Does a test of the time since ``init_time`` in ``functions`` (``poll()`` and the
     helpers it reaches) decide a Failed: in its own branches (an ``if``, a conditional
     expression, a ``case`` guard), or after a branch that returns (``if elapsed < limit:
@@ -714,7 +742,7 @@ def _timeout_fires(functions: list[ast.FunctionDef]) -> tuple[dict[str, int], in
         if any(
             isinstance(n, ast.Return)
             and n.value is not None
-            and _is_elapsed(n.value, values_of[id(f)], set())
+            and _is_elapsed(n.value, values_of[id(f)], set(), clocks)
             for n in walk(f)
         )
     }
@@ -725,7 +753,9 @@ def _timeout_fires(functions: list[ast.FunctionDef]) -> tuple[dict[str, int], in
         nonlocal inert, raises
         for i, stmt in enumerate(stmts):
             branches: list[list[ast.stmt]] = []
-            if isinstance(stmt, ast.If | ast.While) and _is_elapsed(stmt.test, values, predicates):
+            if isinstance(stmt, ast.If | ast.While) and _is_elapsed(
+                stmt.test, values, predicates, clocks
+            ):
                 branches = [stmt.body, stmt.orelse]
                 rest = stmts[i + 1 :] if isinstance(stmt, ast.If) else []
                 taken = [b for b in branches if b] + [rest] * any(_exits(b) for b in branches)
@@ -735,7 +765,9 @@ def _timeout_fires(functions: list[ast.FunctionDef]) -> tuple[dict[str, int], in
                 raises = raises or any(isinstance(n, ast.Raise) for n in _block_nodes(stmt.body))
             if isinstance(stmt, ast.Match):
                 for case in stmt.cases:
-                    if case.guard is not None and _is_elapsed(case.guard, values, predicates):
+                    if case.guard is not None and _is_elapsed(
+                        case.guard, values, predicates, clocks
+                    ):
                         if _reports_failed(_block_nodes(case.body), failing):
                             return case.guard.lineno
                         inert = inert or case.guard.lineno
@@ -743,7 +775,9 @@ def _timeout_fires(functions: list[ast.FunctionDef]) -> tuple[dict[str, int], in
                             isinstance(n, ast.Raise) for n in _block_nodes(case.body)
                         )
             for node in walk(stmt):
-                if isinstance(node, ast.IfExp) and _is_elapsed(node.test, values, predicates):
+                if isinstance(node, ast.IfExp) and _is_elapsed(
+                    node.test, values, predicates, clocks
+                ):
                     # its value (returned or stored) is Failed on one side, or a side fails
                     either = [*walk(node.body), *walk(node.orelse)]
                     if "Failed" in _poll_states(node, None) or _reports_failed(either, failing):
@@ -850,7 +884,9 @@ def _behind_not_bootstrapping(node: ast.AST, parents: dict[ast.AST, ast.AST]) ->
     return False
 
 
-def _poll_stamps(functions: list[ast.FunctionDef]) -> tuple[int, int]:
+def _poll_stamps(
+    functions: list[ast.FunctionDef], clocks: frozenset[str] = frozenset({SENDER_INIT_TIME})
+) -> tuple[int, int]:
     """``self.init_time = <clock>`` in ``poll()`` or a helper it reaches: the line of one
     behind ``if self.init_time is None:`` (or ``if not self.init_time:``), which starts the
     clock at the first poll, and of one straight in a function's body, run on every call,
@@ -862,8 +898,8 @@ def _poll_stamps(functions: list[ast.FunctionDef]) -> tuple[int, int]:
             s
             for s in stmts
             if isinstance(s, ast.Assign)
-            and any(is_self_attr(t, SENDER_INIT_TIME) for t in s.targets)
-            and _is_clock_call(s.value)
+            and any(_reads_init_time(t, clocks) or _stores(t, clocks) for t in s.targets)
+            and any(_is_clock_call(n) for n in walk(s.value))
         ]
 
     for function in functions:
@@ -874,6 +910,24 @@ def _poll_stamps(functions: list[ast.FunctionDef]) -> tuple[int, int]:
                 for stmt in stamps(node.body):
                     lazy = lazy or stmt.lineno
     return lazy, restamp
+
+
+def _stores(node: ast.AST, clocks: frozenset[str]) -> bool:
+    return isinstance(node, ast.Attribute) and node.attr in clocks and is_self_attr(node, node.attr)
+
+
+def _own_clocks(init_nodes: list[ast.AST]) -> frozenset[str]:
+    """``self`` attributes other than ``init_time`` that ``__init__`` (and what it calls)
+    sets from a clock reading: a stamp or a deadline of the sender's own."""
+    return frozenset(
+        target.attr
+        for n in init_nodes
+        if isinstance(n, ast.Assign) and any(_is_clock_call(v) for v in walk(n.value))
+        for target in n.targets
+        if isinstance(target, ast.Attribute)
+        and is_self_attr(target, target.attr)
+        and target.attr != SENDER_INIT_TIME
+    )
 
 
 def _unset_test(test: ast.expr) -> bool:

@@ -341,3 +341,59 @@ def test_a_status_returned_early_only_when_not_bootstrapping_is_fine(guard: str)
     unguarded = sender.replace(f"        {guard}\n    ", "")
     [message] = _found(unguarded, "PDG004")
     assert "reports Bootstrapping unchecked" in message
+
+
+# -- PDG004: a clock of the sender's own, read at construction ------------------------------
+
+
+_GIVE_UP = "        self.give_up_at = time.monotonic() + PATIENCE_S\n"
+
+
+@pytest.mark.parametrize(
+    ("stamp", "poll", "expected"),
+    [
+        # a deadline set at construction, failed on once passed: bounded
+        (
+            _GIVE_UP,
+            """\
+            state = self.kv_mgr.check_status(self.room)
+            if state == KVPoll.Bootstrapping and time.monotonic() > self.give_up_at:
+                self.conclude_state = KVPoll.Failed
+            return self.conclude_state or state
+            """,
+            None,
+        ),
+        # the same deadline pushed back on every poll: never passed
+        (
+            _GIVE_UP,
+            """\
+            self.give_up_at = time.monotonic() + PATIENCE_S
+            state = self.kv_mgr.check_status(self.room)
+            if state == KVPoll.Bootstrapping and time.monotonic() > self.give_up_at:
+                return KVPoll.Failed
+            return state
+            """,
+            "restarts init_time on every call (line 17)",
+        ),
+        # a deadline that only logs
+        (
+            _GIVE_UP,
+            """\
+            state = self.kv_mgr.check_status(self.room)
+            if state == KVPoll.Bootstrapping and time.monotonic() > self.give_up_at:
+                print("late", self.room)
+            return state
+            """,
+            "test of the time since init_time (line 18) reports no Failed",
+        ),
+    ],
+)
+def test_a_deadline_of_the_senders_own_is_a_timeout_by_what_it_does(
+    stamp: str, poll: str, expected: str | None
+) -> None:
+    found = _found(_sender(poll, stamp=stamp), "PDG004")
+    if expected is None:
+        assert found == []
+    else:
+        [message] = found
+        assert expected in message
