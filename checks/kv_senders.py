@@ -330,6 +330,45 @@ class ClassIndex:
                         return True
         return False
 
+    def unread_return(self, name: str) -> tuple[ClassInfo, ast.Return] | None:
+        """A ``return`` of this sender's ``poll()`` (or of a helper it reaches) whose value
+        pdguard cannot trace to poll states, when nothing else says it can report
+        Bootstrapping: a call it does not know (``self.machine.current()``), a parameter, an
+        attribute or a name whose assignments it cannot read. PDG004 says nothing of such a
+        sender, so PDG000 says that it cannot tell. None when every return is read."""
+        chain = self.mro(name)
+        held: dict[str, list[ast.expr]] = {}
+        for info in chain:
+            for stmt in self.modules[info.rel].body:
+                if isinstance(stmt, ast.Assign):
+                    for target in stmt.targets:
+                        if isinstance(target, ast.Name):
+                            held.setdefault(target.id, []).append(stmt.value)
+            for node in walk(info.node):
+                if isinstance(node, ast.Assign | ast.AnnAssign) and node.value is not None:
+                    targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+                    for target in targets:
+                        if isinstance(target, ast.Attribute) and is_self_attr(target, target.attr):
+                            held.setdefault("self." + target.attr, []).append(node.value)
+        seen: set[tuple[str, str]] = set()
+        stack = ["poll"]
+        while stack:
+            meth = stack.pop()
+            owner = self.resolve(name, meth)
+            if owner is None or (owner.name, meth) in seen:
+                continue
+            seen.add((owner.name, meth))
+            function = owner.methods[meth]
+            if _is_stub(function):
+                continue
+            local = _local_values(function)
+            for node in own_nodes(function):
+                if isinstance(node, ast.Call) and is_self_attr(node.func, _call_name(node) or ""):
+                    stack.append(_call_name(node) or "")
+                if isinstance(node, ast.Return) and not _read(node.value, local, held, 3):
+                    return owner, node
+        return None
+
     # -- how a sender can be failed from outside -------------------------------------------
 
     def is_concrete(self, name: str) -> bool:
@@ -881,6 +920,54 @@ def _behind_not_bootstrapping(node: ast.AST, parents: dict[ast.AST, ast.AST]) ->
             if child in parent.orelse and excludes(parent.test, negated=True):
                 return True
         child, parent = parent, parents.get(parent)
+    return False
+
+
+def _read(
+    value: ast.expr | None,
+    local: dict[str, ast.expr],
+    held: dict[str, list[ast.expr]],
+    depth: int,
+) -> bool:
+    """Can pdguard tell which poll states ``value`` (a ``return`` of ``poll()``) takes? A
+    ``KVPoll`` member (any ``<Name>.<Member>``), the room's status, a ``self.<helper>()`` or
+    ``super()`` call (read on its own), a conditional or ``or`` of those, a local, module or
+    ``self`` name every assignment of which is read (``None`` included), a lookup in a
+    table of them."""
+    if value is None or (isinstance(value, ast.Constant) and value.value is None):
+        return True
+    if depth < 0:
+        return False
+
+    def again(expr: ast.expr | None) -> bool:
+        return _read(expr, local, held, depth - 1)
+
+    if isinstance(value, ast.Attribute) and isinstance(value.value, ast.Name):
+        if value.value.id != "self":
+            return True  # KVPoll.Success, and the like
+        values = held.get("self." + value.attr)
+        return values is not None and all(again(v) for v in values)
+    if isinstance(value, ast.IfExp):
+        return again(value.body) and again(value.orelse)
+    if isinstance(value, ast.BoolOp):
+        return all(again(v) for v in value.values)
+    if isinstance(value, ast.Call):
+        func = value.func
+        name = _call_name(value)
+        if name == MANAGER_CHECK_STATUS or is_self_attr(func, name or ""):
+            return True
+        if isinstance(func, ast.Attribute) and isinstance(func.value, ast.Call):
+            return isinstance(func.value.func, ast.Name) and func.value.func.id == "super"
+        return False
+    if isinstance(value, ast.Name):
+        if value.id in local:
+            return again(local[value.id])
+        values = held.get(value.id)
+        return values is not None and all(again(v) for v in values)
+    if isinstance(value, ast.Subscript):
+        return again(value.value)
+    if isinstance(value, ast.Dict):
+        return all(again(v) for v in value.values)
     return False
 
 

@@ -397,3 +397,52 @@ def test_a_deadline_of_the_senders_own_is_a_timeout_by_what_it_does(
     else:
         [message] = found
         assert expected in message
+
+
+# -- PDG000: a poll() pdguard cannot read is said to be unread, never passed --------------
+
+
+_OPAQUE = """\
+from sglang.srt.disaggregation.base.conn import BaseKVSender, KVPoll
+
+
+class QuillKVSender(BaseKVSender):
+    def __init__(self, ledger, room, machine):
+        self.kv_mgr = ledger
+        self.room = room
+        self.conclude_state = None
+        self.machine = machine
+
+    def poll(self):
+        if self.conclude_state is not None:
+            return self.conclude_state
+        return {returned}
+"""
+
+
+# read: a KVPoll member, a table of them (none is Bootstrapping): nothing to report
+_READ = ("KVPoll.WaitingForInput", "{True: KVPoll.Success, False: KVPoll.WaitingForInput}[self.ok]")
+
+
+@pytest.mark.parametrize("returned", ["self.machine.current(self.room)", "self.machine.state"])
+def test_a_poll_pdguard_cannot_read_is_pdg000_not_a_pass(returned: str) -> None:
+    files = {_BASE_PATH: _BASE, _QUILL_PATH: _OPAQUE.format(returned=returned)}
+    [finding] = run(Project(files), ["PDG000", "PDG004"])
+    assert (finding.code, finding.line) == ("PDG000", 14)
+    assert f"QuillKVSender.poll() returns `{returned}`" in finding.message
+    assert "cannot tell whether this sender can report Bootstrapping" in finding.message
+    for read in _READ:
+        files[_QUILL_PATH] = _OPAQUE.format(returned=read)
+        assert run(Project(files), ["PDG000", "PDG004"]) == [], read
+
+
+def test_the_fix_refuses_a_sender_it_cannot_read(tmp_path: Path) -> None:
+    sender = _OPAQUE.format(returned="self.machine.current(self.room)")
+    for rel, text in {_BASE_PATH: _BASE, _QUILL_PATH: sender, PREFILL: ""}.items():
+        (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / rel).write_text(text)
+    workspace = Workspace(open_tree(tmp_path))
+    outcome = SenderBootstrapTimeoutFix().plan(workspace)
+    assert outcome.status is Status.REFUSED, outcome.note
+    assert "cannot tell whether QuillKVSender can report Bootstrapping" in outcome.note
+    assert outcome.where == f"{_QUILL_PATH}:14"

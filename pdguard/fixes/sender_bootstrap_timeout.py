@@ -85,6 +85,17 @@ class SenderBootstrapTimeoutFix(Fix):
         index = sender_index(workspace)
         senders = [index.facts(name) for name in index.senders()]
         bootstrapping = [f for f in senders if f.can_bootstrap]
+        for facts in senders:
+            unread = None if facts.can_bootstrap else index.unread_return(facts.name)
+            if unread is not None and index.is_concrete(facts.name):
+                owner, node = unread
+                return Outcome(
+                    Status.REFUSED,
+                    f"pdguard cannot tell whether {facts.name} can report Bootstrapping: its "
+                    f"poll() returns what pdguard cannot trace to poll states (PDG000); review "
+                    f"it by hand (leave this fix out with --ignore {FIX} to apply the others)",
+                    f"{owner.rel}:{node.lineno}",
+                )
         if not bootstrapping:
             names = ", ".join(f.name for f in senders) or "none found"
             return Outcome(
