@@ -491,15 +491,28 @@ class ClassIndex:
 
     # -- what the release offers to build a check from --------------------------------------
 
-    def manager_of(self, sender: str) -> str | None:
-        """The manager class named by the annotation of ``__init__``'s first parameter."""
-        owner = self.resolve(sender, "__init__")
+    def manager_of(self, sender: str, after: str | None = None) -> str | None:
+        """The manager class named by the annotation of ``__init__``'s first parameter; when
+        it has none and is handed on as the first argument of ``super().__init__()``, the
+        annotation of the base's (the same object)."""
+        owner = self.resolve(sender, "__init__", after)
         if owner is None:
             return None
-        args = owner.methods["__init__"].args.args
-        if len(args) < 2 or args[1].annotation is None:
+        init = owner.methods["__init__"]
+        args = init.args.args
+        if len(args) < 2:
             return None
-        return _base_name(args[1].annotation)
+        if args[1].annotation is not None:
+            return _base_name(args[1].annotation)
+        handed_on = any(
+            isinstance(n, ast.Call)
+            and _is_super_init(n)
+            and n.args
+            and isinstance(n.args[0], ast.Name)
+            and n.args[0].id == args[1].arg
+            for n in walk(init)
+        )
+        return self.manager_of(sender, owner.name) if handed_on else None
 
     def manager_timeout_attr(self, manager: str) -> str | None:
         """``self.<attr>`` a manager's ``__init__`` chain sets from the bootstrap timeout."""

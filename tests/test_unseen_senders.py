@@ -446,3 +446,67 @@ def test_the_fix_refuses_a_sender_it_cannot_read(tmp_path: Path) -> None:
     assert outcome.status is Status.REFUSED, outcome.note
     assert "cannot tell whether QuillKVSender can report Bootstrapping" in outcome.note
     assert outcome.where == f"{_QUILL_PATH}:14"
+
+
+# -- the fix: a manager handed on to the base's __init__ is the base's manager -------------
+
+
+_COMMON_PATH = "sglang/srt/disaggregation/common/conn.py"
+_COMMON = """\
+import os
+
+from sglang.srt.disaggregation.base.conn import BaseKVSender, KVPoll
+
+
+class LedgerManager:
+    def __init__(self):
+        self.statuses = {}
+        self.boot_limit = int(os.environ.get("SGLANG_DISAGGREGATION_BOOTSTRAP_TIMEOUT", "60"))
+
+    def check_status(self, room):
+        return self.statuses[room]
+
+    def update_status(self, room, state):
+        self.statuses[room] = state
+
+
+class SharedSender(BaseKVSender):
+    def __init__(self, mgr: LedgerManager, room: int):
+        self.kv_mgr = mgr
+        self.room = room
+        self.kv_mgr.update_status(room, KVPoll.Bootstrapping)
+"""
+_FORK = """\
+import time
+
+from sglang.srt.disaggregation.base.conn import KVPoll
+from sglang.srt.disaggregation.common.conn import SharedSender
+
+
+class QuillKVSender(SharedSender):
+    def __init__(self, ledger, room):
+        super().__init__(ledger, room)
+        self.init_time = time.time()
+
+    def poll(self):
+        status = self.kv_mgr.check_status(self.room)
+        return status
+"""
+
+
+def test_the_fix_reads_the_timeout_of_a_manager_handed_on_to_the_base(tmp_path: Path) -> None:
+    files = {_BASE_PATH: _BASE, _COMMON_PATH: _COMMON, _QUILL_PATH: _FORK, PREFILL: ""}
+    for rel, text in files.items():
+        (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / rel).write_text(text)
+    workspace = Workspace(open_tree(tmp_path))
+    outcome = SenderBootstrapTimeoutFix().plan(workspace)
+    assert outcome.status is Status.APPLIED, outcome.note
+    fixed = workspace.changed()[_QUILL_PATH].text
+    assert "elapsed >= self.kv_mgr.boot_limit" in fixed
+    # not handed on (the base gets another object): pdguard cannot tell the manager
+    other = _FORK.replace("super().__init__(ledger, room)", "super().__init__(None, room)")
+    (tmp_path / _QUILL_PATH).write_text(other)
+    outcome = SenderBootstrapTimeoutFix().plan(Workspace(open_tree(tmp_path)))
+    assert outcome.status is Status.REFUSED
+    assert "pdguard cannot tell QuillKVSender's manager" in outcome.note

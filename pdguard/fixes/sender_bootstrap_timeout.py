@@ -258,6 +258,13 @@ class SenderBootstrapTimeoutFix(Fix):
             edit.timeout = f"self.kv_mgr.{attr}"
             return
         if not edit.set_init_time:
+            if manager is None:
+                raise Refused(
+                    f"pdguard cannot tell {facts.name}'s manager (its __init__'s first "
+                    "parameter has no annotation, nor is it handed on to a base's), so not "
+                    "where its bootstrap timeout is; and its __init__ is not being patched to "
+                    "read one"
+                )
             raise Refused(
                 f"{edit.class_name}: its manager has no bootstrap timeout and its __init__ "
                 "is not being patched to read one"
