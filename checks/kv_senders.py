@@ -410,6 +410,18 @@ class ClassIndex:
             or _fails_first_on_mark(poll, marks)
         )
 
+    def abort_marks(self, name: str) -> list[str]:
+        """The ``self`` attributes this sender's ``abort()`` (and what it calls) assigns."""
+        return sorted(
+            {
+                target.attr
+                for n in self.reached(name, "abort")
+                if isinstance(n, ast.Assign)
+                for target in n.targets
+                if isinstance(target, ast.Attribute) and is_self_attr(target, target.attr)
+            }
+        )
+
     def abort_concludes(self, name: str) -> bool:
         """Does this sender's ``abort()`` set ``self.conclude_state`` to Failed (or to the
         status a notification of Failed concluded with)?"""

@@ -287,6 +287,9 @@ def test_an_abort_mark_counts_only_if_poll_fails_on_it_first(
     assert _found(_aborting(*honoured), "PDG008", prefill=PATCHED) == []
     [message] = _found(_aborting(*ignored), "PDG008", prefill=PATCHED)
     assert "QuillKVSender.poll() does not report Failed once abort() has run" in message
+    mark = ignored[0].split(" =")[0]
+    if mark != "self.conclude_state":  # a mark, not a concluded state: the message names it
+        assert f"does not return Failed once QuillKVSender.abort() has set {mark}" in message
 
 
 # -- PDG004: the timeout must be tested on every path that can report Bootstrapping --------
