@@ -25,7 +25,7 @@ from pdguard.sglang_names import (
 
 from .classes import find_method, methods_of
 from .env_reads import env_reader, reads_env
-from .nodes import walk
+from .nodes import own_nodes, own_parents, walk
 
 __all__ = ["BASE_SENDER", "BOOTSTRAP_TIMEOUT_ENV", "ClassIndex", "SenderFacts", "is_self_attr"]
 
@@ -89,18 +89,32 @@ class SenderFacts:
     init_owner: ClassInfo | None
     can_bootstrap: bool
     init_time: str  # "time" (set at construction), "none" (only None / later), "unset"
-    check_reached: bool  # an elapsed time since init_time is compared with a timeout
+    check_reached: bool  # an elapsed time since init_time decides a Failed (``_timeout_fires``)
     has_helper: bool
     # A test of init_time that decides poll()'s result (``if self.init_time is None: return
     # KVPoll.Bootstrapping``): init_time is a state flag there, not a clock. Its line, or 0.
     init_time_flag: int = 0
+    # A test of the time since init_time whose outcome reports no Failed (it only logs, or
+    # raises out of poll()): its line, or 0; with whether it raises.
+    inert_check: int = 0
+    inert_raises: bool = False
+    # ``self.init_time = <clock>`` on every poll() (not behind ``if self.init_time is None``):
+    # the time since it never grows. Its line, or 0.
+    restamp: int = 0
+    # A return of poll() that can report Bootstrapping before the timeout can fire, and the
+    # line where it first can (``_unchecked_return``); (0, 0) for none.
+    unchecked_return: tuple[int, int] = (0, 0)
 
     @property
     def healthy(self) -> bool:
         """Its bootstrap timeout can fire whenever it reports Bootstrapping (or it never does):
         what PDG004 checks and what the sender-bootstrap-timeout fix makes true."""
         return not self.can_bootstrap or (
-            self.init_time == "time" and self.check_reached and not self.init_time_flag
+            self.init_time == "time"
+            and self.check_reached
+            and not self.init_time_flag
+            and not self.restamp
+            and not self.unchecked_return[0]
         )
 
 
@@ -228,7 +242,7 @@ class ClassIndex:
         returns_bootstrapping = any(
             isinstance(n, ast.Return) and "Bootstrapping" in _poll_states(n.value, owner=None)
             for n in poll_nodes
-        )
+        ) or self._returns_held_bootstrapping(name, poll_nodes)
         sets_bootstrapping = any(
             isinstance(n, ast.Call)
             and _call_name(n) == MANAGER_UPDATE_STATUS
@@ -237,18 +251,123 @@ class ClassIndex:
             and n.args[-1].attr == "Bootstrapping"
             for n in init_nodes
         )
-        check_reached = _elapsed_checked(poll_nodes)
+        functions = [n for n in poll_nodes if isinstance(n, ast.FunctionDef)]
+        fired, inert_check, inert_raises = _timeout_fires(functions)
+        poll_owner = self.resolve(name, "poll")
+        unchecked = (0, 0)
+        if poll_owner is not None and fired:
+            unchecked = _unchecked_return(poll_owner.methods["poll"], fired, functions)
+        lazy, restamp = _poll_stamps(functions)
+        init_time = self.init_time_state(name)
+        own = _own_clocks(init_nodes)
+        if own and not (fired and init_time == "time"):
+            # a clock of its own, read at construction (``self.give_up_at = time.monotonic()
+            # + limit``), that poll() tests and fails on, bounds Bootstrapping as init_time does
+            own_fired, own_inert, own_raises = _timeout_fires(functions, own)
+            if not own_fired and own_inert and not inert_check:
+                inert_check, inert_raises = own_inert, own_raises
+            if own_fired:
+                fired, inert_check, inert_raises, init_time = own_fired, 0, False, "time"
+                restamp = _poll_stamps(functions, own)[1]
+                unchecked = (0, 0)
+                if poll_owner is not None:
+                    unchecked = _unchecked_return(poll_owner.methods["poll"], fired, functions)
+        if lazy and init_time != "time":
+            # started at the first poll(): every Bootstrapping after it has a running clock
+            init_time = "time"
         return SenderFacts(
             name=name,
             rel=self.classes[name].rel,
             poll_owner=self.resolve(name, "poll"),
             init_owner=self.resolve(name, "__init__"),
             can_bootstrap=returns_bootstrapping or (reads_status and sets_bootstrapping),
-            init_time=self.init_time_state(name),
-            check_reached=check_reached,
+            init_time=init_time,
+            restamp=restamp,
+            check_reached=bool(fired),
+            unchecked_return=unchecked,
             init_time_flag=_init_time_flag(poll_nodes),
+            inert_check=inert_check,
+            inert_raises=inert_raises,
             has_helper=self.resolve(name, CHECK_BOOTSTRAP_TIMEOUT) is not None,
         )
+
+    def _returns_held_bootstrapping(self, name: str, poll_nodes: list[ast.AST]) -> bool:
+        """Does a ``return`` of ``poll()`` read a module-level name or a ``self`` attribute
+        that holds Bootstrapping somewhere (``_PHASES = {0: KVPoll.Bootstrapping, ...}`` then
+        ``return _PHASES[self.phase]``; ``self._state = KVPoll.Bootstrapping`` then ``return
+        self._state``)? Such a poll() can report Bootstrapping as surely as one that names it."""
+        chain = self.mro(name)
+        held: dict[str, list[ast.expr]] = {}
+        for info in chain:
+            for stmt in self.modules[info.rel].body:
+                if isinstance(stmt, ast.Assign | ast.AnnAssign) and stmt.value is not None:
+                    for target in stmt.targets if isinstance(stmt, ast.Assign) else [stmt.target]:
+                        if isinstance(target, ast.Name):
+                            held.setdefault(target.id, []).append(stmt.value)
+            for node in walk(info.node):
+                if isinstance(node, ast.Assign):
+                    for target in node.targets:
+                        if isinstance(target, ast.Attribute) and is_self_attr(target, target.attr):
+                            held.setdefault("self." + target.attr, []).append(node.value)
+
+        def holds_bootstrapping(key: str) -> bool:
+            return any(
+                isinstance(n, ast.Attribute) and n.attr == "Bootstrapping"
+                for value in held.get(key, [])
+                for n in walk(value)
+            )
+
+        for node in poll_nodes:
+            if isinstance(node, ast.Return) and node.value is not None:
+                for read in walk(node.value):
+                    if isinstance(read, ast.Name) and holds_bootstrapping(read.id):
+                        return True
+                    if (
+                        isinstance(read, ast.Attribute)
+                        and is_self_attr(read, read.attr)
+                        and holds_bootstrapping("self." + read.attr)
+                    ):
+                        return True
+        return False
+
+    def unread_return(self, name: str) -> tuple[ClassInfo, ast.Return] | None:
+        """A ``return`` of this sender's ``poll()`` (or of a helper it reaches) whose value
+        pdguard cannot trace to poll states, when nothing else says it can report
+        Bootstrapping: a call it does not know (``self.machine.current()``), a parameter, an
+        attribute or a name whose assignments it cannot read. PDG004 says nothing of such a
+        sender, so PDG000 says that it cannot tell. None when every return is read."""
+        chain = self.mro(name)
+        held: dict[str, list[ast.expr]] = {}
+        for info in chain:
+            for stmt in self.modules[info.rel].body:
+                if isinstance(stmt, ast.Assign):
+                    for target in stmt.targets:
+                        if isinstance(target, ast.Name):
+                            held.setdefault(target.id, []).append(stmt.value)
+            for node in walk(info.node):
+                if isinstance(node, ast.Assign | ast.AnnAssign) and node.value is not None:
+                    targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+                    for target in targets:
+                        if isinstance(target, ast.Attribute) and is_self_attr(target, target.attr):
+                            held.setdefault("self." + target.attr, []).append(node.value)
+        seen: set[tuple[str, str]] = set()
+        stack = ["poll"]
+        while stack:
+            meth = stack.pop()
+            owner = self.resolve(name, meth)
+            if owner is None or (owner.name, meth) in seen:
+                continue
+            seen.add((owner.name, meth))
+            function = owner.methods[meth]
+            if _is_stub(function):
+                continue
+            local = _local_values(function)
+            for node in own_nodes(function):
+                if isinstance(node, ast.Call) and is_self_attr(node.func, _call_name(node) or ""):
+                    stack.append(_call_name(node) or "")
+                if isinstance(node, ast.Return) and not _read(node.value, local, held, 3):
+                    return owner, node
+        return None
 
     # -- how a sender can be failed from outside -------------------------------------------
 
@@ -278,8 +397,29 @@ class ClassIndex:
             and _is_failed(n.args[-1])
             for n in abort
         )
-        return (self.abort_concludes(name) and _returns_conclude_first(poll)) or (
-            sets_status and _status_failed_kept(poll)
+        marks = {
+            target.attr: n.value
+            for n in abort
+            if isinstance(n, ast.Assign)
+            for target in n.targets
+            if isinstance(target, ast.Attribute) and is_self_attr(target, target.attr)
+        }
+        return (
+            (self.abort_concludes(name) and _returns_conclude_first(poll))
+            or (sets_status and _status_failed_kept(poll))
+            or _fails_first_on_mark(poll, marks)
+        )
+
+    def abort_marks(self, name: str) -> list[str]:
+        """The ``self`` attributes this sender's ``abort()`` (and what it calls) assigns."""
+        return sorted(
+            {
+                target.attr
+                for n in self.reached(name, "abort")
+                if isinstance(n, ast.Assign)
+                for target in n.targets
+                if isinstance(target, ast.Attribute) and is_self_attr(target, target.attr)
+            }
         )
 
     def abort_concludes(self, name: str) -> bool:
@@ -363,15 +503,28 @@ class ClassIndex:
 
     # -- what the release offers to build a check from --------------------------------------
 
-    def manager_of(self, sender: str) -> str | None:
-        """The manager class named by the annotation of ``__init__``'s first parameter."""
-        owner = self.resolve(sender, "__init__")
+    def manager_of(self, sender: str, after: str | None = None) -> str | None:
+        """The manager class named by the annotation of ``__init__``'s first parameter; when
+        it has none and is handed on as the first argument of ``super().__init__()``, the
+        annotation of the base's (the same object)."""
+        owner = self.resolve(sender, "__init__", after)
         if owner is None:
             return None
-        args = owner.methods["__init__"].args.args
-        if len(args) < 2 or args[1].annotation is None:
+        init = owner.methods["__init__"]
+        args = init.args.args
+        if len(args) < 2:
             return None
-        return _base_name(args[1].annotation)
+        if args[1].annotation is not None:
+            return _base_name(args[1].annotation)
+        handed_on = any(
+            isinstance(n, ast.Call)
+            and _is_super_init(n)
+            and n.args
+            and isinstance(n.args[0], ast.Name)
+            and n.args[0].id == args[1].arg
+            for n in walk(init)
+        )
+        return self.manager_of(sender, owner.name) if handed_on else None
 
     def manager_timeout_attr(self, manager: str) -> str | None:
         """``self.<attr>`` a manager's ``__init__`` chain sets from the bootstrap timeout."""
@@ -444,6 +597,52 @@ def _returns_conclude_first(body: list[ast.stmt]) -> bool:
     )
 
 
+def _fails_first_on_mark(body: list[ast.stmt], marks: dict[str, ast.expr]) -> bool:
+    """``abort()`` marks the sender in an attribute of its own (``self.<attr> = <value>``:
+    ``self.cancelled = True``, ``self._state = KVPoll.Failed``) and the first statement of
+    ``poll()`` is an ``if`` that holds for that value and returns Failed (``KVPoll.Failed``, or
+    the attribute when the value is Failed): every poll after ``abort()`` reports Failed."""
+    if not body or not isinstance(body[0], ast.If) or not body[0].body:
+        return False
+    first = body[0]
+    answer = first.body[0]
+    if not isinstance(answer, ast.Return):
+        return False
+    for attr, value in marks.items():
+        returns_failed = _is_failed(answer.value) or (
+            _is_failed(value) and answer.value is not None and is_self_attr(answer.value, attr)
+        )
+        if returns_failed and _holds_for(first.test, attr, value):
+            return True
+    return False
+
+
+def _holds_for(test: ast.expr, attr: str, value: ast.expr) -> bool:
+    """Is ``test`` true once ``self.<attr>`` is ``value`` (a constant or a ``KVPoll`` member),
+    whatever else holds? Only what can be told from the test itself: ``self.<attr>`` (a true
+    constant; ``KVPoll.Failed`` is 0, so false), ``is not None``, ``==`` / ``is`` the value,
+    ``in`` a tuple, list or set holding it, ``or`` of such tests, ``and`` of them all."""
+    same = ast.dump(value)
+    if isinstance(test, ast.BoolOp):
+        held = [_holds_for(v, attr, value) for v in test.values]
+        return any(held) if isinstance(test.op, ast.Or) else all(held)
+    if is_self_attr(test, attr):
+        return isinstance(value, ast.Constant) and bool(value.value)
+    if not (isinstance(test, ast.Compare) and len(test.ops) == 1):
+        return False
+    if not is_self_attr(test.left, attr):
+        return False
+    op, right = test.ops[0], test.comparators[0]
+    if isinstance(op, ast.IsNot | ast.NotEq) and isinstance(right, ast.Constant):
+        is_none = isinstance(value, ast.Constant) and value.value is None
+        return right.value is None and not is_none
+    if isinstance(op, ast.Is | ast.Eq):
+        return ast.dump(right) == same
+    if isinstance(op, ast.In) and isinstance(right, ast.Tuple | ast.List | ast.Set):
+        return any(ast.dump(e) == same for e in right.elts)
+    return False
+
+
 def _status_failed_kept(body: list[ast.stmt]) -> bool:
     """Every ``return`` of ``body`` returns Failed, the room's status (a ``check_status(...)``
     call or a name holding one), or sits behind a test that the status is something other than
@@ -509,34 +708,365 @@ def _is_clock_call(node: ast.AST) -> bool:
     return isinstance(func, ast.Name) and func.id in CLOCK_FUNCTIONS
 
 
-def _reads_init_time(node: ast.AST) -> bool:
-    return is_self_attr(node, SENDER_INIT_TIME) and isinstance(getattr(node, "ctx", None), ast.Load)
+def _reads_init_time(node: ast.AST, clocks: frozenset[str] = frozenset({SENDER_INIT_TIME})) -> bool:
+    """A read of ``self.init_time`` (or of another of the sender's ``clocks``)."""
+    return (
+        isinstance(node, ast.Attribute)
+        and node.attr in clocks
+        and is_self_attr(node, node.attr)
+        and isinstance(node.ctx, ast.Load)
+    )
 
 
-def _elapsed_checked(nodes: list[ast.AST]) -> bool:
-    """Is an elapsed time since ``init_time`` (a clock reading minus it, directly or through
-    local names) compared with something, among ``nodes``? A mere read of ``init_time`` (a
-    ``None`` test, a log line) is no timeout."""
+def _local_values(function: ast.FunctionDef) -> dict[str, ast.expr]:
+    """What each local name of ``function`` is assigned (the last assignment wins)."""
     values: dict[str, ast.expr] = {}
-    for node in nodes:
+    for node in walk(function):
         if isinstance(node, ast.Assign) and len(node.targets) == 1:
             target = node.targets[0]
             if isinstance(target, ast.Name):
                 values[target.id] = node.value
+    return values
 
-    def expanded(expr: ast.AST, depth: int = 3) -> list[ast.AST]:
-        found = list(walk(expr))
-        if depth:
-            for name in [n for n in found if isinstance(n, ast.Name) and n.id in values]:
-                found += expanded(values[name.id], depth - 1)
-        return found
 
-    for node in nodes:
+def _expanded(expr: ast.AST, values: dict[str, ast.expr], depth: int = 3) -> list[ast.AST]:
+    """The nodes of ``expr``, and of what the local names it reads were assigned."""
+    found = list(walk(expr))
+    if depth:
+        for name in [n for n in found if isinstance(n, ast.Name) and n.id in values]:
+            found += _expanded(values[name.id], values, depth - 1)
+    return found
+
+
+def _is_elapsed(
+    expr: ast.AST,
+    values: dict[str, ast.expr],
+    predicates: set[str],
+    clocks: frozenset[str] = frozenset({SENDER_INIT_TIME}),
+) -> bool:
+    """Does ``expr`` compare an elapsed time since ``init_time`` (a clock reading minus it,
+    directly or through local names) with something, or call a ``self.<helper>()`` that
+    returns such a comparison? A mere read of ``init_time`` (a ``None`` test) is no timeout."""
+    parts = _expanded(expr, values)
+    for node in parts:
         if isinstance(node, ast.Compare):
-            parts = expanded(node)
-            if any(_is_clock_call(n) for n in parts) and any(_reads_init_time(n) for n in parts):
+            inner = _expanded(node, values)
+            if any(_is_clock_call(n) for n in inner) and any(
+                _reads_init_time(n, clocks) for n in inner
+            ):
+                return True
+        if (
+            isinstance(node, ast.Call)
+            and _call_name(node) in predicates
+            and is_self_attr(node.func, _call_name(node) or "")
+        ):
+            return True
+    return False
+
+
+def _reports_failed(nodes: list[ast.AST], failing: set[str]) -> bool:
+    """Among ``nodes``: a Failed returned, stored (``self.conclude_state = KVPoll.Failed``) or
+    reported (``update_status(room, KVPoll.Failed)``), or a call of a ``self.<helper>()`` that
+    does one of those."""
+    for node in nodes:
+        if isinstance(node, ast.Return) and "Failed" in _poll_states(node.value, owner=None):
+            return True
+        if isinstance(node, ast.Assign) and _is_failed(node.value):
+            return True
+        if isinstance(node, ast.Call):
+            if any(_is_failed(a) for a in node.args):
+                return True
+            if is_self_attr(node.func, _call_name(node) or "") and _call_name(node) in failing:
                 return True
     return False
+
+
+def _block_nodes(stmts: list[ast.stmt]) -> list[ast.AST]:
+    return [n for s in stmts for n in walk(s)]
+
+
+def _exits(stmts: list[ast.stmt]) -> bool:
+    return bool(stmts) and isinstance(stmts[-1], _EXITS)
+
+
+def _timeout_fires(
+    functions: list[ast.FunctionDef], clocks: frozenset[str] = frozenset({SENDER_INIT_TIME})
+) -> tuple[dict[str, int], int, bool]:
+    """Does a test of the time since ``init_time`` in ``functions`` (``poll()`` and the
+    helpers it reaches) decide a Failed: in its own branches (an ``if``, a conditional
+    expression, a ``case`` guard), or after a branch that returns (``if elapsed < limit:
+    return None`` then Failed)? Returns (the functions where one does, by name, with the line
+    of its first such test; the line of a test that does not; whether that test's branch
+    raises: an exception out of ``poll()`` is no Failed, the scheduler's poll loop does not
+    catch it)."""
+    values_of = {id(f): _local_values(f) for f in functions}
+    predicates = {
+        f.name
+        for f in functions
+        if any(
+            isinstance(n, ast.Return)
+            and n.value is not None
+            and _is_elapsed(n.value, values_of[id(f)], set(), clocks)
+            for n in walk(f)
+        )
+    }
+    failing = {f.name for f in functions if _reports_failed(walk(f)[1:], set())}
+    inert, raises = 0, False
+
+    def block(stmts: list[ast.stmt], values: dict[str, ast.expr]) -> int:
+        nonlocal inert, raises
+        for i, stmt in enumerate(stmts):
+            branches: list[list[ast.stmt]] = []
+            if isinstance(stmt, ast.If | ast.While) and _is_elapsed(
+                stmt.test, values, predicates, clocks
+            ):
+                branches = [stmt.body, stmt.orelse]
+                rest = stmts[i + 1 :] if isinstance(stmt, ast.If) else []
+                taken = [b for b in branches if b] + [rest] * any(_exits(b) for b in branches)
+                if any(_reports_failed(_block_nodes(b), failing) for b in taken):
+                    return stmt.lineno
+                inert = inert or stmt.lineno
+                raises = raises or any(isinstance(n, ast.Raise) for n in _block_nodes(stmt.body))
+            if isinstance(stmt, ast.Match):
+                for case in stmt.cases:
+                    if case.guard is not None and _is_elapsed(
+                        case.guard, values, predicates, clocks
+                    ):
+                        if _reports_failed(_block_nodes(case.body), failing):
+                            return case.guard.lineno
+                        inert = inert or case.guard.lineno
+                        raises = raises or any(
+                            isinstance(n, ast.Raise) for n in _block_nodes(case.body)
+                        )
+            for node in walk(stmt):
+                if isinstance(node, ast.IfExp) and _is_elapsed(
+                    node.test, values, predicates, clocks
+                ):
+                    # its value (returned or stored) is Failed on one side, or a side fails
+                    either = [*walk(node.body), *walk(node.orelse)]
+                    if "Failed" in _poll_states(node, None) or _reports_failed(either, failing):
+                        return node.lineno
+                    inert = inert or node.lineno
+            for inner in _sub_blocks(stmt):
+                line = block(inner, values)
+                if line:
+                    return line
+        return 0
+
+    fired = {f.name: line for f in functions if (line := block(f.body, values_of[id(f)]))}
+    return fired, 0 if fired else inert, raises and not fired
+
+
+def _unchecked_return(
+    poll: ast.FunctionDef, fired: dict[str, int], functions: list[ast.FunctionDef]
+) -> tuple[int, int]:
+    """A ``return`` of ``poll()`` that can report Bootstrapping (the room's status from
+    ``check_status()``, directly or through a local name, or Bootstrapping itself) and comes
+    before the first place where the timeout can fire (its test in ``poll()``, or a call of a
+    helper that tests it): that path reports Bootstrapping without the test. Returns (its
+    line, that place's line), or (0, 0)."""
+    called = {
+        f.name: {
+            _call_name(n)
+            for n in walk(f)
+            if isinstance(n, ast.Call) and is_self_attr(n.func, _call_name(n) or "")
+        }
+        for f in functions
+    }
+    reaches = set(fired)  # helpers that test the timeout, or call one that does
+    while grown := {name for name, names in called.items() if names & reaches} - reaches:
+        reaches |= grown
+    firsts = [fired[poll.name]] if poll.name in fired else []
+    firsts += [
+        node.lineno
+        for node in walk(poll)
+        if isinstance(node, ast.Call)
+        and is_self_attr(node.func, _call_name(node) or "")
+        and _call_name(node) in reaches
+    ]
+    if not firsts:
+        return 0, 0
+    first = min(firsts)
+    statuses = {
+        t.id
+        for n in walk(poll)
+        if isinstance(n, ast.Assign)
+        and isinstance(n.value, ast.Call)
+        and _call_name(n.value) == MANAGER_CHECK_STATUS
+        for t in n.targets
+        if isinstance(t, ast.Name)
+    }
+    parents = own_parents(poll)
+    for node in own_nodes(poll):
+        if not isinstance(node, ast.Return) or node.value is None or node.lineno >= first:
+            continue
+        if _behind_not_bootstrapping(node, parents):
+            continue
+        value = node.value
+        if (
+            (isinstance(value, ast.Call) and _call_name(value) == MANAGER_CHECK_STATUS)
+            or (isinstance(value, ast.Name) and value.id in statuses)
+            or "Bootstrapping" in _poll_states(value, None)
+        ):
+            return node.lineno, first
+    return 0, 0
+
+
+def _behind_not_bootstrapping(node: ast.AST, parents: dict[ast.AST, ast.AST]) -> bool:
+    """Does ``node`` sit behind a test that the state is not Bootstrapping (``if status !=
+    KVPoll.Bootstrapping:``, ``if status in (KVPoll.Success, KVPoll.Failed):``, or the
+    ``else`` of ``if status == KVPoll.Bootstrapping:``)?"""
+
+    def excludes(test: ast.expr, negated: bool) -> bool:
+        if isinstance(test, ast.BoolOp) and isinstance(test.op, ast.And) and not negated:
+            return any(excludes(v, negated) for v in test.values)
+        if not (isinstance(test, ast.Compare) and len(test.ops) == 1):
+            return False
+        op, right = test.ops[0], test.comparators[0]
+        named = "Bootstrapping" in _poll_states(right, None)
+        if isinstance(right, ast.Tuple | ast.List | ast.Set):
+            named = any("Bootstrapping" in _poll_states(e, None) for e in right.elts)
+        if negated:
+            return isinstance(op, ast.Eq | ast.Is | ast.In) and named
+        if isinstance(op, ast.NotEq | ast.IsNot | ast.NotIn):
+            return named
+        return (
+            isinstance(op, ast.Eq | ast.Is | ast.In)
+            and not named
+            and bool(_poll_states(right, None) or isinstance(right, ast.Tuple | ast.List | ast.Set))
+        )
+
+    child = node
+    parent = parents.get(child)
+    while parent is not None:
+        if isinstance(parent, ast.If):
+            if child in parent.body and excludes(parent.test, negated=False):
+                return True
+            if child in parent.orelse and excludes(parent.test, negated=True):
+                return True
+        child, parent = parent, parents.get(parent)
+    return False
+
+
+def _read(
+    value: ast.expr | None,
+    local: dict[str, ast.expr],
+    held: dict[str, list[ast.expr]],
+    depth: int,
+) -> bool:
+    """Can pdguard tell which poll states ``value`` (a ``return`` of ``poll()``) takes? A
+    ``KVPoll`` member (any ``<Name>.<Member>``), the room's status, a ``self.<helper>()`` or
+    ``super()`` call (read on its own), a conditional or ``or`` of those, a local, module or
+    ``self`` name every assignment of which is read (``None`` included), a lookup in a
+    table of them."""
+    if value is None or (isinstance(value, ast.Constant) and value.value is None):
+        return True
+    if depth < 0:
+        return False
+
+    def again(expr: ast.expr | None) -> bool:
+        return _read(expr, local, held, depth - 1)
+
+    if isinstance(value, ast.Attribute) and isinstance(value.value, ast.Name):
+        if value.value.id != "self":
+            return True  # KVPoll.Success, and the like
+        values = held.get("self." + value.attr)
+        return values is not None and all(again(v) for v in values)
+    if isinstance(value, ast.IfExp):
+        return again(value.body) and again(value.orelse)
+    if isinstance(value, ast.BoolOp):
+        return all(again(v) for v in value.values)
+    if isinstance(value, ast.Call):
+        func = value.func
+        name = _call_name(value)
+        if name == MANAGER_CHECK_STATUS or is_self_attr(func, name or ""):
+            return True
+        if isinstance(func, ast.Attribute) and isinstance(func.value, ast.Call):
+            return isinstance(func.value.func, ast.Name) and func.value.func.id == "super"
+        return False
+    if isinstance(value, ast.Name):
+        if value.id in local:
+            return again(local[value.id])
+        values = held.get(value.id)
+        return values is not None and all(again(v) for v in values)
+    if isinstance(value, ast.Subscript):
+        return again(value.value)
+    if isinstance(value, ast.Dict):
+        return all(again(v) for v in value.values)
+    return False
+
+
+def _poll_stamps(
+    functions: list[ast.FunctionDef], clocks: frozenset[str] = frozenset({SENDER_INIT_TIME})
+) -> tuple[int, int]:
+    """``self.init_time = <clock>`` in ``poll()`` or a helper it reaches: the line of one
+    behind ``if self.init_time is None:`` (or ``if not self.init_time:``), which starts the
+    clock at the first poll, and of one straight in a function's body, run on every call,
+    which restarts it (0 for none)."""
+    lazy = restamp = 0
+
+    def stamps(stmts: list[ast.stmt]) -> list[ast.stmt]:
+        return [
+            s
+            for s in stmts
+            if isinstance(s, ast.Assign)
+            and any(_reads_init_time(t, clocks) or _stores(t, clocks) for t in s.targets)
+            and any(_is_clock_call(n) for n in walk(s.value))
+        ]
+
+    for function in functions:
+        for stmt in stamps(function.body):
+            restamp = restamp or stmt.lineno
+        for node in walk(function):
+            if isinstance(node, ast.If) and _unset_test(node.test):
+                for stmt in stamps(node.body):
+                    lazy = lazy or stmt.lineno
+    return lazy, restamp
+
+
+def _stores(node: ast.AST, clocks: frozenset[str]) -> bool:
+    return isinstance(node, ast.Attribute) and node.attr in clocks and is_self_attr(node, node.attr)
+
+
+def _own_clocks(init_nodes: list[ast.AST]) -> frozenset[str]:
+    """``self`` attributes other than ``init_time`` that ``__init__`` (and what it calls)
+    sets from a clock reading: a stamp or a deadline of the sender's own."""
+    return frozenset(
+        target.attr
+        for n in init_nodes
+        if isinstance(n, ast.Assign) and any(_is_clock_call(v) for v in walk(n.value))
+        for target in n.targets
+        if isinstance(target, ast.Attribute)
+        and is_self_attr(target, target.attr)
+        and target.attr != SENDER_INIT_TIME
+    )
+
+
+def _unset_test(test: ast.expr) -> bool:
+    """``self.init_time is None`` or ``not self.init_time``."""
+    if isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not):
+        return is_self_attr(test.operand, SENDER_INIT_TIME)
+    return (
+        isinstance(test, ast.Compare)
+        and is_self_attr(test.left, SENDER_INIT_TIME)
+        and isinstance(test.ops[0], ast.Is)
+        and isinstance(test.comparators[0], ast.Constant)
+        and test.comparators[0].value is None
+    )
+
+
+def _sub_blocks(stmt: ast.stmt) -> list[list[ast.stmt]]:
+    """The statement lists nested in ``stmt`` (not in nested functions)."""
+    if isinstance(stmt, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
+        return []
+    blocks = [
+        getattr(stmt, name)
+        for name in ("body", "orelse", "finalbody")
+        if isinstance(getattr(stmt, name, None), list)
+    ]
+    blocks += [h.body for h in getattr(stmt, "handlers", [])]
+    blocks += [c.body for c in getattr(stmt, "cases", [])]
+    return blocks
 
 
 def _poll_states(expr: ast.expr | None, owner: str | None = "KVPoll") -> set[str]:

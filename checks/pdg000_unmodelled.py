@@ -5,6 +5,9 @@ What it does
     inflight queue: ``process_disagg_prefill_inflight_queue`` missing (renamed or split), a
     function that polls or keeps requests in a way pdguard does not recognise, and a queue that
     escapes (bound to another name, passed to a function, a method pdguard does not know).
+    And a concrete KV sender whose ``poll()`` returns what pdguard cannot trace to poll
+    states (a call it does not know, a parameter), when nothing else says whether it can
+    report Bootstrapping: PDG004 could not tell.
 
 Why is this bad
     The other rules prove that no request waits without bound *in the code they understand*.
@@ -19,12 +22,26 @@ Example
 
 from __future__ import annotations
 
+import ast
 from collections.abc import Iterator
 
 from .examples import PATCHED
 from .inflight import FUNCTION, QUEUE
 from .model import PREFILL, Finding, Invalid, Rule
 from .project import Project
+
+_SENDER_BASE = "sglang/srt/disaggregation/base/conn.py"
+_SENDER_FORK = "sglang/srt/disaggregation/lark/conn.py"
+# a fork sender whose state lives in an object pdguard knows nothing of
+_OPAQUE_SENDER = """\
+from sglang.srt.disaggregation.base.conn import BaseKVSender
+
+
+class LarkKVSender(BaseKVSender):
+    def poll(self):
+        self.polled = True
+        return self.machine.current()
+"""
 
 
 class Unmodelled(Rule):
@@ -62,9 +79,26 @@ class Unmodelled(Rule):
                 )
             ],
         ),
+        Invalid(
+            {
+                _SENDER_BASE: "class BaseKVSender:\n    def poll(self): ...\n",
+                _SENDER_FORK: _OPAQUE_SENDER,
+            },
+            [
+                (
+                    7,
+                    9,
+                    "LarkKVSender.poll() returns `self.machine.current()`, which pdguard cannot "
+                    "trace to poll states: it cannot tell whether this sender can report "
+                    "Bootstrapping, so nothing proves that its bootstrap is bounded (PDG004)",
+                    _SENDER_FORK,
+                )
+            ],
+        ),
     )
 
     def check(self, project: Project) -> Iterator[Finding]:
+        yield from self._unread_senders(project)
         tree = project.tree(PREFILL)
         if tree is None:
             return
@@ -83,3 +117,25 @@ class Unmodelled(Rule):
             return
         for gap in model.unmodelled:
             yield self.finding(PREFILL, gap.line, gap.col, model.class_name, gap.message)
+
+    def _unread_senders(self, project: Project) -> Iterator[Finding]:
+        """KV senders whose ``poll()`` returns what pdguard cannot trace to poll states, when
+        nothing else says they can report Bootstrapping: PDG004 cannot tell, so it says nothing."""
+        index = project.classes
+        for name in index.senders():
+            if not index.is_concrete(name) or index.facts(name).can_bootstrap:
+                continue
+            unread = index.unread_return(name)
+            if unread is None:
+                continue
+            owner, node = unread
+            value = ast.unparse(node.value) if node.value is not None else "None"
+            yield self.finding(
+                owner.rel,
+                node.lineno,
+                node.col_offset + 1,
+                f"{name}.poll",
+                f"{name}.poll() returns `{value}`, which pdguard cannot trace to poll states: it "
+                "cannot tell whether this sender can report Bootstrapping, so nothing proves that "
+                "its bootstrap is bounded (PDG004)",
+            )

@@ -142,13 +142,36 @@ class SenderBootstrappingForever(Rule):
                     f"init_time decides what poll() reports (line {facts.init_time_flag}): it "
                     "is a state flag there, not a clock"
                 )
+            if facts.restamp:
+                problems.append(
+                    f"poll() restarts init_time on every call (line {facts.restamp}): the time "
+                    "since it never grows"
+                )
             if facts.init_time != "time":
                 problems.append(
                     "init_time is never set to a time before or during Bootstrapping"
                     if facts.init_time == "unset"
                     else "init_time is None while Bootstrapping (set only later, if at all)"
                 )
-            if not facts.check_reached:
+            if facts.unchecked_return[0]:
+                returned, first = facts.unchecked_return
+                problems.append(
+                    f"poll() can return the room's status (line {returned}) before the "
+                    f"bootstrap timeout is tested (line {first}): that path reports "
+                    "Bootstrapping unchecked"
+                )
+            if not facts.check_reached and facts.inert_check:
+                problems.append(
+                    f"poll()'s test of the time since init_time (line {facts.inert_check}) "
+                    "reports no Failed when the timeout expires"
+                    + (
+                        ": it raises, and an exception out of poll() stops the scheduler's "
+                        "poll loop, not just this request"
+                        if facts.inert_raises
+                        else ""
+                    )
+                )
+            elif not facts.check_reached:
                 problems.append(
                     "poll() never compares the time since init_time with a bootstrap timeout"
                 )

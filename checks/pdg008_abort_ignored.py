@@ -166,11 +166,18 @@ class AbortIgnored(Rule):
             if owner is None:
                 continue
             poll = owner.methods["poll"]
-            why = (
-                "it has no abort()"
-                if abort_owner is None
-                else f"it never returns the state {abort_owner.name}.abort() concludes"
-            )
+            marks = index.abort_marks(name)
+            if abort_owner is None:
+                why = "it has no abort()"
+            elif index.abort_concludes(name) or not marks:
+                why = f"it never returns the state {abort_owner.name}.abort() concludes"
+            else:
+                # abort() marks the sender some other way (``self.cancelled = True``)
+                set_ = ", ".join(f"self.{m}" for m in marks)
+                why = (
+                    f"its first statement does not return Failed once {abort_owner.name}."
+                    f"abort() has set {set_}"
+                )
             yield self.finding(
                 owner.rel,
                 poll.lineno,

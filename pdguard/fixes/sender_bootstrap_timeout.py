@@ -85,6 +85,17 @@ class SenderBootstrapTimeoutFix(Fix):
         index = sender_index(workspace)
         senders = [index.facts(name) for name in index.senders()]
         bootstrapping = [f for f in senders if f.can_bootstrap]
+        for facts in senders:
+            unread = None if facts.can_bootstrap else index.unread_return(facts.name)
+            if unread is not None and index.is_concrete(facts.name):
+                owner, node = unread
+                return Outcome(
+                    Status.REFUSED,
+                    f"pdguard cannot tell whether {facts.name} can report Bootstrapping: its "
+                    f"poll() returns what pdguard cannot trace to poll states (PDG000); review "
+                    f"it by hand (leave this fix out with --ignore {FIX} to apply the others)",
+                    f"{owner.rel}:{node.lineno}",
+                )
         if not bootstrapping:
             names = ", ".join(f.name for f in senders) or "none found"
             return Outcome(
@@ -211,6 +222,14 @@ class SenderBootstrapTimeoutFix(Fix):
                     f"{FIX} to apply the others)",
                     f"{rel}:{facts.init_time_flag}",
                 )
+            if facts.restamp:
+                rel = facts.poll_owner.rel if facts.poll_owner else facts.rel
+                raise Refused(
+                    f"{facts.name}.poll() restarts init_time on every call, so the time since "
+                    "it never grows; pdguard does not rewrite a clock poll() keeps resetting "
+                    f"(leave this fix out with --ignore {FIX} to apply the others)",
+                    f"{rel}:{facts.restamp}",
+                )
             if facts.init_time != "time":
                 if facts.init_owner is None:
                     raise Refused(f"{facts.name} has no __init__ to start init_time in")
@@ -239,6 +258,13 @@ class SenderBootstrapTimeoutFix(Fix):
             edit.timeout = f"self.kv_mgr.{attr}"
             return
         if not edit.set_init_time:
+            if manager is None:
+                raise Refused(
+                    f"pdguard cannot tell {facts.name}'s manager (its __init__'s first "
+                    "parameter has no annotation, nor is it handed on to a base's), so not "
+                    "where its bootstrap timeout is; and its __init__ is not being patched to "
+                    "read one"
+                )
             raise Refused(
                 f"{edit.class_name}: its manager has no bootstrap timeout and its __init__ "
                 "is not being patched to read one"
