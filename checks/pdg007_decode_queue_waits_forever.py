@@ -301,3 +301,17 @@ class DecodeQueueWaitsForever(Rule):
                 "heartbeat failures and aborts of the requests in those queues are not acted "
                 "on, and their KV is not freed, until the condition clears",
             )
+        for guarded in model.guarded_polls():
+            where = (
+                f"{guarded.owner.name}.{guarded.func.name}" if guarded.owner else guarded.func.name
+            )
+            skipped = " and ".join(f"{name.removeprefix('self.')}()" for name in guarded.skipped)
+            yield self.finding(
+                guarded.rel,
+                guarded.node.lineno,
+                guarded.node.col_offset + 1,
+                where,
+                f"{where} polls {skipped} only under `if {guarded.condition}`: while that "
+                "does not hold, waiting timeouts, heartbeat failures and aborts of the requests "
+                "in those queues are not acted on, and their KV is not freed",
+            )
