@@ -6,11 +6,16 @@ pdguard's own words; each case was a wrong verdict before the model was fixed.""
 
 from __future__ import annotations
 
+import ast
+from pathlib import Path
+
 import pytest
 
 from pdguard.checks import Project, run
 from pdguard.checks.pdg006_receiver_waits_forever import _BASE
 from pdguard.checks.pdg007_decode_queue_waits_forever import RETRACTION_GATE, decode
+from pdguard.cli import main
+from tests.helpers import copy_release
 
 _RECEIVER = """\
 import time
@@ -309,3 +314,60 @@ def test_decode_polls_held_under_an_if_are_reported() -> None:
     # the early return is still reported as such, not twice
     gated = decode(gate=RETRACTION_GATE)
     assert [m for m in _pdg007(gated) if "only under" in m] == []
+
+
+# -- apply on a receiver whose own timeout holds -------------------------------------------
+
+
+def _hand_timed_nixl(root: Path) -> Path:
+    """0.5.4's NIXL receiver with a waiting timeout written by hand (stamped where the
+    indices go out, checked before poll()'s last return); its heartbeat still skips rooms no
+    chunk reached. Edited by position (the AST), not by copying its text."""
+    path = root / "sglang/srt/disaggregation/nixl/conn.py"
+    lines = path.read_text().splitlines(keepends=True)
+    cls = next(
+        n
+        for n in ast.parse("".join(lines)).body
+        if isinstance(n, ast.ClassDef) and n.name == "NixlKVReceiver"
+    )
+    methods = {f.name: f for f in cls.body if isinstance(f, ast.FunctionDef)}
+    last = methods["poll"].body[-1]
+    pad = " " * last.col_offset
+    check = (
+        f"{pad}if time.monotonic() - self.handed_over_at > 300:\n"
+        f"{pad}    self.conclude_state = KVPoll.Failed\n"
+        f"{pad}    return KVPoll.Failed\n"
+    )
+    init_end = methods["init"].body[-1]
+    stamp = " " * init_end.col_offset + "self.handed_over_at = time.monotonic()\n"
+    lines.insert(last.lineno - 1, check)  # the later position first
+    lines.insert(init_end.end_lineno or init_end.lineno, stamp)
+    path.write_text("".join(lines))
+    return root
+
+
+@pytest.mark.releases
+def test_apply_adds_no_second_timer_where_only_the_heartbeat_is_weak(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The receiver's own timeout holds; only its manager's heartbeat is weak. The fix used
+    to add its init_time timer beside the hand-written one; now it patches the heartbeat."""
+    root = _hand_timed_nixl(copy_release("0.5.4", tmp_path / "tree"))
+    before = [m for m in _check(root) if "NixlKVReceiver" in m]
+    assert len(before) == 1 and "not failed when its prefill is lost" in before[0], before
+    assert main(["apply", "--select", "receiver-waiting-timeout", str(root)]) == 0
+    out = capsys.readouterr()
+    assert "NixlKVManager's heartbeat fails every tracked room" in out.out + out.err
+    assert "init_time in init()" not in out.out + out.err
+    text = (root / "sglang/srt/disaggregation/nixl/conn.py").read_text()
+    assert "self.init_time" not in text
+    assert text.count("self.handed_over_at = time.monotonic()") == 1
+    assert [m for m in _check(root) if "NixlKVReceiver" in m] == []
+
+
+def _check(root: Path) -> list[str]:
+    files = {
+        p.relative_to(root).as_posix(): p.read_text()
+        for p in (root / "sglang/srt/disaggregation").rglob("*.py")
+    }
+    return [f.message for f in run(Project(files), ["PDG006"])]
