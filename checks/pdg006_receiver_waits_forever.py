@@ -14,9 +14,13 @@ What it does
     once the indices were sent (``FakeKVReceiver``) is not reported. An elapsed time is two
     readings of one clock (a ``time.time()`` stamp read on ``time.monotonic()`` never reaches
     the limit). Also reports a timeout whose clock was already running before the indices were
-    sent (started in ``__init__``, or in ``init()`` where ``send_metadata()`` sends them): it
-    bounds the wait, but also fails requests that only wait in the prealloc queue for decode
-    memory. And reports a receiver whose manager, on losing a prefill (its heartbeat's
+    sent (started in ``__init__``, in ``init()`` where ``send_metadata()`` sends them, or by
+    ``poll()`` itself on its first call or when it first sees WaitingForInput: the prealloc
+    queue polls the receiver before the indices go out): it bounds the wait, but also fails
+    requests that only wait in the prealloc queue for decode memory. The check is followed
+    by meaning: inline or in a helper that returns the test, on a scaled elapsed time
+    (nanoseconds to milliseconds) or the time left before a deadline, in ``if`` or
+    ``match``/``case`` on the status. And reports a receiver whose manager, on losing a prefill (its heartbeat's
     ``_handle_node_failure``), fails a tracked room only when the room is in a table that the
     receiver's own constructor and index-sending methods never fill (NIXL 0.5.3 -
     0.5.5.post3: ``room in self.transfer_statuses``, filled only once a chunk arrived).
