@@ -42,6 +42,7 @@ literal ``None``): the analysis follows what the code writes, not what the netwo
 from __future__ import annotations
 
 import ast
+import builtins
 from collections import OrderedDict
 from collections.abc import Callable, Hashable, Iterator
 from dataclasses import dataclass, field
@@ -75,6 +76,9 @@ ELAPSED, EARLY_ELAPSED = "elapsed", "early-elapsed"
 REMAINING, EARLY_REMAINING = "remaining", "early-remaining"
 DEADLINE, EARLY_DEADLINE = "deadline:", "early-deadline:"
 STATUS = "@status"  # the status the receiver last wrote for its room
+# What a call the analysis cannot follow returned (a dispatch table's handler, a function of
+# another module): "opaque:<callee source>", always beside UNKNOWN.
+OPAQUE = "opaque:"
 TERMINAL = frozenset({f"P:{KVPoll.Success.name}", f"P:{KVPoll.Failed.name}"})
 FAILED = frozenset({f"P:{KVPoll.Failed.name}"})
 ANY_POLL = frozenset(f"P:{p.name}" for p in KVPoll)
@@ -86,6 +90,9 @@ Val = frozenset[str]
 _UNK: Val = frozenset({UNKNOWN})
 MAX_STATES = 96
 MAX_DEPTH = 6
+
+
+_BUILTINS = frozenset(dir(builtins))
 
 
 def is_abstract(func: ast.FunctionDef) -> bool:
@@ -210,6 +217,9 @@ class PollVerdict:
     # (manager, table): the manager's node-failure handler fails a room of a lost prefill only
     # if it is in self.<table>, which the receiver's side never fills for its room
     heartbeat_gap: tuple[str, str] | None = None
+    # a non-terminal return left open gives what these calls returned, which the analysis
+    # cannot follow: it cannot tell whether the receiver waits forever (PDG000)
+    opaque: tuple[str, ...] = ()
 
     @property
     def waits_forever(self) -> bool:
@@ -236,7 +246,17 @@ class _Interpreter:
 
     # -- methods ---------------------------------------------------------------------
 
-    def call_method(self, method: str, state: State, after: str | None = None) -> list[Outcome]:
+    def call_method(
+        self,
+        method: str,
+        state: State,
+        after: str | None = None,
+        args: tuple[Val, ...] = (),
+        kwargs: tuple[tuple[str, Val], ...] = (),
+    ) -> list[Outcome]:
+        """Runs ``self.<method>()`` (after ``after`` in the MRO, for ``super()``); ``args`` and
+        ``kwargs`` are the values passed, bound to its parameters (``now_status`` handed to a
+        helper keeps what the caller's test narrowed it to)."""
         owner = self.index.resolve(self.cls, method, after)
         if owner is None or is_abstract(owner.methods[method]):
             return [("return", state, _UNK)]
@@ -246,7 +266,11 @@ class _Interpreter:
         self.stack.append(key)
         try:
             func = owner.methods[method]
-            frame = state.frame()
+            params = [a.arg for a in func.args.posonlyargs + func.args.args][1:]  # not self
+            bound = dict(zip(params, args, strict=False)) | dict(kwargs)
+            frame = state.frame(
+                frozenset((k, v) for k, v in bound.items() if k in params and v != _UNK)
+            )
             results = []
             for kind, out, value in self.block(func.body, frame, owner):
                 if kind == "return":
@@ -286,11 +310,13 @@ class _Interpreter:
                 for st2, right in self.expr(node.right, st, owner):
                     out.append((st2, _arith(node.op, left, right)))
             return out
-        if isinstance(node, ast.IfExp):
+        if isinstance(node, ast.IfExp):  # as the if statement is: each side in its states
+            yes, no = self.test(node.test, state, owner)
             out = []
-            for st, value in self.expr(node.body, state, owner):
-                for st2, other in self.expr(node.orelse, st, owner):
-                    out.append((st2, value | other))
+            for st in yes:
+                out += self.expr(node.body, st, owner)
+            for st in no:
+                out += self.expr(node.orelse, st, owner)
             return out
         if isinstance(node, ast.Compare) or (
             isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.Not)
@@ -342,11 +368,42 @@ class _Interpreter:
             value = _poll_const(node.args[-1])
             if value is not None:
                 return [(state.with_attr(STATUS, frozenset({value})), _UNK)]
-        if isinstance(func, ast.Attribute) and _self_attr(func) is not None:
-            return [(s, v) for _, s, v in self.call_method(func.attr, state)]
-        if _is_super_call(func):
-            return [(s, v) for _, s, v in self.call_method(func.attr, state, owner.name)]
-        return [(state, _UNK)]
+        if isinstance(func, ast.Attribute) and (
+            _self_attr(func) is not None or _is_super_call(func)
+        ):
+            after = owner.name if _is_super_call(func) else None
+            out = []
+            for st, args, kwargs in self.arguments(node, state, owner):
+                out += [(s, v) for _, s, v in self.call_method(func.attr, st, after, args, kwargs)]
+            return out
+        if isinstance(func, ast.Name) and func.id in _BUILTINS:
+            return [(state, _UNK)]
+        return [(state, frozenset({UNKNOWN, OPAQUE + ast.unparse(func)}))]
+
+    def arguments(
+        self, node: ast.Call, state: State, owner: ClassInfo
+    ) -> list[tuple[State, tuple[Val, ...], tuple[tuple[str, Val], ...]]]:
+        """The values of a call's arguments, in each state their evaluation can leave; a
+        ``*args`` or ``**kwargs`` ends what is known."""
+        forks: list[tuple[State, tuple[Val, ...], tuple[tuple[str, Val], ...]]] = [(state, (), ())]
+        for arg in node.args:
+            if isinstance(arg, ast.Starred):
+                break
+            forks = [
+                (st2, (*args, v), kw)
+                for st, args, kw in forks
+                for st2, v in self.expr(arg, st, owner)
+            ][:MAX_STATES]
+        for keyword in node.keywords:
+            if keyword.arg is None:
+                continue
+            name = keyword.arg
+            forks = [
+                (st2, args, (*kw, (name, v)))
+                for st, args, kw in forks
+                for st2, v in self.expr(keyword.value, st, owner)
+            ][:MAX_STATES]
+        return forks
 
     # -- conditions ------------------------------------------------------------------
 
@@ -854,12 +911,15 @@ class ReceiverIndex:
         for st in states:
             outcomes += run.call_method("poll", State(st.attrs))
         verdict = PollVerdict(name)
+        opaque: set[str] = set()
         for _, st, value in outcomes:
             if value & FAILED or st.marked_failed:
                 verdict.returns_failed = True
             open_states = value & NON_TERMINAL if UNKNOWN not in value else NON_TERMINAL
             if open_states and not (st.checked & run.effective) and not self._fails_next(name, st):
                 verdict.uncovered |= {s.removeprefix("P:") for s in open_states}
+                opaque |= {v.removeprefix(OPAQUE) for v in value if v.startswith(OPAQUE)}
+        verdict.opaque = tuple(sorted(opaque))
         verdict.early_clock = bool(run.effective & run.early)
         verdict.heartbeat_gap = self._heartbeat_gap(name)
         return verdict

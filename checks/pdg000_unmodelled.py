@@ -1,10 +1,13 @@
 """PDG000: code pdguard cannot model, so it cannot prove the property.
 
 What it does
-    Reports, in ``prefill.py``, what stops pdguard from following requests through the
-    inflight queue: ``process_disagg_prefill_inflight_queue`` missing (renamed or split), a
-    function that polls or keeps requests in a way pdguard does not recognise, and a queue that
-    escapes (bound to another name, passed to a function, a method pdguard does not know).
+    Reports a KV receiver whose ``poll()`` can return, with no timeout on the way, only what a
+    call pdguard cannot follow gave (a handler from a dispatch table, a function of another
+    module): PDG006 cannot say whether it waits forever. And reports, in ``prefill.py``, what
+    stops pdguard from following requests through the inflight queue:
+    ``process_disagg_prefill_inflight_queue`` missing (renamed or split), a function that
+    polls or keeps requests in a way pdguard does not recognise, and a queue that escapes
+    (bound to another name, passed to a function, a method pdguard does not know).
 
 Why is this bad
     The other rules prove that no request waits without bound *in the code they understand*.
@@ -65,6 +68,29 @@ class Unmodelled(Rule):
     )
 
     def check(self, project: Project) -> Iterator[Finding]:
+        yield from self._receivers(project)
+        yield from self._inflight(project)
+
+    def _receivers(self, project: Project) -> Iterator[Finding]:
+        receivers = project.receivers
+        for name in receivers.concrete():
+            verdict = receivers.verdict(name)
+            if not verdict.opaque:
+                continue
+            info = receivers.index.classes[name]
+            owner = receivers.index.resolve(name, "poll")
+            node = owner.methods["poll"] if owner is info else info.node
+            calls = ", ".join(f"`{call}()`" for call in verdict.opaque)
+            yield self.finding(
+                info.rel,
+                node.lineno,
+                node.col_offset + 1,
+                f"{name}.poll",
+                f"{name}.poll() can return what {calls} gives, which pdguard cannot follow: "
+                "it cannot tell whether a waiting timeout bounds the wait for the prefill",
+            )
+
+    def _inflight(self, project: Project) -> Iterator[Finding]:
         tree = project.tree(PREFILL)
         if tree is None:
             return

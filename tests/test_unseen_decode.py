@@ -371,3 +371,50 @@ def _check(root: Path) -> list[str]:
         for p in (root / "sglang/srt/disaggregation").rglob("*.py")
     }
     return [f.message for f in run(Project(files), ["PDG006"])]
+
+
+def test_a_status_from_a_dispatch_table_is_unmodelled_not_unbounded() -> None:
+    """``poll()`` hands the status to a handler picked from a table: pdguard cannot follow
+    the call, so it says so (PDG000) instead of claiming every state waits forever."""
+    body = """\
+        now_status = self.kv_mgr.check_status(self.room)
+        handler = {KVPoll.WaitingForInput: self._while_waiting}.get(now_status)
+        return handler() if handler else self._settle(now_status)
+"""
+    extra = """\
+    def _settle(self, now_status):
+        if now_status in (KVPoll.Success, KVPoll.Failed):
+            self.settled = now_status
+        return now_status
+
+    def _while_waiting(self):
+        if self.mark is not None and time.monotonic() - self.mark > LIMIT:
+            self.settled = KVPoll.Failed
+        return self.settled or KVPoll.WaitingForInput
+"""
+    text = _RECEIVER.format(stamp=_SENT, body=body, extra=extra)
+    project = Project(
+        {
+            "sglang/srt/disaggregation/base/conn.py": _BASE,
+            "sglang/srt/disaggregation/mooncake/conn.py": text,
+        }
+    )
+    found = [(f.code, f.message) for f in run(project, ["PDG000", "PDG006"])]
+    assert [code for code, _ in found] == ["PDG000"], found
+    assert "`handler()`" in found[0][1]
+    assert "cannot follow" in found[0][1]
+    # the same receiver without its table: followed, and bounded
+    direct = body.replace(
+        "        handler = {KVPoll.WaitingForInput: self._while_waiting}.get(now_status)\n", ""
+    ).replace(
+        "handler() if handler else",
+        "self._while_waiting() if now_status == KVPoll.WaitingForInput else",
+    )
+    text = _RECEIVER.format(stamp=_SENT, body=direct, extra=extra)
+    project = Project(
+        {
+            "sglang/srt/disaggregation/base/conn.py": _BASE,
+            "sglang/srt/disaggregation/mooncake/conn.py": text,
+        }
+    )
+    assert run(project, ["PDG000", "PDG006"]) == []

@@ -223,6 +223,14 @@ class ReceiverWaitingTimeoutFix(Fix):
         if not concrete:
             return Outcome(Status.NOT_APPLICABLE, "no KV receiver class found")
         broken = [name for name in concrete if receivers.verdict(name).violates]
+        for name in broken:
+            opaque = receivers.verdict(name).opaque
+            if opaque:
+                return Outcome(
+                    Status.REFUSED,
+                    f"{name}.poll() returns what {', '.join(opaque)}() gives, which pdguard "
+                    "cannot follow: it would not know where to put the waiting timeout",
+                )
         if not broken:
             return self._already_live(workspace, receivers, concrete)
         line = failed_poll_raises(workspace)
