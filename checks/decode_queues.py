@@ -25,9 +25,9 @@ Read-only analysis on ``ast``, over the modules that name a decode queue or a re
 from __future__ import annotations
 
 import ast
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from functools import cached_property
+from functools import cached_property, partial
 
 from pdguard.sglang_names import (
     DECODE_QUEUE_LIST,
@@ -38,6 +38,7 @@ from pdguard.sglang_names import (
     RECEIVER_SEND_METHODS,
     REQ_RECEIVER,
     RETRACTED_QUEUE,
+    SERVER_ARGS,
     KVPoll,
 )
 
@@ -150,6 +151,19 @@ class EarlyReturn:
     node: ast.Return
     condition: str  # source of the test that leads to the return ("" if unconditional)
     skipped: tuple[str, ...]  # "self.disagg_decode_transfer_queue.pop_transferred", ...
+
+
+@dataclass(frozen=True)
+class GuardedPoll:
+    """Poll calls of a polling function that run only under an ``if`` whose condition need
+    not come true again (not a throttle the function advances on every call)."""
+
+    rel: str
+    owner: ClassInfo | None
+    func: ast.FunctionDef
+    node: ast.If
+    condition: str  # source of the test
+    skipped: tuple[str, ...]  # the poll calls it holds, as in EarlyReturn
 
 
 @dataclass(frozen=True)
@@ -373,6 +387,60 @@ class DecodeQueueModel:
                 condition = ast.unparse(test) if test is not None else ""
                 yield EarlyReturn(rel, owner, func, ret, condition, tuple(skipped))
 
+    def guarded_polls(self) -> Iterator[GuardedPoll]:
+        """Poll calls nested in an ``if`` that skips them on a condition that need not clear:
+        ``if not <retracted requests>: pop_preallocated(); pop_transferred()`` skips the
+        transfer queue as the early return does. Not reported: a condition that only probes
+        the emptiness of the skipped queues, a throttle (it reads an attribute the function
+        reassigns on every call before the test, ``self.polling_count``), and the retraction
+        gate over admissions only (see ``early_returns``). Each ``and`` operand of a test
+        (``or`` operand, for calls in its ``else``) is judged on its own: the calls are
+        skipped while any of them says so."""
+        polls = self.poll_methods()
+        for rel, owner, func in self._functions():
+            calls = [
+                c
+                for c in self.facts(func).queue_calls
+                if isinstance(c.func, ast.Attribute) and c.func.attr in polls
+            ]
+            if not calls:
+                continue
+            parents = own_parents(func)
+            advanced = _advanced_every_call(func)
+            assigned = _local_values(func)
+            held: dict[ast.If, set[str]] = {}
+            for call in calls:
+                child: ast.AST = call
+                parent = parents.get(call)
+                while parent is not None and parent is not func:
+                    if isinstance(parent, ast.If) and child is not parent.test:
+                        held.setdefault(parent, set()).add(ast.unparse(call.func))
+                    child, parent = parent, parents.get(parent)
+            for test_if, names in held.items():
+                in_body = any(
+                    any(c is n for n in walk(s)) for s in test_if.body for c in calls
+                    if ast.unparse(c.func) in names
+                )  # fmt: skip
+                test = test_if.test
+                joined = ast.And if in_body else ast.Or
+                parts = test.values if isinstance(test, ast.BoolOp) and isinstance(
+                    test.op, joined) else [test]  # fmt: skip
+                targets = {name.rsplit(".", 1)[0] for name in names}
+                if all(
+                    _only_probes_emptiness(part, targets)
+                    or _static(read := _with_locals(part, assigned))
+                    or _reads_any(read, advanced)
+                    or (
+                        _reads_attr(read, RETRACTED_QUEUE)
+                        and names <= self._admissions(func, calls)
+                    )
+                    for part in parts
+                ):
+                    continue
+                yield GuardedPoll(
+                    rel, owner, func, test_if, ast.unparse(test), tuple(sorted(names))
+                )
+
     @cached_property
     def _queue_attrs(self) -> set[str]:
         """The attributes the polling functions pop decode queues through
@@ -436,7 +504,8 @@ class DecodeQueueModel:
                     if self._deadline_on_entries(cls):
                         continue
                     for site_func, site in self._sites(cls, func, local):
-                        if not _bounded_in_loop(site_func, site):
+                        helper = partial(self._helper, cls)
+                        if not _bounded_in_loop(site_func, site, helper):
                             yield Requeue(info, site_func, site, attr, method)
 
     def _sites(
@@ -462,6 +531,10 @@ class DecodeQueueModel:
                 for returned in _returned_names(helper, position):
                     yield from ((helper, call) for call in _appends(helper, returned))
 
+    def _helper(self, cls: str, name: str) -> ast.FunctionDef | None:
+        owner = self.index.resolve(cls, name)
+        return None if owner is None else owner.methods[name]
+
     def _deadline_on_entries(self, cls: str) -> bool:
         """A loop over a queue attribute, reached from a poll method, that fails an entry
         once the time since its stamp exceeds a limit."""
@@ -486,7 +559,7 @@ class DecodeQueueModel:
                     stamps = [
                         stamp
                         for stamp in _elapsed_operands(test_if.test, clocks, elapsed)
-                        if not _restamped_before(loop, stamp, test_if)
+                        if not _restamped_before(loop, stamp, test_if, clocks)
                     ]
                     on_entry = any(
                         entry in {getattr(n, "id", None) for n in walk(s)} for s in stamps
@@ -494,6 +567,62 @@ class DecodeQueueModel:
                     if on_entry and any(_fails(s) for s in test_if.body + test_if.orelse):
                         return True
         return False
+
+
+def _advanced_every_call(func: ast.FunctionDef) -> set[str]:
+    """``self.<attr>`` names ``func`` assigns in a statement of its own body (not under a
+    condition): a test on them changes from one call to the next."""
+    return {
+        target.attr
+        for stmt in func.body
+        if isinstance(stmt, ast.Assign | ast.AugAssign)
+        for target in (stmt.targets if isinstance(stmt, ast.Assign) else [stmt.target])
+        if isinstance(target, ast.Attribute) and getattr(target.value, "id", "") == "self"
+    }
+
+
+def _local_values(func: ast.FunctionDef) -> dict[str, list[ast.expr]]:
+    """The values ``func`` assigns to each local name."""
+    found: dict[str, list[ast.expr]] = {}
+    for node in own_nodes(func):
+        if isinstance(node, ast.Assign):
+            for target in node.targets:
+                if isinstance(target, ast.Name):
+                    found.setdefault(target.id, []).append(node.value)
+        elif isinstance(node, ast.NamedExpr):
+            found.setdefault(node.target.id, []).append(node.value)
+    return found
+
+
+def _with_locals(test: ast.expr, assigned: dict[str, list[ast.expr]]) -> ast.Module:
+    """``test`` and the values of the locals it reads (transitively), to read as one."""
+    nodes: list[ast.expr] = [test]
+    seen: set[str] = set()
+    for node in nodes:
+        for sub in walk(node):
+            if isinstance(sub, ast.Name) and sub.id in assigned and sub.id not in seen:
+                seen.add(sub.id)
+                nodes += assigned[sub.id]
+    return ast.Module(body=[ast.Expr(n) for n in nodes], type_ignores=[])
+
+
+def _static(read: ast.AST) -> bool:
+    """Reads no state of the scheduler (``self.<attr>``, except its ``server_args``): a test
+    on the configuration is fixed for the life of the process, it does not hold a request
+    back until something happens."""
+    return not any(
+        isinstance(n, ast.Attribute)
+        and getattr(n.value, "id", "") == "self"
+        and n.attr != SERVER_ARGS
+        for n in walk(read)
+    )
+
+
+def _reads_any(node: ast.AST, attrs: set[str]) -> bool:
+    return any(
+        isinstance(n, ast.Attribute) and n.attr in attrs and getattr(n.value, "id", "") == "self"
+        for n in walk(node)
+    )
 
 
 def _reads_attr(node: ast.AST, attr: str) -> bool:
@@ -568,10 +697,12 @@ def _returned_names(helper: ast.FunctionDef, position: int) -> set[str]:
     return names
 
 
-def _restamped_before(loop: ast.stmt, stamp: ast.expr, test_if: ast.If) -> bool:
-    """Is ``stamp`` assigned on every pass of ``loop`` before ``test_if`` reads it (an
-    assignment in a statement list that leads to ``test_if``)? Then the elapsed time is
-    measured from this pass, and never grows."""
+def _restamped_before(loop: ast.AST, stamp: ast.expr, test_if: ast.AST, clocks: set[str]) -> bool:
+    """Is ``stamp`` set to a fresh clock reading on every pass of ``loop`` before ``test_if``
+    reads it (an assignment of a clock call, or of a local holding one, in a statement list
+    that leads to ``test_if``)? Then the elapsed time is measured from this pass, and never
+    grows. Reading a kept stamp into a local (``first = self.since.setdefault(rid,
+    time.monotonic())``, ``first = self.since[rid]``) is no restamp."""
     target = ast.unparse(stamp)
     for node in walk(loop):
         for body in (getattr(node, "body", None), getattr(node, "orelse", None)):
@@ -581,6 +712,7 @@ def _restamped_before(loop: ast.stmt, stamp: ast.expr, test_if: ast.If) -> bool:
                 if not (
                     isinstance(stmt, ast.Assign)
                     and any(ast.unparse(t) == target for t in stmt.targets)
+                    and _is_clock(stmt.value, clocks)
                 ):
                     continue
                 if any(test_if is n for later in body[index + 1 :] for n in walk(later)):
@@ -588,30 +720,63 @@ def _restamped_before(loop: ast.stmt, stamp: ast.expr, test_if: ast.If) -> bool:
     return False
 
 
-def _bounded_in_loop(func: ast.FunctionDef, site: ast.Call) -> bool:
+def _bounding_test(func: ast.AST, test: ast.expr, loop: ast.AST, clocks: set[str]) -> bool:
+    """Does ``test`` (in ``func``, within ``loop``) compare a retry counter ``func``
+    increments, or an elapsed time whose stamp is not taken afresh on each pass?"""
+    counters, elapsed = _counters(func), _elapsed_locals(func, clocks)
+    compares = [n for n in walk(test) if isinstance(n, ast.Compare)]
+    return any(
+        ast.unparse(part) in counters
+        for compare in compares
+        for part in walk(compare)
+        if isinstance(part, ast.Name | ast.Attribute | ast.Subscript)
+    ) or any(
+        not _restamped_before(loop, stamp, test, clocks)
+        for compare in compares
+        for stamp in _elapsed_operands(compare, clocks, elapsed)
+    )
+
+
+def _helper_bounds(helper: ast.FunctionDef) -> bool:
+    """A helper whose returned value is such a test (``return waited > limit``): calling it
+    in a condition tests the bound."""
+    clocks = _clock_names(helper)
+    return any(
+        isinstance(node, ast.Return)
+        and node.value is not None
+        and _bounding_test(helper, node.value, helper, clocks)
+        for node in own_nodes(helper)
+    )
+
+
+def _bounded_in_loop(
+    func: ast.FunctionDef,
+    site: ast.Call,
+    helper: Callable[[str], ast.FunctionDef | None] = lambda _: None,
+) -> bool:
     """The innermost loop around ``site`` also fails requests under a retry counter or an
-    elapsed-time comparison, on a branch that does not hold ``site``."""
+    elapsed-time comparison (inline, or returned by the ``self.<helper>()`` its condition
+    calls, found by ``helper``), on a branch that does not hold ``site``."""
     parents = own_parents(func)
     loop = parents.get(site)
     while loop is not None and not isinstance(loop, ast.For | ast.While | ast.FunctionDef):
         loop = parents.get(loop)
     if loop is None or isinstance(loop, ast.FunctionDef):
         return False
-    counters, clocks = _counters(func), _clock_names(func)
-    elapsed = _elapsed_locals(func, clocks)
+    clocks = _clock_names(func)
     for node in walk(loop):
         if not isinstance(node, ast.If):
             continue
-        compares = [n for n in walk(node.test) if isinstance(n, ast.Compare)]
-        bound = any(
-            ast.unparse(part) in counters
-            for compare in compares
-            for part in walk(compare)
-            if isinstance(part, ast.Name | ast.Attribute | ast.Subscript)
-        ) or any(
-            not _restamped_before(loop, stamp, node)
-            for compare in compares
-            for stamp in _elapsed_operands(compare, clocks, elapsed)
+        called = [
+            found
+            for call in walk(node.test)
+            if isinstance(call, ast.Call)
+            and isinstance(call.func, ast.Attribute)
+            and getattr(call.func.value, "id", "") == "self"
+            and (found := helper(call.func.attr)) is not None
+        ]
+        bound = _bounding_test(func, node.test, loop, clocks) or any(
+            _helper_bounds(h) for h in called
         )
         if not bound:
             continue

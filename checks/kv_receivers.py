@@ -42,6 +42,7 @@ literal ``None``): the analysis follows what the code writes, not what the netwo
 from __future__ import annotations
 
 import ast
+import builtins
 from collections import OrderedDict
 from collections.abc import Callable, Hashable, Iterator
 from dataclasses import dataclass, field
@@ -71,17 +72,27 @@ NONE, TRUE, FALSE = "None", "True", "False"
 # readings of one clock; a deadline is a reading plus something.
 CLOCK, EARLY = "clock:", "early:"
 ELAPSED, EARLY_ELAPSED = "elapsed", "early-elapsed"
+# The time left before a deadline: a deadline minus a reading of its clock (shrinks with time).
+REMAINING, EARLY_REMAINING = "remaining", "early-remaining"
 DEADLINE, EARLY_DEADLINE = "deadline:", "early-deadline:"
 STATUS = "@status"  # the status the receiver last wrote for its room
+# What a call the analysis cannot follow returned (a dispatch table's handler, a function of
+# another module): "opaque:<callee source>", always beside UNKNOWN.
+OPAQUE = "opaque:"
 TERMINAL = frozenset({f"P:{KVPoll.Success.name}", f"P:{KVPoll.Failed.name}"})
 FAILED = frozenset({f"P:{KVPoll.Failed.name}"})
 ANY_POLL = frozenset(f"P:{p.name}" for p in KVPoll)
 NON_TERMINAL = ANY_POLL - TERMINAL
+# Values that test false: ``KVPoll.Failed`` is 0 (``state or fallback`` skips it).
+FALSY = frozenset({NONE, FALSE, f"P:{KVPoll.Failed.name}"})
 
 Val = frozenset[str]
 _UNK: Val = frozenset({UNKNOWN})
 MAX_STATES = 96
 MAX_DEPTH = 6
+
+
+_BUILTINS = frozenset(dir(builtins))
 
 
 def is_abstract(func: ast.FunctionDef) -> bool:
@@ -206,6 +217,9 @@ class PollVerdict:
     # (manager, table): the manager's node-failure handler fails a room of a lost prefill only
     # if it is in self.<table>, which the receiver's side never fills for its room
     heartbeat_gap: tuple[str, str] | None = None
+    # a non-terminal return left open gives what these calls returned, which the analysis
+    # cannot follow: it cannot tell whether the receiver waits forever (PDG000)
+    opaque: tuple[str, ...] = ()
 
     @property
     def waits_forever(self) -> bool:
@@ -232,7 +246,17 @@ class _Interpreter:
 
     # -- methods ---------------------------------------------------------------------
 
-    def call_method(self, method: str, state: State, after: str | None = None) -> list[Outcome]:
+    def call_method(
+        self,
+        method: str,
+        state: State,
+        after: str | None = None,
+        args: tuple[Val, ...] = (),
+        kwargs: tuple[tuple[str, Val], ...] = (),
+    ) -> list[Outcome]:
+        """Runs ``self.<method>()`` (after ``after`` in the MRO, for ``super()``); ``args`` and
+        ``kwargs`` are the values passed, bound to its parameters (``now_status`` handed to a
+        helper keeps what the caller's test narrowed it to)."""
         owner = self.index.resolve(self.cls, method, after)
         if owner is None or is_abstract(owner.methods[method]):
             return [("return", state, _UNK)]
@@ -242,7 +266,11 @@ class _Interpreter:
         self.stack.append(key)
         try:
             func = owner.methods[method]
-            frame = state.frame()
+            params = [a.arg for a in func.args.posonlyargs + func.args.args][1:]  # not self
+            bound = dict(zip(params, args, strict=False)) | dict(kwargs)
+            frame = state.frame(
+                frozenset((k, v) for k, v in bound.items() if k in params and v != _UNK)
+            )
             results = []
             for kind, out, value in self.block(func.body, frame, owner):
                 if kind == "return":
@@ -274,19 +302,58 @@ class _Interpreter:
             return [(state, state.attr(attr))]
         if isinstance(node, ast.Call):
             return self.call(node, state, owner)
-        if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Sub | ast.Add):
+        if isinstance(node, ast.BinOp) and isinstance(
+            node.op, ast.Sub | ast.Add | ast.Mult | ast.Div | ast.FloorDiv
+        ):
             out = []
             for st, left in self.expr(node.left, state, owner):
                 for st2, right in self.expr(node.right, st, owner):
                     out.append((st2, _arith(node.op, left, right)))
             return out
-        if isinstance(node, ast.IfExp):
+        if isinstance(node, ast.IfExp):  # as the if statement is: each side in its states
+            yes, no = self.test(node.test, state, owner)
             out = []
-            for st, value in self.expr(node.body, state, owner):
-                for st2, other in self.expr(node.orelse, st, owner):
-                    out.append((st2, value | other))
+            for st in yes:
+                out += self.expr(node.body, st, owner)
+            for st in no:
+                out += self.expr(node.orelse, st, owner)
             return out
+        if isinstance(node, ast.Compare) or (
+            isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.Not)
+        ):
+            # a test kept as a value (``overdue = waited > limit``, ``return waited > limit``):
+            # its truth travels with the states, and a later ``if`` on it decides by them
+            yes, no = self.test(node, state, owner)
+            return [(st, frozenset({TRUE})) for st in yes] + [(st, frozenset({FALSE})) for st in no]
+        if isinstance(node, ast.BoolOp):
+            return self.bool_value(node, state, owner)
         return [(state, _UNK)]
+
+    def bool_value(
+        self, node: ast.BoolOp, state: State, owner: ClassInfo
+    ) -> list[tuple[State, Val]]:
+        """``a or b`` is ``a`` where ``a`` is true, else ``b``; ``a and b`` the reverse."""
+        is_or = isinstance(node.op, ast.Or)
+        out: list[tuple[State, Val]] = []
+        pending = [state]
+        for n, operand in enumerate(node.values):
+            last = n == len(node.values) - 1
+            nxt = []
+            for st in pending:
+                for st2, value in self.expr(operand, st, owner):
+                    known = UNKNOWN not in value
+                    truthy = value - FALSY if known else value
+                    falsy = value & FALSY if known else value
+                    stop, go_on = (truthy, falsy) if is_or else (falsy, truthy)
+                    if last:
+                        out.append((st2, value))
+                        continue
+                    if stop:
+                        out.append((st2, stop))
+                    if go_on:
+                        nxt.append(st2)
+            pending = _cap(nxt)
+        return _cap(out, key=lambda o: o)
 
     def call(self, node: ast.Call, state: State, owner: ClassInfo) -> list[tuple[State, Val]]:
         func = node.func
@@ -301,11 +368,42 @@ class _Interpreter:
             value = _poll_const(node.args[-1])
             if value is not None:
                 return [(state.with_attr(STATUS, frozenset({value})), _UNK)]
-        if isinstance(func, ast.Attribute) and _self_attr(func) is not None:
-            return [(s, v) for _, s, v in self.call_method(func.attr, state)]
-        if _is_super_call(func):
-            return [(s, v) for _, s, v in self.call_method(func.attr, state, owner.name)]
-        return [(state, _UNK)]
+        if isinstance(func, ast.Attribute) and (
+            _self_attr(func) is not None or _is_super_call(func)
+        ):
+            after = owner.name if _is_super_call(func) else None
+            out = []
+            for st, args, kwargs in self.arguments(node, state, owner):
+                out += [(s, v) for _, s, v in self.call_method(func.attr, st, after, args, kwargs)]
+            return out
+        if isinstance(func, ast.Name) and func.id in _BUILTINS:
+            return [(state, _UNK)]
+        return [(state, frozenset({UNKNOWN, OPAQUE + ast.unparse(func)}))]
+
+    def arguments(
+        self, node: ast.Call, state: State, owner: ClassInfo
+    ) -> list[tuple[State, tuple[Val, ...], tuple[tuple[str, Val], ...]]]:
+        """The values of a call's arguments, in each state their evaluation can leave; a
+        ``*args`` or ``**kwargs`` ends what is known."""
+        forks: list[tuple[State, tuple[Val, ...], tuple[tuple[str, Val], ...]]] = [(state, (), ())]
+        for arg in node.args:
+            if isinstance(arg, ast.Starred):
+                break
+            forks = [
+                (st2, (*args, v), kw)
+                for st, args, kw in forks
+                for st2, v in self.expr(arg, st, owner)
+            ][:MAX_STATES]
+        for keyword in node.keywords:
+            if keyword.arg is None:
+                continue
+            name = keyword.arg
+            forks = [
+                (st2, args, (*kw, (name, v)))
+                for st, args, kw in forks
+                for st2, v in self.expr(keyword.value, st, owner)
+            ][:MAX_STATES]
+        return forks
 
     # -- conditions ------------------------------------------------------------------
 
@@ -338,7 +436,7 @@ class _Interpreter:
         for st, value in self.expr(node, state, owner):
             if value != frozenset({TRUE}):
                 no.append(st)
-            if not value <= {FALSE, NONE}:
+            if not value <= FALSY:
                 yes.append(st)
         return yes, no
 
@@ -446,11 +544,84 @@ class _Interpreter:
             for handler in node.handlers:
                 out += self.block(handler.body, state, owner)
             return out
+        if isinstance(node, ast.Match):
+            return self.match(node, state, owner)
         if isinstance(node, ast.Break):
             return [("break", state, _UNK)]
         if isinstance(node, ast.Continue):
             return [("continue", state, _UNK)]
         return [("fall", state, _UNK)]
+
+    def match(self, node: ast.Match, state: State, owner: ClassInfo) -> list[Outcome]:
+        """``match`` on a status: each case narrows the subject as ``==`` (a ``KVPoll``,
+        ``None``, ``True`` or ``False`` value) or ``in`` (``A | B``) would; a capture binds it;
+        a guard is a test; a pattern of another kind may match or not."""
+        target = _binding(node.subject)
+        out: list[Outcome] = []
+        for st, value in self.expr(node.subject, state, owner):
+            pending = [(st.bind(*target, value), value)]
+            for case in node.cases:
+                rest: list[tuple[State, Val]] = []
+                for st2, v in pending:
+                    hit, miss = self.pattern(case.pattern, st2, v, target, owner)
+                    rest += miss
+                    for st3, _ in hit:
+                        if case.guard is None:
+                            out += self.block(case.body, st3, owner)
+                            continue
+                        yes, no = self.test(case.guard, st3, owner)
+                        for st4 in yes:
+                            out += self.block(case.body, st4, owner)
+                        rest += [(st4, v) for st4 in no]
+                pending = _cap(rest, key=lambda o: o)
+            out += [("fall", st2, _UNK) for st2, _ in pending]
+        return _cap(out, key=lambda o: o)
+
+    def pattern(
+        self,
+        pat: ast.pattern,
+        state: State,
+        value: Val,
+        target: tuple[str | None, str | None],
+        owner: ClassInfo,
+    ) -> tuple[list[tuple[State, Val]], list[tuple[State, Val]]]:
+        """(the states and subject values in which ``pat`` matches, those in which not)."""
+        if isinstance(pat, ast.MatchAs):
+            if pat.pattern is None:
+                hit = [(state, value)]
+                miss: list[tuple[State, Val]] = []
+            else:
+                hit, miss = self.pattern(pat.pattern, state, value, target, owner)
+            if pat.name is not None:
+                hit = [(st.with_local(pat.name, v), v) for st, v in hit]
+            return hit, miss
+        if isinstance(pat, ast.MatchOr):
+            hits: list[tuple[State, Val]] = []
+            pending = [(state, value)]
+            for sub in pat.patterns:
+                rest = []
+                for st, v in pending:
+                    hit, miss = self.pattern(sub, st, v, target, owner)
+                    hits += hit
+                    rest += miss
+                pending = rest
+            return hits, pending
+        const: ast.expr | None = None
+        if isinstance(pat, ast.MatchValue):
+            const = pat.value
+        elif isinstance(pat, ast.MatchSingleton):
+            const = ast.Constant(pat.value)
+        if const is None:
+            return [(state, value)], [(state, value)]
+        expected = [v for _, v in self.expr(const, state, owner)]
+        if len(expected) != 1:
+            return [(state, value)], [(state, value)]
+        yes, no = _decide(ast.Eq(), value, const, expected[0])
+        if yes == value and no == value:  # not a value the analysis tells apart
+            return [(state, value)], [(state, value)]
+        hit = [(state.bind(*target, yes), yes)] if yes is not None else []
+        miss = [(state.bind(*target, no), no)] if no is not None else []
+        return hit, miss
 
 
 def _sent_from_here(state: State) -> State:
@@ -554,13 +725,26 @@ def _readings(value: Val, *kinds: str) -> set[tuple[str, str]]:
     return {(kind, v.removeprefix(kind)) for v in value for kind in kinds if v.startswith(kind)}
 
 
+_SPANS = frozenset({ELAPSED, EARLY_ELAPSED, REMAINING, EARLY_REMAINING})
+_CLOCKED = (CLOCK, EARLY, DEADLINE, EARLY_DEADLINE)
+
+
 def _arith(op: ast.operator, left: Val, right: Val) -> Val:
+    """An elapsed time (or a time left) stays one when scaled or offset by a value that is
+    no clock reading: ``(now_ns - stamp_ns) // 10**6`` is an elapsed time in milliseconds."""
+    spans = (left | right) & _SPANS
+    if spans and not _readings(left | right, *_CLOCKED):
+        return frozenset(spans) if isinstance(op, ast.Mult | ast.Div | ast.FloorDiv | ast.Add |
+                                               ast.Sub) else _UNK  # fmt: skip
     if isinstance(op, ast.Sub):
         out = set()
         for _, clock in _readings(left, CLOCK):
             for kind, stamp_clock in _readings(right, CLOCK, EARLY):
                 if stamp_clock == clock:
                     out.add(EARLY_ELAPSED if kind == EARLY else ELAPSED)
+        for kind, clock in _readings(left, DEADLINE, EARLY_DEADLINE):
+            if clock in {c for _, c in _readings(right, CLOCK)}:
+                out.add(EARLY_REMAINING if kind == EARLY_DEADLINE else REMAINING)
         return frozenset(out) if out else _UNK
     if isinstance(op, ast.Add):
         found = _readings(left, CLOCK, EARLY) | _readings(right, CLOCK, EARLY)
@@ -571,15 +755,18 @@ def _arith(op: ast.operator, left: Val, right: Val) -> Val:
     return _UNK
 
 
-def _grows(value: Val, other: Val) -> tuple[bool, bool]:
-    """(does ``value`` grow with time against ``other``, is its clock early): an elapsed
-    time, or a reading of the clock a deadline ``other`` was computed on."""
+def _grows(value: Val, other: Val) -> tuple[int, bool]:
+    """(1 if ``value`` grows with time against ``other``, -1 if it shrinks, else 0; is its
+    clock early): an elapsed time, or a reading of the clock a deadline ``other`` was
+    computed on, grows; the time left before a deadline shrinks."""
     if ELAPSED in value or EARLY_ELAPSED in value:
-        return True, EARLY_ELAPSED in value and ELAPSED not in value
+        return 1, EARLY_ELAPSED in value and ELAPSED not in value
+    if REMAINING in value or EARLY_REMAINING in value:
+        return -1, EARLY_REMAINING in value and REMAINING not in value
     now = {clock for _, clock in _readings(value, CLOCK)}
     deadlines = _readings(other, DEADLINE, EARLY_DEADLINE)
     matched = [kind for kind, clock in deadlines if clock in now]
-    return bool(matched), bool(matched) and DEADLINE not in matched
+    return int(bool(matched)), bool(matched) and DEADLINE not in matched
 
 
 def _early(value: Val) -> Val:
@@ -603,9 +790,9 @@ def _timeout_side(op: ast.cmpop, left: Val, right: Val) -> bool | None:
     if grows_left == grows_right:
         return None
     if isinstance(op, ast.Gt | ast.GtE):
-        return grows_left
+        return grows_left > grows_right
     if isinstance(op, ast.Lt | ast.LtE):
-        return grows_right
+        return grows_right > grows_left
     return None
 
 
@@ -686,18 +873,31 @@ class ReceiverIndex:
         """``__init__``, then each index-sending method the receiver has. The decode queue
         sends the indices only once ``poll()`` said WaitingForInput (``_update_handshake_waiters``
         preallocates only those requests), so a room still Bootstrapping is WaitingForInput
-        by the time the last of them runs."""
+        by the time the last of them runs; and the queue has polled it by then: ``poll()`` runs
+        once before that method, from the states in which it can say WaitingForInput (a stamp
+        ``poll()`` takes on its first call, or when it first sees WaitingForInput, is early)."""
         run = _Interpreter(self.index, name)
         states = [State()]
         sends = [m for m in RECEIVER_SEND_METHODS if self._implemented(name, m)]
         for method in ("__init__", *sends):
             if sends and method == sends[-1]:
-                states = [_sent_from_here(_waiting(st)) for st in states]
+                states = [_sent_from_here(st) for st in self._polled(run, states)]
             nxt: list[State] = []
             for st in states:
                 nxt += [out for _, out, _ in run.call_method(method, st)]
             states = _cap(nxt)
         return states
+
+    def _polled(self, run: _Interpreter, states: list[State]) -> list[State]:
+        """``states`` after the prealloc queue's poll that saw WaitingForInput (``states``
+        themselves if ``poll()`` cannot say so from any of them)."""
+        waiting = f"P:{KVPoll.WaitingForInput.name}"
+        polled: list[State] = []
+        for st in states:
+            for _, out, value in run.call_method("poll", _waiting(st)):
+                if waiting in value or UNKNOWN in value:
+                    polled.append(State(out.attrs))
+        return _cap(polled) or [_waiting(st) for st in states]
 
     def verdict(self, name: str) -> PollVerdict:
         if name not in self._verdicts:
@@ -711,15 +911,27 @@ class ReceiverIndex:
         for st in states:
             outcomes += run.call_method("poll", State(st.attrs))
         verdict = PollVerdict(name)
+        opaque: set[str] = set()
         for _, st, value in outcomes:
             if value & FAILED or st.marked_failed:
                 verdict.returns_failed = True
             open_states = value & NON_TERMINAL if UNKNOWN not in value else NON_TERMINAL
-            if open_states and not (st.checked & run.effective):
+            if open_states and not (st.checked & run.effective) and not self._fails_next(name, st):
                 verdict.uncovered |= {s.removeprefix("P:") for s in open_states}
+                opaque |= {v.removeprefix(OPAQUE) for v in value if v.startswith(OPAQUE)}
+        verdict.opaque = tuple(sorted(opaque))
         verdict.early_clock = bool(run.effective & run.early)
         verdict.heartbeat_gap = self._heartbeat_gap(name)
         return verdict
+
+    def _fails_next(self, name: str, state: State) -> bool:
+        """A poll that took an expired timeout and stored Failed, but still returned the
+        status it read (``return self.conclude_state or status``: Failed is 0): the request
+        fails at the next poll, if that one returns Failed on every path."""
+        if not (state.expired and state.marked_failed):
+            return False
+        again = _Interpreter(self.index, name).call_method("poll", State(state.attrs))
+        return all(value == FAILED for _, _, value in again)
 
     # -- the heartbeat: a lost prefill fails every room tracked for it --------------------
 

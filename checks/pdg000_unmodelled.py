@@ -1,6 +1,7 @@
 """PDG000: code pdguard cannot model, so it cannot prove the property.
 
 What it does
+<<<<<<< HEAD
     Reports, in ``prefill.py``, what stops pdguard from following requests through the
     inflight queue: ``process_disagg_prefill_inflight_queue`` missing (renamed or split), a
     function that polls or keeps requests in a way pdguard does not recognise, and a queue that
@@ -8,6 +9,15 @@ What it does
     And a concrete KV sender whose ``poll()`` returns what pdguard cannot trace to poll
     states (a call it does not know, a parameter), when nothing else says whether it can
     report Bootstrapping: PDG004 could not tell.
+=======
+    Reports a KV receiver whose ``poll()`` can return, with no timeout on the way, only what a
+    call pdguard cannot follow gave (a handler from a dispatch table, a function of another
+    module): PDG006 cannot say whether it waits forever. And reports, in ``prefill.py``, what
+    stops pdguard from following requests through the inflight queue:
+    ``process_disagg_prefill_inflight_queue`` missing (renamed or split), a function that
+    polls or keeps requests in a way pdguard does not recognise, and a queue that escapes
+    (bound to another name, passed to a function, a method pdguard does not know).
+>>>>>>> ud
 
 Why is this bad
     The other rules prove that no request waits without bound *in the code they understand*.
@@ -98,7 +108,30 @@ class Unmodelled(Rule):
     )
 
     def check(self, project: Project) -> Iterator[Finding]:
+        yield from self._receivers(project)
+        yield from self._inflight(project)
         yield from self._unread_senders(project)
+
+    def _receivers(self, project: Project) -> Iterator[Finding]:
+        receivers = project.receivers
+        for name in receivers.concrete():
+            verdict = receivers.verdict(name)
+            if not verdict.opaque:
+                continue
+            info = receivers.index.classes[name]
+            owner = receivers.index.resolve(name, "poll")
+            node = owner.methods["poll"] if owner is info else info.node
+            calls = ", ".join(f"`{call}()`" for call in verdict.opaque)
+            yield self.finding(
+                info.rel,
+                node.lineno,
+                node.col_offset + 1,
+                f"{name}.poll",
+                f"{name}.poll() can return what {calls} gives, which pdguard cannot follow: "
+                "it cannot tell whether a waiting timeout bounds the wait for the prefill",
+            )
+
+    def _inflight(self, project: Project) -> Iterator[Finding]:
         tree = project.tree(PREFILL)
         if tree is None:
             return

@@ -14,12 +14,18 @@ What it does
     once the indices were sent (``FakeKVReceiver``) is not reported. An elapsed time is two
     readings of one clock (a ``time.time()`` stamp read on ``time.monotonic()`` never reaches
     the limit). Also reports a timeout whose clock was already running before the indices were
-    sent (started in ``__init__``, or in ``init()`` where ``send_metadata()`` sends them): it
-    bounds the wait, but also fails requests that only wait in the prealloc queue for decode
-    memory. And reports a receiver whose manager, on losing a prefill (its heartbeat's
-    ``_handle_node_failure``), fails a tracked room only when the room is in a table that the
-    receiver's own constructor and index-sending methods never fill (NIXL 0.5.3 -
-    0.5.5.post3: ``room in self.transfer_statuses``, filled only once a chunk arrived).
+    sent (started in ``__init__``, in ``init()`` where ``send_metadata()`` sends them, or by
+    ``poll()`` itself on its first call or when it first sees WaitingForInput: the prealloc
+    queue polls the receiver before the indices go out): it bounds the wait, but also fails
+    requests that only wait in the prealloc queue for decode memory. The check is followed
+    by meaning: inline or in a helper that returns the test, on a scaled elapsed time
+    (nanoseconds to milliseconds) or the time left before a deadline, in ``if`` or
+    ``match``/``case`` on the status. And reports a receiver whose manager, on losing a
+    prefill (its heartbeat's ``_handle_node_failure``), fails a tracked room only when the
+    room is in a table that the receiver's own constructor and index-sending methods never
+    fill (NIXL 0.5.3 - 0.5.5.post3: ``room in self.transfer_statuses``, filled only once a
+    chunk arrived). A receiver with an open return that gives what a call pdguard cannot
+    follow returned (a dispatch table's handler) is left to PDG000.
 
 Why is this bad
     After the indices were sent the request sits in the decode transfer queue, holding its KV
@@ -240,7 +246,7 @@ class ReceiverWaitsForever(Rule):
         receivers = project.receivers
         for name in receivers.concrete():
             verdict = receivers.verdict(name)
-            if not verdict.violates:
+            if not verdict.violates or verdict.opaque:  # PDG000 says it cannot tell
                 continue
             problems = []
             if verdict.waits_forever:

@@ -18,7 +18,14 @@ What it does
       requests it hands to another decode queue: ``pop_preallocated()`` then
       ``disagg_decode_transfer_queue.extend(...)``) while retracted requests wait for memory
       is back-pressure, not reported: those requests hold no KV yet, and the queue whose
-      requests do is still polled. That is what ``decode-queue-bound`` makes of the gate.
+      requests do is still polled. That is what ``decode-queue-bound`` makes of the gate;
+    - *polls held under an if*: the same skip without a ``return``, the poll calls nested in
+      an ``if`` whose condition need not come true again (``if not <retracted requests>:``
+      around both polls). Not reported: a condition that only probes the skipped queues'
+      emptiness, a throttle (it reads an attribute the function reassigns on every call,
+      ``self.polling_count``), the configuration (no scheduler state but ``server_args``),
+      or the retraction gate over admissions only (also through a local flag).
+      ``decode-queue-bound`` does not rewrite such a hand-written gate: it refuses.
 
     The polling functions are read wherever they are: ``decode.py``'s mixin and, under
     pipeline parallelism, ``managers/scheduler_pp_mixin.py`` (0.5.7 - 0.5.23), whose decode
@@ -164,6 +171,20 @@ LATE_GATE = """\
 """
 
 
+# No early return: both polls held under an ``if`` on the retracted requests.
+_POLLS = """\
+        req_conns = self.disagg_decode_prealloc_queue.pop_preallocated()
+        self.disagg_decode_transfer_queue.extend(req_conns)
+        alloc_reqs = self.disagg_decode_transfer_queue.pop_transferred()
+        self.waiting_queue.extend(alloc_reqs)
+"""
+POLLS_HELD = (
+    _POLLS,
+    "        if not self.disagg_decode_prealloc_queue.retracted_queue:\n"
+    + "".join("    " + line for line in _POLLS.splitlines(keepends=True)),
+)
+
+
 def decode(
     *,
     requeue: str = COUNTED,
@@ -274,6 +295,25 @@ class DecodeQueueWaitsForever(Rule):
                 )
             ],
         ),
+        # no early return: both polls held under an `if` on the retracted requests
+        Invalid(
+            {DECODE_PATH: decode()[DECODE_PATH].replace(*POLLS_HELD)},
+            [
+                (
+                    66,
+                    9,
+                    (
+                        "SchedulerDisaggregationDecodeMixin.process_decode_queue polls "
+                        "disagg_decode_prealloc_queue.pop_preallocated() and "
+                        "disagg_decode_transfer_queue.pop_transferred() only under `if not "
+                        "self.disagg_decode_prealloc_queue.retracted_queue`: while that does "
+                        "not hold, waiting timeouts, heartbeat failures and aborts of the "
+                        "requests in those queues are not acted on, and their KV is not freed"
+                    ),
+                    "sglang/srt/disaggregation/decode.py",
+                )
+            ],
+        ),
     )
 
     def check(self, project: Project) -> Iterator[Finding]:
@@ -300,4 +340,18 @@ class DecodeQueueWaitsForever(Rule):
                 f"{where} returns before polling {skipped}{condition}: waiting timeouts, "
                 "heartbeat failures and aborts of the requests in those queues are not acted "
                 "on, and their KV is not freed, until the condition clears",
+            )
+        for guarded in model.guarded_polls():
+            where = (
+                f"{guarded.owner.name}.{guarded.func.name}" if guarded.owner else guarded.func.name
+            )
+            skipped = " and ".join(f"{name.removeprefix('self.')}()" for name in guarded.skipped)
+            yield self.finding(
+                guarded.rel,
+                guarded.node.lineno,
+                guarded.node.col_offset + 1,
+                where,
+                f"{where} polls {skipped} only under `if {guarded.condition}`: while that "
+                "does not hold, waiting timeouts, heartbeat failures and aborts of the requests "
+                "in those queues are not acted on, and their KV is not freed",
             )

@@ -82,6 +82,8 @@ HANDLE_NODE_FAILURE = "_handle_node_failure"
 # retracted requests (its retraction gate, 0.4.7.post1+), and the queues' pop methods.
 PROCESS_DECODE_QUEUE = "process_decode_queue"
 RETRACTED_QUEUE = "retracted_queue"
+# The scheduler's launch configuration (``self.server_args``): fixed for the life of the process.
+SERVER_ARGS = "server_args"
 POP_PREALLOCATED = "pop_preallocated"
 POP_TRANSFERRED = "pop_transferred"
 # ``_allocatable_tokens(..., count_retracted=True)``: preallocation reserves the retracted

@@ -67,6 +67,16 @@ class DecodeQueueBoundFix(Fix):
         model = decode_project(workspace).decode_queues
         requeues = list(model.requeues())
         gates = list(model.early_returns())
+        for guarded in model.guarded_polls():  # a hand-written gate pdguard does not rewrite
+            where = f"{guarded.owner.name}." if guarded.owner else ""
+            polls = ", ".join(f"{name}()" for name in guarded.skipped)
+            return Outcome(
+                Status.REFUSED,
+                f"{where}{guarded.func.name} polls {polls} only under "
+                f"`if {guarded.condition}`: pdguard does not rewrite that gate; poll the "
+                "transfer queue on every call",
+                f"{guarded.rel}:{guarded.node.lineno}",
+            )
         if not requeues and not gates:
             return self._already_bounded(workspace, model)
         line = failed_poll_raises(workspace)
@@ -197,9 +207,11 @@ class DecodeQueueBoundFix(Fix):
         self, workspace: Workspace, requeues: list[Requeue], gates: list[EarlyReturn]
     ) -> Outcome:
         after = decode_project(workspace).decode_queues
-        still = [f"{r.owner.name}.{r.func.name}:{r.node.lineno}" for r in after.requeues()] + [
-            f"{g.func.name}:{g.node.lineno}" for g in after.early_returns()
-        ]
+        still = (
+            [f"{r.owner.name}.{r.func.name}:{r.node.lineno}" for r in after.requeues()]
+            + [f"{g.func.name}:{g.node.lineno}" for g in after.early_returns()]
+            + [f"{g.func.name}:{g.node.lineno}" for g in after.guarded_polls()]
+        )
         if still:
             return Outcome(Status.REFUSED, f"the fix did not bound: {', '.join(still)}")
         done = [

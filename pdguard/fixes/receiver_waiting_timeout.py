@@ -69,12 +69,17 @@ class _ClassEdit:
     log: bool = False
     imports: tuple[ImportRequest, ...] = ()
     heartbeat_manager: str | None = None  # NIXL 0.5.3 - 0.5.5.post3: its weak heartbeat
+    # False when the receiver's own waiting timeout already holds (only its heartbeat is
+    # weak): a second timer would be a patch no maintainer merges
+    timer: bool = True
 
     def describe(self) -> str:
-        what = f"{self.class_name}: init_time in {self.send_method}() + check ({self.check})"
+        parts = []
+        if self.timer:
+            parts.append(f"init_time in {self.send_method}() + check ({self.check})")
         if self.heartbeat_manager:
-            what += f", {self.heartbeat_manager}'s heartbeat fails every tracked room"
-        return what
+            parts.append(f"{self.heartbeat_manager}'s heartbeat fails every tracked room")
+        return f"{self.class_name}: " + ", ".join(parts)
 
 
 def decode_project(workspace: Workspace) -> Project:
@@ -218,6 +223,14 @@ class ReceiverWaitingTimeoutFix(Fix):
         if not concrete:
             return Outcome(Status.NOT_APPLICABLE, "no KV receiver class found")
         broken = [name for name in concrete if receivers.verdict(name).violates]
+        for name in broken:
+            opaque = receivers.verdict(name).opaque
+            if opaque:
+                return Outcome(
+                    Status.REFUSED,
+                    f"{name}.poll() returns what {', '.join(opaque)}() gives, which pdguard "
+                    "cannot follow: it would not know where to put the waiting timeout",
+                )
         if not broken:
             return self._already_live(workspace, receivers, concrete)
         line = failed_poll_raises(workspace)
@@ -297,6 +310,14 @@ class ReceiverWaitingTimeoutFix(Fix):
             owner = project.classes.classes.get(manager) if manager else None
             if owner is not None and owner.rel == info.rel and weak_heartbeat(owner):
                 edit.heartbeat_manager = owner.name
+            verdict = project.receivers.verdict(name)
+            edit.timer = verdict.waits_forever or verdict.early_clock
+            if not edit.timer and edit.heartbeat_manager is None:
+                raise Refused(
+                    f"{name}: its waiting timeout holds, but the heartbeat of its manager is "
+                    "not one pdguard knows how to strengthen",
+                    f"{info.rel}:{poll.lineno}",
+                )
             self._timeout_setting(workspace, project, edit)
             edits[info.name] = edit
         return edits
@@ -333,19 +354,21 @@ class ReceiverWaitingTimeoutFix(Fix):
         )
 
         def transforms_for(edit: _ClassEdit) -> list[Transform]:
-            transforms: list[Transform] = [
-                ReceiverWaitingTimeoutTransform(
-                    class_name=edit.class_name,
-                    check=edit.check,
-                    send_method=edit.send_method,
-                    timeout_setting=edit.timeout_setting,
-                    record_failure=edit.record_failure,
-                    conclude_state=edit.conclude_state,
-                    log=edit.log,
-                    imports=edit.imports,
-                    isort_config=workspace.isort_config(edit.rel),
+            transforms: list[Transform] = []
+            if edit.timer:
+                transforms.append(
+                    ReceiverWaitingTimeoutTransform(
+                        class_name=edit.class_name,
+                        check=edit.check,
+                        send_method=edit.send_method,
+                        timeout_setting=edit.timeout_setting,
+                        record_failure=edit.record_failure,
+                        conclude_state=edit.conclude_state,
+                        log=edit.log,
+                        imports=edit.imports,
+                        isort_config=workspace.isort_config(edit.rel),
+                    )
                 )
-            ]
             if edit.heartbeat_manager:
                 transforms.append(
                     NixlHeartbeatRoomsTransform(
