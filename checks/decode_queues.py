@@ -173,6 +173,8 @@ class Requeue:
     node: ast.Call
     attr: str  # the pending list, ``self.<attr>``
     method: str  # the method that rebuilds it
+    # a retry counter or deadline is compared around it, but reaching it fails nothing
+    inert: bool = False
 
 
 @dataclass
@@ -505,8 +507,10 @@ class DecodeQueueModel:
                         continue
                     for site_func, site in self._sites(cls, func, local):
                         helper = partial(self._helper, cls)
-                        if not _bounded_in_loop(site_func, site, helper):
-                            yield Requeue(info, site_func, site, attr, method)
+                        bounded = _bounded_in_loop(site_func, site, helper)
+                        if not bounded:
+                            inert = bounded is None
+                            yield Requeue(info, site_func, site, attr, method, inert)
 
     def _sites(
         self, cls: str, func: ast.FunctionDef, local: str
@@ -753,10 +757,11 @@ def _bounded_in_loop(
     func: ast.FunctionDef,
     site: ast.Call,
     helper: Callable[[str], ast.FunctionDef | None] = lambda _: None,
-) -> bool:
-    """The innermost loop around ``site`` also fails requests under a retry counter or an
-    elapsed-time comparison (inline, or returned by the ``self.<helper>()`` its condition
-    calls, found by ``helper``), on a branch that does not hold ``site``."""
+) -> bool | None:
+    """True if the innermost loop around ``site`` also fails requests under a retry counter
+    or an elapsed-time comparison (inline, or returned by the ``self.<helper>()`` its
+    condition calls, found by ``helper``), on a branch that does not hold ``site``; None if
+    it has such a comparison but no branch of it fails a request; else False."""
     parents = own_parents(func)
     loop = parents.get(site)
     while loop is not None and not isinstance(loop, ast.For | ast.While | ast.FunctionDef):
@@ -764,6 +769,7 @@ def _bounded_in_loop(
     if loop is None or isinstance(loop, ast.FunctionDef):
         return False
     clocks = _clock_names(func)
+    inert: bool | None = False
     for node in walk(loop):
         if not isinstance(node, ast.If):
             continue
@@ -780,8 +786,9 @@ def _bounded_in_loop(
         )
         if not bound:
             continue
+        inert = None
         for branch in (node.body, node.orelse):
             holds_site = any(site is n for stmt in branch for n in walk(stmt))
             if not holds_site and any(_fails(stmt) for stmt in branch):
                 return True
-    return False
+    return inert

@@ -251,9 +251,10 @@ class DecodeQueueWaitsForever(Rule):
                     21,
                     (
                         "a request is put back into self.pending_reqs (rebuilt by "
-                        "_resolve_pending_reqs, before its KV receiver is initialised) with no "
-                        "retry counter or deadline: if the prefill never answers for it, it "
-                        "waits forever"
+                        "_resolve_pending_reqs, before its KV receiver is initialised) with a "
+                        "retry counter or deadline whose limit fails nothing (no abort(), no "
+                        "prepare_abort(), no KVPoll.Failed): if the prefill never answers for "
+                        "it, it waits forever"
                     ),
                     "sglang/srt/disaggregation/decode.py",
                 )
@@ -325,8 +326,14 @@ class DecodeQueueWaitsForever(Rule):
                 requeue.node.col_offset + 1,
                 f"{requeue.owner.name}.{requeue.func.name}",
                 f"a request is put back into self.{requeue.attr} (rebuilt by "
-                f"{requeue.method}, before its KV receiver is initialised) with no retry "
-                "counter or deadline: if the prefill never answers for it, it waits forever",
+                f"{requeue.method}, before its KV receiver is initialised) with "
+                + (
+                    "a retry counter or deadline whose limit fails nothing (no abort(), no "
+                    "prepare_abort(), no KVPoll.Failed)"
+                    if requeue.inert
+                    else "no retry counter or deadline"
+                )
+                + ": if the prefill never answers for it, it waits forever",
             )
         for early in model.early_returns():
             where = f"{early.owner.name}.{early.func.name}" if early.owner else early.func.name

@@ -172,8 +172,20 @@ _SENT = "        self.mark = time.monotonic()\n"
 """,
             "",
         ),
+        # the elapsed time named in the test (walrus), the failure returned by a conditional
+        (
+            _SENT,
+            _READ
+            + """\
+        if self.mark is not None and (waited := time.monotonic() - self.mark) > LIMIT:
+            self.kv_mgr.record_failure(self.room, f"no answer in {waited:.0f}s")
+            self.settled = KVPoll.Failed
+        return self.settled if self.settled is not None else now_status
+""",
+            "",
+        ),
     ],
-    ids=["helper-returns-the-test", "nanoseconds-scaled", "time-left", "match-guard"],
+    ids=["helper-returns-the-test", "nanoseconds-scaled", "time-left", "match-guard", "walrus"],
 )
 def test_a_bounded_receiver_in_another_style_is_not_reported(
     stamp: str, body: str, extra: str
@@ -418,3 +430,19 @@ def test_a_status_from_a_dispatch_table_is_unmodelled_not_unbounded() -> None:
         }
     )
     assert run(project, ["PDG000", "PDG006"]) == []
+
+
+def test_a_deadline_that_drops_without_failing_says_so() -> None:
+    """Past its deadline the request is dropped from the pending list with a log line, and
+    nothing fails it (the client is never told): reported, and the message says a limit
+    exists but fails nothing (it said there was no counter or deadline)."""
+    requeue = f"""\
+{_I}if time.monotonic() - decode_req.entered_at > TIMEOUT:
+{_I}    print("giving up on", decode_req.req.rid)
+{_I}    continue
+{_I}remaining.append(decode_req)
+"""
+    messages = _pdg007(decode(requeue=requeue))
+    assert len(messages) == 1, messages
+    assert "a retry counter or deadline whose limit fails nothing" in messages[0]
+    assert "no abort()" in messages[0]
