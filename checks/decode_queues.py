@@ -34,6 +34,7 @@ from pdguard.sglang_names import (
     KVPOLL,
     POLL_ALL_REDUCE_PREFIX,
     PREPARE_ABORT,
+    RANK_ATTRS,
     RECEIVER_ABORT,
     RECEIVER_SEND_METHODS,
     REQ_RECEIVER,
@@ -151,6 +152,7 @@ class EarlyReturn:
     node: ast.Return
     condition: str  # source of the test that leads to the return ("" if unconditional)
     skipped: tuple[str, ...]  # "self.disagg_decode_transfer_queue.pop_transferred", ...
+    per_rank: bool = False  # the test reads the scheduler's rank (see _reads_rank)
 
 
 @dataclass(frozen=True)
@@ -164,6 +166,7 @@ class GuardedPoll:
     node: ast.If
     condition: str  # source of the test
     skipped: tuple[str, ...]  # the poll calls it holds, as in EarlyReturn
+    per_rank: bool = False  # the test reads the scheduler's rank (see _reads_rank)
 
 
 @dataclass(frozen=True)
@@ -384,10 +387,12 @@ class DecodeQueueModel:
                     test is not None
                     and _reads_attr(test, RETRACTED_QUEUE)
                     and set(skipped) <= self._admissions(func, calls)
+                    and not _reads_rank(test)
                 ):
                     continue  # back-pressure: see _admissions
                 condition = ast.unparse(test) if test is not None else ""
-                yield EarlyReturn(rel, owner, func, ret, condition, tuple(skipped))
+                per_rank = test is not None and _reads_rank(test)
+                yield EarlyReturn(rel, owner, func, ret, condition, tuple(skipped), per_rank)
 
     def guarded_polls(self) -> Iterator[GuardedPoll]:
         """Poll calls nested in an ``if`` that skips them on a condition that need not clear:
@@ -428,7 +433,8 @@ class DecodeQueueModel:
                 parts = test.values if isinstance(test, ast.BoolOp) and isinstance(
                     test.op, joined) else [test]  # fmt: skip
                 targets = {name.rsplit(".", 1)[0] for name in names}
-                if all(
+                per_rank = _reads_rank(_with_locals(test, assigned))
+                if not per_rank and all(
                     _only_probes_emptiness(part, targets)
                     or _static(read := _with_locals(part, assigned))
                     or _reads_any(read, advanced)
@@ -440,7 +446,7 @@ class DecodeQueueModel:
                 ):
                     continue
                 yield GuardedPoll(
-                    rel, owner, func, test_if, ast.unparse(test), tuple(sorted(names))
+                    rel, owner, func, test_if, ast.unparse(test), tuple(sorted(names)), per_rank
                 )
 
     @cached_property
@@ -620,6 +626,13 @@ def _static(read: ast.AST) -> bool:
         and n.attr != SERVER_ARGS
         for n in walk(read)
     )
+
+
+def _reads_rank(node: ast.AST) -> bool:
+    """Does ``node`` read the scheduler's rank (``self.tp_rank``, ``...kv_args.engine_rank``)?
+    Polls skipped on such a test are entered by some ranks and not others, and each poll
+    all-reduces over the ranks: those that poll wait for those that do not."""
+    return any(isinstance(n, ast.Attribute) and n.attr in RANK_ATTRS for n in walk(node))
 
 
 def _reads_any(node: ast.AST, attrs: set[str]) -> bool:

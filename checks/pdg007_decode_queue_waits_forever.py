@@ -199,6 +199,16 @@ def decode(
     return {DECODE_PATH: text}
 
 
+_NOT_ACTED_ON = (
+    "waiting timeouts, heartbeat failures and aborts of the requests in those queues are not "
+    "acted on, and their KV is not freed"
+)
+_PER_RANK = (
+    "the condition reads the scheduler's rank, so some ranks poll and others do not; each "
+    "poll all-reduces over the ranks, and those that poll wait for those that do not"
+)
+
+
 class DecodeQueueWaitsForever(Rule):
     code = "PDG007"
     name = "decode-queue-waits-forever"
@@ -344,9 +354,8 @@ class DecodeQueueWaitsForever(Rule):
                 early.node.lineno,
                 early.node.col_offset + 1,
                 where,
-                f"{where} returns before polling {skipped}{condition}: waiting timeouts, "
-                "heartbeat failures and aborts of the requests in those queues are not acted "
-                "on, and their KV is not freed, until the condition clears",
+                f"{where} returns before polling {skipped}{condition}: "
+                + (_PER_RANK if early.per_rank else _NOT_ACTED_ON + ", until the condition clears"),
             )
         for guarded in model.guarded_polls():
             where = (
@@ -358,7 +367,6 @@ class DecodeQueueWaitsForever(Rule):
                 guarded.node.lineno,
                 guarded.node.col_offset + 1,
                 where,
-                f"{where} polls {skipped} only under `if {guarded.condition}`: while that "
-                "does not hold, waiting timeouts, heartbeat failures and aborts of the requests "
-                "in those queues are not acted on, and their KV is not freed",
+                f"{where} polls {skipped} only under `if {guarded.condition}`: "
+                + (_PER_RANK if guarded.per_rank else "while that does not hold, " + _NOT_ACTED_ON),
             )
