@@ -34,6 +34,7 @@ from pdguard.sglang_names import (
     KVPOLL,
     POLL_ALL_REDUCE_PREFIX,
     PREPARE_ABORT,
+    RANK_ATTRS,
     RECEIVER_ABORT,
     RECEIVER_SEND_METHODS,
     REQ_RECEIVER,
@@ -151,6 +152,7 @@ class EarlyReturn:
     node: ast.Return
     condition: str  # source of the test that leads to the return ("" if unconditional)
     skipped: tuple[str, ...]  # "self.disagg_decode_transfer_queue.pop_transferred", ...
+    per_rank: bool = False  # the test reads the scheduler's rank (see _reads_rank)
 
 
 @dataclass(frozen=True)
@@ -164,6 +166,7 @@ class GuardedPoll:
     node: ast.If
     condition: str  # source of the test
     skipped: tuple[str, ...]  # the poll calls it holds, as in EarlyReturn
+    per_rank: bool = False  # the test reads the scheduler's rank (see _reads_rank)
 
 
 @dataclass(frozen=True)
@@ -173,6 +176,8 @@ class Requeue:
     node: ast.Call
     attr: str  # the pending list, ``self.<attr>``
     method: str  # the method that rebuilds it
+    # a retry counter or deadline is compared around it, but reaching it fails nothing
+    inert: bool = False
 
 
 @dataclass
@@ -382,10 +387,12 @@ class DecodeQueueModel:
                     test is not None
                     and _reads_attr(test, RETRACTED_QUEUE)
                     and set(skipped) <= self._admissions(func, calls)
+                    and not _reads_rank(test)
                 ):
                     continue  # back-pressure: see _admissions
                 condition = ast.unparse(test) if test is not None else ""
-                yield EarlyReturn(rel, owner, func, ret, condition, tuple(skipped))
+                per_rank = test is not None and _reads_rank(test)
+                yield EarlyReturn(rel, owner, func, ret, condition, tuple(skipped), per_rank)
 
     def guarded_polls(self) -> Iterator[GuardedPoll]:
         """Poll calls nested in an ``if`` that skips them on a condition that need not clear:
@@ -426,7 +433,8 @@ class DecodeQueueModel:
                 parts = test.values if isinstance(test, ast.BoolOp) and isinstance(
                     test.op, joined) else [test]  # fmt: skip
                 targets = {name.rsplit(".", 1)[0] for name in names}
-                if all(
+                per_rank = _reads_rank(_with_locals(test, assigned))
+                if not per_rank and all(
                     _only_probes_emptiness(part, targets)
                     or _static(read := _with_locals(part, assigned))
                     or _reads_any(read, advanced)
@@ -438,7 +446,7 @@ class DecodeQueueModel:
                 ):
                     continue
                 yield GuardedPoll(
-                    rel, owner, func, test_if, ast.unparse(test), tuple(sorted(names))
+                    rel, owner, func, test_if, ast.unparse(test), tuple(sorted(names)), per_rank
                 )
 
     @cached_property
@@ -505,8 +513,10 @@ class DecodeQueueModel:
                         continue
                     for site_func, site in self._sites(cls, func, local):
                         helper = partial(self._helper, cls)
-                        if not _bounded_in_loop(site_func, site, helper):
-                            yield Requeue(info, site_func, site, attr, method)
+                        bounded = _bounded_in_loop(site_func, site, helper)
+                        if not bounded:
+                            inert = bounded is None
+                            yield Requeue(info, site_func, site, attr, method, inert)
 
     def _sites(
         self, cls: str, func: ast.FunctionDef, local: str
@@ -616,6 +626,13 @@ def _static(read: ast.AST) -> bool:
         and n.attr != SERVER_ARGS
         for n in walk(read)
     )
+
+
+def _reads_rank(node: ast.AST) -> bool:
+    """Does ``node`` read the scheduler's rank (``self.tp_rank``, ``...kv_args.engine_rank``)?
+    Polls skipped on such a test are entered by some ranks and not others, and each poll
+    all-reduces over the ranks: those that poll wait for those that do not."""
+    return any(isinstance(n, ast.Attribute) and n.attr in RANK_ATTRS for n in walk(node))
 
 
 def _reads_any(node: ast.AST, attrs: set[str]) -> bool:
@@ -753,10 +770,11 @@ def _bounded_in_loop(
     func: ast.FunctionDef,
     site: ast.Call,
     helper: Callable[[str], ast.FunctionDef | None] = lambda _: None,
-) -> bool:
-    """The innermost loop around ``site`` also fails requests under a retry counter or an
-    elapsed-time comparison (inline, or returned by the ``self.<helper>()`` its condition
-    calls, found by ``helper``), on a branch that does not hold ``site``."""
+) -> bool | None:
+    """True if the innermost loop around ``site`` also fails requests under a retry counter
+    or an elapsed-time comparison (inline, or returned by the ``self.<helper>()`` its
+    condition calls, found by ``helper``), on a branch that does not hold ``site``; None if
+    it has such a comparison but no branch of it fails a request; else False."""
     parents = own_parents(func)
     loop = parents.get(site)
     while loop is not None and not isinstance(loop, ast.For | ast.While | ast.FunctionDef):
@@ -764,6 +782,7 @@ def _bounded_in_loop(
     if loop is None or isinstance(loop, ast.FunctionDef):
         return False
     clocks = _clock_names(func)
+    inert: bool | None = False
     for node in walk(loop):
         if not isinstance(node, ast.If):
             continue
@@ -780,8 +799,9 @@ def _bounded_in_loop(
         )
         if not bound:
             continue
+        inert = None
         for branch in (node.body, node.orelse):
             holds_site = any(site is n for stmt in branch for n in walk(stmt))
             if not holds_site and any(_fails(stmt) for stmt in branch):
                 return True
-    return False
+    return inert

@@ -310,6 +310,11 @@ class _Interpreter:
                 for st2, right in self.expr(node.right, st, owner):
                     out.append((st2, _arith(node.op, left, right)))
             return out
+        if isinstance(node, ast.NamedExpr):  # ``(waited := now - stamp) > limit``
+            return [
+                (st.with_local(node.target.id, value), value)
+                for st, value in self.expr(node.value, state, owner)
+            ]
         if isinstance(node, ast.IfExp):  # as the if statement is: each side in its states
             yes, no = self.test(node.test, state, owner)
             out = []

@@ -199,6 +199,16 @@ def decode(
     return {DECODE_PATH: text}
 
 
+_NOT_ACTED_ON = (
+    "waiting timeouts, heartbeat failures and aborts of the requests in those queues are not "
+    "acted on, and their KV is not freed"
+)
+_PER_RANK = (
+    "the condition reads the scheduler's rank, so some ranks poll and others do not; each "
+    "poll all-reduces over the ranks, and those that poll wait for those that do not"
+)
+
+
 class DecodeQueueWaitsForever(Rule):
     code = "PDG007"
     name = "decode-queue-waits-forever"
@@ -251,9 +261,10 @@ class DecodeQueueWaitsForever(Rule):
                     21,
                     (
                         "a request is put back into self.pending_reqs (rebuilt by "
-                        "_resolve_pending_reqs, before its KV receiver is initialised) with no "
-                        "retry counter or deadline: if the prefill never answers for it, it "
-                        "waits forever"
+                        "_resolve_pending_reqs, before its KV receiver is initialised) with a "
+                        "retry counter or deadline whose limit fails nothing (no abort(), no "
+                        "prepare_abort(), no KVPoll.Failed): if the prefill never answers for "
+                        "it, it waits forever"
                     ),
                     "sglang/srt/disaggregation/decode.py",
                 )
@@ -325,8 +336,14 @@ class DecodeQueueWaitsForever(Rule):
                 requeue.node.col_offset + 1,
                 f"{requeue.owner.name}.{requeue.func.name}",
                 f"a request is put back into self.{requeue.attr} (rebuilt by "
-                f"{requeue.method}, before its KV receiver is initialised) with no retry "
-                "counter or deadline: if the prefill never answers for it, it waits forever",
+                f"{requeue.method}, before its KV receiver is initialised) with "
+                + (
+                    "a retry counter or deadline whose limit fails nothing (no abort(), no "
+                    "prepare_abort(), no KVPoll.Failed)"
+                    if requeue.inert
+                    else "no retry counter or deadline"
+                )
+                + ": if the prefill never answers for it, it waits forever",
             )
         for early in model.early_returns():
             where = f"{early.owner.name}.{early.func.name}" if early.owner else early.func.name
@@ -337,9 +354,8 @@ class DecodeQueueWaitsForever(Rule):
                 early.node.lineno,
                 early.node.col_offset + 1,
                 where,
-                f"{where} returns before polling {skipped}{condition}: waiting timeouts, "
-                "heartbeat failures and aborts of the requests in those queues are not acted "
-                "on, and their KV is not freed, until the condition clears",
+                f"{where} returns before polling {skipped}{condition}: "
+                + (_PER_RANK if early.per_rank else _NOT_ACTED_ON + ", until the condition clears"),
             )
         for guarded in model.guarded_polls():
             where = (
@@ -351,7 +367,6 @@ class DecodeQueueWaitsForever(Rule):
                 guarded.node.lineno,
                 guarded.node.col_offset + 1,
                 where,
-                f"{where} polls {skipped} only under `if {guarded.condition}`: while that "
-                "does not hold, waiting timeouts, heartbeat failures and aborts of the requests "
-                "in those queues are not acted on, and their KV is not freed",
+                f"{where} polls {skipped} only under `if {guarded.condition}`: "
+                + (_PER_RANK if guarded.per_rank else "while that does not hold, " + _NOT_ACTED_ON),
             )

@@ -84,6 +84,10 @@ PROCESS_DECODE_QUEUE = "process_decode_queue"
 RETRACTED_QUEUE = "retracted_queue"
 # The scheduler's launch configuration (``self.server_args``): fixed for the life of the process.
 SERVER_ARGS = "server_args"
+# The scheduler's own rank in its groups: a test on one differs from rank to rank.
+RANK_ATTRS = frozenset(
+    {"tp_rank", "attn_tp_rank", "attn_cp_rank", "pp_rank", "dp_rank", "moe_ep_rank", "engine_rank"}
+)
 POP_PREALLOCATED = "pop_preallocated"
 POP_TRANSFERRED = "pop_transferred"
 # ``_allocatable_tokens(..., count_retracted=True)``: preallocation reserves the retracted

@@ -172,8 +172,20 @@ _SENT = "        self.mark = time.monotonic()\n"
 """,
             "",
         ),
+        # the elapsed time named in the test (walrus), the failure returned by a conditional
+        (
+            _SENT,
+            _READ
+            + """\
+        if self.mark is not None and (waited := time.monotonic() - self.mark) > LIMIT:
+            self.kv_mgr.record_failure(self.room, f"no answer in {waited:.0f}s")
+            self.settled = KVPoll.Failed
+        return self.settled if self.settled is not None else now_status
+""",
+            "",
+        ),
     ],
-    ids=["helper-returns-the-test", "nanoseconds-scaled", "time-left", "match-guard"],
+    ids=["helper-returns-the-test", "nanoseconds-scaled", "time-left", "match-guard", "walrus"],
 )
 def test_a_bounded_receiver_in_another_style_is_not_reported(
     stamp: str, body: str, extra: str
@@ -418,3 +430,66 @@ def test_a_status_from_a_dispatch_table_is_unmodelled_not_unbounded() -> None:
         }
     )
     assert run(project, ["PDG000", "PDG006"]) == []
+
+
+def test_a_deadline_that_drops_without_failing_says_so() -> None:
+    """Past its deadline the request is dropped from the pending list with a log line, and
+    nothing fails it (the client is never told): reported, and the message says a limit
+    exists but fails nothing (it said there was no counter or deadline)."""
+    requeue = f"""\
+{_I}if time.monotonic() - decode_req.entered_at > TIMEOUT:
+{_I}    print("giving up on", decode_req.req.rid)
+{_I}    continue
+{_I}remaining.append(decode_req)
+"""
+    messages = _pdg007(decode(requeue=requeue))
+    assert len(messages) == 1, messages
+    assert "a retry counter or deadline whose limit fails nothing" in messages[0]
+    assert "no abort()" in messages[0]
+
+
+def test_a_gate_that_differs_between_ranks_is_reported_and_not_rewritten() -> None:
+    """The retraction gate holds only on one rank: the other ranks enter the polls' all-reduce
+    alone. Reported even where it holds back admission only (which is back-pressure on every
+    rank alike), with the reason; decode-queue-bound does not carry the rank test over."""
+    gate = RETRACTION_GATE.replace("if len(", "if self.tp_rank == 0 and len(")
+    messages = _pdg007(decode(gate=gate))
+    assert len(messages) == 1, messages
+    assert "reads the scheduler's rank" in messages[0]
+    assert "those that poll wait for those that do not" in messages[0]
+    flag = (
+        "        hold = self.attn_tp_rank == 0 and len("
+        "self.disagg_decode_prealloc_queue.retracted_queue) > 0\n"
+    )
+    messages = _pdg007(_held("not hold", admission_only=True, before=flag))
+    assert len(messages) == 1 and "reads the scheduler's rank" in messages[0], messages
+
+
+@pytest.mark.releases
+def test_decode_queue_bound_refuses_a_gate_that_differs_between_ranks(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """0.5.4 with its retraction gate made to hold on rank 0 only (edited by position): the
+    fix used to rewrite it keeping the rank test, and so kept admission's all-reduce apart
+    between ranks, and reported success."""
+    root = copy_release("0.5.4", tmp_path / "tree")
+    path = root / "sglang/srt/disaggregation/decode.py"
+    lines = path.read_text().splitlines(keepends=True)
+    func = next(
+        n
+        for n in ast.walk(ast.parse("".join(lines)))
+        if isinstance(n, ast.FunctionDef) and n.name == "process_decode_queue"
+    )
+    gate = next(
+        n
+        for n in ast.walk(func)
+        if isinstance(n, ast.If) and "retracted_queue" in ast.unparse(n.test)
+    )
+    line = lines[gate.lineno - 1]
+    lines[gate.lineno - 1] = line.replace("if ", "if self.tp_rank == 0 and ", 1)
+    path.write_text("".join(lines))
+    before = path.read_bytes()
+    assert main(["apply", "--select", "decode-queue-bound", str(root)]) == 2
+    err = capsys.readouterr().err
+    assert "decode-queue-bound refused" in err and "self.tp_rank == 0" in err
+    assert path.read_bytes() == before

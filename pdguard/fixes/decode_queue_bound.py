@@ -151,7 +151,7 @@ class DecodeQueueBoundFix(Fix):
                 for name in gate.skipped
                 if name.rsplit(".", 1)[-1] not in (POP_PREALLOCATED, POP_TRANSFERRED)
             ]
-            if odd or RETRACTED_QUEUE not in gate.condition:
+            if odd or RETRACTED_QUEUE not in gate.condition or gate.per_rank:
                 raise Refused(
                     f"{where}: the early return (while `{gate.condition}`) is not the "
                     f"retraction gate pdguard knows, or skips {', '.join(odd)}",
