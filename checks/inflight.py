@@ -386,7 +386,10 @@ def _checks_in(
         if read is None:
             continue
         loop = next((lp for lp in loops if any(n is node for n in walk(lp))), region)
-        actions = _failing_actions(index, loop, scope, node)
+        later = _loops_over_collected(function, loop)
+        actions = _failing_actions(index, loop, scope, node) or [
+            a for lp in later for a in _failing_actions(index, lp, scope, node)
+        ]
         fails = bool(actions)
         check = DeadlineCheck(read[0], read[1], node.lineno, node.col_offset, function.name, fails)
         check.reaches, check.partial = (
@@ -400,7 +403,10 @@ def _checks_in(
         check.minds_parked = any(
             isinstance(n, ast.Attribute) and n.attr == PARKED for n in walk(loop)
         )
-        check.minds_ended_poll = _spares_ended_transfers(loop, scope, _unpassed(function, pp_names))
+        check.minds_ended_poll = any(
+            _spares_ended_transfers(region, scope, _unpassed(function, pp_names))
+            for region in (loop, *later)
+        )
         check.skipped_under_pp = pp_skipped or _skipped_under_pp(node, function, pp_names)
         found.append(check)
     for call, callee in index.self_call_sites(region):
@@ -417,6 +423,33 @@ def _checks_in(
                 gated or _rank_gate(call, function),
             )
     return found
+
+
+def _loops_over_collected(function: ast.FunctionDef, loop: ast.AST) -> list[ast.For]:
+    """The loops of ``function`` over a list that ``loop`` (around a deadline check) collects
+    its requests in (``for req in queue: ... late.append(req)``, then ``for req in late:``):
+    what they do to a request's sender, the deadline does."""
+    if not (isinstance(loop, ast.For) and isinstance(loop.target, ast.Name)):
+        return []
+    collected = {
+        node.func.value.id
+        for node in walk(loop)
+        if isinstance(node, ast.Call)
+        and isinstance(node.func, ast.Attribute)
+        and node.func.attr == "append"
+        and isinstance(node.func.value, ast.Name)
+        and len(node.args) == 1
+        and isinstance(node.args[0], ast.Name)
+        and node.args[0].id == loop.target.id
+    }
+    return [
+        node
+        for node in walk(function)
+        if isinstance(node, ast.For)
+        and node is not loop
+        and isinstance(node.iter, ast.Name)
+        and node.iter.id in collected
+    ]
 
 
 def _aliases(function: ast.FunctionDef, names: frozenset[str]) -> frozenset[str]:
@@ -823,6 +856,35 @@ def _sender_actions(region: ast.AST, scope: _Scope) -> tuple[set[str], tuple[int
                 ):
                     poll_set_at = (node.lineno, node.col_offset)
     return calls, poll_set_at
+
+
+def _while_queued(stmt: ast.stmt) -> bool:
+    """Is ``stmt`` ``if <the queue is not empty>: ...`` with no ``else`` (``if self.<queue>:``,
+    ``if len(self.<queue>):``, ``len(...) > 0``, ``!= 0``, ``>= 1``)? It skips what its body
+    holds only when no request waits: a deadline there runs whenever it has a request to look
+    at."""
+    if not isinstance(stmt, ast.If) or stmt.orelse:
+        return False
+    test = stmt.test
+    if isinstance(test, ast.Compare) and len(test.ops) == 1:
+        op, bound = test.ops[0], test.comparators[0]
+        if not (isinstance(bound, ast.Constant) and isinstance(bound.value, int)):
+            return False
+        nonempty = (isinstance(op, ast.Gt | ast.NotEq) and bound.value == 0) or (
+            isinstance(op, ast.GtE) and bound.value == 1
+        )
+        if not nonempty:
+            return False
+        test = test.left
+    elif _is_queue(test):
+        return True
+    return (
+        isinstance(test, ast.Call)
+        and isinstance(test.func, ast.Name)
+        and test.func.id == "len"
+        and len(test.args) == 1
+        and _is_queue(test.args[0])
+    )
 
 
 def _conditional(stmt: ast.stmt) -> bool:
@@ -1485,7 +1547,11 @@ def _positioned_checks(
         for check in _checks_in(index, function, stmt, {FUNCTION}):
             if poll_position is None or position >= poll_position:
                 check.position = "after"
-            elif _conditional(stmt) and not (check.skipped_under_pp and _pp_test(stmt)):
+            elif (
+                _conditional(stmt)
+                and not (check.skipped_under_pp and _pp_test(stmt))
+                and not _while_queued(stmt)
+            ):
                 check.position = "conditional"
             else:
                 check.position = "before"

@@ -248,3 +248,42 @@ def test_a_stamp_on_an_object_the_request_holds_is_a_stamp() -> None:
     found = findings(helper, stamp=stamp, call=renewed)
     assert [code for code, _ in found] == ["PDG003"]
     assert "is rewritten while the request waits" in found[0][1]
+
+
+def test_a_deadline_skipped_only_on_an_empty_queue_runs_on_every_call() -> None:
+    """An empty queue has no request to fail: a deadline behind ``if <the queue is not
+    empty>:`` runs whenever one waits (PDG001 said 'not on every call' before). Any other
+    guard still makes it conditional."""
+    for guard in (
+        "if self.disagg_prefill_inflight_queue:",
+        "if len(self.disagg_prefill_inflight_queue) > 0:",
+        "if len(self.disagg_prefill_inflight_queue) >= 1:",
+    ):
+        assert findings(expire(), call=f"        {guard}\n    {CALL}") == [], guard
+    guard = "if self.disagg_prefill_inflight_queue[1:]:"
+    found = findings(expire(), call=f"        {guard}\n    {CALL}")
+    assert [code for code, _ in found] == ["PDG001"]
+    assert "does not run before the poll all-reduce on every call" in found[0][1]
+
+
+def test_requests_collected_then_failed_in_a_second_loop_are_failed() -> None:
+    """The deadline loop collects overdue requests; a second loop over them aborts their
+    senders (sparing ended transfers under PP): the deadline fails the sender (PDG002 'does
+    not fail the request's sender' and PDG001 before)."""
+    helper = """
+    def _expire(self, agreed=None):
+        now = time.monotonic()
+        late = []
+        for req in self.disagg_prefill_inflight_queue:
+            if now - req.handed_over_at > LIMIT_S:
+                late.append(req)
+        for req in late:
+            if agreed is not None and req.disagg_kv_sender.poll() == KVPoll.Success:
+                continue
+            req.disagg_kv_sender.abort()
+"""
+    assert findings(helper) == []
+    # collected and never failed: still no deadline
+    found = findings(helper.replace("req.disagg_kv_sender.abort()", "self.record(req)"))
+    assert [code for code, _ in found] == ["PDG002", "PDG001"]
+    assert "does not fail the request's sender" in found[0][1]
