@@ -287,3 +287,29 @@ def test_requests_collected_then_failed_in_a_second_loop_are_failed() -> None:
     found = findings(helper.replace("req.disagg_kv_sender.abort()", "self.record(req)"))
     assert [code for code, _ in found] == ["PDG002", "PDG001"]
     assert "does not fail the request's sender" in found[0][1]
+
+
+def test_a_name_the_deadline_reads_that_nothing_binds_is_reported() -> None:
+    """A timeout reader the module never defines or imports: the deadline raises NameError on
+    every call (check passed it before; simulate fails every scenario). Names the module,
+    the method or builtins bind are not reported, nor annotations."""
+    helper = expire().replace(
+        "        now = time.monotonic()\n",
+        "        limit = read_inflight_limit()\n        now = time.monotonic()\n",
+    )
+    found = findings(helper, codes=("PDG005",))
+    assert found == [
+        (
+            "PDG005",
+            "`read_inflight_limit` is used by the inflight deadline but nothing binds it "
+            "(NameError when this runs)",
+        )
+    ]
+    defined = helper.replace(
+        "    def _expire(self, agreed=None):", "    def _expire(self: Toy, agreed=None):"
+    )
+    defined += "\n    def read_inflight_limit_unused(self):\n        return LIMIT_S\n"
+    bound = findings(
+        defined.replace("read_inflight_limit()", "len(KVPoll.__name__)"), codes=("PDG005",)
+    )
+    assert bound == []
