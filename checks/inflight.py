@@ -205,11 +205,15 @@ class _Scope:
     """Names a function assigns from clock calls and from attribute reads."""
 
     def __init__(
-        self, function: ast.FunctionDef, clocks: set[str], imported: frozenset[str] = frozenset()
+        self,
+        function: ast.FunctionDef,
+        clocks: set[str],
+        imported: frozenset[str] = frozenset(),
+        clock_params: frozenset[str] = frozenset(),
     ) -> None:
         self.clocks = clocks
         self.imported = imported
-        self.clock_vars: set[str] = set()
+        self.clock_vars: set[str] = set(clock_params)  # parameters given a clock reading
         self.reads: dict[str, tuple[str, bool]] = {}  # name -> (attr, via_sender)
         self.senders: set[str] = set()
         self.values: dict[str, ast.expr] = {}  # name -> the expression last assigned to it
@@ -312,18 +316,22 @@ class _ModuleIndex:
         self.imported = frozenset(imported_names(module))
         self.methods: dict[str, ast.FunctionDef] = {}
         self.owner: dict[int, str] = {}
-        self._scopes: dict[int, _Scope] = {}
+        self._scopes: dict[tuple[int, frozenset[str]], _Scope] = {}
         for cls in module.body:
             if isinstance(cls, ast.ClassDef):
                 for item in methods_of(cls).values():
                     self.methods.setdefault(item.name, item)
                     self.owner[id(item)] = cls.name
 
-    def scope(self, function: ast.FunctionDef) -> _Scope:
-        """The function's names, analysed once however many statements ask."""
-        if id(function) not in self._scopes:
-            self._scopes[id(function)] = _Scope(function, self.clocks, self.imported)
-        return self._scopes[id(function)]
+    def scope(
+        self, function: ast.FunctionDef, clock_params: frozenset[str] = frozenset()
+    ) -> _Scope:
+        """The function's names, analysed once however many statements ask; ``clock_params``:
+        its parameters that the call reaching it gives a clock reading."""
+        key = (id(function), clock_params)
+        if key not in self._scopes:
+            self._scopes[key] = _Scope(function, self.clocks, self.imported, clock_params)
+        return self._scopes[key]
 
     @cached_property
     def _blocks(self) -> tuple[dict[int, ast.AST], dict[int, tuple[list[ast.stmt], int]]]:
@@ -370,12 +378,18 @@ def _checks_in(
     pp_skipped: bool = False,
     outer: tuple[str, bool] | None = None,
     gated: str = "",
+    clock_params: frozenset[str] = frozenset(),
+    site: tuple[ast.AST, _Scope, ast.FunctionDef, frozenset[str]] | None = None,
 ) -> list[DeadlineCheck]:
     """Deadline checks in ``region`` of ``function``, and in the methods it calls.
     ``pp_names``: the names that hold the PP consensus in ``function``; ``pp_skipped``: the
     call that reached ``function`` does not run when it is given; ``outer``: what the loop
-    around that call reaches (``_reach``), ``gated``: the rank test that call is behind."""
-    scope = index.scope(function)
+    around that call reaches (``_reach``), ``gated``: the rank test that call is behind;
+    ``clock_params``: the parameters that call gives a clock reading; ``site``: the loop
+    around that call (with its function's scope, the function and its PP names). A check
+    outside any loop of ``function`` (a predicate, ``def _late(self, req, now): return now -
+    req.t > LIMIT``) is acted on where it is called: its failure is the site loop's."""
+    scope = index.scope(function, clock_params)
     pp_names = pp_names | _aliases(function, pp_names)
     loops = [n for n in walk(region) if isinstance(n, ast.For | ast.While)]
     found = []
@@ -386,9 +400,12 @@ def _checks_in(
         if read is None:
             continue
         loop = next((lp for lp in loops if any(n is node for n in walk(lp))), region)
-        later = _loops_over_collected(function, loop)
-        actions = _failing_actions(index, loop, scope, node) or [
-            a for lp in later for a in _failing_actions(index, lp, scope, node)
+        at, at_scope, at_names = function, scope, pp_names
+        if loop is region and site is not None and _reach(node, function, scope) is None:
+            loop, at_scope, at, at_names = site
+        later = _loops_over_collected(at, loop)
+        actions = [
+            a for part in (loop, *later) for a in _failing_actions(index, part, at_scope, node)
         ]
         fails = bool(actions)
         check = DeadlineCheck(read[0], read[1], node.lineno, node.col_offset, function.name, fails)
@@ -397,21 +414,23 @@ def _checks_in(
         )
         check.rank_gate = gated or _rank_gate(node, function)
         if not check.rank_gate and actions:
-            gates = [_rank_gate(a, function) for a in actions]
+            gates = [_rank_gate(a, at) for a in actions]
             check.rank_gate = gates[0] if all(gates) else ""
-        check.sender_calls, check.poll_set_at = _sender_actions(loop, scope)
+        check.sender_calls, check.poll_set_at = _sender_actions(loop, at_scope)
         check.minds_parked = any(
             isinstance(n, ast.Attribute) and n.attr == PARKED for n in walk(loop)
         )
         check.minds_ended_poll = any(
-            _spares_ended_transfers(region, scope, _unpassed(function, pp_names))
-            for region in (loop, *later)
+            _spares_ended_transfers(part, at_scope, _unpassed(at, at_names))
+            for part in (loop, *later)
         )
         check.skipped_under_pp = pp_skipped or _skipped_under_pp(node, function, pp_names)
         found.append(check)
     for call, callee in index.self_call_sites(region):
         if callee.name not in seen:
             seen.add(callee.name)
+            around = next((lp for lp in loops if any(n is call for n in walk(lp))), None)
+            clocks = frozenset(p for p, a in _arguments(call, callee).items() if scope.is_clock(a))
             found += _checks_in(
                 index,
                 callee,
@@ -421,6 +440,8 @@ def _checks_in(
                 pp_skipped or _skipped_under_pp(call, function, pp_names),
                 _reach(call, function, scope) or outer,
                 gated or _rank_gate(call, function),
+                clocks,
+                (around, scope, function, pp_names) if around is not None else site,
             )
     return found
 

@@ -313,3 +313,18 @@ def test_a_name_the_deadline_reads_that_nothing_binds_is_reported() -> None:
         defined.replace("read_inflight_limit()", "len(KVPoll.__name__)"), codes=("PDG005",)
     )
     assert bound == []
+
+
+def test_a_predicate_helper_given_the_clock_is_a_deadline_failed_where_it_is_called() -> None:
+    """``if self._late(req, now):`` with ``def _late(self, r, t): return t - r.handed_over_at
+    > LIMIT_S``: the comparison reads the clock through its parameter, and the loop that calls
+    it aborts the sender (PDG001 'nothing fails a request' before). A call site that only
+    logs is no deadline."""
+    helper = expire().replace(
+        "if now - req.handed_over_at > LIMIT_S:", "if self._late(req, now):"
+    ) + ("\n    def _late(self, r, t):\n        return t - r.handed_over_at > LIMIT_S\n")
+    assert findings(helper) == []
+    logged = helper.replace("req.disagg_kv_sender.abort()", "self.note(req)")
+    found = findings(logged)
+    assert [code for code, _ in found] == ["PDG002", "PDG001"]
+    assert "does not fail the request's sender" in found[0][1]
