@@ -159,6 +159,9 @@ class DeadlineCheck:
     partial: bool = False
     # The rank test the failure is behind (``self.tp_rank == 0``), if it runs on some ranks only.
     rank_gate: str = ""
+    # The methods that call, one through the other, the one holding the check (``method``),
+    # from the inflight function (excluded): they run the deadline too.
+    callers: tuple[str, ...] = ()
 
 
 @dataclass
@@ -380,6 +383,7 @@ def _checks_in(
     gated: str = "",
     clock_params: frozenset[str] = frozenset(),
     site: tuple[ast.AST, _Scope, ast.FunctionDef, frozenset[str]] | None = None,
+    callers: tuple[str, ...] = (),
 ) -> list[DeadlineCheck]:
     """Deadline checks in ``region`` of ``function``, and in the methods it calls.
     ``pp_names``: the names that hold the PP consensus in ``function``; ``pp_skipped``: the
@@ -409,6 +413,7 @@ def _checks_in(
         ]
         fails = bool(actions)
         check = DeadlineCheck(read[0], read[1], node.lineno, node.col_offset, function.name, fails)
+        check.callers = callers
         check.reaches, check.partial = (
             _reach(node, function, scope) or outer or ("no loop over the queue", False)
         )
@@ -442,6 +447,7 @@ def _checks_in(
                 gated or _rank_gate(call, function),
                 clocks,
                 (around, scope, function, pp_names) if around is not None else site,
+                callers if function.name == FUNCTION else (*callers, function.name),
             )
     return found
 

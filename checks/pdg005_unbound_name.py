@@ -346,8 +346,8 @@ class UnboundName(Rule):
         imports, definitions, assignments), not the function (its parameters and locals), not
         a builtin: a reader of the timeout defined elsewhere, a registry not imported. The
         deadline runs on every call (its checks before the poll all-reduce), so the scheduler
-        dies there. Read in the methods holding the checks, and in the inflight function's
-        statements that hold one; annotations are not run."""
+        dies there. Read in the methods holding the checks and those calling them, and in the
+        inflight function's statements that hold one; annotations are not run."""
         model, tree = project.inflight, project.tree(PREFILL)
         if model is None or tree is None:
             return
@@ -365,6 +365,9 @@ class UnboundName(Rule):
                 regions[(method.name, check.line)] = (method, held)
             else:
                 regions[(method.name, 0)] = (method, method.body)
+            for caller in check.callers:  # the methods calling it run the deadline too
+                if caller in methods:
+                    regions[(caller, 0)] = (methods[caller], methods[caller].body)
         seen: set[tuple[int, int]] = set()
         for (name, _), (method, body) in sorted(regions.items(), key=lambda item: item[0]):
             local = _locals(method)

@@ -328,3 +328,17 @@ def test_a_predicate_helper_given_the_clock_is_a_deadline_failed_where_it_is_cal
     found = findings(logged)
     assert [code for code, _ in found] == ["PDG002", "PDG001"]
     assert "does not fail the request's sender" in found[0][1]
+
+
+def test_an_unbound_name_in_the_method_calling_the_deadline_predicate_is_reported() -> None:
+    """The comparison is in ``_late``; the loop that calls it reads a limit through a name
+    nothing binds: the deadline dies there on every call (PDG005; it passed before)."""
+    helper = expire().replace(
+        "if now - req.handed_over_at > LIMIT_S:", "if self._late(req, now):"
+    ).replace(
+        "        now = time.monotonic()\n",
+        "        now = time.monotonic()\n        settings.refresh()\n",
+    ) + ("\n    def _late(self, r, t):\n        return t - r.handed_over_at > LIMIT_S\n")
+    found = findings(helper, codes=("PDG005",))
+    assert [code for code, _ in found] == ["PDG005"]
+    assert "`settings` is used by the inflight deadline but nothing binds it" in found[0][1]
