@@ -342,3 +342,18 @@ def test_an_unbound_name_in_the_method_calling_the_deadline_predicate_is_reporte
     found = findings(helper, codes=("PDG005",))
     assert [code for code, _ in found] == ["PDG005"]
     assert "`settings` is used by the inflight deadline but nothing binds it" in found[0][1]
+
+
+def test_a_deadline_on_an_attribute_never_stamped_at_entry_says_so() -> None:
+    """The entry stamps a metric (``req.timing.queued_at``); the deadline reads
+    ``handed_over_at``, which only it sets, at the first look: the finding names the
+    attribute the deadline measures, not 'does not fail the sender'."""
+    stamp = "            req.timing.queued_at = time.perf_counter()\n"
+    lazy = "            if getattr(req, 'handed_over_at', None) is None:\n"
+    lazy += "                req.handed_over_at = now\n                continue\n"
+    found = findings(expire(body=lazy), stamp=stamp)
+    assert [code for code, _ in found] == ["PDG001"]
+    assert found[0][1].endswith(
+        "the deadline measures `handed_over_at`, not stamped where requests enter "
+        "disagg_prefill_inflight_queue"
+    )
