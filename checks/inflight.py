@@ -417,9 +417,12 @@ def _checks_in(
         check.reaches, check.partial = (
             _reach(node, function, scope) or outer or ("no loop over the queue", False)
         )
+        skip = _position_skip(node, function)
+        if skip and not check.partial:
+            check.reaches, check.partial = skip, True
         check.rank_gate = gated or _rank_gate(node, function)
         if not check.rank_gate and actions:
-            gates = [_rank_gate(a, at) for a in actions]
+            gates = [_rank_gate(a, at) or _gate_inside(index, a) for a in actions]
             check.rank_gate = gates[0] if all(gates) else ""
         check.sender_calls, check.poll_set_at = _sender_actions(loop, at_scope)
         check.minds_parked = any(
@@ -590,6 +593,54 @@ def _covers(iterated: ast.expr, scope: _Scope, depth: int = 2) -> tuple[str, boo
     return text, False
 
 
+def _position_skip(node: ast.AST, function: ast.FunctionDef) -> str:
+    """The loop over positions (``for i, req in enumerate(queue)``, ``for i in range(...)``)
+    around ``node`` and the test on the position it runs behind, in words, if it does: ``if
+    i == 0: continue`` leaves the request at that position unchecked."""
+    parents = own_parents(function)
+    child: ast.AST = node
+    while child is not function and child in parents:
+        loop = parents[child]
+        if isinstance(loop, ast.For) and child is not loop.iter:
+            break
+        child = loop
+    else:
+        return ""
+    target, iterated = loop.target, loop.iter
+    if not (isinstance(iterated, ast.Call) and isinstance(iterated.func, ast.Name)):
+        return ""
+    if iterated.func.id == "enumerate" and isinstance(target, ast.Tuple) and target.elts:
+        index = target.elts[0]
+    elif iterated.func.id == "range":
+        index = target
+    else:
+        return ""
+    if not isinstance(index, ast.Name):
+        return ""
+    name = index.id
+    test = _gate(node, function, lambda n: isinstance(n, ast.Name) and n.id == name)
+    return f"`{ast.unparse(iterated)}` behind `{test}`" if test else ""
+
+
+def _gate_inside(index: _ModuleIndex, action: ast.AST) -> str:
+    """For ``self.<helper>(req)`` that fails the sender: the rank test every sender action of
+    the helper is behind (``def _fail(self, r): if self.tp_rank == 0: r.<sender>.abort()``),
+    if there is one."""
+    for callee in index.self_calls(action) if isinstance(action, ast.Call) else ():
+        acts = [
+            n
+            for n in walk(callee)
+            if isinstance(n, ast.Call)
+            and isinstance(n.func, ast.Attribute)
+            and n.func.attr != "poll"
+            and _mentions_sender(n.func.value)
+        ]
+        gates = [_rank_gate(n, callee) for n in acts]
+        if gates and all(gates):
+            return gates[0]
+    return ""
+
+
 def _is_rank(node: ast.AST) -> bool:
     """A rank's number or a test of it: ``self.tp_rank``, ``attn_tp_rank``,
     ``get_tensor_model_parallel_rank()``, ``is_first_rank``."""
@@ -604,10 +655,15 @@ def _is_rank(node: ast.AST) -> bool:
 
 
 def _rank_gate(node: ast.AST, function: ast.FunctionDef) -> str:
-    """The test on the rank that ``node`` (in ``function``) runs behind, if it does: under an
-    ``if`` (or its ``else``) whose test reads a rank, or after ``if <rank test>:
-    continue`` (``break``, ``return``, ``raise``) in a block around it. Ranks then act
-    differently on the same request."""
+    """The test on the rank that ``node`` runs behind (``_gate``)."""
+    return _gate(node, function, _is_rank)
+
+
+def _gate(node: ast.AST, function: ast.FunctionDef, reads: Callable[[ast.AST], bool]) -> str:
+    """The test that ``node`` (in ``function``) runs behind, among those with a node that
+    ``reads``, if it does: under an ``if`` (or its ``else``) whose test has one, or after ``if
+    <test>: continue`` (``break``, ``return``, ``raise``) in a block around it. On a rank
+    (``_is_rank``): ranks then act differently on the same request."""
     parents = own_parents(function)
     child: ast.AST = node
     while child is not function and child in parents:
@@ -615,7 +671,7 @@ def _rank_gate(node: ast.AST, function: ast.FunctionDef) -> str:
         if (
             isinstance(parent, ast.If | ast.While | ast.IfExp)
             and child is not parent.test
-            and any(_is_rank(n) for n in walk(parent.test))
+            and any(reads(n) for n in walk(parent.test))
         ):
             return ast.unparse(parent.test)
         for block in _blocks_of(parent):
@@ -626,7 +682,7 @@ def _rank_gate(node: ast.AST, function: ast.FunctionDef) -> str:
                         and isinstance(
                             before.body[-1], ast.Continue | ast.Return | ast.Break | ast.Raise
                         )
-                        and any(_is_rank(n) for n in walk(before.test))
+                        and any(reads(n) for n in walk(before.test))
                     ):
                         return ast.unparse(before.test)
         child = parent

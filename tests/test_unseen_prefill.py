@@ -357,3 +357,28 @@ def test_a_deadline_on_an_attribute_never_stamped_at_entry_says_so() -> None:
         "the deadline measures `handed_over_at`, not stamped where requests enter "
         "disagg_prefill_inflight_queue"
     )
+
+
+def test_a_failure_helper_that_acts_on_some_ranks_only_is_flagged() -> None:
+    """``self._fail(req)`` whose abort is behind ``if self.tp_rank == 0:`` (PDG002 and PDG001;
+    it passed before)."""
+    helper = expire().replace("req.disagg_kv_sender.abort()", "self._fail(req)") + (
+        "\n    def _fail(self, r):\n"
+        "        if self.tp_rank == 0:\n"
+        "            r.disagg_kv_sender.abort()\n"
+    )
+    found = findings(helper)
+    assert [code for code, _ in found] == ["PDG002", "PDG001"]
+    assert "only where `self.tp_rank == 0`" in found[0][1]
+
+
+def test_a_loop_over_positions_that_passes_over_one_is_no_deadline() -> None:
+    """``for i, req in enumerate(queue): if i == 0: continue``: the head of the queue is never
+    checked (PDG001; it passed before)."""
+    loop = "for i, req in enumerate(self.disagg_prefill_inflight_queue):"
+    found = findings(expire(loop, body="            if i == 0:\n                continue\n"))
+    assert [code for code, _ in found] == ["PDG001"]
+    assert found[0][1].endswith(
+        "the deadline skips requests of the queue: it loops over "
+        "`enumerate(self.disagg_prefill_inflight_queue)` behind `i == 0`"
+    )
