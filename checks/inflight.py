@@ -159,6 +159,9 @@ class DeadlineCheck:
     partial: bool = False
     # The rank test the failure is behind (``self.tp_rank == 0``), if it runs on some ranks only.
     rank_gate: str = ""
+    # The methods that call, one through the other, the one holding the check (``method``),
+    # from the inflight function (excluded): they run the deadline too.
+    callers: tuple[str, ...] = ()
 
 
 @dataclass
@@ -205,11 +208,15 @@ class _Scope:
     """Names a function assigns from clock calls and from attribute reads."""
 
     def __init__(
-        self, function: ast.FunctionDef, clocks: set[str], imported: frozenset[str] = frozenset()
+        self,
+        function: ast.FunctionDef,
+        clocks: set[str],
+        imported: frozenset[str] = frozenset(),
+        clock_params: frozenset[str] = frozenset(),
     ) -> None:
         self.clocks = clocks
         self.imported = imported
-        self.clock_vars: set[str] = set()
+        self.clock_vars: set[str] = set(clock_params)  # parameters given a clock reading
         self.reads: dict[str, tuple[str, bool]] = {}  # name -> (attr, via_sender)
         self.senders: set[str] = set()
         self.values: dict[str, ast.expr] = {}  # name -> the expression last assigned to it
@@ -312,18 +319,22 @@ class _ModuleIndex:
         self.imported = frozenset(imported_names(module))
         self.methods: dict[str, ast.FunctionDef] = {}
         self.owner: dict[int, str] = {}
-        self._scopes: dict[int, _Scope] = {}
+        self._scopes: dict[tuple[int, frozenset[str]], _Scope] = {}
         for cls in module.body:
             if isinstance(cls, ast.ClassDef):
                 for item in methods_of(cls).values():
                     self.methods.setdefault(item.name, item)
                     self.owner[id(item)] = cls.name
 
-    def scope(self, function: ast.FunctionDef) -> _Scope:
-        """The function's names, analysed once however many statements ask."""
-        if id(function) not in self._scopes:
-            self._scopes[id(function)] = _Scope(function, self.clocks, self.imported)
-        return self._scopes[id(function)]
+    def scope(
+        self, function: ast.FunctionDef, clock_params: frozenset[str] = frozenset()
+    ) -> _Scope:
+        """The function's names, analysed once however many statements ask; ``clock_params``:
+        its parameters that the call reaching it gives a clock reading."""
+        key = (id(function), clock_params)
+        if key not in self._scopes:
+            self._scopes[key] = _Scope(function, self.clocks, self.imported, clock_params)
+        return self._scopes[key]
 
     @cached_property
     def _blocks(self) -> tuple[dict[int, ast.AST], dict[int, tuple[list[ast.stmt], int]]]:
@@ -370,12 +381,19 @@ def _checks_in(
     pp_skipped: bool = False,
     outer: tuple[str, bool] | None = None,
     gated: str = "",
+    clock_params: frozenset[str] = frozenset(),
+    site: tuple[ast.AST, _Scope, ast.FunctionDef, frozenset[str]] | None = None,
+    callers: tuple[str, ...] = (),
 ) -> list[DeadlineCheck]:
     """Deadline checks in ``region`` of ``function``, and in the methods it calls.
     ``pp_names``: the names that hold the PP consensus in ``function``; ``pp_skipped``: the
     call that reached ``function`` does not run when it is given; ``outer``: what the loop
-    around that call reaches (``_reach``), ``gated``: the rank test that call is behind."""
-    scope = index.scope(function)
+    around that call reaches (``_reach``), ``gated``: the rank test that call is behind;
+    ``clock_params``: the parameters that call gives a clock reading; ``site``: the loop
+    around that call (with its function's scope, the function and its PP names). A check
+    outside any loop of ``function`` (a predicate, ``def _late(self, req, now): return now -
+    req.t > LIMIT``) is acted on where it is called: its failure is the site loop's."""
+    scope = index.scope(function, clock_params)
     pp_names = pp_names | _aliases(function, pp_names)
     loops = [n for n in walk(region) if isinstance(n, ast.For | ast.While)]
     found = []
@@ -386,26 +404,41 @@ def _checks_in(
         if read is None:
             continue
         loop = next((lp for lp in loops if any(n is node for n in walk(lp))), region)
-        actions = _failing_actions(index, loop, scope, node)
+        at, at_scope, at_names = function, scope, pp_names
+        if loop is region and site is not None and _reach(node, function, scope) is None:
+            loop, at_scope, at, at_names = site
+        later = _loops_over_collected(at, loop)
+        actions = [
+            a for part in (loop, *later) for a in _failing_actions(index, part, at_scope, node)
+        ]
         fails = bool(actions)
         check = DeadlineCheck(read[0], read[1], node.lineno, node.col_offset, function.name, fails)
+        check.callers = callers
         check.reaches, check.partial = (
             _reach(node, function, scope) or outer or ("no loop over the queue", False)
         )
+        skip = _position_skip(node, function)
+        if skip and not check.partial:
+            check.reaches, check.partial = skip, True
         check.rank_gate = gated or _rank_gate(node, function)
         if not check.rank_gate and actions:
-            gates = [_rank_gate(a, function) for a in actions]
+            gates = [_rank_gate(a, at) or _gate_inside(index, a) for a in actions]
             check.rank_gate = gates[0] if all(gates) else ""
-        check.sender_calls, check.poll_set_at = _sender_actions(loop, scope)
+        check.sender_calls, check.poll_set_at = _sender_actions(loop, at_scope)
         check.minds_parked = any(
             isinstance(n, ast.Attribute) and n.attr == PARKED for n in walk(loop)
         )
-        check.minds_ended_poll = _spares_ended_transfers(loop, scope, _unpassed(function, pp_names))
+        check.minds_ended_poll = any(
+            _spares_ended_transfers(part, at_scope, _unpassed(at, at_names))
+            for part in (loop, *later)
+        )
         check.skipped_under_pp = pp_skipped or _skipped_under_pp(node, function, pp_names)
         found.append(check)
     for call, callee in index.self_call_sites(region):
         if callee.name not in seen:
             seen.add(callee.name)
+            around = next((lp for lp in loops if any(n is call for n in walk(lp))), None)
+            clocks = frozenset(p for p, a in _arguments(call, callee).items() if scope.is_clock(a))
             found += _checks_in(
                 index,
                 callee,
@@ -415,8 +448,38 @@ def _checks_in(
                 pp_skipped or _skipped_under_pp(call, function, pp_names),
                 _reach(call, function, scope) or outer,
                 gated or _rank_gate(call, function),
+                clocks,
+                (around, scope, function, pp_names) if around is not None else site,
+                callers if function.name == FUNCTION else (*callers, function.name),
             )
     return found
+
+
+def _loops_over_collected(function: ast.FunctionDef, loop: ast.AST) -> list[ast.For]:
+    """The loops of ``function`` over a list that ``loop`` (around a deadline check) collects
+    its requests in (``for req in queue: ... late.append(req)``, then ``for req in late:``):
+    what they do to a request's sender, the deadline does."""
+    if not (isinstance(loop, ast.For) and isinstance(loop.target, ast.Name)):
+        return []
+    collected = {
+        node.func.value.id
+        for node in walk(loop)
+        if isinstance(node, ast.Call)
+        and isinstance(node.func, ast.Attribute)
+        and node.func.attr == "append"
+        and isinstance(node.func.value, ast.Name)
+        and len(node.args) == 1
+        and isinstance(node.args[0], ast.Name)
+        and node.args[0].id == loop.target.id
+    }
+    return [
+        node
+        for node in walk(function)
+        if isinstance(node, ast.For)
+        and node is not loop
+        and isinstance(node.iter, ast.Name)
+        and node.iter.id in collected
+    ]
 
 
 def _aliases(function: ast.FunctionDef, names: frozenset[str]) -> frozenset[str]:
@@ -530,6 +593,54 @@ def _covers(iterated: ast.expr, scope: _Scope, depth: int = 2) -> tuple[str, boo
     return text, False
 
 
+def _position_skip(node: ast.AST, function: ast.FunctionDef) -> str:
+    """The loop over positions (``for i, req in enumerate(queue)``, ``for i in range(...)``)
+    around ``node`` and the test on the position it runs behind, in words, if it does: ``if
+    i == 0: continue`` leaves the request at that position unchecked."""
+    parents = own_parents(function)
+    child: ast.AST = node
+    while child is not function and child in parents:
+        loop = parents[child]
+        if isinstance(loop, ast.For) and child is not loop.iter:
+            break
+        child = loop
+    else:
+        return ""
+    target, iterated = loop.target, loop.iter
+    if not (isinstance(iterated, ast.Call) and isinstance(iterated.func, ast.Name)):
+        return ""
+    if iterated.func.id == "enumerate" and isinstance(target, ast.Tuple) and target.elts:
+        index = target.elts[0]
+    elif iterated.func.id == "range":
+        index = target
+    else:
+        return ""
+    if not isinstance(index, ast.Name):
+        return ""
+    name = index.id
+    test = _gate(node, function, lambda n: isinstance(n, ast.Name) and n.id == name)
+    return f"`{ast.unparse(iterated)}` behind `{test}`" if test else ""
+
+
+def _gate_inside(index: _ModuleIndex, action: ast.AST) -> str:
+    """For ``self.<helper>(req)`` that fails the sender: the rank test every sender action of
+    the helper is behind (``def _fail(self, r): if self.tp_rank == 0: r.<sender>.abort()``),
+    if there is one."""
+    for callee in index.self_calls(action) if isinstance(action, ast.Call) else ():
+        acts = [
+            n
+            for n in walk(callee)
+            if isinstance(n, ast.Call)
+            and isinstance(n.func, ast.Attribute)
+            and n.func.attr != "poll"
+            and _mentions_sender(n.func.value)
+        ]
+        gates = [_rank_gate(n, callee) for n in acts]
+        if gates and all(gates):
+            return gates[0]
+    return ""
+
+
 def _is_rank(node: ast.AST) -> bool:
     """A rank's number or a test of it: ``self.tp_rank``, ``attn_tp_rank``,
     ``get_tensor_model_parallel_rank()``, ``is_first_rank``."""
@@ -544,10 +655,15 @@ def _is_rank(node: ast.AST) -> bool:
 
 
 def _rank_gate(node: ast.AST, function: ast.FunctionDef) -> str:
-    """The test on the rank that ``node`` (in ``function``) runs behind, if it does: under an
-    ``if`` (or its ``else``) whose test reads a rank, or after ``if <rank test>:
-    continue`` (``break``, ``return``, ``raise``) in a block around it. Ranks then act
-    differently on the same request."""
+    """The test on the rank that ``node`` runs behind (``_gate``)."""
+    return _gate(node, function, _is_rank)
+
+
+def _gate(node: ast.AST, function: ast.FunctionDef, reads: Callable[[ast.AST], bool]) -> str:
+    """The test that ``node`` (in ``function``) runs behind, among those with a node that
+    ``reads``, if it does: under an ``if`` (or its ``else``) whose test has one, or after ``if
+    <test>: continue`` (``break``, ``return``, ``raise``) in a block around it. On a rank
+    (``_is_rank``): ranks then act differently on the same request."""
     parents = own_parents(function)
     child: ast.AST = node
     while child is not function and child in parents:
@@ -555,7 +671,7 @@ def _rank_gate(node: ast.AST, function: ast.FunctionDef) -> str:
         if (
             isinstance(parent, ast.If | ast.While | ast.IfExp)
             and child is not parent.test
-            and any(_is_rank(n) for n in walk(parent.test))
+            and any(reads(n) for n in walk(parent.test))
         ):
             return ast.unparse(parent.test)
         for block in _blocks_of(parent):
@@ -566,7 +682,7 @@ def _rank_gate(node: ast.AST, function: ast.FunctionDef) -> str:
                         and isinstance(
                             before.body[-1], ast.Continue | ast.Return | ast.Break | ast.Raise
                         )
-                        and any(_is_rank(n) for n in walk(before.test))
+                        and any(reads(n) for n in walk(before.test))
                     ):
                         return ast.unparse(before.test)
         child = parent
@@ -823,6 +939,35 @@ def _sender_actions(region: ast.AST, scope: _Scope) -> tuple[set[str], tuple[int
                 ):
                     poll_set_at = (node.lineno, node.col_offset)
     return calls, poll_set_at
+
+
+def _while_queued(stmt: ast.stmt) -> bool:
+    """Is ``stmt`` ``if <the queue is not empty>: ...`` with no ``else`` (``if self.<queue>:``,
+    ``if len(self.<queue>):``, ``len(...) > 0``, ``!= 0``, ``>= 1``)? It skips what its body
+    holds only when no request waits: a deadline there runs whenever it has a request to look
+    at."""
+    if not isinstance(stmt, ast.If) or stmt.orelse:
+        return False
+    test = stmt.test
+    if isinstance(test, ast.Compare) and len(test.ops) == 1:
+        op, bound = test.ops[0], test.comparators[0]
+        if not (isinstance(bound, ast.Constant) and isinstance(bound.value, int)):
+            return False
+        nonempty = (isinstance(op, ast.Gt | ast.NotEq) and bound.value == 0) or (
+            isinstance(op, ast.GtE) and bound.value == 1
+        )
+        if not nonempty:
+            return False
+        test = test.left
+    elif _is_queue(test):
+        return True
+    return (
+        isinstance(test, ast.Call)
+        and isinstance(test.func, ast.Name)
+        and test.func.id == "len"
+        and len(test.args) == 1
+        and _is_queue(test.args[0])
+    )
 
 
 def _conditional(stmt: ast.stmt) -> bool:
@@ -1485,7 +1630,11 @@ def _positioned_checks(
         for check in _checks_in(index, function, stmt, {FUNCTION}):
             if poll_position is None or position >= poll_position:
                 check.position = "after"
-            elif _conditional(stmt) and not (check.skipped_under_pp and _pp_test(stmt)):
+            elif (
+                _conditional(stmt)
+                and not (check.skipped_under_pp and _pp_test(stmt))
+                and not _while_queued(stmt)
+            ):
                 check.position = "conditional"
             else:
                 check.position = "before"

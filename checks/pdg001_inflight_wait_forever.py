@@ -245,8 +245,13 @@ _PP_SKIPPED = (
 def _why(model: InflightModel) -> str:
     if not model.checks:
         return "nothing fails a request that waits too long"
-    if not model.stamped_attrs():
+    stamped = model.stamped_attrs()
+    if not stamped:
         return f"requests are not stamped where they enter {QUEUE}"
+    if not any(c.attr in stamped for c in model.checks):
+        # another attribute is stamped at entry (a metric): name the one the deadline reads
+        measured = ", ".join(sorted({f"`{c.attr}`" for c in model.checks}))
+        return f"the deadline measures {measured}, not stamped where requests enter {QUEUE}"
     if not any(c.position == "before" for c in model.checks):
         return "the deadline does not run before the poll all-reduce on every call"
     held = [c for c in model.checks if c.position == "before" and c.fails_sender]

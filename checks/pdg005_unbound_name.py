@@ -6,7 +6,9 @@ What it does
     no import at module level (imports under ``if TYPE_CHECKING:`` do not count), no local name.
     It also reports a use as the module (``time.monotonic()``, ``os.environ``, ``monotonic()``)
     where the binding in force is not that module: ``from datetime import time`` after
-    ``import time``, ``time = ...``, a local assignment that shadows the import.
+    ``import time``, ``time = ...``, a local assignment that shadows the import. In the
+    inflight deadline (the methods holding its checks) it reports any name nothing binds (a
+    timeout reader another release defines, ``get_int_env_var`` not imported).
 
 Why is this bad
     The deadline and the bootstrap timeout run only when a request is late, so a missing
@@ -29,7 +31,7 @@ from collections.abc import Iterator
 from .bindings import bindings_in_force as _bindings_in_force
 from .bindings import type_checking as _type_checking
 from .examples import PATCHED
-from .inflight import CLOCK_FUNCTIONS
+from .inflight import CLOCK_FUNCTIONS, FUNCTION
 from .model import PREFILL, Finding, Invalid, Rule
 from .nodes import children, walk
 from .project import Project
@@ -337,3 +339,71 @@ class UnboundName(Rule):
                             qualname,
                             f"`{name}` is used but not imported (NameError when this runs)",
                         )
+        yield from self._deadline_names(project)
+
+    def _deadline_names(self, project: Project) -> Iterator[Finding]:
+        """Any other name the inflight deadline reads that nothing binds: not the module (its
+        imports, definitions, assignments), not the function (its parameters and locals), not
+        a builtin: a reader of the timeout defined elsewhere, a registry not imported. The
+        deadline runs on every call (its checks before the poll all-reduce), so the scheduler
+        dies there. Read in the methods holding the checks and those calling them, and in the
+        inflight function's statements that hold one; annotations are not run."""
+        model, tree = project.inflight, project.tree(PREFILL)
+        if model is None or tree is None:
+            return
+        bound = _module_bound(tree) | set(dir(builtins)) | WATCHED
+        methods = {m.name: m for m in walk(tree) if isinstance(m, ast.FunctionDef)}
+        regions: dict[tuple[str, int], tuple[ast.FunctionDef, list[ast.stmt]]] = {}
+        for check in model.checks:
+            if check.position != "before" or check.method not in methods:
+                continue
+            method = methods[check.method]
+            if method.name == FUNCTION:
+                held = [
+                    s for s in method.body if s.lineno <= check.line <= (s.end_lineno or s.lineno)
+                ]
+                regions[(method.name, check.line)] = (method, held)
+            else:
+                regions[(method.name, 0)] = (method, method.body)
+            for caller in check.callers:  # the methods calling it run the deadline too
+                if caller in methods:
+                    regions[(caller, 0)] = (methods[caller], methods[caller].body)
+        seen: set[tuple[int, int]] = set()
+        for (name, _), (method, body) in sorted(regions.items(), key=lambda item: item[0]):
+            local = _locals(method)
+            for node in (n for stmt in body for n in walk(stmt)):
+                if (
+                    isinstance(node, ast.Name)
+                    and isinstance(node.ctx, ast.Load)
+                    and node.id not in bound | local
+                    and (node.lineno, node.col_offset) not in seen
+                ):
+                    seen.add((node.lineno, node.col_offset))
+                    yield self.finding(
+                        PREFILL,
+                        node.lineno,
+                        node.col_offset + 1,
+                        f"{model.class_name}.{name}",
+                        f"`{node.id}` is used by the inflight deadline but nothing binds it "
+                        "(NameError when this runs)",
+                    )
+
+
+def _locals(function: ast.FunctionDef) -> set[str]:
+    """Every name ``function`` (or a comprehension, lambda or function in it) binds: its
+    parameters, assignment, loop, ``with``/``except`` targets, imports, ``global`` names."""
+    names: set[str] = set()
+    for node in walk(function):
+        if isinstance(node, ast.arg):
+            names.add(node.arg)
+        elif isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store | ast.Del):
+            names.add(node.id)
+        elif isinstance(node, ast.Import | ast.ImportFrom):
+            names |= _imported([node])
+        elif isinstance(
+            node, ast.ExceptHandler | ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef
+        ):
+            names.add(node.name or "")
+        elif isinstance(node, ast.Global | ast.Nonlocal):
+            names |= set(node.names)
+    return names

@@ -248,3 +248,137 @@ def test_a_stamp_on_an_object_the_request_holds_is_a_stamp() -> None:
     found = findings(helper, stamp=stamp, call=renewed)
     assert [code for code, _ in found] == ["PDG003"]
     assert "is rewritten while the request waits" in found[0][1]
+
+
+def test_a_deadline_skipped_only_on_an_empty_queue_runs_on_every_call() -> None:
+    """An empty queue has no request to fail: a deadline behind ``if <the queue is not
+    empty>:`` runs whenever one waits (PDG001 said 'not on every call' before). Any other
+    guard still makes it conditional."""
+    for guard in (
+        "if self.disagg_prefill_inflight_queue:",
+        "if len(self.disagg_prefill_inflight_queue) > 0:",
+        "if len(self.disagg_prefill_inflight_queue) >= 1:",
+    ):
+        assert findings(expire(), call=f"        {guard}\n    {CALL}") == [], guard
+    guard = "if self.disagg_prefill_inflight_queue[1:]:"
+    found = findings(expire(), call=f"        {guard}\n    {CALL}")
+    assert [code for code, _ in found] == ["PDG001"]
+    assert "does not run before the poll all-reduce on every call" in found[0][1]
+
+
+def test_requests_collected_then_failed_in_a_second_loop_are_failed() -> None:
+    """The deadline loop collects overdue requests; a second loop over them aborts their
+    senders (sparing ended transfers under PP): the deadline fails the sender (PDG002 'does
+    not fail the request's sender' and PDG001 before)."""
+    helper = """
+    def _expire(self, agreed=None):
+        now = time.monotonic()
+        late = []
+        for req in self.disagg_prefill_inflight_queue:
+            if now - req.handed_over_at > LIMIT_S:
+                late.append(req)
+        for req in late:
+            if agreed is not None and req.disagg_kv_sender.poll() == KVPoll.Success:
+                continue
+            req.disagg_kv_sender.abort()
+"""
+    assert findings(helper) == []
+    # collected and never failed: still no deadline
+    found = findings(helper.replace("req.disagg_kv_sender.abort()", "self.record(req)"))
+    assert [code for code, _ in found] == ["PDG002", "PDG001"]
+    assert "does not fail the request's sender" in found[0][1]
+
+
+def test_a_name_the_deadline_reads_that_nothing_binds_is_reported() -> None:
+    """A timeout reader the module never defines or imports: the deadline raises NameError on
+    every call (check passed it before; simulate fails every scenario). Names the module,
+    the method or builtins bind are not reported, nor annotations."""
+    helper = expire().replace(
+        "        now = time.monotonic()\n",
+        "        limit = read_inflight_limit()\n        now = time.monotonic()\n",
+    )
+    found = findings(helper, codes=("PDG005",))
+    assert found == [
+        (
+            "PDG005",
+            "`read_inflight_limit` is used by the inflight deadline but nothing binds it "
+            "(NameError when this runs)",
+        )
+    ]
+    defined = helper.replace(
+        "    def _expire(self, agreed=None):", "    def _expire(self: Toy, agreed=None):"
+    )
+    defined += "\n    def read_inflight_limit_unused(self):\n        return LIMIT_S\n"
+    bound = findings(
+        defined.replace("read_inflight_limit()", "len(KVPoll.__name__)"), codes=("PDG005",)
+    )
+    assert bound == []
+
+
+def test_a_predicate_helper_given_the_clock_is_a_deadline_failed_where_it_is_called() -> None:
+    """``if self._late(req, now):`` with ``def _late(self, r, t): return t - r.handed_over_at
+    > LIMIT_S``: the comparison reads the clock through its parameter, and the loop that calls
+    it aborts the sender (PDG001 'nothing fails a request' before). A call site that only
+    logs is no deadline."""
+    helper = expire().replace(
+        "if now - req.handed_over_at > LIMIT_S:", "if self._late(req, now):"
+    ) + ("\n    def _late(self, r, t):\n        return t - r.handed_over_at > LIMIT_S\n")
+    assert findings(helper) == []
+    logged = helper.replace("req.disagg_kv_sender.abort()", "self.note(req)")
+    found = findings(logged)
+    assert [code for code, _ in found] == ["PDG002", "PDG001"]
+    assert "does not fail the request's sender" in found[0][1]
+
+
+def test_an_unbound_name_in_the_method_calling_the_deadline_predicate_is_reported() -> None:
+    """The comparison is in ``_late``; the loop that calls it reads a limit through a name
+    nothing binds: the deadline dies there on every call (PDG005; it passed before)."""
+    helper = expire().replace(
+        "if now - req.handed_over_at > LIMIT_S:", "if self._late(req, now):"
+    ).replace(
+        "        now = time.monotonic()\n",
+        "        now = time.monotonic()\n        settings.refresh()\n",
+    ) + ("\n    def _late(self, r, t):\n        return t - r.handed_over_at > LIMIT_S\n")
+    found = findings(helper, codes=("PDG005",))
+    assert [code for code, _ in found] == ["PDG005"]
+    assert "`settings` is used by the inflight deadline but nothing binds it" in found[0][1]
+
+
+def test_a_deadline_on_an_attribute_never_stamped_at_entry_says_so() -> None:
+    """The entry stamps a metric (``req.timing.queued_at``); the deadline reads
+    ``handed_over_at``, which only it sets, at the first look: the finding names the
+    attribute the deadline measures, not 'does not fail the sender'."""
+    stamp = "            req.timing.queued_at = time.perf_counter()\n"
+    lazy = "            if getattr(req, 'handed_over_at', None) is None:\n"
+    lazy += "                req.handed_over_at = now\n                continue\n"
+    found = findings(expire(body=lazy), stamp=stamp)
+    assert [code for code, _ in found] == ["PDG001"]
+    assert found[0][1].endswith(
+        "the deadline measures `handed_over_at`, not stamped where requests enter "
+        "disagg_prefill_inflight_queue"
+    )
+
+
+def test_a_failure_helper_that_acts_on_some_ranks_only_is_flagged() -> None:
+    """``self._fail(req)`` whose abort is behind ``if self.tp_rank == 0:`` (PDG002 and PDG001;
+    it passed before)."""
+    helper = expire().replace("req.disagg_kv_sender.abort()", "self._fail(req)") + (
+        "\n    def _fail(self, r):\n"
+        "        if self.tp_rank == 0:\n"
+        "            r.disagg_kv_sender.abort()\n"
+    )
+    found = findings(helper)
+    assert [code for code, _ in found] == ["PDG002", "PDG001"]
+    assert "only where `self.tp_rank == 0`" in found[0][1]
+
+
+def test_a_loop_over_positions_that_passes_over_one_is_no_deadline() -> None:
+    """``for i, req in enumerate(queue): if i == 0: continue``: the head of the queue is never
+    checked (PDG001; it passed before)."""
+    loop = "for i, req in enumerate(self.disagg_prefill_inflight_queue):"
+    found = findings(expire(loop, body="            if i == 0:\n                continue\n"))
+    assert [code for code, _ in found] == ["PDG001"]
+    assert found[0][1].endswith(
+        "the deadline skips requests of the queue: it loops over "
+        "`enumerate(self.disagg_prefill_inflight_queue)` behind `i == 0`"
+    )
