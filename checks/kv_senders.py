@@ -252,23 +252,24 @@ class ClassIndex:
             for n in init_nodes
         )
         functions = [n for n in poll_nodes if isinstance(n, ast.FunctionDef)]
-        fired, inert_check, inert_raises = _timeout_fires(functions)
+        timers = self._timers(name)
+        fired, inert_check, inert_raises = _timeout_fires(functions, timers=timers)
         poll_owner = self.resolve(name, "poll")
         unchecked = (0, 0)
         if poll_owner is not None and fired:
             unchecked = _unchecked_return(poll_owner.methods["poll"], fired, functions)
-        lazy, restamp = _poll_stamps(functions)
+        lazy, restamp = _poll_stamps(functions, timers=timers)
         init_time = self.init_time_state(name)
-        own = _own_clocks(init_nodes)
+        own = _own_clocks(init_nodes, timers)
         if own and not (fired and init_time == "time"):
             # a clock of its own, read at construction (``self.give_up_at = time.monotonic()
             # + limit``), that poll() tests and fails on, bounds Bootstrapping as init_time does
-            own_fired, own_inert, own_raises = _timeout_fires(functions, own)
+            own_fired, own_inert, own_raises = _timeout_fires(functions, own, timers)
             if not own_fired and own_inert and not inert_check:
                 inert_check, inert_raises = own_inert, own_raises
             if own_fired:
                 fired, inert_check, inert_raises, init_time = own_fired, 0, False, "time"
-                restamp = _poll_stamps(functions, own)[1]
+                restamp = _poll_stamps(functions, own, timers)[1]
                 unchecked = (0, 0)
                 if poll_owner is not None:
                     unchecked = _unchecked_return(poll_owner.methods["poll"], fired, functions)
@@ -290,6 +291,25 @@ class ClassIndex:
             inert_raises=inert_raises,
             has_helper=self.resolve(name, CHECK_BOOTSTRAP_TIMEOUT) is not None,
         )
+
+    def _timers(self, name: str) -> frozenset[str]:
+        """A sender's own names for a clock: what its modules import a clock function as
+        (``from time import perf_counter as now``), and its helpers that return a clock
+        reading (``def _now(self): return time.monotonic()``)."""
+        names: set[str] = set()
+        for info in self.mro(name):
+            for stmt in self.modules[info.rel].body:
+                if isinstance(stmt, ast.ImportFrom) and stmt.module == "time":
+                    names |= {a.asname or a.name for a in stmt.names if a.name in CLOCK_FUNCTIONS}
+        for info in self.mro(name):
+            for method, function in info.methods.items():
+                returns = [n for n in walk(function) if isinstance(n, ast.Return)]
+                if returns and all(
+                    r.value is not None and _is_clock_call(r.value, frozenset(names))
+                    for r in returns
+                ):
+                    names.add(method)
+        return frozenset(names)
 
     def _returns_held_bootstrapping(self, name: str, poll_nodes: list[ast.AST]) -> bool:
         """Does a ``return`` of ``poll()`` read a module-level name or a ``self`` attribute
@@ -698,14 +718,18 @@ def _status_failed_kept(body: list[ast.stmt]) -> bool:
 CLOCK_FUNCTIONS = frozenset({"monotonic", "time", "perf_counter", "monotonic_ns", "time_ns"})
 
 
-def _is_clock_call(node: ast.AST) -> bool:
-    """``time.time()``, ``_t.monotonic()``, ``monotonic()``."""
+def _is_clock_call(node: ast.AST, timers: frozenset[str] = frozenset()) -> bool:
+    """``time.time()``, ``_t.monotonic()``, ``monotonic()``; and with ``timers`` (a sender's
+    own names for a clock, ``_timers``), ``now()`` after ``from time import perf_counter as
+    now`` or ``self._now()`` for a helper that returns a clock reading."""
     if not isinstance(node, ast.Call):
         return False
     func = node.func
     if isinstance(func, ast.Attribute):
-        return func.attr in CLOCK_FUNCTIONS
-    return isinstance(func, ast.Name) and func.id in CLOCK_FUNCTIONS
+        return func.attr in CLOCK_FUNCTIONS or (
+            func.attr in timers and is_self_attr(func, func.attr)
+        )
+    return isinstance(func, ast.Name) and (func.id in CLOCK_FUNCTIONS or func.id in timers)
 
 
 def _reads_init_time(node: ast.AST, clocks: frozenset[str] = frozenset({SENDER_INIT_TIME})) -> bool:
@@ -743,6 +767,7 @@ def _is_elapsed(
     values: dict[str, ast.expr],
     predicates: set[str],
     clocks: frozenset[str] = frozenset({SENDER_INIT_TIME}),
+    timers: frozenset[str] = frozenset(),
 ) -> bool:
     """Does ``expr`` compare an elapsed time since ``init_time`` (a clock reading minus it,
     directly or through local names) with something, or call a ``self.<helper>()`` that
@@ -751,7 +776,7 @@ def _is_elapsed(
     for node in parts:
         if isinstance(node, ast.Compare):
             inner = _expanded(node, values)
-            if any(_is_clock_call(n) for n in inner) and any(
+            if any(_is_clock_call(n, timers) for n in inner) and any(
                 _reads_init_time(n, clocks) for n in inner
             ):
                 return True
@@ -790,7 +815,9 @@ def _exits(stmts: list[ast.stmt]) -> bool:
 
 
 def _timeout_fires(
-    functions: list[ast.FunctionDef], clocks: frozenset[str] = frozenset({SENDER_INIT_TIME})
+    functions: list[ast.FunctionDef],
+    clocks: frozenset[str] = frozenset({SENDER_INIT_TIME}),
+    timers: frozenset[str] = frozenset(),
 ) -> tuple[dict[str, int], int, bool]:
     """Does a test of the time since ``init_time`` in ``functions`` (``poll()`` and the
     helpers it reaches) decide a Failed: in its own branches (an ``if``, a conditional
@@ -806,7 +833,7 @@ def _timeout_fires(
         if any(
             isinstance(n, ast.Return)
             and n.value is not None
-            and _is_elapsed(n.value, values_of[id(f)], set(), clocks)
+            and _is_elapsed(n.value, values_of[id(f)], set(), clocks, timers)
             for n in walk(f)
         )
     }
@@ -818,7 +845,7 @@ def _timeout_fires(
         for i, stmt in enumerate(stmts):
             branches: list[list[ast.stmt]] = []
             if isinstance(stmt, ast.If | ast.While) and _is_elapsed(
-                stmt.test, values, predicates, clocks
+                stmt.test, values, predicates, clocks, timers
             ):
                 branches = [stmt.body, stmt.orelse]
                 rest = stmts[i + 1 :] if isinstance(stmt, ast.If) else []
@@ -830,7 +857,7 @@ def _timeout_fires(
             if isinstance(stmt, ast.Match):
                 for case in stmt.cases:
                     if case.guard is not None and _is_elapsed(
-                        case.guard, values, predicates, clocks
+                        case.guard, values, predicates, clocks, timers
                     ):
                         if _reports_failed(_block_nodes(case.body), failing):
                             return case.guard.lineno
@@ -840,7 +867,7 @@ def _timeout_fires(
                         )
             for node in walk(stmt):
                 if isinstance(node, ast.IfExp) and _is_elapsed(
-                    node.test, values, predicates, clocks
+                    node.test, values, predicates, clocks, timers
                 ):
                     # its value (returned or stored) is Failed on one side, or a side fails
                     either = [*walk(node.body), *walk(node.orelse)]
@@ -997,7 +1024,9 @@ def _read(
 
 
 def _poll_stamps(
-    functions: list[ast.FunctionDef], clocks: frozenset[str] = frozenset({SENDER_INIT_TIME})
+    functions: list[ast.FunctionDef],
+    clocks: frozenset[str] = frozenset({SENDER_INIT_TIME}),
+    timers: frozenset[str] = frozenset(),
 ) -> tuple[int, int]:
     """``self.init_time = <clock>`` in ``poll()`` or a helper it reaches: the line of one
     behind ``if self.init_time is None:`` (or ``if not self.init_time:``), which starts the
@@ -1011,7 +1040,7 @@ def _poll_stamps(
             for s in stmts
             if isinstance(s, ast.Assign)
             and any(_reads_init_time(t, clocks) or _stores(t, clocks) for t in s.targets)
-            and any(_is_clock_call(n) for n in walk(s.value))
+            and any(_is_clock_call(n, timers) for n in walk(s.value))
         ]
 
     for function in functions:
@@ -1028,13 +1057,13 @@ def _stores(node: ast.AST, clocks: frozenset[str]) -> bool:
     return isinstance(node, ast.Attribute) and node.attr in clocks and is_self_attr(node, node.attr)
 
 
-def _own_clocks(init_nodes: list[ast.AST]) -> frozenset[str]:
+def _own_clocks(init_nodes: list[ast.AST], timers: frozenset[str]) -> frozenset[str]:
     """``self`` attributes other than ``init_time`` that ``__init__`` (and what it calls)
     sets from a clock reading: a stamp or a deadline of the sender's own."""
     return frozenset(
         target.attr
         for n in init_nodes
-        if isinstance(n, ast.Assign) and any(_is_clock_call(v) for v in walk(n.value))
+        if isinstance(n, ast.Assign) and any(_is_clock_call(v, timers) for v in walk(n.value))
         for target in n.targets
         if isinstance(target, ast.Attribute)
         and is_self_attr(target, target.attr)

@@ -513,3 +513,32 @@ def test_the_fix_reads_the_timeout_of_a_manager_handed_on_to_the_base(tmp_path: 
     outcome = SenderBootstrapTimeoutFix().plan(Workspace(open_tree(tmp_path)))
     assert outcome.status is Status.REFUSED
     assert "pdguard cannot tell QuillKVSender's manager" in outcome.note
+
+
+# -- PDG004: a clock under the sender's own name ---------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("imports", "helpers", "clock"),
+    [
+        ("from time import perf_counter as tick\n", "", "tick()"),
+        ("", "@staticmethod\ndef _now():\n    return time.monotonic()\n", "self._now()"),
+    ],
+)
+def test_a_clock_under_the_senders_own_name_is_a_clock(
+    imports: str, helpers: str, clock: str
+) -> None:
+    poll = f"""\
+        state = self.kv_mgr.check_status(self.room)
+        if state == KVPoll.Bootstrapping and {clock} - self.init_time > PATIENCE_S:
+            return KVPoll.Failed
+        return state
+        """
+    stamp = f"        self.init_time = {clock}\n"
+    sender = imports + _sender(poll, stamp=stamp, helpers=helpers)
+    assert _found(sender, "PDG004") == []
+    # a helper that returns something else is no clock
+    if helpers:
+        other = sender.replace("return time.monotonic()", "return 7")
+        [message] = _found(other, "PDG004")
+        assert "never compares the time since init_time" in message
