@@ -37,6 +37,9 @@ class ClassInfo:
     node: ast.ClassDef
     bases: list[str]
     methods: dict[str, ast.FunctionDef] = field(default_factory=dict)
+    # names the class body binds to something other than a method of its own
+    # (``poll = make_poll()``): their line
+    opaque: dict[str, int] = field(default_factory=dict)
 
 
 def _base_name(expr: ast.expr) -> str:
@@ -77,6 +80,26 @@ def _is_super_init(call: ast.Call) -> bool:
         and isinstance(func.value.func, ast.Name)
         and func.value.func.id == "super"
     )
+
+
+def _bind_aliases(info: ClassInfo) -> None:
+    """A method bound to another name in the class body (``poll = _drive``) is that method
+    under both names; any other binding of a name there (``poll = make_poll()``) is opaque."""
+    for stmt in info.node.body:
+        if not (isinstance(stmt, ast.Assign) and len(stmt.targets) == 1):
+            continue
+        target = stmt.targets[0]
+        if not isinstance(target, ast.Name):
+            continue
+        value = stmt.value
+        defined = info.methods.get(target.id)
+        if defined is not None and defined.lineno > stmt.lineno:
+            continue  # a later def wins
+        if isinstance(value, ast.Name) and value.id in info.methods:
+            info.methods[target.id] = info.methods[value.id]
+        elif target.id in info.methods or not isinstance(value, ast.Constant):
+            info.methods.pop(target.id, None)
+            info.opaque[target.id] = stmt.lineno
 
 
 @dataclass
@@ -134,7 +157,9 @@ class ClassIndex:
         for node in tree.body:
             if isinstance(node, ast.ClassDef) and node.name not in self.classes:
                 bases = [_base_name(b) for b in node.bases]
-                self.classes[node.name] = ClassInfo(node.name, rel, node, bases, methods_of(node))
+                info = ClassInfo(node.name, rel, node, bases, methods_of(node))
+                _bind_aliases(info)
+                self.classes[node.name] = info
 
     def mro(self, name: str) -> list[ClassInfo]:
         """``name`` and its bases, depth first (a base once); worked out once per class."""
@@ -349,6 +374,16 @@ class ClassIndex:
                     ):
                         return True
         return False
+
+    def opaque_poll(self, name: str) -> tuple[ClassInfo, int] | None:
+        """The class, and line, where this sender's ``poll`` is bound to something pdguard
+        cannot read (``poll = make_poll()``) before any class defines it: None if none."""
+        for info in self.mro(name):
+            if "poll" in info.methods:
+                return None
+            if "poll" in info.opaque:
+                return info, info.opaque["poll"]
+        return None
 
     def unread_return(self, name: str) -> tuple[ClassInfo, ast.Return] | None:
         """A ``return`` of this sender's ``poll()`` (or of a helper it reaches) whose value

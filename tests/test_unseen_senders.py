@@ -542,3 +542,44 @@ def test_a_clock_under_the_senders_own_name_is_a_clock(
         other = sender.replace("return time.monotonic()", "return 7")
         [message] = _found(other, "PDG004")
         assert "never compares the time since init_time" in message
+
+
+# -- a poll bound in the class body -----------------------------------------------------------
+
+
+_BOUND = """\
+from sglang.srt.disaggregation.base.conn import BaseKVSender, KVPoll
+
+
+class QuillKVSender(BaseKVSender):
+    def __init__(self, ledger, room):
+        self.kv_mgr = ledger
+        self.room = room
+        self.kv_mgr.update_status(room, KVPoll.Bootstrapping)
+
+    def _drive(self):
+        return self.kv_mgr.check_status(self.room)
+
+    poll = {bound}
+"""
+
+
+def test_a_poll_bound_to_a_method_is_that_method() -> None:
+    files = {_BASE_PATH: _BASE, _QUILL_PATH: _BOUND.format(bound="_drive")}
+    [finding] = run(Project(files), ["PDG000", "PDG004"])
+    assert (finding.code, finding.line) == ("PDG004", 10)
+    assert "QuillKVSender can stay in Bootstrapping forever" in finding.message
+
+
+def test_a_poll_bound_to_an_expression_is_pdg000_and_the_fix_refuses(tmp_path: Path) -> None:
+    sender = _BOUND.format(bound="staticmethod(lambda: None)")
+    files = {_BASE_PATH: _BASE, _QUILL_PATH: sender}
+    [finding] = run(Project(files), ["PDG000", "PDG004"])
+    assert (finding.code, finding.line) == ("PDG000", 13)
+    assert "QuillKVSender.poll is bound to an expression, not defined" in finding.message
+    for rel, text in {**files, PREFILL: ""}.items():
+        (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / rel).write_text(text)
+    outcome = SenderBootstrapTimeoutFix().plan(Workspace(open_tree(tmp_path)))
+    assert outcome.status is Status.REFUSED, outcome.note
+    assert "pdguard cannot read QuillKVSender's poll()" in outcome.note

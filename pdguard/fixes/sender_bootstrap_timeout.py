@@ -86,6 +86,15 @@ class SenderBootstrapTimeoutFix(Fix):
         senders = [index.facts(name) for name in index.senders()]
         bootstrapping = [f for f in senders if f.can_bootstrap]
         for facts in senders:
+            opaque = index.opaque_poll(facts.name)
+            if opaque is not None:
+                return Outcome(
+                    Status.REFUSED,
+                    f"pdguard cannot read {facts.name}'s poll(): {opaque[0].name}.poll is "
+                    f"bound to an expression, not defined (PDG000); review it by hand (leave "
+                    f"this fix out with --ignore {FIX} to apply the others)",
+                    f"{opaque[0].rel}:{opaque[1]}",
+                )
             unread = None if facts.can_bootstrap else index.unread_return(facts.name)
             if unread is not None and index.is_concrete(facts.name):
                 owner, node = unread
