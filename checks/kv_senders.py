@@ -657,6 +657,11 @@ def _fails_first_on_mark(body: list[ast.stmt], marks: dict[str, ast.expr]) -> bo
     ``self.cancelled = True``, ``self._state = KVPoll.Failed``) and the first statement of
     ``poll()`` is an ``if`` that holds for that value and returns Failed (``KVPoll.Failed``, or
     the attribute when the value is Failed): every poll after ``abort()`` reports Failed."""
+    if body and isinstance(body[0], ast.Match):
+        return any(
+            is_self_attr(body[0].subject, attr) and _match_fails(body[0], attr, value)
+            for attr, value in marks.items()
+        )
     if not body or not isinstance(body[0], ast.If) or not body[0].body:
         return False
     first = body[0]
@@ -669,6 +674,49 @@ def _fails_first_on_mark(body: list[ast.stmt], marks: dict[str, ast.expr]) -> bo
         )
         if returns_failed and _holds_for(first.test, attr, value):
             return True
+    return False
+
+
+def _match_fails(match: ast.Match, attr: str, value: ast.expr) -> bool:
+    """``match self.<attr>:`` once it is ``value``: the first case that takes the value (a
+    literal or ``None`` equal to it, a capture or ``_``; a case with a guard, or a pattern
+    pdguard cannot decide, ends the search) starts by returning Failed (``KVPoll.Failed``, or
+    the captured value or the attribute when the value is Failed)."""
+    same = ast.dump(value)
+
+    def takes(pattern: ast.pattern) -> bool | None:
+        if isinstance(pattern, ast.MatchAs):
+            return True if pattern.pattern is None else takes(pattern.pattern)
+        if isinstance(pattern, ast.MatchSingleton):
+            return isinstance(value, ast.Constant) and value.value is pattern.value
+        if isinstance(pattern, ast.MatchValue):
+            if ast.dump(pattern.value) == same:
+                return True
+            known = (ast.Constant, ast.Attribute)
+            return False if isinstance(value, known) and isinstance(pattern.value, known) else None
+        if isinstance(pattern, ast.MatchOr):
+            found = [takes(p) for p in pattern.patterns]
+            return True if any(found) else (False if all(f is False for f in found) else None)
+        return None
+
+    for case in match.cases:
+        taken = takes(case.pattern)
+        if taken is False:
+            continue
+        if taken is None or case.guard is not None or not case.body:
+            return False
+        answer = case.body[0]
+        if not isinstance(answer, ast.Return) or answer.value is None:
+            return False
+        captured = case.pattern.name if isinstance(case.pattern, ast.MatchAs) else None
+        returned = answer.value
+        return _is_failed(returned) or (
+            _is_failed(value)
+            and (
+                is_self_attr(returned, attr)
+                or (isinstance(returned, ast.Name) and returned.id == captured)
+            )
+        )
     return False
 
 

@@ -280,6 +280,31 @@ _PAIRS = [
 ]
 
 
+_MATCH_MARK = "match self.cancelled:\n    case {case}:\n        return KVPoll.Failed\n"
+_MATCH_CONCLUDED = (
+    "match self.conclude_state:\n    case None:\n        pass\n"
+    "    case concluded:\n        return {returned}\n"
+)
+_PAIRS += [
+    (
+        ("self.cancelled = True", _MATCH_MARK.format(case="True")),
+        ("self.cancelled = True", _MATCH_MARK.format(case="False")),
+    ),
+    (
+        ("self.cancelled = True", _MATCH_MARK.format(case="_")),
+        # a guard pdguard cannot decide: not proved
+        ("self.cancelled = True", _MATCH_MARK.format(case="_ if self.room")),
+    ),
+    (
+        ("self.conclude_state = KVPoll.Failed", _MATCH_CONCLUDED.format(returned="concluded")),
+        (
+            "self.conclude_state = KVPoll.Failed",
+            _MATCH_CONCLUDED.format(returned="KVPoll.Transferring"),
+        ),
+    ),
+]
+
+
 @pytest.mark.parametrize(("honoured", "ignored"), _PAIRS)
 def test_an_abort_mark_counts_only_if_poll_fails_on_it_first(
     honoured: tuple[str, str], ignored: tuple[str, str]
