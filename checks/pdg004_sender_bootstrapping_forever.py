@@ -5,8 +5,13 @@ What it does
     files, and through the helper methods its ``poll()`` calls), reports a sender whose
     ``poll()`` can return ``KVPoll.Bootstrapping`` while no bootstrap timeout can fire:
     ``init_time`` is never a time before or during Bootstrapping (never set, only ``None``, or
-    set only in ``init()``), or ``poll()`` never reaches the timeout check. A sender whose poll
-    can never return Bootstrapping is not reported.
+    set only in ``init()``; a clock started at the first ``poll()`` counts, one restarted on
+    every ``poll()`` does not), or ``poll()`` never reaches a timeout check. A check is a test
+    of the time since ``init_time`` (or since a clock of the sender's own, read at
+    construction) that reports Failed when it expires (returns it, concludes it, sets the
+    room's status to it; a test that only logs or raises does not), made before every
+    ``return`` of ``poll()`` that can report Bootstrapping. A sender whose poll can never
+    return Bootstrapping is not reported.
 
 Why is this bad
     While a sender reports Bootstrapping its request waits in the prefill bootstrap queue. If
@@ -58,6 +63,8 @@ _CHECK = """\
                 return KVPoll.Failed
 """
 _LATE_INIT = "\n    def init(self, n):\n        self.init_time = time.time()\n"
+# a test of the elapsed time that only logs: nothing fails the sender
+_LOGS_ONLY = _CHECK.replace("return KVPoll.Failed", 'print("still bootstrapping")')
 _NIXL = "sglang/srt/disaggregation/nixl/conn.py"
 
 
@@ -124,6 +131,18 @@ class SenderBootstrappingForever(Rule):
                     5,
                     "NixlKVSender can stay in Bootstrapping forever: "
                     "init_time is None while Bootstrapping (set only later, if at all)",
+                    _NIXL,
+                )
+            ],
+        ),
+        Invalid(
+            _tree(_SENDER.format(init=_INIT_TIME, check=_LOGS_ONLY)),
+            [
+                (
+                    12,
+                    5,
+                    "NixlKVSender can stay in Bootstrapping forever: poll()'s test of the time "
+                    "since init_time (line 15) reports no Failed when the timeout expires",
                     _NIXL,
                 )
             ],
