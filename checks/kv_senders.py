@@ -923,12 +923,21 @@ def _timeout_fires(
     failing = {f.name for f in functions if _reports_failed(walk(f)[1:], set())}
     inert, raises = 0, False
 
-    def block(stmts: list[ast.stmt], values: dict[str, ast.expr]) -> int:
+    def block(
+        stmts: list[ast.stmt], values: dict[str, ast.expr], parents: dict[ast.AST, ast.AST]
+    ) -> int:
         nonlocal inert, raises
+
+        def gated(test: ast.expr, node: ast.AST) -> bool:
+            # tested only in another state: it never fires while Bootstrapping
+            return _excludes_bootstrapping(test) or _behind_not_bootstrapping(node, parents)
+
         for i, stmt in enumerate(stmts):
             branches: list[list[ast.stmt]] = []
-            if isinstance(stmt, ast.If | ast.While) and _is_elapsed(
-                stmt.test, values, predicates, clocks, timers
+            if (
+                isinstance(stmt, ast.If | ast.While)
+                and _is_elapsed(stmt.test, values, predicates, clocks, timers)
+                and not gated(stmt.test, stmt)
             ):
                 branches = [stmt.body, stmt.orelse]
                 rest = stmts[i + 1 :] if isinstance(stmt, ast.If) else []
@@ -939,8 +948,11 @@ def _timeout_fires(
                 raises = raises or any(isinstance(n, ast.Raise) for n in _block_nodes(stmt.body))
             if isinstance(stmt, ast.Match):
                 for case in stmt.cases:
-                    if case.guard is not None and _is_elapsed(
-                        case.guard, values, predicates, clocks, timers
+                    if (
+                        case.guard is not None
+                        and _is_elapsed(case.guard, values, predicates, clocks, timers)
+                        and not gated(case.guard, case)
+                        and not _other_state_case(case.pattern)
                     ):
                         if _reports_failed(_block_nodes(case.body), failing):
                             return case.guard.lineno
@@ -949,8 +961,10 @@ def _timeout_fires(
                             isinstance(n, ast.Raise) for n in _block_nodes(case.body)
                         )
             for node in walk(stmt):
-                if isinstance(node, ast.IfExp) and _is_elapsed(
-                    node.test, values, predicates, clocks, timers
+                if (
+                    isinstance(node, ast.IfExp)
+                    and _is_elapsed(node.test, values, predicates, clocks, timers)
+                    and not gated(node.test, node)
                 ):
                     # its value (returned or stored) is Failed on one side, or a side fails
                     either = [*walk(node.body), *walk(node.orelse)]
@@ -958,12 +972,14 @@ def _timeout_fires(
                         return node.lineno
                     inert = inert or node.lineno
             for inner in _sub_blocks(stmt):
-                line = block(inner, values)
+                line = block(inner, values, parents)
                 if line:
                     return line
         return 0
 
-    fired = {f.name: line for f in functions if (line := block(f.body, values_of[id(f)]))}
+    fired = {
+        f.name: line for f in functions if (line := block(f.body, values_of[id(f)], own_parents(f)))
+    }
     return fired, 0 if fired else inert, raises and not fired
 
 
@@ -987,16 +1003,17 @@ def _unchecked_return(
     while grown := {name for name, names in called.items() if names & reaches} - reaches:
         reaches |= grown
     firsts = [fired[poll.name]] if poll.name in fired else []
+    parents = own_parents(poll)
     firsts += [
         node.lineno
         for node in walk(poll)
         if isinstance(node, ast.Call)
         and is_self_attr(node.func, _call_name(node) or "")
         and _call_name(node) in reaches
+        and not _behind_not_bootstrapping(node, parents)
     ]
-    if not firsts:
-        return 0, 0
-    first = min(firsts)
+    # none: the timeout is tested only behind a test of another state (0 in the answer)
+    first = min(firsts) if firsts else 1 << 30
     statuses = {
         t.id
         for n in walk(poll)
@@ -1006,56 +1023,76 @@ def _unchecked_return(
         for t in n.targets
         if isinstance(t, ast.Name)
     }
-    parents = own_parents(poll)
     for node in own_nodes(poll):
         if not isinstance(node, ast.Return) or node.value is None or node.lineno >= first:
             continue
         if _behind_not_bootstrapping(node, parents):
             continue
-        value = node.value
-        if (
+        parts = [node.value]  # and either side of ``or`` / a conditional expression
+        while any(isinstance(p, ast.BoolOp | ast.IfExp) for p in parts):
+            p = next(p for p in parts if isinstance(p, ast.BoolOp | ast.IfExp))
+            parts.remove(p)
+            parts += p.values if isinstance(p, ast.BoolOp) else [p.body, p.orelse]
+        if any(
             (isinstance(value, ast.Call) and _call_name(value) == MANAGER_CHECK_STATUS)
             or (isinstance(value, ast.Name) and value.id in statuses)
             or "Bootstrapping" in _poll_states(value, None)
+            for value in parts
         ):
-            return node.lineno, first
+            return node.lineno, first if firsts else 0
     return 0, 0
+
+
+def _excludes_bootstrapping(test: ast.expr, negated: bool = False) -> bool:
+    """Is ``test`` (or, ``negated``, its negation) false whenever the state is Bootstrapping:
+    ``status != KVPoll.Bootstrapping``, ``status == KVPoll.Transferring``, ``status in
+    (KVPoll.Success, KVPoll.Failed)``, an ``and`` holding one of those?"""
+    if isinstance(test, ast.BoolOp) and isinstance(test.op, ast.And) and not negated:
+        return any(_excludes_bootstrapping(v) for v in test.values)
+    if not (isinstance(test, ast.Compare) and len(test.ops) == 1):
+        return False
+    op, right = test.ops[0], test.comparators[0]
+    named = "Bootstrapping" in _poll_states(right, None)
+    if isinstance(right, ast.Tuple | ast.List | ast.Set):
+        named = any("Bootstrapping" in _poll_states(e, None) for e in right.elts)
+    if negated:
+        return isinstance(op, ast.Eq | ast.Is | ast.In) and named
+    if isinstance(op, ast.NotEq | ast.IsNot | ast.NotIn):
+        return named
+    return (
+        isinstance(op, ast.Eq | ast.Is | ast.In)
+        and not named
+        and bool(_poll_states(right, None) or isinstance(right, ast.Tuple | ast.List | ast.Set))
+    )
 
 
 def _behind_not_bootstrapping(node: ast.AST, parents: dict[ast.AST, ast.AST]) -> bool:
     """Does ``node`` sit behind a test that the state is not Bootstrapping (``if status !=
-    KVPoll.Bootstrapping:``, ``if status in (KVPoll.Success, KVPoll.Failed):``, or the
-    ``else`` of ``if status == KVPoll.Bootstrapping:``)?"""
-
-    def excludes(test: ast.expr, negated: bool) -> bool:
-        if isinstance(test, ast.BoolOp) and isinstance(test.op, ast.And) and not negated:
-            return any(excludes(v, negated) for v in test.values)
-        if not (isinstance(test, ast.Compare) and len(test.ops) == 1):
-            return False
-        op, right = test.ops[0], test.comparators[0]
-        named = "Bootstrapping" in _poll_states(right, None)
-        if isinstance(right, ast.Tuple | ast.List | ast.Set):
-            named = any("Bootstrapping" in _poll_states(e, None) for e in right.elts)
-        if negated:
-            return isinstance(op, ast.Eq | ast.Is | ast.In) and named
-        if isinstance(op, ast.NotEq | ast.IsNot | ast.NotIn):
-            return named
-        return (
-            isinstance(op, ast.Eq | ast.Is | ast.In)
-            and not named
-            and bool(_poll_states(right, None) or isinstance(right, ast.Tuple | ast.List | ast.Set))
-        )
-
+    KVPoll.Bootstrapping:``, ``if status in (KVPoll.Success, KVPoll.Failed):``, the ``else``
+    of ``if status == KVPoll.Bootstrapping:``, a ``case`` of another state)?"""
     child = node
     parent = parents.get(child)
     while parent is not None:
-        if isinstance(parent, ast.If):
-            if child in parent.body and excludes(parent.test, negated=False):
+        if isinstance(parent, ast.If | ast.IfExp):
+            body = parent.body if isinstance(parent.body, list) else [parent.body]
+            orelse = parent.orelse if isinstance(parent.orelse, list) else [parent.orelse]
+            if child in body and _excludes_bootstrapping(parent.test):
                 return True
-            if child in parent.orelse and excludes(parent.test, negated=True):
+            if child in orelse and _excludes_bootstrapping(parent.test, negated=True):
                 return True
+        if isinstance(parent, ast.match_case) and _other_state_case(parent.pattern):
+            return True
         child, parent = parent, parents.get(parent)
     return False
+
+
+def _other_state_case(pattern: ast.pattern) -> bool:
+    """``case KVPoll.Transferring:`` (or an ``|`` of states without Bootstrapping)."""
+    if isinstance(pattern, ast.MatchOr):
+        return all(_other_state_case(p) for p in pattern.patterns)
+    return isinstance(pattern, ast.MatchValue) and bool(
+        _poll_states(pattern.value, None) - {"Bootstrapping"}
+    )
 
 
 def _read(
@@ -1129,7 +1166,7 @@ def _poll_stamps(
     for function in functions:
         for stmt in stamps(function.body):
             restamp = restamp or stmt.lineno
-        for node in walk(function):
+        for node in function.body:  # not behind another test: it runs on the first poll
             if isinstance(node, ast.If) and _unset_test(node.test):
                 for stmt in stamps(node.body):
                     lazy = lazy or stmt.lineno

@@ -178,6 +178,9 @@ class SenderBootstrappingForever(Rule):
                     f"poll() can return the room's status (line {returned}) before the "
                     f"bootstrap timeout is tested (line {first}): that path reports "
                     "Bootstrapping unchecked"
+                    if first
+                    else f"poll() can return the room's status (line {returned}) while the "
+                    "bootstrap timeout is tested only in other states"
                 )
             if not facts.check_reached and facts.inert_check:
                 problems.append(

@@ -608,3 +608,80 @@ def test_a_poll_bound_to_an_expression_is_pdg000_and_the_fix_refuses(tmp_path: P
     outcome = SenderBootstrapTimeoutFix().plan(Workspace(open_tree(tmp_path)))
     assert outcome.status is Status.REFUSED, outcome.note
     assert "pdguard cannot read QuillKVSender's poll()" in outcome.note
+
+
+# -- PDG004: a timeout tested only in another state never fires while Bootstrapping ---------
+
+
+@pytest.mark.parametrize(
+    ("helpers", "poll", "expected"),
+    [
+        (
+            "",
+            """\
+            state = self.kv_mgr.check_status(self.room)
+            if state == KVPoll.Transferring and time.monotonic() - self.init_time > PATIENCE_S:
+                return KVPoll.Failed
+            return state
+            """,
+            "poll() never compares the time since init_time",
+        ),
+        (
+            "",
+            """\
+            match self.kv_mgr.check_status(self.room):
+                case KVPoll.Transferring if time.monotonic() - self.init_time > PATIENCE_S:
+                    return KVPoll.Failed
+                case other:
+                    return other
+            """,
+            "poll() never compares the time since init_time",
+        ),
+        (
+            """\
+            def _expire(self):
+                if time.monotonic() - self.init_time > PATIENCE_S:
+                    self.conclude_state = KVPoll.Failed
+            """,
+            """\
+            state = self.kv_mgr.check_status(self.room)
+            if state != KVPoll.Bootstrapping:
+                self._expire()
+            return self.conclude_state or state
+            """,
+            "return the room's status (line 23) while the bootstrap timeout is tested only in "
+            "other states",
+        ),
+    ],
+)
+def test_a_timeout_tested_only_in_another_state_is_reported(
+    helpers: str, poll: str, expected: str
+) -> None:
+    [message] = _found(_sender(poll, helpers=helpers), "PDG004")
+    assert expected in message
+    # the same test in the Bootstrapping state is a timeout
+    fixed = _sender(poll, helpers=helpers).replace("Transferring", "Bootstrapping")
+    fixed = fixed.replace("state != KVPoll.Bootstrapping", "state == KVPoll.Bootstrapping")
+    assert _found(fixed, "PDG004") == []
+
+
+def test_a_first_poll_clock_behind_another_test_does_not_start() -> None:
+    sender = _sender(
+        """\
+        state = self.kv_mgr.check_status(self.room)
+        if state == KVPoll.WaitingForInput:
+            if self.init_time is None:
+                self.init_time = time.monotonic()
+        if self.init_time is not None and time.monotonic() - self.init_time > PATIENCE_S:
+            return KVPoll.Failed
+        return state
+        """,
+        stamp="        self.init_time = None\n",
+    )
+    [message] = _found(sender, "PDG004")
+    assert "init_time is None while Bootstrapping" in message
+    started = sender.replace("        if state == KVPoll.WaitingForInput:\n", "").replace(
+        "            if self.init_time is None:\n                self.init_time",
+        "        if self.init_time is None:\n            self.init_time",
+    )
+    assert _found(started, "PDG004") == []
