@@ -120,7 +120,9 @@ class SenderFacts:
     # A test of the time since init_time whose outcome reports no Failed (it only logs, or
     # raises out of poll()): its line, or 0; with whether it raises.
     inert_check: int = 0
-    inert_raises: bool = False
+    # why it reports no Failed: "raises" (out of poll()), "gated" (tested only in another
+    # state than Bootstrapping), or "" (its branch does something else, e.g. logs)
+    inert_why: str = ""
     # ``self.init_time = <clock>`` on every poll() (not behind ``if self.init_time is None``):
     # the time since it never grows. Its line, or 0.
     restamp: int = 0
@@ -278,7 +280,7 @@ class ClassIndex:
         )
         functions = [n for n in poll_nodes if isinstance(n, ast.FunctionDef)]
         timers = self._timers(name)
-        fired, inert_check, inert_raises = _timeout_fires(functions, timers=timers)
+        fired, inert_check, inert_why = _timeout_fires(functions, timers=timers)
         poll_owner = self.resolve(name, "poll")
         unchecked = (0, 0)
         if poll_owner is not None and fired:
@@ -289,11 +291,11 @@ class ClassIndex:
         if own and not (fired and init_time == "time"):
             # a clock of its own, read at construction (``self.give_up_at = time.monotonic()
             # + limit``), that poll() tests and fails on, bounds Bootstrapping as init_time does
-            own_fired, own_inert, own_raises = _timeout_fires(functions, own, timers)
+            own_fired, own_inert, own_why = _timeout_fires(functions, own, timers)
             if not own_fired and own_inert and not inert_check:
-                inert_check, inert_raises = own_inert, own_raises
+                inert_check, inert_why = own_inert, own_why
             if own_fired:
-                fired, inert_check, inert_raises, init_time = own_fired, 0, False, "time"
+                fired, inert_check, inert_why, init_time = own_fired, 0, "", "time"
                 restamp = _poll_stamps(functions, own, timers)[1]
                 unchecked = (0, 0)
                 if poll_owner is not None:
@@ -313,7 +315,7 @@ class ClassIndex:
             unchecked_return=unchecked,
             init_time_flag=_init_time_flag(poll_nodes),
             inert_check=inert_check,
-            inert_raises=inert_raises,
+            inert_why=inert_why,
             has_helper=self.resolve(name, CHECK_BOOTSTRAP_TIMEOUT) is not None,
         )
 
@@ -901,14 +903,14 @@ def _timeout_fires(
     functions: list[ast.FunctionDef],
     clocks: frozenset[str] = frozenset({SENDER_INIT_TIME}),
     timers: frozenset[str] = frozenset(),
-) -> tuple[dict[str, int], int, bool]:
+) -> tuple[dict[str, int], int, str]:
     """Does a test of the time since ``init_time`` in ``functions`` (``poll()`` and the
     helpers it reaches) decide a Failed: in its own branches (an ``if``, a conditional
     expression, a ``case`` guard), or after a branch that returns (``if elapsed < limit:
     return None`` then Failed)? Returns (the functions where one does, by name, with the line
-    of its first such test; the line of a test that does not; whether that test's branch
-    raises: an exception out of ``poll()`` is no Failed, the scheduler's poll loop does not
-    catch it)."""
+    of its first such test; the line of a test that does not; why not: "raises", an
+    exception out of ``poll()`` is no Failed, the scheduler's poll loop does not catch it;
+    "gated", tested only in another state than Bootstrapping; "" otherwise)."""
     values_of = {id(f): _local_values(f) for f in functions}
     predicates = {
         f.name
@@ -921,16 +923,24 @@ def _timeout_fires(
         )
     }
     failing = {f.name for f in functions if _reports_failed(walk(f)[1:], set())}
-    inert, raises = 0, False
+    inert, raises, gated_at = 0, False, 0
 
     def block(
         stmts: list[ast.stmt], values: dict[str, ast.expr], parents: dict[ast.AST, ast.AST]
     ) -> int:
-        nonlocal inert, raises
+        nonlocal inert, raises, gated_at
 
         def gated(test: ast.expr, node: ast.AST) -> bool:
             # tested only in another state: it never fires while Bootstrapping
-            return _excludes_bootstrapping(test) or _behind_not_bootstrapping(node, parents)
+            nonlocal gated_at
+            if (
+                _excludes_bootstrapping(test)
+                or _behind_not_bootstrapping(node, parents)
+                or (isinstance(node, ast.match_case) and _other_state_case(node.pattern))
+            ):
+                gated_at = gated_at or test.lineno
+                return True
+            return False
 
         for i, stmt in enumerate(stmts):
             branches: list[list[ast.stmt]] = []
@@ -952,7 +962,6 @@ def _timeout_fires(
                         case.guard is not None
                         and _is_elapsed(case.guard, values, predicates, clocks, timers)
                         and not gated(case.guard, case)
-                        and not _other_state_case(case.pattern)
                     ):
                         if _reports_failed(_block_nodes(case.body), failing):
                             return case.guard.lineno
@@ -980,7 +989,11 @@ def _timeout_fires(
     fired = {
         f.name: line for f in functions if (line := block(f.body, values_of[id(f)], own_parents(f)))
     }
-    return fired, 0 if fired else inert, raises and not fired
+    if fired:
+        return fired, 0, ""
+    if inert:
+        return fired, inert, "raises" if raises else ""
+    return fired, gated_at, "gated" if gated_at else ""
 
 
 def _unchecked_return(

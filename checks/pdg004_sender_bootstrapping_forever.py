@@ -182,14 +182,19 @@ class SenderBootstrappingForever(Rule):
                     else f"poll() can return the room's status (line {returned}) while the "
                     "bootstrap timeout is tested only in other states"
                 )
-            if not facts.check_reached and facts.inert_check:
+            if not facts.check_reached and facts.inert_why == "gated":
+                problems.append(
+                    f"poll() tests the time since init_time (line {facts.inert_check}) only in "
+                    "another state than Bootstrapping"
+                )
+            elif not facts.check_reached and facts.inert_check:
                 problems.append(
                     f"poll()'s test of the time since init_time (line {facts.inert_check}) "
                     "reports no Failed when the timeout expires"
                     + (
                         ": it raises, and an exception out of poll() stops the scheduler's "
                         "poll loop, not just this request"
-                        if facts.inert_raises
+                        if facts.inert_why == "raises"
                         else ""
                     )
                 )

@@ -624,7 +624,8 @@ def test_a_poll_bound_to_an_expression_is_pdg000_and_the_fix_refuses(tmp_path: P
                 return KVPoll.Failed
             return state
             """,
-            "poll() never compares the time since init_time",
+            "poll() tests the time since init_time (line 18) only in another state than "
+            "Bootstrapping",
         ),
         (
             "",
@@ -635,7 +636,8 @@ def test_a_poll_bound_to_an_expression_is_pdg000_and_the_fix_refuses(tmp_path: P
                 case other:
                     return other
             """,
-            "poll() never compares the time since init_time",
+            "poll() tests the time since init_time (line 18) only in another state than "
+            "Bootstrapping",
         ),
         (
             """\
