@@ -687,3 +687,35 @@ def test_a_first_poll_clock_behind_another_test_does_not_start() -> None:
         "        if self.init_time is None:\n            self.init_time",
     )
     assert _found(started, "PDG004") == []
+
+
+def test_the_fix_adds_a_check_where_a_return_came_before_the_old_one(tmp_path: Path) -> None:
+    fork = _FORK.replace(
+        """\
+    def poll(self):
+        status = self.kv_mgr.check_status(self.room)
+        return status
+""",
+        """\
+    def poll(self):
+        if not self.sent:
+            return self.kv_mgr.check_status(self.room)
+        if time.time() - self.init_time > 30:
+            return KVPoll.Failed
+        return KVPoll.Transferring
+""",
+    ).replace(
+        "        self.init_time = time.time()\n",
+        "        self.init_time = time.time()\n        self.sent = False\n",
+    )
+    files = {_BASE_PATH: _BASE, _COMMON_PATH: _COMMON, _QUILL_PATH: fork, PREFILL: ""}
+    for rel, text in files.items():
+        (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / rel).write_text(text)
+    [before] = run(Project(files), ["PDG004"])
+    assert "reports Bootstrapping unchecked" in before.message
+    workspace = Workspace(open_tree(tmp_path))
+    outcome = SenderBootstrapTimeoutFix().plan(workspace)
+    assert outcome.status is Status.APPLIED, outcome.note
+    fixed = {**files, _QUILL_PATH: workspace.changed()[_QUILL_PATH].text}
+    assert run(Project(fixed), ["PDG004"]) == []

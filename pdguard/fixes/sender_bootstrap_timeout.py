@@ -243,7 +243,8 @@ class SenderBootstrapTimeoutFix(Fix):
                 if facts.init_owner is None:
                     raise Refused(f"{facts.name} has no __init__ to start init_time in")
                 edit_for(facts.init_owner.name).set_init_time = True
-            if not facts.check_reached:
+            # no check, or one that a return reporting Bootstrapping comes before
+            if not facts.check_reached or facts.unchecked_return[0]:
                 if facts.poll_owner is None:
                     raise Refused(f"{facts.name} has no poll() to check the timeout in")
                 edit = edit_for(facts.poll_owner.name)
