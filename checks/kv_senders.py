@@ -377,14 +377,21 @@ class ClassIndex:
                         return True
         return False
 
-    def opaque_poll(self, name: str) -> tuple[ClassInfo, int] | None:
-        """The class, and line, where this sender's ``poll`` is bound to something pdguard
-        cannot read (``poll = make_poll()``) before any class defines it: None if none."""
+    def opaque_poll(self, name: str) -> tuple[ClassInfo, int, str] | None:
+        """The class, line and expression where this sender's ``poll`` is bound to something
+        pdguard cannot read: ``poll = make_poll()`` before any class defines it, or a ``poll``
+        wrapped by a decorator (``@honour_abort``: what runs is what the decorator makes of
+        the body pdguard reads; ``@abstractmethod`` and ``@override`` change nothing). None if
+        none."""
         for info in self.mro(name):
             if "poll" in info.methods:
+                for decorator in info.methods["poll"].decorator_list:
+                    text = ast.unparse(decorator)
+                    if text.split(".")[-1] not in _INERT_DECORATORS:
+                        return info, decorator.lineno, f"@{text}"
                 return None
             if "poll" in info.opaque:
-                return info, info.opaque["poll"]
+                return info, info.opaque["poll"], "poll = ..."
         return None
 
     def unread_return(self, name: str) -> tuple[ClassInfo, ast.Return] | None:
@@ -600,6 +607,9 @@ class ClassIndex:
         (its source text, module its root name is imported from, imported name or None)."""
         return env_reader(self.texts, self.modules.get, BOOTSTRAP_TIMEOUT_ENV)
 
+
+# decorators that leave a method as written
+_INERT_DECORATORS = frozenset({"abstractmethod", "override"})
 
 CONCLUDE_STATE = "conclude_state"
 FAILURE_RECORDS = "failure_records"

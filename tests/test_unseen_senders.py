@@ -719,3 +719,19 @@ def test_the_fix_adds_a_check_where_a_return_came_before_the_old_one(tmp_path: P
     assert outcome.status is Status.APPLIED, outcome.note
     fixed = {**files, _QUILL_PATH: workspace.changed()[_QUILL_PATH].text}
     assert run(Project(fixed), ["PDG004"]) == []
+
+
+def test_a_decorated_poll_is_pdg000_not_a_verdict_on_its_body() -> None:
+    wrapped = _sender(
+        """\
+        return self.kv_mgr.check_status(self.room)
+        """
+    ).replace("    def poll(self):", "    @count_calls\n    def poll(self):")
+    files = {_BASE_PATH: _BASE, _QUILL_PATH: wrapped}
+    [finding] = run(Project(files), ["PDG000", "PDG004"])
+    assert (finding.code, finding.line) == ("PDG000", 16)
+    assert "QuillKVSender.poll is wrapped by @count_calls" in finding.message
+    # @abstractmethod changes nothing: the body's verdict stands
+    files[_QUILL_PATH] = wrapped.replace("@count_calls", "@abc.abstractmethod")
+    [finding] = run(Project(files), ["PDG000", "PDG004"])
+    assert finding.code == "PDG004"

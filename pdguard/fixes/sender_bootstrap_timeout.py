@@ -88,12 +88,14 @@ class SenderBootstrapTimeoutFix(Fix):
         for facts in senders:
             opaque = index.opaque_poll(facts.name)
             if opaque is not None:
+                owner, line, how = opaque
+                what = "bound to an expression" if how == "poll = ..." else f"wrapped by {how}"
                 return Outcome(
                     Status.REFUSED,
-                    f"pdguard cannot read {facts.name}'s poll(): {opaque[0].name}.poll is "
-                    f"bound to an expression, not defined (PDG000); review it by hand (leave "
-                    f"this fix out with --ignore {FIX} to apply the others)",
-                    f"{opaque[0].rel}:{opaque[1]}",
+                    f"pdguard cannot read {facts.name}'s poll(): {owner.name}.poll is {what} "
+                    f"(PDG000); review it by hand (leave this fix out with --ignore {FIX} to "
+                    "apply the others)",
+                    f"{owner.rel}:{line}",
                 )
             unread = None if facts.can_bootstrap else index.unread_return(facts.name)
             if unread is not None and index.is_concrete(facts.name):
