@@ -1172,9 +1172,10 @@ def _poll_stamps(
     timers: frozenset[str] = frozenset(),
 ) -> tuple[int, int]:
     """``self.init_time = <clock>`` in ``poll()`` or a helper it reaches: the line of one
-    behind ``if self.init_time is None:`` (or ``if not self.init_time:``), which starts the
-    clock at the first poll, and of one straight in a function's body, run on every call,
-    which restarts it (0 for none)."""
+    behind ``if self.init_time is None:`` (or ``if not self.init_time:``), and not behind a
+    test of another state than Bootstrapping, which starts the clock at the first poll in
+    Bootstrapping, and of one straight in a function's body, run on every call, which
+    restarts it (0 for none)."""
     lazy = restamp = 0
 
     def stamps(stmts: list[ast.stmt]) -> list[ast.stmt]:
@@ -1189,8 +1190,14 @@ def _poll_stamps(
     for function in functions:
         for stmt in stamps(function.body):
             restamp = restamp or stmt.lineno
-        for node in function.body:  # not behind another test: it runs on the first poll
-            if isinstance(node, ast.If) and _unset_test(node.test):
+        parents = own_parents(function)
+        for node in walk(function):
+            # not behind a test of another state: it runs on the first poll in Bootstrapping
+            if (
+                isinstance(node, ast.If)
+                and _unset_test(node.test)
+                and not _behind_not_bootstrapping(node, parents)
+            ):
                 for stmt in stamps(node.body):
                     lazy = lazy or stmt.lineno
     return lazy, restamp

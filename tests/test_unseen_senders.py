@@ -682,6 +682,8 @@ def test_a_first_poll_clock_behind_another_test_does_not_start() -> None:
     )
     [message] = _found(sender, "PDG004")
     assert "init_time is None while Bootstrapping" in message
+    # behind the test that it is Bootstrapping: it starts on the first poll that sees it
+    assert _found(sender.replace("WaitingForInput:", "Bootstrapping:"), "PDG004") == []
     started = sender.replace("        if state == KVPoll.WaitingForInput:\n", "").replace(
         "            if self.init_time is None:\n                self.init_time",
         "        if self.init_time is None:\n            self.init_time",
