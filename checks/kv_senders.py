@@ -37,6 +37,9 @@ class ClassInfo:
     node: ast.ClassDef
     bases: list[str]
     methods: dict[str, ast.FunctionDef] = field(default_factory=dict)
+    # names the class body binds to something other than a method of its own
+    # (``poll = make_poll()``): their line
+    opaque: dict[str, int] = field(default_factory=dict)
 
 
 def _base_name(expr: ast.expr) -> str:
@@ -79,6 +82,26 @@ def _is_super_init(call: ast.Call) -> bool:
     )
 
 
+def _bind_aliases(info: ClassInfo) -> None:
+    """A method bound to another name in the class body (``poll = _drive``) is that method
+    under both names; any other binding of a name there (``poll = make_poll()``) is opaque."""
+    for stmt in info.node.body:
+        if not (isinstance(stmt, ast.Assign) and len(stmt.targets) == 1):
+            continue
+        target = stmt.targets[0]
+        if not isinstance(target, ast.Name):
+            continue
+        value = stmt.value
+        defined = info.methods.get(target.id)
+        if defined is not None and defined.lineno > stmt.lineno:
+            continue  # a later def wins
+        if isinstance(value, ast.Name) and value.id in info.methods:
+            info.methods[target.id] = info.methods[value.id]
+        elif target.id in info.methods or not isinstance(value, ast.Constant):
+            info.methods.pop(target.id, None)
+            info.opaque[target.id] = stmt.lineno
+
+
 @dataclass
 class SenderFacts:
     """What a sender class does, as resolved through its class hierarchy."""
@@ -97,7 +120,9 @@ class SenderFacts:
     # A test of the time since init_time whose outcome reports no Failed (it only logs, or
     # raises out of poll()): its line, or 0; with whether it raises.
     inert_check: int = 0
-    inert_raises: bool = False
+    # why it reports no Failed: "raises" (out of poll()), "gated" (tested only in another
+    # state than Bootstrapping), or "" (its branch does something else, e.g. logs)
+    inert_why: str = ""
     # ``self.init_time = <clock>`` on every poll() (not behind ``if self.init_time is None``):
     # the time since it never grows. Its line, or 0.
     restamp: int = 0
@@ -134,7 +159,9 @@ class ClassIndex:
         for node in tree.body:
             if isinstance(node, ast.ClassDef) and node.name not in self.classes:
                 bases = [_base_name(b) for b in node.bases]
-                self.classes[node.name] = ClassInfo(node.name, rel, node, bases, methods_of(node))
+                info = ClassInfo(node.name, rel, node, bases, methods_of(node))
+                _bind_aliases(info)
+                self.classes[node.name] = info
 
     def mro(self, name: str) -> list[ClassInfo]:
         """``name`` and its bases, depth first (a base once); worked out once per class."""
@@ -252,23 +279,24 @@ class ClassIndex:
             for n in init_nodes
         )
         functions = [n for n in poll_nodes if isinstance(n, ast.FunctionDef)]
-        fired, inert_check, inert_raises = _timeout_fires(functions)
+        timers = self._timers(name)
+        fired, inert_check, inert_why = _timeout_fires(functions, timers=timers)
         poll_owner = self.resolve(name, "poll")
         unchecked = (0, 0)
         if poll_owner is not None and fired:
             unchecked = _unchecked_return(poll_owner.methods["poll"], fired, functions)
-        lazy, restamp = _poll_stamps(functions)
+        lazy, restamp = _poll_stamps(functions, timers=timers)
         init_time = self.init_time_state(name)
-        own = _own_clocks(init_nodes)
+        own = _own_clocks(init_nodes, timers)
         if own and not (fired and init_time == "time"):
             # a clock of its own, read at construction (``self.give_up_at = time.monotonic()
             # + limit``), that poll() tests and fails on, bounds Bootstrapping as init_time does
-            own_fired, own_inert, own_raises = _timeout_fires(functions, own)
+            own_fired, own_inert, own_why = _timeout_fires(functions, own, timers)
             if not own_fired and own_inert and not inert_check:
-                inert_check, inert_raises = own_inert, own_raises
+                inert_check, inert_why = own_inert, own_why
             if own_fired:
-                fired, inert_check, inert_raises, init_time = own_fired, 0, False, "time"
-                restamp = _poll_stamps(functions, own)[1]
+                fired, inert_check, inert_why, init_time = own_fired, 0, "", "time"
+                restamp = _poll_stamps(functions, own, timers)[1]
                 unchecked = (0, 0)
                 if poll_owner is not None:
                     unchecked = _unchecked_return(poll_owner.methods["poll"], fired, functions)
@@ -287,9 +315,28 @@ class ClassIndex:
             unchecked_return=unchecked,
             init_time_flag=_init_time_flag(poll_nodes),
             inert_check=inert_check,
-            inert_raises=inert_raises,
+            inert_why=inert_why,
             has_helper=self.resolve(name, CHECK_BOOTSTRAP_TIMEOUT) is not None,
         )
+
+    def _timers(self, name: str) -> frozenset[str]:
+        """A sender's own names for a clock: what its modules import a clock function as
+        (``from time import perf_counter as now``), and its helpers that return a clock
+        reading (``def _now(self): return time.monotonic()``)."""
+        names: set[str] = set()
+        for info in self.mro(name):
+            for stmt in self.modules[info.rel].body:
+                if isinstance(stmt, ast.ImportFrom) and stmt.module == "time":
+                    names |= {a.asname or a.name for a in stmt.names if a.name in CLOCK_FUNCTIONS}
+        for info in self.mro(name):
+            for method, function in info.methods.items():
+                returns = [n for n in walk(function) if isinstance(n, ast.Return)]
+                if returns and all(
+                    r.value is not None and _is_clock_call(r.value, frozenset(names))
+                    for r in returns
+                ):
+                    names.add(method)
+        return frozenset(names)
 
     def _returns_held_bootstrapping(self, name: str, poll_nodes: list[ast.AST]) -> bool:
         """Does a ``return`` of ``poll()`` read a module-level name or a ``self`` attribute
@@ -329,6 +376,23 @@ class ClassIndex:
                     ):
                         return True
         return False
+
+    def opaque_poll(self, name: str) -> tuple[ClassInfo, int, str] | None:
+        """The class, line and expression where this sender's ``poll`` is bound to something
+        pdguard cannot read: ``poll = make_poll()`` before any class defines it, or a ``poll``
+        wrapped by a decorator (``@honour_abort``: what runs is what the decorator makes of
+        the body pdguard reads; ``@abstractmethod`` and ``@override`` change nothing). None if
+        none."""
+        for info in self.mro(name):
+            if "poll" in info.methods:
+                for decorator in info.methods["poll"].decorator_list:
+                    text = ast.unparse(decorator)
+                    if text.split(".")[-1] not in _INERT_DECORATORS:
+                        return info, decorator.lineno, f"@{text}"
+                return None
+            if "poll" in info.opaque:
+                return info, info.opaque["poll"], "poll = ..."
+        return None
 
     def unread_return(self, name: str) -> tuple[ClassInfo, ast.Return] | None:
         """A ``return`` of this sender's ``poll()`` (or of a helper it reaches) whose value
@@ -544,6 +608,9 @@ class ClassIndex:
         return env_reader(self.texts, self.modules.get, BOOTSTRAP_TIMEOUT_ENV)
 
 
+# decorators that leave a method as written
+_INERT_DECORATORS = frozenset({"abstractmethod", "override"})
+
 CONCLUDE_STATE = "conclude_state"
 FAILURE_RECORDS = "failure_records"
 
@@ -602,6 +669,11 @@ def _fails_first_on_mark(body: list[ast.stmt], marks: dict[str, ast.expr]) -> bo
     ``self.cancelled = True``, ``self._state = KVPoll.Failed``) and the first statement of
     ``poll()`` is an ``if`` that holds for that value and returns Failed (``KVPoll.Failed``, or
     the attribute when the value is Failed): every poll after ``abort()`` reports Failed."""
+    if body and isinstance(body[0], ast.Match):
+        return any(
+            is_self_attr(body[0].subject, attr) and _match_fails(body[0], attr, value)
+            for attr, value in marks.items()
+        )
     if not body or not isinstance(body[0], ast.If) or not body[0].body:
         return False
     first = body[0]
@@ -614,6 +686,49 @@ def _fails_first_on_mark(body: list[ast.stmt], marks: dict[str, ast.expr]) -> bo
         )
         if returns_failed and _holds_for(first.test, attr, value):
             return True
+    return False
+
+
+def _match_fails(match: ast.Match, attr: str, value: ast.expr) -> bool:
+    """``match self.<attr>:`` once it is ``value``: the first case that takes the value (a
+    literal or ``None`` equal to it, a capture or ``_``; a case with a guard, or a pattern
+    pdguard cannot decide, ends the search) starts by returning Failed (``KVPoll.Failed``, or
+    the captured value or the attribute when the value is Failed)."""
+    same = ast.dump(value)
+
+    def takes(pattern: ast.pattern) -> bool | None:
+        if isinstance(pattern, ast.MatchAs):
+            return True if pattern.pattern is None else takes(pattern.pattern)
+        if isinstance(pattern, ast.MatchSingleton):
+            return isinstance(value, ast.Constant) and value.value is pattern.value
+        if isinstance(pattern, ast.MatchValue):
+            if ast.dump(pattern.value) == same:
+                return True
+            known = (ast.Constant, ast.Attribute)
+            return False if isinstance(value, known) and isinstance(pattern.value, known) else None
+        if isinstance(pattern, ast.MatchOr):
+            found = [takes(p) for p in pattern.patterns]
+            return True if any(found) else (False if all(f is False for f in found) else None)
+        return None
+
+    for case in match.cases:
+        taken = takes(case.pattern)
+        if taken is False:
+            continue
+        if taken is None or case.guard is not None or not case.body:
+            return False
+        answer = case.body[0]
+        if not isinstance(answer, ast.Return) or answer.value is None:
+            return False
+        captured = case.pattern.name if isinstance(case.pattern, ast.MatchAs) else None
+        returned = answer.value
+        return _is_failed(returned) or (
+            _is_failed(value)
+            and (
+                is_self_attr(returned, attr)
+                or (isinstance(returned, ast.Name) and returned.id == captured)
+            )
+        )
     return False
 
 
@@ -698,14 +813,18 @@ def _status_failed_kept(body: list[ast.stmt]) -> bool:
 CLOCK_FUNCTIONS = frozenset({"monotonic", "time", "perf_counter", "monotonic_ns", "time_ns"})
 
 
-def _is_clock_call(node: ast.AST) -> bool:
-    """``time.time()``, ``_t.monotonic()``, ``monotonic()``."""
+def _is_clock_call(node: ast.AST, timers: frozenset[str] = frozenset()) -> bool:
+    """``time.time()``, ``_t.monotonic()``, ``monotonic()``; and with ``timers`` (a sender's
+    own names for a clock, ``_timers``), ``now()`` after ``from time import perf_counter as
+    now`` or ``self._now()`` for a helper that returns a clock reading."""
     if not isinstance(node, ast.Call):
         return False
     func = node.func
     if isinstance(func, ast.Attribute):
-        return func.attr in CLOCK_FUNCTIONS
-    return isinstance(func, ast.Name) and func.id in CLOCK_FUNCTIONS
+        return func.attr in CLOCK_FUNCTIONS or (
+            func.attr in timers and is_self_attr(func, func.attr)
+        )
+    return isinstance(func, ast.Name) and (func.id in CLOCK_FUNCTIONS or func.id in timers)
 
 
 def _reads_init_time(node: ast.AST, clocks: frozenset[str] = frozenset({SENDER_INIT_TIME})) -> bool:
@@ -743,6 +862,7 @@ def _is_elapsed(
     values: dict[str, ast.expr],
     predicates: set[str],
     clocks: frozenset[str] = frozenset({SENDER_INIT_TIME}),
+    timers: frozenset[str] = frozenset(),
 ) -> bool:
     """Does ``expr`` compare an elapsed time since ``init_time`` (a clock reading minus it,
     directly or through local names) with something, or call a ``self.<helper>()`` that
@@ -751,7 +871,7 @@ def _is_elapsed(
     for node in parts:
         if isinstance(node, ast.Compare):
             inner = _expanded(node, values)
-            if any(_is_clock_call(n) for n in inner) and any(
+            if any(_is_clock_call(n, timers) for n in inner) and any(
                 _reads_init_time(n, clocks) for n in inner
             ):
                 return True
@@ -790,15 +910,17 @@ def _exits(stmts: list[ast.stmt]) -> bool:
 
 
 def _timeout_fires(
-    functions: list[ast.FunctionDef], clocks: frozenset[str] = frozenset({SENDER_INIT_TIME})
-) -> tuple[dict[str, int], int, bool]:
+    functions: list[ast.FunctionDef],
+    clocks: frozenset[str] = frozenset({SENDER_INIT_TIME}),
+    timers: frozenset[str] = frozenset(),
+) -> tuple[dict[str, int], int, str]:
     """Does a test of the time since ``init_time`` in ``functions`` (``poll()`` and the
     helpers it reaches) decide a Failed: in its own branches (an ``if``, a conditional
     expression, a ``case`` guard), or after a branch that returns (``if elapsed < limit:
     return None`` then Failed)? Returns (the functions where one does, by name, with the line
-    of its first such test; the line of a test that does not; whether that test's branch
-    raises: an exception out of ``poll()`` is no Failed, the scheduler's poll loop does not
-    catch it)."""
+    of its first such test; the line of a test that does not; why not: "raises", an
+    exception out of ``poll()`` is no Failed, the scheduler's poll loop does not catch it;
+    "gated", tested only in another state than Bootstrapping; "" otherwise)."""
     values_of = {id(f): _local_values(f) for f in functions}
     predicates = {
         f.name
@@ -806,19 +928,36 @@ def _timeout_fires(
         if any(
             isinstance(n, ast.Return)
             and n.value is not None
-            and _is_elapsed(n.value, values_of[id(f)], set(), clocks)
+            and _is_elapsed(n.value, values_of[id(f)], set(), clocks, timers)
             for n in walk(f)
         )
     }
     failing = {f.name for f in functions if _reports_failed(walk(f)[1:], set())}
-    inert, raises = 0, False
+    inert, raises, gated_at = 0, False, 0
 
-    def block(stmts: list[ast.stmt], values: dict[str, ast.expr]) -> int:
-        nonlocal inert, raises
+    def block(
+        stmts: list[ast.stmt], values: dict[str, ast.expr], parents: dict[ast.AST, ast.AST]
+    ) -> int:
+        nonlocal inert, raises, gated_at
+
+        def gated(test: ast.expr, node: ast.AST) -> bool:
+            # tested only in another state: it never fires while Bootstrapping
+            nonlocal gated_at
+            if (
+                _excludes_bootstrapping(test)
+                or _behind_not_bootstrapping(node, parents)
+                or (isinstance(node, ast.match_case) and _other_state_case(node.pattern))
+            ):
+                gated_at = gated_at or test.lineno
+                return True
+            return False
+
         for i, stmt in enumerate(stmts):
             branches: list[list[ast.stmt]] = []
-            if isinstance(stmt, ast.If | ast.While) and _is_elapsed(
-                stmt.test, values, predicates, clocks
+            if (
+                isinstance(stmt, ast.If | ast.While)
+                and _is_elapsed(stmt.test, values, predicates, clocks, timers)
+                and not gated(stmt.test, stmt)
             ):
                 branches = [stmt.body, stmt.orelse]
                 rest = stmts[i + 1 :] if isinstance(stmt, ast.If) else []
@@ -829,8 +968,10 @@ def _timeout_fires(
                 raises = raises or any(isinstance(n, ast.Raise) for n in _block_nodes(stmt.body))
             if isinstance(stmt, ast.Match):
                 for case in stmt.cases:
-                    if case.guard is not None and _is_elapsed(
-                        case.guard, values, predicates, clocks
+                    if (
+                        case.guard is not None
+                        and _is_elapsed(case.guard, values, predicates, clocks, timers)
+                        and not gated(case.guard, case)
                     ):
                         if _reports_failed(_block_nodes(case.body), failing):
                             return case.guard.lineno
@@ -839,8 +980,10 @@ def _timeout_fires(
                             isinstance(n, ast.Raise) for n in _block_nodes(case.body)
                         )
             for node in walk(stmt):
-                if isinstance(node, ast.IfExp) and _is_elapsed(
-                    node.test, values, predicates, clocks
+                if (
+                    isinstance(node, ast.IfExp)
+                    and _is_elapsed(node.test, values, predicates, clocks, timers)
+                    and not gated(node.test, node)
                 ):
                     # its value (returned or stored) is Failed on one side, or a side fails
                     either = [*walk(node.body), *walk(node.orelse)]
@@ -848,13 +991,19 @@ def _timeout_fires(
                         return node.lineno
                     inert = inert or node.lineno
             for inner in _sub_blocks(stmt):
-                line = block(inner, values)
+                line = block(inner, values, parents)
                 if line:
                     return line
         return 0
 
-    fired = {f.name: line for f in functions if (line := block(f.body, values_of[id(f)]))}
-    return fired, 0 if fired else inert, raises and not fired
+    fired = {
+        f.name: line for f in functions if (line := block(f.body, values_of[id(f)], own_parents(f)))
+    }
+    if fired:
+        return fired, 0, ""
+    if inert:
+        return fired, inert, "raises" if raises else ""
+    return fired, gated_at, "gated" if gated_at else ""
 
 
 def _unchecked_return(
@@ -877,16 +1026,17 @@ def _unchecked_return(
     while grown := {name for name, names in called.items() if names & reaches} - reaches:
         reaches |= grown
     firsts = [fired[poll.name]] if poll.name in fired else []
+    parents = own_parents(poll)
     firsts += [
         node.lineno
         for node in walk(poll)
         if isinstance(node, ast.Call)
         and is_self_attr(node.func, _call_name(node) or "")
         and _call_name(node) in reaches
+        and not _behind_not_bootstrapping(node, parents)
     ]
-    if not firsts:
-        return 0, 0
-    first = min(firsts)
+    # none: the timeout is tested only behind a test of another state (0 in the answer)
+    first = min(firsts) if firsts else 1 << 30
     statuses = {
         t.id
         for n in walk(poll)
@@ -896,56 +1046,76 @@ def _unchecked_return(
         for t in n.targets
         if isinstance(t, ast.Name)
     }
-    parents = own_parents(poll)
     for node in own_nodes(poll):
         if not isinstance(node, ast.Return) or node.value is None or node.lineno >= first:
             continue
         if _behind_not_bootstrapping(node, parents):
             continue
-        value = node.value
-        if (
+        parts = [node.value]  # and either side of ``or`` / a conditional expression
+        while any(isinstance(p, ast.BoolOp | ast.IfExp) for p in parts):
+            p = next(p for p in parts if isinstance(p, ast.BoolOp | ast.IfExp))
+            parts.remove(p)
+            parts += p.values if isinstance(p, ast.BoolOp) else [p.body, p.orelse]
+        if any(
             (isinstance(value, ast.Call) and _call_name(value) == MANAGER_CHECK_STATUS)
             or (isinstance(value, ast.Name) and value.id in statuses)
             or "Bootstrapping" in _poll_states(value, None)
+            for value in parts
         ):
-            return node.lineno, first
+            return node.lineno, first if firsts else 0
     return 0, 0
+
+
+def _excludes_bootstrapping(test: ast.expr, negated: bool = False) -> bool:
+    """Is ``test`` (or, ``negated``, its negation) false whenever the state is Bootstrapping:
+    ``status != KVPoll.Bootstrapping``, ``status == KVPoll.Transferring``, ``status in
+    (KVPoll.Success, KVPoll.Failed)``, an ``and`` holding one of those?"""
+    if isinstance(test, ast.BoolOp) and isinstance(test.op, ast.And) and not negated:
+        return any(_excludes_bootstrapping(v) for v in test.values)
+    if not (isinstance(test, ast.Compare) and len(test.ops) == 1):
+        return False
+    op, right = test.ops[0], test.comparators[0]
+    named = "Bootstrapping" in _poll_states(right, None)
+    if isinstance(right, ast.Tuple | ast.List | ast.Set):
+        named = any("Bootstrapping" in _poll_states(e, None) for e in right.elts)
+    if negated:
+        return isinstance(op, ast.Eq | ast.Is | ast.In) and named
+    if isinstance(op, ast.NotEq | ast.IsNot | ast.NotIn):
+        return named
+    return (
+        isinstance(op, ast.Eq | ast.Is | ast.In)
+        and not named
+        and bool(_poll_states(right, None) or isinstance(right, ast.Tuple | ast.List | ast.Set))
+    )
 
 
 def _behind_not_bootstrapping(node: ast.AST, parents: dict[ast.AST, ast.AST]) -> bool:
     """Does ``node`` sit behind a test that the state is not Bootstrapping (``if status !=
-    KVPoll.Bootstrapping:``, ``if status in (KVPoll.Success, KVPoll.Failed):``, or the
-    ``else`` of ``if status == KVPoll.Bootstrapping:``)?"""
-
-    def excludes(test: ast.expr, negated: bool) -> bool:
-        if isinstance(test, ast.BoolOp) and isinstance(test.op, ast.And) and not negated:
-            return any(excludes(v, negated) for v in test.values)
-        if not (isinstance(test, ast.Compare) and len(test.ops) == 1):
-            return False
-        op, right = test.ops[0], test.comparators[0]
-        named = "Bootstrapping" in _poll_states(right, None)
-        if isinstance(right, ast.Tuple | ast.List | ast.Set):
-            named = any("Bootstrapping" in _poll_states(e, None) for e in right.elts)
-        if negated:
-            return isinstance(op, ast.Eq | ast.Is | ast.In) and named
-        if isinstance(op, ast.NotEq | ast.IsNot | ast.NotIn):
-            return named
-        return (
-            isinstance(op, ast.Eq | ast.Is | ast.In)
-            and not named
-            and bool(_poll_states(right, None) or isinstance(right, ast.Tuple | ast.List | ast.Set))
-        )
-
+    KVPoll.Bootstrapping:``, ``if status in (KVPoll.Success, KVPoll.Failed):``, the ``else``
+    of ``if status == KVPoll.Bootstrapping:``, a ``case`` of another state)?"""
     child = node
     parent = parents.get(child)
     while parent is not None:
-        if isinstance(parent, ast.If):
-            if child in parent.body and excludes(parent.test, negated=False):
+        if isinstance(parent, ast.If | ast.IfExp):
+            body = parent.body if isinstance(parent.body, list) else [parent.body]
+            orelse = parent.orelse if isinstance(parent.orelse, list) else [parent.orelse]
+            if child in body and _excludes_bootstrapping(parent.test):
                 return True
-            if child in parent.orelse and excludes(parent.test, negated=True):
+            if child in orelse and _excludes_bootstrapping(parent.test, negated=True):
                 return True
+        if isinstance(parent, ast.match_case) and _other_state_case(parent.pattern):
+            return True
         child, parent = parent, parents.get(parent)
     return False
+
+
+def _other_state_case(pattern: ast.pattern) -> bool:
+    """``case KVPoll.Transferring:`` (or an ``|`` of states without Bootstrapping)."""
+    if isinstance(pattern, ast.MatchOr):
+        return all(_other_state_case(p) for p in pattern.patterns)
+    return isinstance(pattern, ast.MatchValue) and bool(
+        _poll_states(pattern.value, None) - {"Bootstrapping"}
+    )
 
 
 def _read(
@@ -997,12 +1167,15 @@ def _read(
 
 
 def _poll_stamps(
-    functions: list[ast.FunctionDef], clocks: frozenset[str] = frozenset({SENDER_INIT_TIME})
+    functions: list[ast.FunctionDef],
+    clocks: frozenset[str] = frozenset({SENDER_INIT_TIME}),
+    timers: frozenset[str] = frozenset(),
 ) -> tuple[int, int]:
     """``self.init_time = <clock>`` in ``poll()`` or a helper it reaches: the line of one
-    behind ``if self.init_time is None:`` (or ``if not self.init_time:``), which starts the
-    clock at the first poll, and of one straight in a function's body, run on every call,
-    which restarts it (0 for none)."""
+    behind ``if self.init_time is None:`` (or ``if not self.init_time:``), and not behind a
+    test of another state than Bootstrapping, which starts the clock at the first poll in
+    Bootstrapping, and of one straight in a function's body, run on every call, which
+    restarts it (0 for none)."""
     lazy = restamp = 0
 
     def stamps(stmts: list[ast.stmt]) -> list[ast.stmt]:
@@ -1011,14 +1184,20 @@ def _poll_stamps(
             for s in stmts
             if isinstance(s, ast.Assign)
             and any(_reads_init_time(t, clocks) or _stores(t, clocks) for t in s.targets)
-            and any(_is_clock_call(n) for n in walk(s.value))
+            and any(_is_clock_call(n, timers) for n in walk(s.value))
         ]
 
     for function in functions:
         for stmt in stamps(function.body):
             restamp = restamp or stmt.lineno
+        parents = own_parents(function)
         for node in walk(function):
-            if isinstance(node, ast.If) and _unset_test(node.test):
+            # not behind a test of another state: it runs on the first poll in Bootstrapping
+            if (
+                isinstance(node, ast.If)
+                and _unset_test(node.test)
+                and not _behind_not_bootstrapping(node, parents)
+            ):
                 for stmt in stamps(node.body):
                     lazy = lazy or stmt.lineno
     return lazy, restamp
@@ -1028,13 +1207,13 @@ def _stores(node: ast.AST, clocks: frozenset[str]) -> bool:
     return isinstance(node, ast.Attribute) and node.attr in clocks and is_self_attr(node, node.attr)
 
 
-def _own_clocks(init_nodes: list[ast.AST]) -> frozenset[str]:
+def _own_clocks(init_nodes: list[ast.AST], timers: frozenset[str]) -> frozenset[str]:
     """``self`` attributes other than ``init_time`` that ``__init__`` (and what it calls)
     sets from a clock reading: a stamp or a deadline of the sender's own."""
     return frozenset(
         target.attr
         for n in init_nodes
-        if isinstance(n, ast.Assign) and any(_is_clock_call(v) for v in walk(n.value))
+        if isinstance(n, ast.Assign) and any(_is_clock_call(v, timers) for v in walk(n.value))
         for target in n.targets
         if isinstance(target, ast.Attribute)
         and is_self_attr(target, target.attr)

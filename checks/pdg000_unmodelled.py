@@ -156,6 +156,24 @@ class Unmodelled(Rule):
         nothing else says they can report Bootstrapping: PDG004 cannot tell, so it says nothing."""
         index = project.classes
         for name in index.senders():
+            opaque = index.opaque_poll(name)
+            if opaque is not None:
+                owner, line, how = opaque
+                what = (
+                    "is bound to an expression, not defined"
+                    if how == "poll = ..."
+                    else f"is wrapped by {how}"
+                )
+                yield self.finding(
+                    owner.rel,
+                    line,
+                    5,
+                    f"{name}.poll",
+                    f"{owner.name}.poll {what}: pdguard cannot read {name}'s poll(), so "
+                    "nothing proves that its bootstrap is bounded (PDG004) or that it reports "
+                    "an abort (PDG008)",
+                )
+                continue
             if not index.is_concrete(name) or index.facts(name).can_bootstrap:
                 continue
             unread = index.unread_return(name)

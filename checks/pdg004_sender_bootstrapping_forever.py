@@ -5,8 +5,13 @@ What it does
     files, and through the helper methods its ``poll()`` calls), reports a sender whose
     ``poll()`` can return ``KVPoll.Bootstrapping`` while no bootstrap timeout can fire:
     ``init_time`` is never a time before or during Bootstrapping (never set, only ``None``, or
-    set only in ``init()``), or ``poll()`` never reaches the timeout check. A sender whose poll
-    can never return Bootstrapping is not reported.
+    set only in ``init()``; a clock started at the first ``poll()`` counts, one restarted on
+    every ``poll()`` does not), or ``poll()`` never reaches a timeout check. A check is a test
+    of the time since ``init_time`` (or since a clock of the sender's own, read at
+    construction) that reports Failed when it expires (returns it, concludes it, sets the
+    room's status to it; a test that only logs or raises does not), made before every
+    ``return`` of ``poll()`` that can report Bootstrapping. A sender whose poll can never
+    return Bootstrapping is not reported.
 
 Why is this bad
     While a sender reports Bootstrapping its request waits in the prefill bootstrap queue. If
@@ -58,6 +63,8 @@ _CHECK = """\
                 return KVPoll.Failed
 """
 _LATE_INIT = "\n    def init(self, n):\n        self.init_time = time.time()\n"
+# a test of the elapsed time that only logs: nothing fails the sender
+_LOGS_ONLY = _CHECK.replace("return KVPoll.Failed", 'print("still bootstrapping")')
 _NIXL = "sglang/srt/disaggregation/nixl/conn.py"
 
 
@@ -128,13 +135,25 @@ class SenderBootstrappingForever(Rule):
                 )
             ],
         ),
+        Invalid(
+            _tree(_SENDER.format(init=_INIT_TIME, check=_LOGS_ONLY)),
+            [
+                (
+                    12,
+                    5,
+                    "NixlKVSender can stay in Bootstrapping forever: poll()'s test of the time "
+                    "since init_time (line 15) reports no Failed when the timeout expires",
+                    _NIXL,
+                )
+            ],
+        ),
     )
 
     def check(self, project: Project) -> Iterator[Finding]:
         index = project.classes
         for name in index.senders():
             facts = index.facts(name)
-            if facts.healthy:
+            if facts.healthy or index.opaque_poll(name) is not None:  # PDG000 says why
                 continue
             problems = []
             if facts.init_time_flag:
@@ -159,15 +178,23 @@ class SenderBootstrappingForever(Rule):
                     f"poll() can return the room's status (line {returned}) before the "
                     f"bootstrap timeout is tested (line {first}): that path reports "
                     "Bootstrapping unchecked"
+                    if first
+                    else f"poll() can return the room's status (line {returned}) while the "
+                    "bootstrap timeout is tested only in other states"
                 )
-            if not facts.check_reached and facts.inert_check:
+            if not facts.check_reached and facts.inert_why == "gated":
+                problems.append(
+                    f"poll() tests the time since init_time (line {facts.inert_check}) only in "
+                    "another state than Bootstrapping"
+                )
+            elif not facts.check_reached and facts.inert_check:
                 problems.append(
                     f"poll()'s test of the time since init_time (line {facts.inert_check}) "
                     "reports no Failed when the timeout expires"
                     + (
                         ": it raises, and an exception out of poll() stops the scheduler's "
                         "poll loop, not just this request"
-                        if facts.inert_raises
+                        if facts.inert_why == "raises"
                         else ""
                     )
                 )

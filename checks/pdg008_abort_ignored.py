@@ -161,6 +161,8 @@ class AbortIgnored(Rule):
         for name in index.senders():
             if not index.is_concrete(name) or index.abort_honoured(name):
                 continue
+            if index.opaque_poll(name) is not None:
+                continue  # PDG000: pdguard cannot read what poll() does
             owner = index.resolve(name, "poll")
             abort_owner = index.resolve(name, "abort")
             if owner is None:

@@ -280,6 +280,31 @@ _PAIRS = [
 ]
 
 
+_MATCH_MARK = "match self.cancelled:\n    case {case}:\n        return KVPoll.Failed\n"
+_MATCH_CONCLUDED = (
+    "match self.conclude_state:\n    case None:\n        pass\n"
+    "    case concluded:\n        return {returned}\n"
+)
+_PAIRS += [
+    (
+        ("self.cancelled = True", _MATCH_MARK.format(case="True")),
+        ("self.cancelled = True", _MATCH_MARK.format(case="False")),
+    ),
+    (
+        ("self.cancelled = True", _MATCH_MARK.format(case="_")),
+        # a guard pdguard cannot decide: not proved
+        ("self.cancelled = True", _MATCH_MARK.format(case="_ if self.room")),
+    ),
+    (
+        ("self.conclude_state = KVPoll.Failed", _MATCH_CONCLUDED.format(returned="concluded")),
+        (
+            "self.conclude_state = KVPoll.Failed",
+            _MATCH_CONCLUDED.format(returned="KVPoll.Transferring"),
+        ),
+    ),
+]
+
+
 @pytest.mark.parametrize(("honoured", "ignored"), _PAIRS)
 def test_an_abort_mark_counts_only_if_poll_fails_on_it_first(
     honoured: tuple[str, str], ignored: tuple[str, str]
@@ -513,3 +538,202 @@ def test_the_fix_reads_the_timeout_of_a_manager_handed_on_to_the_base(tmp_path: 
     outcome = SenderBootstrapTimeoutFix().plan(Workspace(open_tree(tmp_path)))
     assert outcome.status is Status.REFUSED
     assert "pdguard cannot tell QuillKVSender's manager" in outcome.note
+
+
+# -- PDG004: a clock under the sender's own name ---------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("imports", "helpers", "clock"),
+    [
+        ("from time import perf_counter as tick\n", "", "tick()"),
+        ("", "@staticmethod\ndef _now():\n    return time.monotonic()\n", "self._now()"),
+    ],
+)
+def test_a_clock_under_the_senders_own_name_is_a_clock(
+    imports: str, helpers: str, clock: str
+) -> None:
+    poll = f"""\
+        state = self.kv_mgr.check_status(self.room)
+        if state == KVPoll.Bootstrapping and {clock} - self.init_time > PATIENCE_S:
+            return KVPoll.Failed
+        return state
+        """
+    stamp = f"        self.init_time = {clock}\n"
+    sender = imports + _sender(poll, stamp=stamp, helpers=helpers)
+    assert _found(sender, "PDG004") == []
+    # a helper that returns something else is no clock
+    if helpers:
+        other = sender.replace("return time.monotonic()", "return 7")
+        [message] = _found(other, "PDG004")
+        assert "never compares the time since init_time" in message
+
+
+# -- a poll bound in the class body -----------------------------------------------------------
+
+
+_BOUND = """\
+from sglang.srt.disaggregation.base.conn import BaseKVSender, KVPoll
+
+
+class QuillKVSender(BaseKVSender):
+    def __init__(self, ledger, room):
+        self.kv_mgr = ledger
+        self.room = room
+        self.kv_mgr.update_status(room, KVPoll.Bootstrapping)
+
+    def _drive(self):
+        return self.kv_mgr.check_status(self.room)
+
+    poll = {bound}
+"""
+
+
+def test_a_poll_bound_to_a_method_is_that_method() -> None:
+    files = {_BASE_PATH: _BASE, _QUILL_PATH: _BOUND.format(bound="_drive")}
+    [finding] = run(Project(files), ["PDG000", "PDG004"])
+    assert (finding.code, finding.line) == ("PDG004", 10)
+    assert "QuillKVSender can stay in Bootstrapping forever" in finding.message
+
+
+def test_a_poll_bound_to_an_expression_is_pdg000_and_the_fix_refuses(tmp_path: Path) -> None:
+    sender = _BOUND.format(bound="staticmethod(lambda: None)")
+    files = {_BASE_PATH: _BASE, _QUILL_PATH: sender}
+    [finding] = run(Project(files), ["PDG000", "PDG004"])
+    assert (finding.code, finding.line) == ("PDG000", 13)
+    assert "QuillKVSender.poll is bound to an expression, not defined" in finding.message
+    for rel, text in {**files, PREFILL: ""}.items():
+        (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / rel).write_text(text)
+    outcome = SenderBootstrapTimeoutFix().plan(Workspace(open_tree(tmp_path)))
+    assert outcome.status is Status.REFUSED, outcome.note
+    assert "pdguard cannot read QuillKVSender's poll()" in outcome.note
+
+
+# -- PDG004: a timeout tested only in another state never fires while Bootstrapping ---------
+
+
+@pytest.mark.parametrize(
+    ("helpers", "poll", "expected"),
+    [
+        (
+            "",
+            """\
+            state = self.kv_mgr.check_status(self.room)
+            if state == KVPoll.Transferring and time.monotonic() - self.init_time > PATIENCE_S:
+                return KVPoll.Failed
+            return state
+            """,
+            "poll() tests the time since init_time (line 18) only in another state than "
+            "Bootstrapping",
+        ),
+        (
+            "",
+            """\
+            match self.kv_mgr.check_status(self.room):
+                case KVPoll.Transferring if time.monotonic() - self.init_time > PATIENCE_S:
+                    return KVPoll.Failed
+                case other:
+                    return other
+            """,
+            "poll() tests the time since init_time (line 18) only in another state than "
+            "Bootstrapping",
+        ),
+        (
+            """\
+            def _expire(self):
+                if time.monotonic() - self.init_time > PATIENCE_S:
+                    self.conclude_state = KVPoll.Failed
+            """,
+            """\
+            state = self.kv_mgr.check_status(self.room)
+            if state != KVPoll.Bootstrapping:
+                self._expire()
+            return self.conclude_state or state
+            """,
+            "return the room's status (line 23) while the bootstrap timeout is tested only in "
+            "other states",
+        ),
+    ],
+)
+def test_a_timeout_tested_only_in_another_state_is_reported(
+    helpers: str, poll: str, expected: str
+) -> None:
+    [message] = _found(_sender(poll, helpers=helpers), "PDG004")
+    assert expected in message
+    # the same test in the Bootstrapping state is a timeout
+    fixed = _sender(poll, helpers=helpers).replace("Transferring", "Bootstrapping")
+    fixed = fixed.replace("state != KVPoll.Bootstrapping", "state == KVPoll.Bootstrapping")
+    assert _found(fixed, "PDG004") == []
+
+
+def test_a_first_poll_clock_behind_another_test_does_not_start() -> None:
+    sender = _sender(
+        """\
+        state = self.kv_mgr.check_status(self.room)
+        if state == KVPoll.WaitingForInput:
+            if self.init_time is None:
+                self.init_time = time.monotonic()
+        if self.init_time is not None and time.monotonic() - self.init_time > PATIENCE_S:
+            return KVPoll.Failed
+        return state
+        """,
+        stamp="        self.init_time = None\n",
+    )
+    [message] = _found(sender, "PDG004")
+    assert "init_time is None while Bootstrapping" in message
+    # behind the test that it is Bootstrapping: it starts on the first poll that sees it
+    assert _found(sender.replace("WaitingForInput:", "Bootstrapping:"), "PDG004") == []
+    started = sender.replace("        if state == KVPoll.WaitingForInput:\n", "").replace(
+        "            if self.init_time is None:\n                self.init_time",
+        "        if self.init_time is None:\n            self.init_time",
+    )
+    assert _found(started, "PDG004") == []
+
+
+def test_the_fix_adds_a_check_where_a_return_came_before_the_old_one(tmp_path: Path) -> None:
+    fork = _FORK.replace(
+        """\
+    def poll(self):
+        status = self.kv_mgr.check_status(self.room)
+        return status
+""",
+        """\
+    def poll(self):
+        if not self.sent:
+            return self.kv_mgr.check_status(self.room)
+        if time.time() - self.init_time > 30:
+            return KVPoll.Failed
+        return KVPoll.Transferring
+""",
+    ).replace(
+        "        self.init_time = time.time()\n",
+        "        self.init_time = time.time()\n        self.sent = False\n",
+    )
+    files = {_BASE_PATH: _BASE, _COMMON_PATH: _COMMON, _QUILL_PATH: fork, PREFILL: ""}
+    for rel, text in files.items():
+        (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / rel).write_text(text)
+    [before] = run(Project(files), ["PDG004"])
+    assert "reports Bootstrapping unchecked" in before.message
+    workspace = Workspace(open_tree(tmp_path))
+    outcome = SenderBootstrapTimeoutFix().plan(workspace)
+    assert outcome.status is Status.APPLIED, outcome.note
+    fixed = {**files, _QUILL_PATH: workspace.changed()[_QUILL_PATH].text}
+    assert run(Project(fixed), ["PDG004"]) == []
+
+
+def test_a_decorated_poll_is_pdg000_not_a_verdict_on_its_body() -> None:
+    wrapped = _sender(
+        """\
+        return self.kv_mgr.check_status(self.room)
+        """
+    ).replace("    def poll(self):", "    @count_calls\n    def poll(self):")
+    files = {_BASE_PATH: _BASE, _QUILL_PATH: wrapped}
+    [finding] = run(Project(files), ["PDG000", "PDG004"])
+    assert (finding.code, finding.line) == ("PDG000", 16)
+    assert "QuillKVSender.poll is wrapped by @count_calls" in finding.message
+    # @abstractmethod changes nothing: the body's verdict stands
+    files[_QUILL_PATH] = wrapped.replace("@count_calls", "@abc.abstractmethod")
+    [finding] = run(Project(files), ["PDG000", "PDG004"])
+    assert finding.code == "PDG004"

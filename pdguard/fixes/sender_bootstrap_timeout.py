@@ -86,6 +86,17 @@ class SenderBootstrapTimeoutFix(Fix):
         senders = [index.facts(name) for name in index.senders()]
         bootstrapping = [f for f in senders if f.can_bootstrap]
         for facts in senders:
+            opaque = index.opaque_poll(facts.name)
+            if opaque is not None:
+                owner, line, how = opaque
+                what = "bound to an expression" if how == "poll = ..." else f"wrapped by {how}"
+                return Outcome(
+                    Status.REFUSED,
+                    f"pdguard cannot read {facts.name}'s poll(): {owner.name}.poll is {what} "
+                    f"(PDG000); review it by hand (leave this fix out with --ignore {FIX} to "
+                    "apply the others)",
+                    f"{owner.rel}:{line}",
+                )
             unread = None if facts.can_bootstrap else index.unread_return(facts.name)
             if unread is not None and index.is_concrete(facts.name):
                 owner, node = unread
@@ -234,7 +245,8 @@ class SenderBootstrapTimeoutFix(Fix):
                 if facts.init_owner is None:
                     raise Refused(f"{facts.name} has no __init__ to start init_time in")
                 edit_for(facts.init_owner.name).set_init_time = True
-            if not facts.check_reached:
+            # no check, or one that a return reporting Bootstrapping comes before
+            if not facts.check_reached or facts.unchecked_return[0]:
                 if facts.poll_owner is None:
                     raise Refused(f"{facts.name} has no poll() to check the timeout in")
                 edit = edit_for(facts.poll_owner.name)
