@@ -66,6 +66,12 @@ HELPER = """
             if now - req.entered_at > TIMEOUT:
                 req.disagg_kv_sender.abort()
 """
+# Pipeline parallelism: the inflight function takes the stages' consensus (a ``str.replace`` on
+# what ``prefill()`` gives).
+PP_SIGNATURE = (
+    "def process_disagg_prefill_inflight_queue(self):",
+    "def process_disagg_prefill_inflight_queue(self, rids_to_check=None):",
+)
 CALL_HELPER = """\
         self._expire_inflight()
 """

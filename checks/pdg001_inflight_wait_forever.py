@@ -29,17 +29,21 @@ from collections.abc import Iterator
 
 from pdguard.sglang_names import PP_CONSENSUS_PARAM
 
-from .examples import CALL_HELPER, HELPER, INLINE_DEADLINE, PATCHED, STAMP_ONCE, prefill
+from .examples import (
+    CALL_HELPER,
+    HELPER,
+    INLINE_DEADLINE,
+    PATCHED,
+    PP_SIGNATURE,
+    STAMP_ONCE,
+    prefill,
+)
 from .inflight import FUNCTION, QUEUE, InflightModel
 from .model import PREFILL, Finding, Invalid, Rule
 from .nodes import children, walk
 from .project import Project
 
 # Pipeline parallelism: every stage passes the consensus, and this helper then does nothing.
-_TAKES_CONSENSUS = (
-    "def process_disagg_prefill_inflight_queue(self):",
-    "def process_disagg_prefill_inflight_queue(self, rids_to_check=None):",
-)
 _PASS_CONSENSUS = "        self._expire_inflight(consensus=rids_to_check)\n"
 _HELPER_OFF_UNDER_PP = """
     def _expire_inflight(self, consensus):
@@ -118,7 +122,7 @@ class InflightWaitForever(Rule):
         ),
         Invalid(
             prefill(stamp=STAMP_ONCE, helper=_HELPER_OFF_UNDER_PP, before=_PASS_CONSENSUS).replace(
-                *_TAKES_CONSENSUS
+                *PP_SIGNATURE
             ),
             [
                 (

@@ -40,7 +40,7 @@ from collections.abc import Iterator
 from pdguard.fix_names import SENDER_ABORT
 from pdguard.sglang_names import PP_CONSENSUS_PARAM
 
-from .examples import CALL_HELPER, HELPER, PATCHED, STAMP_ONCE, prefill
+from .examples import CALL_HELPER, HELPER, PATCHED, PP_SIGNATURE, STAMP_ONCE, prefill
 from .inflight import FUNCTION
 from .model import PREFILL, Finding, Invalid, Rule
 from .project import Project
@@ -89,11 +89,6 @@ DROP_BEFORE_REDUCE = """\
 
 PINNED = prefill(stamp=STAMP_ONCE, helper=PIN_POLL, before=CALL_HELPER)
 
-# Pipeline parallelism: the inflight function takes the stages' consensus.
-_PP_SIGNATURE = (
-    "def process_disagg_prefill_inflight_queue(self):",
-    "def process_disagg_prefill_inflight_queue(self, rids_to_check=None):",
-)
 _PP_CALL = "        self._expire_inflight(rids_to_check)\n"
 # Spares only what the consensus already carries: a stage that polled Success can still abort.
 _PP_AGREED_ONLY = """
@@ -131,7 +126,7 @@ _PP_SKIPS_ENDED = """
 
 
 def _pp(helper: str) -> str:
-    return prefill(stamp=STAMP_ONCE, helper=helper, before=_PP_CALL).replace(*_PP_SIGNATURE)
+    return prefill(stamp=STAMP_ONCE, helper=helper, before=_PP_CALL).replace(*PP_SIGNATURE)
 
 
 PP_MESSAGE = (

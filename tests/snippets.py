@@ -349,3 +349,38 @@ def make_toy(root: Path, text: str = TOY_PREFILL) -> Path:
     (root / PREFILL_REL).parent.mkdir(parents=True)
     (root / PREFILL_REL).write_text(text)
     return root
+
+
+# -- a toy prefill.py whose inflight function takes the PP consensus ----------------------------
+
+# The holes: {stamp} (at the entry), {helper} (a method), {call} (before the poll all-reduce).
+# Only the names the inflight model keys on are SGLang's (tests/test_unseen_prefill.py,
+# tests/test_inflight_pp.py).
+TOY_PP_PREFILL = """\
+import time
+
+from sglang.srt.disaggregation.base import KVPoll
+from sglang.srt.disaggregation.utils import poll_and_all_reduce
+
+LIMIT_S = 120.0
+
+
+class ToyPrefill:
+    def hand_over(self, finished):
+        for req in finished:
+{stamp}            self.disagg_prefill_inflight_queue.append(req)
+{helper}
+    def process_disagg_prefill_inflight_queue(self, rids_to_check=None):
+{call}        states = poll_and_all_reduce(
+            [req.disagg_kv_sender for req in self.disagg_prefill_inflight_queue],
+            self.poll_group,
+        )
+        waiting, finished = [], []
+        for req, state in zip(self.disagg_prefill_inflight_queue, states):
+            if state in (KVPoll.Success, KVPoll.Failed):
+                finished.append(req)
+            else:
+                waiting.append(req)
+        self.disagg_prefill_inflight_queue = waiting
+        return finished
+"""

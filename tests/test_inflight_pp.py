@@ -13,36 +13,9 @@ import pytest
 from pdguard import checks
 from pdguard.checks import Project
 from pdguard.sglang_names import PREFILL_PATH
+from tests.snippets import TOY_PP_PREFILL
 
-MODULE = """\
-import time
-
-from sglang.srt.disaggregation.base import KVPoll
-from sglang.srt.disaggregation.utils import poll_and_all_reduce
-
-LIMIT_S = 120.0
-
-
-class ToyPrefill:
-    def hand_over(self, finished):
-        for req in finished:
-            req.handed_over_at = time.monotonic()
-            self.disagg_prefill_inflight_queue.append(req)
-{helper}
-    def process_disagg_prefill_inflight_queue(self, rids_to_check=None):
-{deadline}        states = poll_and_all_reduce(
-            [req.disagg_kv_sender for req in self.disagg_prefill_inflight_queue],
-            self.poll_group,
-        )
-        waiting, finished = [], []
-        for req, state in zip(self.disagg_prefill_inflight_queue, states):
-            if state in (KVPoll.Success, KVPoll.Failed):
-                finished.append(req)
-            else:
-                waiting.append(req)
-        self.disagg_prefill_inflight_queue = waiting
-        return finished
-"""
+STAMP = "            req.handed_over_at = time.monotonic()\n"
 
 # The deadline loop, inline; ``{guard}`` is what runs before the clock test for each request.
 INLINE = """\
@@ -78,7 +51,7 @@ SKIPPED = "the deadline is skipped when rids_to_check is given"
 
 
 def findings(deadline: str, helper: str = "") -> list[tuple[str, str]]:
-    text = MODULE.format(deadline=deadline, helper=helper)
+    text = TOY_PP_PREFILL.format(stamp=STAMP, helper=helper, call=deadline)
     project = Project({PREFILL_PATH: text})
     return [(f.code, f.message) for f in checks.run(project, ["PDG001", "PDG002"])]
 

@@ -12,35 +12,8 @@ import pytest
 from pdguard import checks
 from pdguard.checks import Project
 from pdguard.sglang_names import PREFILL_PATH
+from tests.snippets import TOY_PP_PREFILL
 
-MODULE = """\
-import time
-
-from sglang.srt.disaggregation.base import KVPoll
-from sglang.srt.disaggregation.utils import poll_and_all_reduce
-
-LIMIT_S = 120.0
-
-
-class ToyPrefill:
-    def hand_over(self, finished):
-        for req in finished:
-{stamp}            self.disagg_prefill_inflight_queue.append(req)
-{helper}
-    def process_disagg_prefill_inflight_queue(self, rids_to_check=None):
-{call}        states = poll_and_all_reduce(
-            [req.disagg_kv_sender for req in self.disagg_prefill_inflight_queue],
-            self.poll_group,
-        )
-        waiting, finished = [], []
-        for req, state in zip(self.disagg_prefill_inflight_queue, states):
-            if state in (KVPoll.Success, KVPoll.Failed):
-                finished.append(req)
-            else:
-                waiting.append(req)
-        self.disagg_prefill_inflight_queue = waiting
-        return finished
-"""
 STAMP = "            req.handed_over_at = time.monotonic()\n"
 CALL = "        self._expire(rids_to_check)\n"
 # Under PP, a transfer this stage already polls as ended is left to the stages' consensus.
@@ -70,7 +43,7 @@ def findings(
     call: str = CALL,
     codes: tuple[str, ...] = ("PDG000", "PDG001", "PDG002", "PDG003"),
 ) -> list[tuple[str, str]]:
-    text = MODULE.format(stamp=stamp, helper=helper, call=call)
+    text = TOY_PP_PREFILL.format(stamp=stamp, helper=helper, call=call)
     project = Project({PREFILL_PATH: text})
     return [(f.code, f.message) for f in checks.run(project, list(codes))]
 
