@@ -46,10 +46,27 @@ def clock_names(module: ast.Module) -> set[str]:
     for cls in module.body:
         if isinstance(cls, ast.ClassDef):
             for method in methods_of(cls).values():
-                returns = [n.value for n in walk(method) if isinstance(n, ast.Return)]
+                returns = [r.value for r in _own_returns(method.body)]
                 if returns and all(r is not None and is_clock(r, names) for r in returns):
                     names.add(f"self.{method.name}")
     return names
+
+
+def _own_returns(block: list[ast.stmt]) -> Iterator[ast.Return]:
+    """The ``return`` statements of a function body, not of the functions and classes defined
+    in it; only statements are visited (a return is never inside an expression)."""
+    for stmt in block:
+        if isinstance(stmt, ast.Return):
+            yield stmt
+        elif not isinstance(stmt, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
+            for name in ("body", "orelse", "finalbody"):
+                inner = getattr(stmt, name, None)
+                if isinstance(inner, list):
+                    yield from _own_returns(inner)
+            for handler in getattr(stmt, "handlers", None) or []:
+                yield from _own_returns(handler.body)
+            for case in getattr(stmt, "cases", None) or []:
+                yield from _own_returns(case.body)
 
 
 def imported_names(module: ast.Module) -> set[str]:

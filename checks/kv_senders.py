@@ -25,7 +25,7 @@ from pdguard.sglang_names import (
 
 from .classes import find_method, methods_of
 from .env_reads import env_reader, reads_env
-from .nodes import own_nodes, own_parents, walk
+from .nodes import kept, own_nodes, own_parents, walk
 
 __all__ = ["BASE_SENDER", "BOOTSTRAP_TIMEOUT_ENV", "ClassIndex", "SenderFacts", "is_self_attr"]
 
@@ -151,11 +151,13 @@ class ClassIndex:
         self.modules: dict[str, ast.Module] = {}
         self.texts: dict[str, str] = {}
         self._mro: dict[str, list[ClassInfo]] = {}
+        self._facts: dict[str, SenderFacts] = {}  # facts() by sender, for the index's modules
 
     def add_module(self, rel: str, tree: ast.Module, text: str) -> None:
         self.modules[rel] = tree
         self.texts[rel] = text
         self._mro.clear()
+        self._facts.clear()
         for node in tree.body:
             if isinstance(node, ast.ClassDef) and node.name not in self.classes:
                 bases = [_base_name(b) for b in node.bases]
@@ -257,6 +259,13 @@ class ClassIndex:
         return state
 
     def facts(self, name: str) -> SenderFacts:
+        """What this sender's ``poll()`` and ``__init__`` do about Bootstrapping and its
+        timeout; worked out once per sender and index (PDG000, PDG004 and the fix all ask)."""
+        if name not in self._facts:
+            self._facts[name] = self._facts_of(name)
+        return self._facts[name]
+
+    def _facts_of(self, name: str) -> SenderFacts:
         poll_nodes = list(self.reached(name, "poll"))
         init_nodes = list(self.reached(name, "__init__"))
         reads_status = any(
@@ -343,19 +352,11 @@ class ClassIndex:
         that holds Bootstrapping somewhere (``_PHASES = {0: KVPoll.Bootstrapping, ...}`` then
         ``return _PHASES[self.phase]``; ``self._state = KVPoll.Bootstrapping`` then ``return
         self._state``)? Such a poll() can report Bootstrapping as surely as one that names it."""
-        chain = self.mro(name)
         held: dict[str, list[ast.expr]] = {}
-        for info in chain:
-            for stmt in self.modules[info.rel].body:
-                if isinstance(stmt, ast.Assign | ast.AnnAssign) and stmt.value is not None:
-                    for target in stmt.targets if isinstance(stmt, ast.Assign) else [stmt.target]:
-                        if isinstance(target, ast.Name):
-                            held.setdefault(target.id, []).append(stmt.value)
-            for node in walk(info.node):
-                if isinstance(node, ast.Assign):
-                    for target in node.targets:
-                        if isinstance(target, ast.Attribute) and is_self_attr(target, target.attr):
-                            held.setdefault("self." + target.attr, []).append(node.value)
+        for info in self.mro(name):
+            for source in (self.modules[info.rel], info.node):
+                for key, values in kept(source, _HELD, _assigned_values).items():
+                    held.setdefault(key, []).extend(values)
 
         def holds_bootstrapping(key: str) -> bool:
             return any(
@@ -633,6 +634,29 @@ def _is_stub(function: ast.FunctionDef) -> bool:
         or (isinstance(s, ast.Raise) and "NotImplementedError" in ast.unparse(s))
         for s in body
     )
+
+
+_HELD = "_pdguard_assigned_values"
+
+
+def _assigned_values(node: ast.AST) -> dict[str, list[ast.expr]]:
+    """What a module binds to its module-level names (``NAME = value``), or what a class's
+    methods give its ``self`` attributes (``self.x = value``, under ``self.x``); kept on the
+    node (``_returns_held_bootstrapping``)."""
+    held: dict[str, list[ast.expr]] = {}
+    if isinstance(node, ast.Module):
+        for stmt in node.body:
+            if isinstance(stmt, ast.Assign | ast.AnnAssign) and stmt.value is not None:
+                for target in stmt.targets if isinstance(stmt, ast.Assign) else [stmt.target]:
+                    if isinstance(target, ast.Name):
+                        held.setdefault(target.id, []).append(stmt.value)
+        return held
+    for inner in walk(node):
+        if isinstance(inner, ast.Assign):
+            for target in inner.targets:
+                if isinstance(target, ast.Attribute) and is_self_attr(target, target.attr):
+                    held.setdefault("self." + target.attr, []).append(inner.value)
+    return held
 
 
 _EXITS = (ast.Return, ast.Raise)
@@ -936,8 +960,13 @@ def _timeout_fires(
     inert, raises, gated_at = 0, False, 0
 
     def block(
-        stmts: list[ast.stmt], values: dict[str, ast.expr], parents: dict[ast.AST, ast.AST]
+        stmts: list[ast.stmt],
+        values: dict[str, ast.expr],
+        parents: dict[ast.AST, ast.AST],
+        top: bool = True,
     ) -> int:
+        """The line where a test decides a Failed in ``stmts``, or 0. A statement's conditional
+        expressions, nested ones included, are looked at once, from the outermost block."""
         nonlocal inert, raises, gated_at
 
         def gated(test: ast.expr, node: ast.AST) -> bool:
@@ -979,7 +1008,7 @@ def _timeout_fires(
                         raises = raises or any(
                             isinstance(n, ast.Raise) for n in _block_nodes(case.body)
                         )
-            for node in walk(stmt):
+            for node in walk(stmt) if top else ():
                 if (
                     isinstance(node, ast.IfExp)
                     and _is_elapsed(node.test, values, predicates, clocks, timers)
@@ -991,7 +1020,7 @@ def _timeout_fires(
                         return node.lineno
                     inert = inert or node.lineno
             for inner in _sub_blocks(stmt):
-                line = block(inner, values, parents)
+                line = block(inner, values, parents, top=False)
                 if line:
                     return line
         return 0
