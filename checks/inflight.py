@@ -32,7 +32,7 @@ from pdguard.sglang_names import REQ_SENDER as SENDER
 
 from .classes import methods_of
 from .kv_senders import CLOCK_FUNCTIONS, is_self_attr
-from .nodes import kept, own_parents, walk
+from .nodes import kept, own_parents, own_returns, walk
 
 
 def clock_names(module: ast.Module) -> set[str]:
@@ -46,27 +46,10 @@ def clock_names(module: ast.Module) -> set[str]:
     for cls in module.body:
         if isinstance(cls, ast.ClassDef):
             for method in methods_of(cls).values():
-                returns = [r.value for r in _own_returns(method.body)]
+                returns = [r.value for r in own_returns(method)]
                 if returns and all(r is not None and is_clock(r, names) for r in returns):
                     names.add(f"self.{method.name}")
     return names
-
-
-def _own_returns(block: list[ast.stmt]) -> Iterator[ast.Return]:
-    """The ``return`` statements of a function body, not of the functions and classes defined
-    in it; only statements are visited (a return is never inside an expression)."""
-    for stmt in block:
-        if isinstance(stmt, ast.Return):
-            yield stmt
-        elif not isinstance(stmt, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
-            for name in ("body", "orelse", "finalbody"):
-                inner = getattr(stmt, name, None)
-                if isinstance(inner, list):
-                    yield from _own_returns(inner)
-            for handler in getattr(stmt, "handlers", None) or []:
-                yield from _own_returns(handler.body)
-            for case in getattr(stmt, "cases", None) or []:
-                yield from _own_returns(case.body)
 
 
 def imported_names(module: ast.Module) -> set[str]:

@@ -25,7 +25,7 @@ from pdguard.sglang_names import (
 
 from .classes import find_method, methods_of
 from .env_reads import env_reader, reads_env
-from .nodes import kept, own_nodes, own_parents, walk
+from .nodes import kept, own_nodes, own_parents, own_returns, walk
 
 __all__ = ["BASE_SENDER", "BOOTSTRAP_TIMEOUT_ENV", "ClassIndex", "SenderFacts", "is_self_attr"]
 
@@ -339,7 +339,7 @@ class ClassIndex:
                     names |= {a.asname or a.name for a in stmt.names if a.name in CLOCK_FUNCTIONS}
         for info in self.mro(name):
             for method, function in info.methods.items():
-                returns = [n for n in walk(function) if isinstance(n, ast.Return)]
+                returns = list(own_returns(function))
                 if returns and all(
                     r.value is not None and _is_clock_call(r.value, frozenset(names))
                     for r in returns

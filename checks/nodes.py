@@ -11,10 +11,10 @@ are read-only: nothing in ``checks`` changes a node once parsed.
 from __future__ import annotations
 
 import ast
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import TypeVar
 
-__all__ = ["children", "kept", "own_nodes", "own_parents", "walk"]
+__all__ = ["children", "kept", "own_nodes", "own_parents", "own_returns", "walk"]
 
 _FUNCTION = ast.FunctionDef | ast.AsyncFunctionDef | ast.Lambda
 _KEPT = (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)
@@ -112,3 +112,26 @@ def kept(node: _N, key: str, compute: Callable[[_N], _T]) -> _T:
         store[key] = compute(node)
     value: _T = store[key]
     return value
+
+
+def own_returns(func: ast.FunctionDef | ast.AsyncFunctionDef) -> Iterator[ast.Return]:
+    """The ``return`` statements of ``func``, not of the functions and classes defined in it, in
+    source order; only statements are visited (a ``return`` is never inside an expression), so
+    it costs a fraction of a walk."""
+    yield from _returns_in(func.body)
+
+
+def _returns_in(block: list[ast.stmt]) -> Iterator[ast.Return]:
+    for stmt in block:
+        if isinstance(stmt, ast.Return):
+            yield stmt
+        elif not isinstance(stmt, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
+            for name in ("body", "orelse", "finalbody"):
+                inner = getattr(stmt, name, None)
+                if isinstance(inner, list):
+                    yield from _returns_in(inner)
+            for holder in [
+                *(getattr(stmt, "handlers", None) or []),
+                *(getattr(stmt, "cases", None) or []),
+            ]:
+                yield from _returns_in(holder.body)

@@ -8,7 +8,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from pdguard.checks.nodes import kept, own_nodes, own_parents, walk
+from pdguard.checks.nodes import kept, own_nodes, own_parents, own_returns, walk
 
 SOURCE = '''
 import itertools
@@ -128,3 +128,24 @@ def test_kept_computes_once_per_node_and_key(key: str) -> None:
     assert kept(tree, key, count) == kept(tree, key, count) == 3
     assert calls == [tree]
     assert key not in ast.dump(tree) and ast.unparse(tree) == ast.unparse(ast.parse(SOURCE))
+
+
+def test_own_returns_are_the_functions_returns_in_source_order() -> None:
+    """``own_returns`` gives what a walk filtered to ``ast.Return`` gives, minus the returns of
+    nested functions (``later``, ``inner``, the lambdas have none), in source order."""
+    tree = ast.parse(SOURCE)
+    for func in (n for n in ast.walk(tree) if isinstance(n, ast.FunctionDef)):
+        nested = {
+            id(r)
+            for inner in ast.walk(func)
+            if inner is not func and isinstance(inner, ast.FunctionDef | ast.AsyncFunctionDef)
+            for r in ast.walk(inner)
+            if isinstance(r, ast.Return)
+        }
+        expected = sorted(
+            (r for r in ast.walk(func) if isinstance(r, ast.Return) and id(r) not in nested),
+            key=lambda r: (r.lineno, r.col_offset),
+        )
+        assert list(own_returns(func)) == expected
+    lend = next(n for n in ast.walk(tree) if isinstance(n, ast.FunctionDef) and n.name == "lend")
+    assert [r.lineno for r in own_returns(lend)] == [34, 36, 37]
