@@ -51,22 +51,18 @@ class ToyPrefillScheduler:
         return finished
 '''
 
-EXPECTED = '''\
-"""A toy scheduler that hands finished prefills to a queue and polls them out of it."""
-
-from __future__ import annotations
-
-import logging
+# What the codemod adds to PREFILL, and where: the expected output is PREFILL with these
+# blocks, so the toy module is written once and the test still compares whole modules.
+ADDED_IMPORTS = """\
 import os
 import time
 from functools import lru_cache
-
-from toy_pd.transport import KVPoll, poll_and_all_reduce
+"""
+ADDED_SGLANG_IMPORT = """\
 
 from sglang.srt.utils import get_int_env_var
-
-logger = logging.getLogger(__name__)
-
+"""
+ADDED_READER = '''
 # pdguard: inflight-deadline
 _INFLIGHT_TIMEOUT_ENV = "SGLANG_DISAGGREGATION_INFLIGHT_TIMEOUT"
 
@@ -84,16 +80,13 @@ def _get_inflight_timeout() -> int:
             )
         timeout = 300
     return timeout
-
-
-class ToyPrefillScheduler:
-    def hand_over(self, batch) -> None:
-        for item in batch.reqs:
+'''
+ADDED_STAMP = """\
             # pdguard: inflight-deadline: the deadline counts the KV transfer only;
             # a request that leaves the queue and comes back starts a fresh one.
             item.inflight_queue_entry_time = time.monotonic()
-            self.disagg_prefill_inflight_queue.append(item)
-
+"""
+ADDED_HELPER = '''\
     # pdguard: inflight-deadline
     def _fail_timed_out_inflight_reqs(self) -> None:
         """Fail the requests whose KV transfer outlived the inflight deadline.
@@ -122,27 +115,32 @@ class ToyPrefillScheduler:
                 # best effort: this rank must still reach the poll all-reduce
                 logger.exception(f"Failed to abort the sender of {req.rid=}")
 
-    def process_disagg_prefill_inflight_queue(self) -> list:
-        waiting = self.disagg_prefill_inflight_queue
-        if not waiting:
-            return []
+'''
+ADDED_CALL = """\
         # pdguard: inflight-deadline: fail overdue requests before the poll
         # all-reduce, so that every rank sees them Failed in the same step.
         self._fail_timed_out_inflight_reqs()
-        verdicts = poll_and_all_reduce(
-            [item.disagg_kv_sender for item in waiting], self.rank_group
-        )
-        still_waiting, finished = [], []
-        for item, verdict in zip(waiting, verdicts):
-            if verdict == KVPoll.Failed:
-                item.ended_with_error = True
-            if verdict in (KVPoll.Failed, KVPoll.Success):
-                finished.append(item)
-            else:
-                still_waiting.append(item)
-        self.disagg_prefill_inflight_queue = still_waiting
-        return finished
-'''
+"""
+
+
+def _with(text: str, *insertions: tuple[str, str, str]) -> str:
+    """``text`` with each (block, "before"/"after", anchor) inserted at its anchor, which must
+    be in ``text`` once."""
+    for block, where, anchor in insertions:
+        assert text.count(anchor) == 1, anchor
+        text = text.replace(anchor, block + anchor if where == "before" else anchor + block)
+    return text
+
+
+EXPECTED = _with(
+    PREFILL,
+    (ADDED_IMPORTS, "after", "import logging\n"),
+    (ADDED_SGLANG_IMPORT, "after", "from toy_pd.transport import KVPoll, poll_and_all_reduce\n"),
+    (ADDED_READER, "after", "logger = logging.getLogger(__name__)\n"),
+    (ADDED_STAMP, "before", "            self.disagg_prefill_inflight_queue.append(item)\n"),
+    (ADDED_HELPER, "before", "    def process_disagg_prefill_inflight_queue(self) -> list:\n"),
+    (ADDED_CALL, "before", "        verdicts = poll_and_all_reduce(\n"),
+)
 
 # --replace, where some sender never pops its failure record: the abort block only.
 REPLACED_ABORT = """\
