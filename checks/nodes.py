@@ -14,7 +14,7 @@ import ast
 from collections.abc import Callable, Iterator
 from typing import TypeVar
 
-__all__ = ["children", "kept", "own_nodes", "own_parents", "own_returns", "walk"]
+__all__ = ["children", "kept", "own_nodes", "own_parents", "own_returns", "statements", "walk"]
 
 _FUNCTION = ast.FunctionDef | ast.AsyncFunctionDef | ast.Lambda
 _KEPT = (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)
@@ -118,20 +118,28 @@ def own_returns(func: ast.FunctionDef | ast.AsyncFunctionDef) -> Iterator[ast.Re
     """The ``return`` statements of ``func``, not of the functions and classes defined in it, in
     source order; only statements are visited (a ``return`` is never inside an expression), so
     it costs a fraction of a walk."""
-    yield from _returns_in(func.body)
-
-
-def _returns_in(block: list[ast.stmt]) -> Iterator[ast.Return]:
-    for stmt in block:
+    for _, stmt in statements(func.body, into_definitions=False):
         if isinstance(stmt, ast.Return):
             yield stmt
-        elif not isinstance(stmt, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
-            for name in ("body", "orelse", "finalbody"):
-                inner = getattr(stmt, name, None)
-                if isinstance(inner, list):
-                    yield from _returns_in(inner)
-            for holder in [
-                *(getattr(stmt, "handlers", None) or []),
-                *(getattr(stmt, "cases", None) or []),
-            ]:
-                yield from _returns_in(holder.body)
+
+
+def statements(
+    block: list[ast.stmt], *, into_definitions: bool = True, depth: int = 1
+) -> Iterator[tuple[int, ast.stmt]]:
+    """Every statement of ``block`` and of the blocks in it, in source order, with its depth in
+    the tree (an except handler or a ``case`` is a node between a statement and its body); the
+    bodies of nested functions and classes only with ``into_definitions``. Expressions are not
+    visited: a search for a kind of statement costs a fraction of a walk."""
+    for stmt in block:
+        yield depth, stmt
+        if not into_definitions and isinstance(
+            stmt, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef
+        ):
+            continue
+        for name in ("body", "orelse", "finalbody"):
+            inner = getattr(stmt, name, None)
+            if isinstance(inner, list):
+                yield from statements(inner, into_definitions=into_definitions, depth=depth + 1)
+        holders = [*(getattr(stmt, "handlers", None) or []), *(getattr(stmt, "cases", None) or [])]
+        for holder in holders:
+            yield from statements(holder.body, into_definitions=into_definitions, depth=depth + 2)

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING
 
 from pdguard.checks.bindings import bindings_in_force
 from pdguard.checks.env_reads import env_reader as checks_env_reader
-from pdguard.checks.nodes import walk
+from pdguard.checks.nodes import statements, walk
 from pdguard.checks.project import Project
 
 from .. import fix_names
@@ -43,8 +43,6 @@ from .base import Fix, Outcome, Refused, Status, has_marker
 from .per_class import run_per_class
 
 if TYPE_CHECKING:
-    from collections.abc import Iterator
-
     import libcst as cst
 
     from pdguard.checks.kv_receivers import ReceiverIndex
@@ -102,8 +100,9 @@ def failed_poll_raises(workspace: Workspace) -> int | None:
         return None
     raising = [
         (depth, node.body[0].lineno)
-        for depth, node in _if_statements(workspace.ast(DECODE_PATH).body)
-        if isinstance(node.test, ast.Compare)
+        for depth, node in statements(workspace.ast(DECODE_PATH).body)
+        if isinstance(node, ast.If)
+        and isinstance(node.test, ast.Compare)
         and len(node.test.ops) == 1
         and isinstance(node.test.ops[0], ast.Eq | ast.Is)
         and isinstance(node.test.comparators[0], ast.Attribute)
@@ -113,22 +112,6 @@ def failed_poll_raises(workspace: Workspace) -> int | None:
     ]
     # the one ``ast.walk`` meets first: the shallowest, then the first in the file
     return min(raising)[1] if raising else None
-
-
-def _if_statements(block: list[ast.stmt], depth: int = 1) -> Iterator[tuple[int, ast.If]]:
-    """Every ``if`` statement of ``block`` and the blocks in it, with its depth in the tree
-    (statements only: an ``if`` is never inside an expression, and a module's ``if`` statements
-    are a small part of its nodes)."""
-    for stmt in block:
-        if isinstance(stmt, ast.If):
-            yield depth, stmt
-        for name in ("body", "orelse", "finalbody"):
-            inner = getattr(stmt, name, None)
-            if isinstance(inner, list):
-                yield from _if_statements(inner, depth + 1)
-        holders = [*(getattr(stmt, "handlers", None) or []), *(getattr(stmt, "cases", None) or [])]
-        for holder in holders:  # an except handler or a case is a node between
-            yield from _if_statements(holder.body, depth + 2)
 
 
 def env_reader(project: Project, env: str) -> tuple[str, str, str | None] | None:
