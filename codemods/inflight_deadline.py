@@ -52,7 +52,7 @@ from pdguard.sglang_names import INFLIGHT_TIMEOUT_ENV as ENV_VAR
 from pdguard.sglang_names import PP_CONSENSUS_PARAM as PP_CONSENSUS
 from pdguard.sglang_names import PREFILL_PATH
 
-from .anchors import AnchorError, calls_named, find_method, is_name, marker
+from .anchors import HOLDERS, AnchorError, calls_named, children, find_method, is_name, marker
 from .command import Transform, commands, source_of
 from .holes import Scope
 from .inflight_timeout import CONVENTIONS, REGISTRY, reader_code, reader_setting, registry_read
@@ -249,9 +249,9 @@ class InflightDeadlineTransform(Transform):
 
     def transform_module_impl(self, tree: cst.Module) -> cst.Module:
         # Every anchor is found on the original tree first; then one pass makes all edits.
-        function, entries, logger_stmt = _anchors(tree)
+        function, poll, entries, logger_stmt = _anchors(tree)
         names, imports = self._names_for(tree, function)
-        edits = _edits(tree.config_for_parsing, names, function, entries, logger_stmt)
+        edits = _edits(tree.config_for_parsing, names, function, poll, entries, logger_stmt)
         tree = apply_edits(tree, edits)
         return AddIsortedImportsTransform(imports, self.isort_config).transform_module(tree)
 
@@ -299,11 +299,17 @@ class InflightDeadlineTransform(Transform):
 
 def _anchors(
     tree: cst.Module,
-) -> tuple[cst.FunctionDef, list[tuple[cst.SimpleStatementLine, Entry]], cst.BaseStatement]:
-    """The inflight function, the statements that put requests into the queue (each with what
-    it adds) and the module's ``logger = ...``; AnchorError when one is missing."""
+) -> tuple[
+    cst.FunctionDef,
+    cst.BaseStatement,
+    list[tuple[cst.SimpleStatementLine, Entry]],
+    cst.BaseStatement,
+]:
+    """The inflight function, its poll statement, the statements that put requests into the
+    queue (each with what it adds) and the module's ``logger = ...``; AnchorError when one is
+    missing."""
     _, function = find_method(tree, FUNCTION)
-    _poll_statement(function)
+    poll = _poll_statement(function)
     entries = _entry_statements(tree)
     if not entries:
         raise AnchorError(
@@ -313,13 +319,14 @@ def _anchors(
     logger_stmt = next((stmt for stmt in tree.body if _is_logger_assignment(stmt)), None)
     if logger_stmt is None:
         raise AnchorError("no module-level `logger = ...` to log with")
-    return function, entries, logger_stmt
+    return function, poll, entries, logger_stmt
 
 
 def _edits(
     config: cst.PartialParserConfig,
     names: dict[str, str],
     function: cst.FunctionDef,
+    poll: cst.BaseStatement,
     entries: list[tuple[cst.SimpleStatementLine, Entry]],
     logger_stmt: cst.BaseStatement,
 ) -> list[tuple[cst.CSTNode, StatementEdit]]:
@@ -329,7 +336,7 @@ def _edits(
     for stmt, entry in entries:
         edits.append((stmt, StatementEdit(before=_stamp_for(config, names, entry))))
     call = parse_statements(_CALL.format(**names), config)
-    edits.append((_poll_statement(function), StatementEdit(before=call)))
+    edits.append((poll, StatementEdit(before=call)))
     helper = parse_method(_HELPER.format(**names), config)
     edits.append((function, StatementEdit(before=[helper])))
     if names["setting"]:  # the get_int_env_var reader
@@ -382,9 +389,7 @@ def _entry_statements(tree: cst.Module) -> list[tuple[cst.SimpleStatementLine, E
         wanted.setdefault(key, []).append(entry)
     functions = {function_name for function_name, _ in wanted}
     found: list[tuple[cst.SimpleStatementLine, Entry]] = []
-    finder = _FunctionStatements()
-    tree.visit(finder)
-    for function_name, stmt in finder.found:
+    for function_name, stmt in _function_statements(tree):
         if len(stmt.body) != 1 or function_name not in functions:
             continue
         try:
@@ -415,22 +420,22 @@ def _owner(module: ast.Module, stmt: ast.stmt) -> str:
     return max(holding, key=lambda node: node.lineno).name if holding else "<module>"
 
 
-class _FunctionStatements(cst.CSTVisitor):
+def _function_statements(tree: cst.Module) -> list[tuple[str, cst.SimpleStatementLine]]:
     """Every simple statement line, with the name of the innermost function holding it."""
-
-    def __init__(self) -> None:
-        self.stack: list[str] = ["<module>"]
-        self.found: list[tuple[str, cst.SimpleStatementLine]] = []
-
-    def visit_FunctionDef(self, node: cst.FunctionDef) -> None:
-        self.stack.append(node.name.value)
-
-    def leave_FunctionDef(self, original_node: cst.FunctionDef) -> None:
-        self.stack.pop()
-
-    def visit_SimpleStatementLine(self, node: cst.SimpleStatementLine) -> bool:
-        self.found.append((self.stack[-1], node))
-        return False
+    found: list[tuple[str, cst.SimpleStatementLine]] = []
+    stack: list[tuple[cst.CSTNode, str]] = [(tree, "<module>")]
+    while stack:
+        node, function_name = stack.pop()
+        if type(node) is cst.SimpleStatementLine:
+            assert isinstance(node, cst.SimpleStatementLine)
+            found.append((function_name, node))
+            continue
+        if type(node) not in HOLDERS:  # no statement is below an expression
+            continue
+        if isinstance(node, cst.FunctionDef):
+            function_name = node.name.value
+        stack.extend((child, function_name) for child in reversed(children(node)))
+    return found
 
 
 def _poll_statement(function: cst.FunctionDef) -> cst.BaseStatement:

@@ -10,6 +10,7 @@ import libcst as cst
 
 from .anchors import COMPOUND as _COMPOUND
 from .anchors import HOLDERS as _HOLDERS
+from .anchors import children, nodes
 
 _KEEP = object()
 _NodeT = TypeVar("_NodeT", bound=cst.CSTNode)
@@ -123,57 +124,34 @@ def parse_method(code: str, config: cst.PartialParserConfig) -> cst.FunctionDef:
     return method
 
 
-class _StatementOf(cst.CSTVisitor):
-    def __init__(self, target: cst.CSTNode) -> None:
-        super().__init__()
-        self.target = target
-        self.stack: list[cst.BaseStatement] = []
-        self.found: cst.BaseStatement | None = None
-
-    def on_visit(self, node: cst.CSTNode) -> bool:
-        if self.found is not None:
-            return False
-        if node is self.target:
-            self.found = self.stack[-1]
-            return False
-        if type(node) is cst.SimpleStatementLine or type(node) in _COMPOUND:
-            assert isinstance(node, cst.SimpleStatementLine | cst.BaseCompoundStatement)
-            self.stack.append(node)
-        return True
-
-    def on_leave(self, original_node: cst.CSTNode) -> None:
-        if self.stack and self.stack[-1] is original_node:
-            self.stack.pop()
-
-
-class _Statements(cst.CSTVisitor):
-    def __init__(self, predicate: Callable[[cst.SimpleStatementLine], bool]) -> None:
-        super().__init__()
-        self.predicate = predicate
-        self.found: list[cst.SimpleStatementLine] = []
-
-    def on_visit(self, node: cst.CSTNode) -> bool:
-        if isinstance(node, cst.SimpleStatementLine):
-            if self.predicate(node):
-                self.found.append(node)
-            return False
-        return type(node) in _HOLDERS
-
-
 def simple_statements(
     scope: cst.CSTNode, predicate: Callable[[cst.SimpleStatementLine], bool]
 ) -> list[cst.SimpleStatementLine]:
     """The simple statement lines below ``scope`` for which ``predicate`` holds (expressions
     are not walked into: fast on large modules)."""
-    finder = _Statements(predicate)
-    scope.visit(finder)
-    return finder.found
+    return [
+        node
+        for node in nodes(scope, _holds_statements)
+        if type(node) is cst.SimpleStatementLine and predicate(node)
+    ]
+
+
+def _holds_statements(node: cst.CSTNode) -> bool:
+    return type(node) in _HOLDERS
 
 
 def enclosing_statement(scope: cst.CSTNode, node: cst.CSTNode) -> cst.BaseStatement:
     """The innermost statement below ``scope`` (simple line or compound) containing ``node``."""
-    finder = _StatementOf(node)
-    scope.visit(finder)
-    if finder.found is None:
-        raise ValueError("node not found below scope")
-    return finder.found
+    # depth-first, each node with the innermost statement holding it
+    stack: list[tuple[cst.CSTNode, cst.BaseStatement | None]] = [(scope, None)]
+    while stack:
+        current, holder = stack.pop()
+        if current is node:
+            if holder is None:
+                break
+            return holder
+        if type(current) is cst.SimpleStatementLine or type(current) in _COMPOUND:
+            assert isinstance(current, cst.SimpleStatementLine | cst.BaseCompoundStatement)
+            holder = current
+        stack.extend((child, holder) for child in reversed(children(current)))
+    raise ValueError("node not found below scope")
