@@ -39,7 +39,7 @@ from dataclasses import dataclass, field
 
 from pdguard.checks.project import parse_module
 
-__all__ = ["Hollowed", "Scope", "fill_known", "hollow"]
+__all__ = ["Hollowed", "Scope", "fill_known", "hollow", "whole_reads"]
 
 PREFIX = "__pdguard_hole_"
 _HOLE = re.compile(r"__pdguard_hole_([0-9a-f]{12})_(\d+)__")
@@ -121,11 +121,22 @@ _KNOWN: OrderedDict[str, Hollowed] = OrderedDict()
 _KEPT = 64
 
 
+# How often ``fill_known`` was asked about a hollowed text: a transform that asked read more
+# than its hollowed module (``Workspace.transform`` does not reuse what it made).
+_WHOLE_READS = [0]
+
+
+def whole_reads() -> int:
+    """How many times, so far in this process, a hollowed text was filled to be read whole."""
+    return _WHOLE_READS[0]
+
+
 def fill_known(code: str) -> str:
     """``code`` with the holes of every hollowing made in this process filled (as far as
     they are in it): the text an ``ast`` query about the module should read."""
     if PREFIX not in code:
         return code
+    _WHOLE_READS[0] += 1
     tags = {match.group(1) for match in _HOLE.finditer(code)}
     for tag in tags:
         hollowed = _KNOWN.get(tag)
@@ -136,10 +147,16 @@ def fill_known(code: str) -> str:
     return code
 
 
-def hollow(text: str, scope: Scope) -> Hollowed | None:
+def hollow(text: str, scope: Scope, *, by_content: bool = False) -> Hollowed | None:
     """``text`` with holes for the runs ``scope`` cannot reach; None when there is none worth
     making, or the text is one pdguard does not hollow (a bare ``\\r`` line ending, or a name
-    that looks like a hole)."""
+    that looks like a hole).
+
+    The holes' names carry a tag. By default it names the text and its runs, so two hollowings
+    never share a name. ``by_content`` names only what the holes leave (the kept lines and
+    where each hole sits): two versions of a file that differ only inside holes then hollow to
+    the same text, which ``Workspace.transform`` parses (and may transform) once; such a tag
+    stands, for ``fill_known``, for the latest text hollowed to it."""
     if PREFIX in text or "\r" in text.replace("\r\n", ""):
         return None
     try:
@@ -151,25 +168,30 @@ def hollow(text: str, scope: Scope) -> Hollowed | None:
     runs.block(tree.body, module_level=True)
     if not runs.found:
         return None
-    # the text and its runs: two hollowings of one text (two scopes) never share a hole name
-    digest = hashlib.blake2b(text.encode("utf-8", "surrogatepass"), digest_size=6)
-    digest.update(repr(runs.found).encode())
-    tag = digest.hexdigest()
-    hollowed = Hollowed("", tag)
+    # the text with every hole named under a placeholder tag, then the tag put in
+    placeholder = "0" * 12
+    holes: dict[str, tuple[str, str, str]] = {}
     pieces: list[str] = []
     done = 0
     for number, (first, last) in enumerate(runs.found):
-        name = f"{PREFIX}{tag}_{number}__"
         line = lines[first]
         indent = line[: len(line) - len(line.lstrip(" \t\f"))]
         ending = _ending(lines[last])
-        original = "".join(lines[first : last + 1])
-        hollowed.holes[name] = (indent, ending, original)
+        holes[f"_{number}__"] = (indent, ending, "".join(lines[first : last + 1]))
         pieces.extend(lines[done:first])
-        pieces.append(f"{indent}{name}{ending}")
+        pieces.append(f"{indent}{PREFIX}{placeholder}_{number}__{ending}")
         done = last + 1
     pieces.extend(lines[done:])
-    hollowed.text = "".join(pieces)
+    template = "".join(pieces)
+    if by_content:
+        digest = hashlib.blake2b(template.encode("utf-8", "surrogatepass"), digest_size=6)
+        digest.update(b"by content")
+    else:
+        digest = hashlib.blake2b(text.encode("utf-8", "surrogatepass"), digest_size=6)
+        digest.update(repr(runs.found).encode())
+    tag = digest.hexdigest()
+    hollowed = Hollowed(template.replace(f"{PREFIX}{placeholder}_", f"{PREFIX}{tag}_"), tag)
+    hollowed.holes = {f"{PREFIX}{tag}{suffix}": hole for suffix, hole in holes.items()}
     _KNOWN[tag] = hollowed
     _KNOWN.move_to_end(tag)
     while len(_KNOWN) > _KEPT:

@@ -10,13 +10,15 @@ import ast
 import operator
 from collections import OrderedDict
 from functools import lru_cache, reduce
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypeVar
 
 from pdguard.checks.project import parse_module
 
 from .errors import TargetError, does_not_parse
 from .source_file import SourceFile
 from .tree import SourceTree
+
+_K = TypeVar("_K")
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -29,7 +31,20 @@ if TYPE_CHECKING:
 # What transforms made of a text (or the AnchorError message they raised), by the text and their
 # keys, for the process: ``verify`` meets the same file in consecutive refs.
 _TRANSFORMED: OrderedDict[tuple[str, bool, tuple[str, ...]], tuple[bool, str]] = OrderedDict()
+# What they made of a hollowed text (holes named by content) when they read nothing else of the
+# module: another version of the file that differs only inside the holes gets it, filled.
+_HOLLOW_MADE: OrderedDict[tuple[str, tuple[str, ...]], tuple[bool, str]] = OrderedDict()
 _KEPT = 256
+
+
+def _keep(
+    cache: OrderedDict[_K, tuple[bool, str]], key: _K, value: tuple[bool, str]
+) -> tuple[bool, str]:
+    cache[key] = value
+    cache.move_to_end(key)
+    while len(cache) > _KEPT:
+        cache.popitem(last=False)
+    return value
 
 
 @lru_cache(maxsize=64)  # LibCST modules are large: verify meets hundreds of texts
@@ -44,17 +59,26 @@ def _parse_cst(text: str) -> cst.Module:
 HOLLOW = True
 
 
-def _transformed(text: str, transforms: Sequence[Transform]) -> tuple[bool, str]:
+def _transformed(
+    text: str, transforms: Sequence[Transform], keys: tuple[str, ...]
+) -> tuple[bool, str]:
     """(True, the new text) or (False, the ``AnchorError`` message). Where every transform
     declares its scope, they run on the hollowed module first; a result whose holes cannot
     all be filled, or an ``AnchorError`` there, sends them to the whole module."""
-    from pdguard.codemods.holes import hollow
+    from pdguard.codemods.holes import hollow, whole_reads
 
     scopes = [s for s in (t.scope(text) for t in transforms) if s is not None] if HOLLOW else []
     if scopes and len(scopes) == len(transforms):  # every transform says where it reaches
-        hollowed = hollow(text, reduce(operator.or_, scopes))
+        hollowed = hollow(text, reduce(operator.or_, scopes), by_content=True)
         if hollowed is not None:
-            done, result = _run(_parse_cst(hollowed.text), transforms)
+            key = (hollowed.text, keys)
+            made = _HOLLOW_MADE.get(key)
+            if made is None:
+                reads = whole_reads()
+                made = _run(_parse_cst(hollowed.text), transforms)
+                if whole_reads() == reads:  # a function of the hollowed text and the keys
+                    _keep(_HOLLOW_MADE, key, made)
+            done, result = made
             filled = hollowed.fill(result) if done else None
             if filled is not None:
                 return True, filled
@@ -123,14 +147,12 @@ class Workspace:
         from pdguard.codemods.anchors import AnchorError
 
         text = self.text(rel)
-        key = (text, HOLLOW, tuple(transform.key() for transform in transforms))
+        keys = tuple(transform.key() for transform in transforms)
+        key = (text, HOLLOW, keys)
         known = _TRANSFORMED.get(key)
         if known is None:
             self.ast(rel)  # a clear error (file:line:col) for code that does not parse
-            known = _transformed(text, transforms)
-            _TRANSFORMED[key] = known
-            while len(_TRANSFORMED) > _KEPT:
-                _TRANSFORMED.popitem(last=False)
+            known = _keep(_TRANSFORMED, key, _transformed(text, transforms, keys))
         else:
             _TRANSFORMED.move_to_end(key)
         done, result = known

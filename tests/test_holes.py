@@ -6,6 +6,7 @@ release with and without holes and compares every outcome and every byte."""
 
 from __future__ import annotations
 
+import ast
 import textwrap
 from collections.abc import Callable
 from pathlib import Path
@@ -184,8 +185,8 @@ def test_workspace_result_is_the_same_with_and_without_holes(
         (package / name).write_text(SOURCE)
     made: list[object] = []
 
-    def spy(text: str, scope: Scope) -> object:
-        made.append(hollow(text, scope))
+    def spy(text: str, scope: Scope, **options: bool) -> object:
+        made.append(hollow(text, scope, **options))
         return made[-1]
 
     monkeypatch.setattr(holes_module, "hollow", spy)
@@ -296,3 +297,82 @@ def test_members_keep_a_class_s_named_methods_and_hollow_the_rest_of_it() -> Non
     other = hollow(SOURCE, Scope(members=frozenset({("Other", "first")})))
     assert other is not None
     assert "def first(self):" in other.text and "def count" not in other.text
+
+
+class _AddLine(Transform):
+    """Toy transform: ``line`` after every ``self.things.append``; with ``reads_whole``, the
+    line records how many lines ``unrelated`` has, read from the whole module (``source_of``),
+    where ``unrelated`` is a hole."""
+
+    def __init__(self, reads_whole: bool) -> None:
+        self.reads_whole = reads_whole
+
+    def scope(self, text: str) -> Scope:
+        return Scope(mentions=frozenset({"stash"}))
+
+    def transform_module_impl(self, tree: cst.Module) -> cst.Module:
+        line = "self.seen = True"
+        if self.reads_whole:
+            unrelated = next(
+                n for n in ast.parse(source_of(tree)).body if getattr(n, "name", "") == "unrelated"
+            )
+            assert unrelated.end_lineno is not None
+            line = f"self.unrelated_lines = {unrelated.end_lineno - unrelated.lineno + 1}"
+
+        class Adder(cst.CSTTransformer):
+            def leave_SimpleStatementLine(
+                self, original_node: cst.SimpleStatementLine, updated_node: cst.SimpleStatementLine
+            ) -> cst.SimpleStatementLine | cst.FlattenSentinel[cst.BaseStatement]:
+                if "self.things.append" not in cst.Module(body=[original_node]).code:
+                    return updated_node
+                return cst.FlattenSentinel([updated_node, cst.parse_statement(line)])
+
+        return tree.visit(Adder())
+
+
+# SOURCE with another ``unrelated`` (inside a hole of the scope above): one line longer
+CHANGED = SOURCE.replace("        total += item\n", "        total += item\n        total -= 0\n")
+
+
+@pytest.mark.parametrize("reads_whole", [False, True])
+def test_versions_differing_only_in_holes_share_a_run_unless_the_transform_reads_them(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, reads_whole: bool
+) -> None:
+    """Two versions of a file whose differences all fall in holes hollow to one text (holes
+    named by content): what the transforms made of it is made once and filled with each
+    version's own lines, unless a transform read the whole module (its result may depend on
+    the holes: it runs again)."""
+    first, second = (
+        hollow(SOURCE, _AddLine(False).scope(SOURCE), by_content=True),
+        hollow(CHANGED, _AddLine(False).scope(CHANGED), by_content=True),
+    )
+    assert first is not None and second is not None and first.text == second.text
+    assert hollow(SOURCE, Scope()).text != hollow(CHANGED, Scope()).text  # type: ignore[union-attr]
+    runs: list[str] = []
+    real_run = workspace_module._run
+
+    def spy(module: cst.Module, transforms: object) -> tuple[bool, str]:
+        runs.append(module.code)
+        return real_run(module, transforms)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(workspace_module, "_run", spy)
+    monkeypatch.setattr(workspace_module, "_HOLLOW_MADE", type(workspace_module._HOLLOW_MADE)())
+    results = []
+    for name, text in (("a", SOURCE), ("b", CHANGED)):
+        package = tmp_path / name / "sglang/srt/disaggregation"
+        package.mkdir(parents=True)
+        for file in ("prefill.py", "toy.py"):
+            (package / file).write_text(text)
+        space = workspace_module.Workspace(open_tree(tmp_path / name))
+        assert space.transform("sglang/srt/disaggregation/toy.py", [_AddLine(reads_whole)])
+        results.append(space.text("sglang/srt/disaggregation/toy.py"))
+    assert len(runs) == (2 if reads_whole else 1)
+    assert "        total -= 0\n" not in results[0] and "        total -= 0\n" in results[1]
+    if reads_whole:
+        assert "self.unrelated_lines = 5\n" in results[0]
+        assert "self.unrelated_lines = 6\n" in results[1]
+    else:
+        assert results[1] == CHANGED.replace(
+            "        self.things.append(thing)\n",
+            "        self.things.append(thing)\n        self.seen = True\n",
+        )
