@@ -8,7 +8,7 @@ from __future__ import annotations
 import ast
 from collections.abc import Callable, Mapping
 
-from .nodes import walk
+from .nodes import statement_walk, walk
 from .segments import source_segment
 
 __all__ = ["env_reader", "reads_env"]
@@ -27,7 +27,7 @@ def env_reader(
         tree = tree_of(rel)
         if tree is None:
             continue
-        for node in walk(tree):
+        for node in statement_walk(tree):  # an assignment is a statement
             if not (isinstance(node, ast.Assign) and reads_env(node.value, env)):
                 continue
             root = _root(node.value)

@@ -32,7 +32,7 @@ from pdguard.sglang_names import REQ_SENDER as SENDER
 
 from .classes import methods_of
 from .kv_senders import CLOCK_FUNCTIONS, is_self_attr
-from .nodes import kept, own_parents, own_returns, walk
+from .nodes import kept, own_parents, own_returns, statement_walk, walk
 
 
 def clock_names(module: ast.Module) -> set[str]:
@@ -1124,13 +1124,7 @@ def _held_blocks(module: ast.Module) -> list[tuple[ast.AST, list[ast.stmt]]]:
 
 
 def _find_held_blocks(module: ast.Module) -> list[tuple[ast.AST, list[ast.stmt]]]:
-    return [
-        (node, block)
-        for node in walk(module)
-        # only these hold statements (an expression's ``body`` is an expression)
-        if isinstance(node, ast.mod | ast.stmt | ast.excepthandler | ast.match_case)
-        for block in _own_blocks(node)
-    ]
+    return [(node, block) for node in statement_walk(module) for block in _own_blocks(node)]
 
 
 def _own_blocks(node: ast.AST) -> list[list[ast.stmt]]:

@@ -14,7 +14,16 @@ import ast
 from collections.abc import Callable, Iterator
 from typing import TypeVar
 
-__all__ = ["children", "kept", "own_nodes", "own_parents", "own_returns", "statements", "walk"]
+__all__ = [
+    "children",
+    "kept",
+    "own_nodes",
+    "own_parents",
+    "own_returns",
+    "statement_walk",
+    "statements",
+    "walk",
+]
 
 _FUNCTION = ast.FunctionDef | ast.AsyncFunctionDef | ast.Lambda
 _KEPT = (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)
@@ -64,6 +73,26 @@ def walk(node: ast.AST) -> list[ast.AST]:
     if _WALK not in kept:
         kept[_WALK] = _walk(node)
     found: list[ast.AST] = kept[_WALK]
+    return found
+
+
+# The nodes that hold statements, and statements: every ancestor of a statement is one of them.
+_HOLDS_STATEMENTS = (ast.mod, ast.stmt, ast.excepthandler, ast.match_case)
+
+
+def statement_walk(node: ast.AST) -> list[ast.AST]:
+    """The statements of ``walk(node)`` and the nodes that hold them (module, except handler,
+    ``case``), in the same breadth-first order, without visiting an expression: since every
+    ancestor of such a node is one, the order among them is the walk's."""
+    found = [node]
+    index = 0
+    while index < len(found):
+        current = found[index]
+        index += 1
+        for name in current._fields:
+            value = getattr(current, name, None)
+            if isinstance(value, list):
+                found.extend(item for item in value if isinstance(item, _HOLDS_STATEMENTS))
     return found
 
 

@@ -8,7 +8,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from pdguard.checks.nodes import kept, own_nodes, own_parents, own_returns, walk
+from pdguard.checks.nodes import kept, own_nodes, own_parents, own_returns, statement_walk, walk
 
 SOURCE = '''
 import itertools
@@ -73,6 +73,18 @@ def test_walk_is_ast_walk_for_every_node() -> None:
     tree = ast.parse(SOURCE)
     for node in ast.walk(tree):
         assert _same(walk(node), list(ast.walk(node))), ast.dump(node)[:80]
+
+
+def test_statement_walk_is_walk_filtered_to_statements_and_their_holders() -> None:
+    tree = ast.parse(SOURCE)
+    holders = ast.mod | ast.stmt | ast.excepthandler | ast.match_case
+    for node in ast.walk(tree):
+        if isinstance(node, holders):
+            expected = [n for n in ast.walk(node) if isinstance(n, holders)]
+            assert _same(statement_walk(node), expected), ast.dump(node)[:80]
+    kinds = {type(n) for n in statement_walk(tree)}
+    assert {ast.ExceptHandler, ast.match_case, ast.AsyncFunctionDef, ast.While} <= kinds
+    assert not kinds & {ast.Name, ast.Call, ast.Lambda}
 
 
 def test_own_nodes_stop_at_nested_functions_in_the_reference_order() -> None:
