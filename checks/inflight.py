@@ -1509,7 +1509,7 @@ def _blocks_and_clock_attrs(
     clock value anywhere (to tell "stamped too early" from "never")."""
     blocks = [block for _, block in _held_blocks(module)]
     assigned_attrs: set[str] = set()
-    for node in walk(module):
+    for node in statement_walk(module):  # an assignment is a statement
         if isinstance(node, ast.Assign) and scope.is_clock(node.value):
             assigned_attrs |= {t.attr for t in node.targets if isinstance(t, ast.Attribute)}
     return blocks, assigned_attrs

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from functools import lru_cache
 from typing import TypeVar, cast
 
 import libcst as cst
@@ -109,10 +110,32 @@ def apply_edits(tree: cst.Module, edits: Sequence[tuple[cst.CSTNode, StatementEd
 
 def parse_statements(code: str, config: cst.PartialParserConfig) -> list[Statement]:
     """Statements of ``code`` (written with ``\\n``), in the target's line endings, keeping
-    comment lines above the first one (a plain parse would make them the module's header)."""
+    comment lines above the first one (a plain parse would make them the module's header).
+
+    A snippet is parsed once a process (``verify``'s refs insert the same ones) and its nodes
+    shared between modules, never within one: anchors are found by identity, so a second
+    request for it before ``new_module()`` gets nodes of its own."""
+    key = (code, config)
+    if key in _GIVEN:
+        return list(_parsed_statements.__wrapped__(code, config))
+    _GIVEN.add(key)
+    return list(_parsed_statements(code, config))
+
+
+# The snippets handed out since the module being edited was started (``new_module``).
+_GIVEN: set[tuple[str, cst.PartialParserConfig]] = set()
+
+
+def new_module() -> None:
+    """Edits of another module begin: the snippets parsed so far may be handed out again."""
+    _GIVEN.clear()
+
+
+@lru_cache(maxsize=256)
+def _parsed_statements(code: str, config: cst.PartialParserConfig) -> tuple[Statement, ...]:
     newline = config.default_newline if isinstance(config.default_newline, str) else "\n"
     code = f"pass\n{code}".replace("\n", newline)
-    return list(cst.parse_module(code, config=config).body[1:])
+    return tuple(cst.parse_module(code, config=config).body[1:])
 
 
 def parse_method(code: str, config: cst.PartialParserConfig) -> cst.FunctionDef:

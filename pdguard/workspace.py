@@ -87,7 +87,9 @@ def _transformed(
 
 def _run(module: cst.Module, transforms: Sequence[Transform]) -> tuple[bool, str]:
     from pdguard.codemods.anchors import AnchorError
+    from pdguard.codemods.insertion import new_module
 
+    new_module()
     try:
         for transform in transforms:
             module = transform.transform_module(module)
