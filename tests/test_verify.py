@@ -18,6 +18,7 @@ per shape family; all 62 with ``PDGUARD_ALL_RELEASES=1``), plus the refs a fork 
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import pty
@@ -716,14 +717,34 @@ def test_verify_malformed_isort_settings_is_an_error(upstream: Upstream, tmp_pat
     assert "bad:python/pyproject.toml: cannot read its isort settings" in line, line
 
 
-def test_guided_runs_shrink_to_single_refs() -> None:
-    """The refs are cut into runs that keep their order, cover each ref once, never grow, and
-    end with runs of one ref (so no worker waits long for the other at the end)."""
-    order = list(range(62))
-    runs = verifying._guided_runs(order, 2)
-    assert [i for run in runs for i in run] == order
-    sizes = [len(run) for run in runs]
-    assert sizes == sorted(sizes, reverse=True)
-    assert sizes[0] == 16 and sizes[-3:] == [1, 1, 1]
-    assert verifying._guided_runs([7], 4) == [[7]]
-    assert verifying._guided_runs([], 2) == []
+def _stamped(tag: str) -> verifying.RefReport:
+    """A stand-in worker: which process took ``tag``, and when."""
+    import time
+
+    time.sleep(0.02)  # long enough for both workers to take refs
+    return verifying.RefReport(tag, str(os.getpid()), str(time.monotonic_ns()))
+
+
+def test_two_workers_drain_the_refs_from_both_ends_until_they_meet() -> None:
+    """Each worker meets neighbouring releases one after another (one from the newest, one
+    from the oldest), every ref is done once, and the reports come back in job order."""
+    tags = [f"v0.{minor}.{patch}" for minor in (4, 5) for patch in range(12)]
+    shuffled = tags[5:] + tags[:5]
+    reports = verifying.run_parallel(_stamped, [(tag,) for tag in shuffled], 2)
+    assert [r.ref for r in reports] == shuffled
+    by_process: dict[str | None, list[verifying.RefReport]] = {}
+    for report in sorted(reports, key=lambda r: int(r.sglang_version or 0)):
+        by_process.setdefault(report.commit, []).append(report)
+    assert len(by_process) == 2
+    runs = sorted(([tags.index(r.ref) for r in taken] for taken in by_process.values()), key=len)
+    for run in runs:  # consecutive releases, from one end
+        assert run[0] in (0, len(tags) - 1)
+        assert all(abs(b - a) == 1 for a, b in itertools.pairwise(run))
+    assert sorted(runs[0] + runs[1]) == list(range(len(tags)))
+
+
+def test_segments_give_each_pair_of_workers_a_stretch() -> None:
+    assert verifying._segments(62, 2) == [(0, 61, True)]
+    assert verifying._segments(62, 3) == [(0, 40, True), (41, 61, False)]
+    assert verifying._segments(10, 4) == [(0, 4, True), (5, 9, True)]
+    assert verifying._segments(3, 3) == [(0, 1, True), (2, 2, False)]

@@ -16,10 +16,10 @@ import fnmatch
 import json
 import os
 import sys
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from pdguard import cache, checks
 from pdguard.checks.project import Project
@@ -245,56 +245,93 @@ def run_parallel(
 ) -> list[RefReport]:
     """Run ``worker(*job)`` for every job in worker processes; results in job order.
 
-    Each worker process takes runs of neighbouring releases (in version order: ``v0.5.10``
-    next to ``v0.5.9``; ``_guided_runs``): they share most files, and a process parses and
-    transforms a file content once (``checks.project.parse_module``, ``Workspace.transform``)."""
+    The jobs are put in version order, newest first (``v0.5.10`` next to ``v0.5.9``, by their
+    last item): neighbouring releases share most files, and a process parses and transforms a
+    file content once (``checks.project.parse_module``, ``Workspace.transform``). Each worker
+    drains a *lane*: two workers share the whole order, one taking refs from the newest end,
+    the other from the oldest, each ref the next one not yet taken, until they meet
+    (``_lane``). So each process meets neighbouring releases one after another, and both end
+    within one ref of each other, whatever each ref costs. More workers split the order into
+    segments of two lanes (and one of a single lane for an odd worker), sized by their lanes."""
     if len(jobs) == 1 or processes == 1:
         reports = []
         for n, job in enumerate(jobs, 1):
             reports.append(worker(*job))
             _progress(n, len(jobs))
         return reports
+    import multiprocessing
     from concurrent.futures import ProcessPoolExecutor
 
     workers = min(len(jobs), processes or os.cpu_count() or 1)
     order = sorted(range(len(jobs)), key=lambda i: _natural(str(jobs[i][-1])), reverse=True)
-    runs = _guided_runs(order, workers)
+    segments = _segments(len(order), workers)
+    # per segment: the next position from the top, the next from the bottom; then the count
+    # of refs done and the stop flag (Ctrl-C)
+    shared = multiprocessing.Array("i", [*(n for seg in segments for n in seg[:2]), 0, 0])
+    lanes = [(s, top) for s, (_, _, two) in enumerate(segments) for top in (True, False)[: 1 + two]]
+    ordered = [jobs[i] for i in order]
     results: dict[int, RefReport] = {}
-    with ProcessPoolExecutor(max_workers=workers, initializer=_ignore_ctrl_c) as pool:
+    with ProcessPoolExecutor(
+        max_workers=workers, initializer=_start_worker, initargs=(shared,)
+    ) as pool:
         try:
             with _ctrl_c_held():  # the workers are forked here; a Ctrl-C waits until they are
-                futures = {pool.submit(_run, worker, [jobs[i] for i in run]): run for run in runs}
-            done = 0
-            for future in _as_completed(futures):
-                for i, report in zip(futures[future], future.result(), strict=True):
-                    results[i] = report
-                done += len(futures[future])
-                _progress(done, len(jobs))
-        except KeyboardInterrupt:  # pdguard exits 130; the refs not started never run
+                futures = [pool.submit(_lane, worker, ordered, s, top) for s, top in lanes]
+            pending: set[Future[list[tuple[int, RefReport]]]] = set(futures)
+            while pending:
+                _, pending = _wait(pending)
+                _progress(shared[-2], len(jobs))
+            for future in futures:
+                for position, report in future.result():
+                    results[order[position]] = report
+        except KeyboardInterrupt:  # pdguard exits 130; the workers stop after their ref
+            shared[-1] = 1
             pool.shutdown(wait=False, cancel_futures=True)
             raise
     return [results[i] for i in range(len(jobs))]
 
 
-def _guided_runs(order: list[int], workers: int) -> list[list[int]]:
-    """``order`` cut into runs that shrink as they go (guided self-scheduling): each takes a
-    share of what is left, so the first runs are long (a process meets neighbouring releases,
-    which share most files) and the last are one ref each (no process waits long for another
-    at the end). The newest releases come first: they are the largest."""
-    runs = []
+def _segments(count: int, workers: int) -> list[tuple[int, int, bool]]:
+    """Positions ``0 .. count - 1`` cut into contiguous segments, one for every two workers
+    (and one for an odd worker out), sized by how many workers drain each: (first, last,
+    drained from both ends)."""
+    lanes = [2] * (workers // 2) + [1] * (workers % 2)
+    segments = []
     start = 0
-    while start < len(order):
-        size = max(1, -(-(len(order) - start) // (_SHARE * workers)))
-        runs.append(order[start : start + size])
-        start += size
-    return runs
+    for n, width in enumerate(lanes):
+        taken = sum(lanes[: n + 1])
+        end = count * taken // workers
+        segments.append((start, end - 1, width == 2))
+        start = end
+    return segments
 
 
-_SHARE = 2  # a run takes 1/(_SHARE * workers) of the refs left
+_SHARED: list[Any] = []  # the worker's view of run_parallel's shared positions
 
 
-def _run(worker: Callable[..., RefReport], jobs: list[tuple[object, ...]]) -> list[RefReport]:
-    return [worker(*job) for job in jobs]
+def _start_worker(shared: Any) -> None:
+    _ignore_ctrl_c()
+    _SHARED[:] = [shared]
+
+
+def _lane(
+    worker: Callable[..., RefReport], jobs: list[tuple[object, ...]], segment: int, top: bool
+) -> list[tuple[int, RefReport]]:
+    """Run ``worker`` on the jobs of ``segment`` not yet taken, one after another, from its
+    top (``top``) or its bottom, until none is left (or Ctrl-C stopped the run)."""
+    shared = _SHARED[0]
+    done: list[tuple[int, RefReport]] = []
+    while not shared[-1]:
+        with shared.get_lock():
+            low, high = shared[2 * segment], shared[2 * segment + 1]
+            if low > high:
+                break
+            position = low if top else high
+            shared[2 * segment + (0 if top else 1)] = low + 1 if top else high - 1
+        done.append((position, worker(*jobs[position])))
+        with shared.get_lock():
+            shared[-2] += 1
+    return done
 
 
 def _natural(name: str) -> list[tuple[int, int | str]]:
@@ -327,12 +364,17 @@ def _ctrl_c_held() -> Iterator[None]:
         signal.pthread_sigmask(signal.SIG_SETMASK, previous)
 
 
-def _as_completed(
-    futures: Iterable[Future[list[RefReport]]],
-) -> Iterator[Future[list[RefReport]]]:
-    from concurrent.futures import as_completed
+def _wait(
+    pending: set[Future[list[tuple[int, RefReport]]]],
+) -> tuple[set[Future[list[tuple[int, RefReport]]]], set[Future[list[tuple[int, RefReport]]]]]:
+    """The lanes done and those still running, after a tenth of a second at most when a
+    progress bar is drawn (it shows each ref done), else after the first lane ends."""
+    from concurrent.futures import FIRST_COMPLETED, wait
 
-    return as_completed(futures)
+    done, still = wait(
+        pending, timeout=0.1 if sys.stdout.isatty() else None, return_when=FIRST_COMPLETED
+    )
+    return done, still
 
 
 def verify_git(
