@@ -278,11 +278,13 @@ def verify_refs_cached(
     *,
     compute: Callable[[list[str]], list[RefReport]],
     report: Callable[..., RefReport],
+    first_miss: Callable[[], None] | None = None,
 ) -> list[RefReport]:
     """``compute(refs)`` (the refs' reports, in order), asking ``store`` first: only the refs
     whose key misses are computed, and of refs with the same key (the same content: a tag and
     the branch at it, a release whose version file alone changed, ...) only the first; a hit
-    is ``report(ref, commit, version, fixes, notes, findings)`` (``RefReport``)."""
+    is ``report(ref, commit, version, fixes, notes, findings)`` (``RefReport``).
+    ``first_miss()`` is called when the first ref misses (``verify`` forks its workers then)."""
     if store is None:
         return compute(list(refs))
     from .git_tree import open_git_tree, open_repo
@@ -299,6 +301,8 @@ def verify_refs_cached(
         if hit is not None:
             reports[ref] = hit
         else:
+            if not pending and first_miss is not None:
+                first_miss()
             pending.setdefault(key, []).append(seen)
     if pending:
         for computed in compute([same[0][0] for same in pending.values()]):

@@ -43,7 +43,7 @@ def analysed(monkeypatch: pytest.MonkeyPatch) -> list[str]:
         calls.append(f"check {tree.label}")
         return real_check(tree, codes)
 
-    def verify_git(repo_path, refs, processes=None):  # type: ignore[no-untyped-def]  # a stand-in with verify_git's signature
+    def verify_git(repo_path, refs, processes=None, workers=None):  # type: ignore[no-untyped-def]  # a stand-in with verify_git's signature
         calls.extend(f"verify {ref}" for ref in refs)
         return real_verify(repo_path, refs, processes=1)
 
@@ -212,6 +212,20 @@ def test_verify_hit_gives_the_same_report(repo, cache_dir, analysed, capsys) -> 
     assert run(capsys, *args) == first == run(capsys, *args, "--no-cache")
     assert len(analysed) == 2 + 3  # the second run analysed nothing, --no-cache everything
     assert '"applicable"' in first[1] and '"carried"' in first[1]
+
+
+def test_verify_forks_its_workers_at_the_first_miss_only(
+    repo, cache_dir, analysed, capsys, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The workers start (and import LibCST) as soon as one ref must be analysed, while the
+    other refs' keys are read; a run served wholly from the cache forks none."""
+    warmed: list[int] = []
+    monkeypatch.setattr(verifying.Workers, "warm", lambda self: warmed.append(len(analysed)))
+    args = ("verify", "--repo", repo, "--tags", "*", "--format", "json")
+    run(capsys, *args)
+    assert warmed == [0]  # once, before any ref was analysed
+    run(capsys, *args)
+    assert warmed == [0] and len(analysed) == 2
 
 
 def test_verify_shares_entries_by_content(repo, cache_dir, analysed, capsys) -> None:

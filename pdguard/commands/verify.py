@@ -29,7 +29,7 @@ from ..fixes import FIXES, Fix, Status
 from ..tree import DirectoryTree, SourceTree
 
 if TYPE_CHECKING:
-    from concurrent.futures import Future
+    from concurrent.futures import Future, ProcessPoolExecutor
 
     import git
 
@@ -241,9 +241,13 @@ def _progress(done: int, total: int) -> None:
 
 
 def run_parallel(
-    worker: Callable[..., RefReport], jobs: Sequence[tuple[object, ...]], processes: int | None
+    worker: Callable[..., RefReport],
+    jobs: Sequence[tuple[object, ...]],
+    processes: int | None,
+    workers: Workers | None = None,
 ) -> list[RefReport]:
-    """Run ``worker(*job)`` for every job in worker processes; results in job order.
+    """Run ``worker(*job)`` for every job in worker processes (``workers``, started already or
+    not; by default a pool of its own); results in job order.
 
     The jobs are put in version order, newest first (``v0.5.10`` next to ``v0.5.9``, by their
     last item): neighbouring releases share most files, and a process parses and transforms a
@@ -253,42 +257,100 @@ def run_parallel(
     (``_lane``). So each process meets neighbouring releases one after another, and both end
     within one ref of each other, whatever each ref costs. More workers split the order into
     segments of two lanes (and one of a single lane for an odd worker), sized by their lanes."""
-    if len(jobs) == 1 or processes == 1:
+    if workers is None:
+        with Workers(processes) as own:
+            return run_parallel(worker, jobs, processes, own)
+    if (len(jobs) == 1 and not workers.started) or workers.size == 1:
         reports = []
         for n, job in enumerate(jobs, 1):
             reports.append(worker(*job))
             _progress(n, len(jobs))
         return reports
-    import multiprocessing
-    from concurrent.futures import ProcessPoolExecutor
-
-    workers = min(len(jobs), processes or os.cpu_count() or 1)
+    pool, shared = workers.start()
     order = sorted(range(len(jobs)), key=lambda i: _natural(str(jobs[i][-1])), reverse=True)
-    segments = _segments(len(order), workers)
-    # per segment: the next position from the top, the next from the bottom; then the count
-    # of refs done and the stop flag (Ctrl-C)
-    shared = multiprocessing.Array("i", [*(n for seg in segments for n in seg[:2]), 0, 0])
+    segments = _segments(len(order), min(len(jobs), workers.size))
+    for n, (first, last, _) in enumerate(segments):
+        shared[2 * n], shared[2 * n + 1] = first, last
     lanes = [(s, top) for s, (_, _, two) in enumerate(segments) for top in (True, False)[: 1 + two]]
     ordered = [jobs[i] for i in order]
     results: dict[int, RefReport] = {}
-    with ProcessPoolExecutor(
-        max_workers=workers, initializer=_start_worker, initargs=(shared,)
-    ) as pool:
-        try:
-            with _ctrl_c_held():  # the workers are forked here; a Ctrl-C waits until they are
-                futures = [pool.submit(_lane, worker, ordered, s, top) for s, top in lanes]
-            pending: set[Future[list[tuple[int, RefReport]]]] = set(futures)
-            while pending:
-                _, pending = _wait(pending)
-                _progress(shared[-2], len(jobs))
-            for future in futures:
-                for position, report in future.result():
-                    results[order[position]] = report
-        except KeyboardInterrupt:  # pdguard exits 130; the workers stop after their ref
-            shared[-1] = 1
-            pool.shutdown(wait=False, cancel_futures=True)
-            raise
+    try:
+        with _ctrl_c_held():  # the workers may be forked here; a Ctrl-C waits until they are
+            futures = [pool.submit(_lane, worker, ordered, s, top) for s, top in lanes]
+        pending: set[Future[list[tuple[int, RefReport]]]] = set(futures)
+        while pending:
+            _, pending = _wait(pending)
+            _progress(shared[_DONE], len(jobs))
+        for future in futures:
+            for position, report in future.result():
+                results[order[position]] = report
+    except KeyboardInterrupt:  # pdguard exits 130; the workers stop after their ref
+        shared[_STOP] = 1
+        raise
     return [results[i] for i in range(len(jobs))]
+
+
+# run_parallel's shared integers: per segment the next position from its top and from its
+# bottom, then these two
+_DONE = -2  # refs done
+_STOP = -1  # set on Ctrl-C: the lanes stop after their ref
+
+
+class Workers:
+    """``verify``'s worker processes, forked when first needed (``start``), or early
+    (``warm``): ``verify`` warms them when the first ref misses the result cache, so that they
+    import LibCST and the codemods while it still reads the other refs' cache keys."""
+
+    def __init__(self, processes: int | None) -> None:
+        self.size = processes or os.cpu_count() or 1
+        self._pool: ProcessPoolExecutor | None = None
+        self._shared: Any = None
+
+    @property
+    def started(self) -> bool:
+        return self._pool is not None
+
+    def start(self) -> tuple[ProcessPoolExecutor, Any]:
+        """The pool (forked now if it was not) and the integers its lanes share."""
+        if self._pool is None:
+            import multiprocessing
+            from concurrent.futures import ProcessPoolExecutor
+
+            self._shared = multiprocessing.Array("i", [0] * (2 * (self.size // 2 + 1) + 2))
+            with _ctrl_c_held():  # the workers are forked here; a Ctrl-C waits until they are
+                self._pool = ProcessPoolExecutor(
+                    max_workers=self.size, initializer=_start_worker, initargs=(self._shared,)
+                )
+        return self._pool, self._shared
+
+    def warm(self) -> None:
+        """Fork the workers now, each importing what analysing a ref imports."""
+        if self.size > 1 and self._pool is None:
+            pool, _ = self.start()
+            with _ctrl_c_held():
+                for _ in range(self.size):
+                    pool.submit(_warm_up)
+
+    def __enter__(self) -> Workers:
+        return self
+
+    def __exit__(self, kind: type[BaseException] | None, *_: object) -> None:
+        if self._pool is not None:  # after Ctrl-C, the lanes not started never run
+            self._pool.shutdown(wait=kind is None, cancel_futures=kind is not None)
+
+
+def _warm_up() -> None:
+    import importlib
+    import pkgutil
+
+    import isort  # noqa: F401  (the import fixes place their imports with it)
+    import libcst  # noqa: F401
+
+    from pdguard import codemods
+
+    for module in pkgutil.iter_modules(codemods.__path__, "pdguard.codemods."):
+        importlib.import_module(module.name)
+    importlib.import_module("pdguard.workspace")
 
 
 def _segments(count: int, workers: int) -> list[tuple[int, int, bool]]:
@@ -321,7 +383,7 @@ def _lane(
     top (``top``) or its bottom, until none is left (or Ctrl-C stopped the run)."""
     shared = _SHARED[0]
     done: list[tuple[int, RefReport]] = []
-    while not shared[-1]:
+    while not shared[_STOP]:
         with shared.get_lock():
             low, high = shared[2 * segment], shared[2 * segment + 1]
             if low > high:
@@ -330,7 +392,7 @@ def _lane(
             shared[2 * segment + (0 if top else 1)] = low + 1 if top else high - 1
         done.append((position, worker(*jobs[position])))
         with shared.get_lock():
-            shared[-2] += 1
+            shared[_DONE] += 1
     return done
 
 
@@ -378,12 +440,15 @@ def _wait(
 
 
 def verify_git(
-    repo_path: str, refs: Sequence[str], processes: int | None = None
+    repo_path: str,
+    refs: Sequence[str],
+    processes: int | None = None,
+    workers: Workers | None = None,
 ) -> list[RefReport]:
     from ..git_tree import open_repo
 
     open_repo(repo_path)  # not a git repository: exit 2 before any worker starts
-    return run_parallel(_verify_git_ref, [(repo_path, ref) for ref in refs], processes)
+    return run_parallel(_verify_git_ref, [(repo_path, ref) for ref in refs], processes, workers)
 
 
 def verify_pypi(versions: Sequence[str], processes: int | None = None) -> list[RefReport]:
@@ -480,13 +545,15 @@ def run(args: argparse.Namespace) -> int:
         if not refs:
             raise UsageError("verify --repo needs --ref REF or --tags PATTERN")
         store = cache.ResultCache() if cache.enabled(args) else None
-        reports = cache.verify_refs_cached(
-            args.repo,
-            refs,
-            store,
-            compute=lambda todo: verify_git(args.repo, todo, args.jobs),
-            report=RefReport,
-        )
+        with Workers(args.jobs) as workers:
+            reports = cache.verify_refs_cached(
+                args.repo,
+                refs,
+                store,
+                compute=lambda todo: verify_git(args.repo, todo, args.jobs, workers),
+                report=RefReport,
+                first_miss=workers.warm,
+            )
     else:
         if args.ref or args.tags:
             raise UsageError("--ref/--tags go with --repo, not --pypi")
