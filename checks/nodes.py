@@ -11,6 +11,7 @@ are read-only: nothing in ``checks`` changes a node once parsed.
 from __future__ import annotations
 
 import ast
+import re
 from collections.abc import Callable, Iterator
 from typing import TypeVar
 
@@ -36,31 +37,82 @@ _T = TypeVar("_T")
 _N = TypeVar("_N", bound=ast.AST)
 
 
+# How each node type holds its children, read from its grammar (``ast.Name.__doc__`` is
+# ``Name(identifier id, expr_context ctx)``): per field, in ``_fields`` order, whether it is a
+# node, an optional node, a list of nodes, or a list that may hold None (a ``**`` in a dict, a
+# keyword-only argument without default). Names, strings and constants are not nodes. A type
+# whose grammar cannot be read is walked field by field, testing each value.
+_NODE, _OPTIONAL, _LIST, _LIST_WITH_NONE = range(4)
+_NOT_NODES = frozenset({"identifier", "string", "constant", "int"})
+_WITH_NONE = frozenset({("Dict", "keys"), ("arguments", "kw_defaults")})
+_GRAMMAR = re.compile(r"(\w+)\((.*)\)")
+_Plan = tuple[tuple[str, int], ...]
+_PLANS: dict[type[ast.AST], _Plan | None] = {}
+
+
+def _plan_of(kind: type[ast.AST]) -> _Plan | None:
+    if not kind._fields:
+        return ()  # Load, Add, Pass, ...: no children
+    doc = (kind.__doc__ or "").strip().split("\n", 1)[0]
+    match = _GRAMMAR.fullmatch(doc)
+    if match is None or match.group(1) != kind.__name__:
+        return None
+    plan = []
+    for field in filter(None, (f.strip() for f in match.group(2).split(","))):
+        grammar_type, _, name = field.partition(" ")
+        if grammar_type.rstrip("*?") in _NOT_NODES:
+            continue
+        if grammar_type.endswith("*"):
+            plan.append((name, _LIST_WITH_NONE if (kind.__name__, name) in _WITH_NONE else _LIST))
+        else:
+            plan.append((name, _OPTIONAL if grammar_type.endswith("?") else _NODE))
+    names = [name for name, _ in plan]
+    if names != [f for f in kind._fields if f in names]:
+        return None  # not the order ``_fields`` gives: read field by field
+    return tuple(plan)
+
+
+def _add_children(node: ast.AST, into: list[ast.AST]) -> None:
+    """``into.extend(ast.iter_child_nodes(node))``, at the speed of the node's plan."""
+    kind = type(node)
+    try:
+        plan = _PLANS[kind]
+    except KeyError:
+        plan = _PLANS[kind] = _plan_of(kind)
+    if plan is None:
+        for name in node._fields:
+            value = getattr(node, name, None)
+            if isinstance(value, ast.AST):
+                into.append(value)
+            elif isinstance(value, list):
+                into.extend(item for item in value if isinstance(item, ast.AST))
+        return
+    for name, how in plan:
+        value = getattr(node, name, None)
+        if value is None:
+            continue
+        if how == _LIST:
+            into.extend(value)
+        elif how == _LIST_WITH_NONE:
+            into.extend(item for item in value if item is not None)
+        else:
+            into.append(value)
+
+
 def children(node: ast.AST) -> list[ast.AST]:
     """``list(ast.iter_child_nodes(node))``."""
-    children: list[ast.AST] = []
-    for name in node._fields:
-        value = getattr(node, name, None)
-        if isinstance(value, ast.AST):
-            children.append(value)
-        elif isinstance(value, list):
-            children.extend(item for item in value if isinstance(item, ast.AST))
-    return children
+    found: list[ast.AST] = []
+    _add_children(node, found)
+    return found
 
 
 def _walk(node: ast.AST) -> list[ast.AST]:
-    # children() inlined: this loop runs once for every node of every module read
+    # this loop runs once for every node of every module read
     found = [node]
     index = 0
     while index < len(found):
-        current = found[index]
+        _add_children(found[index], found)
         index += 1
-        for name in current._fields:
-            value = getattr(current, name, None)
-            if isinstance(value, ast.AST):
-                found.append(value)
-            elif isinstance(value, list):
-                found.extend(item for item in value if isinstance(item, ast.AST))
     return found
 
 
@@ -106,14 +158,8 @@ def own_nodes(func: ast.AST) -> list[ast.AST]:
         while stack:
             node = stack.pop()
             found.append(node)
-            if isinstance(node, _FUNCTION):
-                continue
-            for name in node._fields:  # stack.extend(children(node)), inline
-                value = getattr(node, name, None)
-                if isinstance(value, ast.AST):
-                    stack.append(value)
-                elif isinstance(value, list):
-                    stack.extend(item for item in value if isinstance(item, ast.AST))
+            if not isinstance(node, _FUNCTION):
+                _add_children(node, stack)
         kept[_OWN] = found
     nodes: list[ast.AST] = kept[_OWN]
     return nodes

@@ -10,7 +10,7 @@ import pytest
 
 from pdguard.codemods.anchors import _child_fields, calls_named, children, find_all, nodes
 from pdguard.codemods.insertion import enclosing_statement, simple_statements
-from pdguard.vendor_sglang import fetch_release
+from pdguard.vendor_sglang import Release, fetch_release
 from tests.helpers import RELEASES
 
 # Every statement and expression form LibCST has (3.12 syntax included: LibCST parses it on
@@ -162,7 +162,7 @@ def test_searches_below_one_statement() -> None:
 
 
 @pytest.mark.parametrize("info", [RELEASES[0], RELEASES[-1]], ids=lambda r: r.version)
-def test_children_on_a_releases_prefill_and_decode(info) -> None:
+def test_children_on_a_releases_prefill_and_decode(info: Release) -> None:
     """The order holds on real code too (read through vendor_sglang, never committed)."""
     package = fetch_release(info.version) / "sglang/srt/disaggregation"
     for name in ("prefill.py", "decode.py"):

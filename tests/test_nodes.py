@@ -9,6 +9,8 @@ from collections.abc import Iterator
 import pytest
 
 from pdguard.checks.nodes import kept, own_nodes, own_parents, own_returns, statement_walk, walk
+from pdguard.vendor_sglang import Release, fetch_release
+from tests.helpers import RELEASES
 
 SOURCE = '''
 import itertools
@@ -161,3 +163,28 @@ def test_own_returns_are_the_functions_returns_in_source_order() -> None:
         assert list(own_returns(func)) == expected
     lend = next(n for n in ast.walk(tree) if isinstance(n, ast.FunctionDef) and n.name == "lend")
     assert [r.lineno for r in own_returns(lend)] == [34, 36, 37]
+
+
+def test_every_node_type_has_its_children_read_from_its_grammar() -> None:
+    """Each node type's children are read by a plan made from its grammar (``Name(identifier
+    id, expr_context ctx)``), not field by field: a Python whose docstrings change would be
+    slower, not wrong, but the plans are what makes walks fast."""
+    from pdguard.checks.nodes import _plan_of
+
+    kinds = [k for k in vars(ast).values() if isinstance(k, type) and issubclass(k, ast.AST)]
+    used = {type(n) for n in ast.walk(ast.parse(SOURCE))}
+    for kind in used:
+        assert _plan_of(kind) is not None, kind.__name__
+    assert _plan_of(ast.Dict) == (("keys", 3), ("values", 2))  # a ``**`` key is None
+    assert _plan_of(ast.Name) == (("ctx", 0),)
+    assert sum(_plan_of(k) is None for k in kinds if k.__doc__ and "(" in k.__doc__) <= 4
+
+
+@pytest.mark.parametrize("info", [RELEASES[0], RELEASES[-1]], ids=lambda r: r.version)
+def test_walks_on_a_release_are_ast_walks(info: Release) -> None:
+    package = fetch_release(info.version) / "sglang/srt/disaggregation"
+    for path in sorted(package.rglob("*.py")):
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        assert _same(walk(tree), list(ast.walk(tree))), path.name
+        for func in _functions(tree)[:40]:
+            assert _same(own_nodes(func), list(_reference_own(func))), path.name
