@@ -1351,22 +1351,27 @@ def _keeps(entry: Entry, taken: set[str], kept: set[str]) -> bool:
 def _escapes(module: ast.Module) -> Iterator[Unmodelled]:
     """Uses of the queue that pdguard cannot follow: bound to another name, passed to a
     function, or a method it does not know."""
-    # the parents the verdicts below read: of an attribute's object, an assigned value, a
-    # call's function and arguments (a queue under any other parent escapes in no way here)
+    # one pass: the queue's loads, and the parents the verdicts below read (of the queue,
+    # and of an attribute of it: the call it may be the function of)
     parents: dict[int, ast.AST] = {}
+    loads: list[ast.Attribute] = []
     for holder in walk(module):
-        if isinstance(holder, ast.Attribute | ast.Assign | ast.AnnAssign | ast.NamedExpr):
-            if holder.value is not None:
+        if isinstance(holder, ast.Attribute):
+            if _is_queue(holder):
+                if isinstance(holder.ctx, ast.Load):
+                    loads.append(holder)
+            elif _is_queue(holder.value):
+                parents[id(holder.value)] = holder
+        elif isinstance(holder, ast.Assign | ast.AnnAssign | ast.NamedExpr):
+            if holder.value is not None and _is_queue(holder.value):
                 parents[id(holder.value)] = holder
         elif isinstance(holder, ast.Call):
-            parents[id(holder.func)] = holder
+            if isinstance(holder.func, ast.Attribute) and _is_queue(holder.func.value):
+                parents[id(holder.func)] = holder
             for arg in holder.args:
-                parents[id(arg)] = holder
-    for node in walk(module):
-        if not (
-            _is_queue(node) and isinstance(node, ast.Attribute) and isinstance(node.ctx, ast.Load)
-        ):
-            continue
+                if _is_queue(arg):
+                    parents[id(arg)] = holder
+    for node in loads:
         parent = parents.get(id(node))
         if isinstance(parent, ast.Attribute):
             call = parents.get(id(parent))
