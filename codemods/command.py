@@ -35,7 +35,12 @@ _KEPT = 64
 
 def parse(code: str) -> cst.Module:
     """``cst.parse_module(code)``, remembering ``code`` as the module's source."""
-    module = cst.parse_module(code)
+    return with_source(cst.parse_module(code), code)
+
+
+def with_source(module: cst.Module, code: str) -> cst.Module:
+    """``module``, remembered as parsed from ``code`` (a hollowed module's whole text): what
+    ``source_of`` gives for it."""
     _SOURCES[id(module)] = (module, code)
     while len(_SOURCES) > _KEPT:
         _SOURCES.popitem(last=False)

@@ -134,12 +134,17 @@ class Workspace:
         """The module-level statements of ``rel`` with LibCST (each run of definitions is a
         hole: ``codemods/holes``), for the import helpers (``top_level_bindings``,
         ``spelling``), which read nothing else."""
+        from pdguard.codemods.command import with_source
         from pdguard.codemods.holes import Scope, hollow
 
         self.ast(rel)  # a clear error (file:line:col) for code that does not parse
         text = self.text(rel)
-        hollowed = hollow(text, Scope()) if HOLLOW else None
-        return _parse_cst(hollowed.text if hollowed is not None else text)
+        hollowed = hollow(text, Scope(), by_content=True) if HOLLOW else None
+        if hollowed is None:
+            return _parse_cst(text)
+        # versions of the file with the same module-level statements share one parse; the
+        # module handed out is a copy of its own, whose source (``source_of``) is this text
+        return with_source(_parse_cst(hollowed.text).with_changes(), text)
 
     def transform(self, rel: str, transforms: Sequence[Transform]) -> bool:
         """Run ``transforms`` one after another on the current text of ``rel`` and keep the

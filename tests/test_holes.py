@@ -376,3 +376,19 @@ def test_versions_differing_only_in_holes_share_a_run_unless_the_transform_reads
             "        self.things.append(thing)\n",
             "        self.things.append(thing)\n        self.seen = True\n",
         )
+
+
+def test_module_statements_share_a_parse_but_each_reads_as_its_own_text(
+    tmp_path: Path,
+) -> None:
+    """Two versions with the same module-level statements parse them once; what each module
+    handed out reads as (``source_of``) is its own version's whole text."""
+    spaces = []
+    for name, text in (("a", SOURCE), ("b", CHANGED)):
+        package = tmp_path / name / "sglang/srt/disaggregation"
+        package.mkdir(parents=True)
+        (package / "prefill.py").write_text(text)
+        spaces.append(workspace_module.Workspace(open_tree(tmp_path / name)))
+    first, second = (s.module_statements("sglang/srt/disaggregation/prefill.py") for s in spaces)
+    assert first is not second and first.body[0] is second.body[0]  # one parse, two modules
+    assert source_of(first) == SOURCE and source_of(second) == CHANGED
