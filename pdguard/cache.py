@@ -33,6 +33,8 @@ from functools import cache
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from .tree import CONFIG_SOURCES
+
 if TYPE_CHECKING:
     from .checks import Finding, Project
     from .git_tree import GitTree
@@ -204,12 +206,6 @@ def check_tree_cached(
 # -- verify -----------------------------------------------------------------------------------
 
 
-def _config_sources() -> tuple[str, ...]:
-    from isort.settings import CONFIG_SOURCES
-
-    return tuple(CONFIG_SOURCES)
-
-
 def ref_key(store: ResultCache, tree: GitTree) -> str:
     """What ``verify`` reads of ``tree``, by git object id (see the module docstring)."""
     from . import checks
@@ -231,7 +227,7 @@ def ref_key(store: ResultCache, tree: GitTree) -> str:
     directories = (tree.prefix + DISAGGREGATION_DIR).split("/")[:-1]
     for depth in range(len(directories) + 1):
         here = "/".join(directories[:depth])
-        for name in _config_sources():
+        for name in CONFIG_SOURCES:
             found = tree.entry(f"{here}/{name}" if here else name)
             parts.append(f"{here}/{name}={found[1].hex() if found is not None else '-'}")
     return store.key("verify-ref", parts)

@@ -146,12 +146,10 @@ def open_git_tree(repo: git.Repo, ref: str) -> GitTree:
     except ValueError as exc:
         raise TargetError(f"{ref}: the commit's tree is missing (a shallow clone?)") from exc
     for prefix in PREFIXES:
-        try:
-            item = commit.tree / f"{prefix}{DISAGGREGATION_DIR}"
-        except KeyError:
-            continue
-        if isinstance(item, git.Tree):
-            return GitTree(repo, ref, commit, prefix)
+        tree = GitTree(repo, ref, commit, prefix)
+        found = tree.entry(f"{prefix}{DISAGGREGATION_DIR}")  # trees read once a process
+        if found is not None and found[0] == _TREE_MODE:
+            return tree
     raise TargetError(
         f"{ref}: no SGLang tree at that ref (no python/{DISAGGREGATION_DIR}/ "
         f"or {DISAGGREGATION_DIR}/)"
