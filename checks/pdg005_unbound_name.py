@@ -27,6 +27,7 @@ import builtins
 import re
 import symtable
 from collections.abc import Iterator
+from functools import lru_cache
 
 from .bindings import bindings_in_force as _bindings_in_force
 from .bindings import type_checking as _type_checking
@@ -69,6 +70,7 @@ _BINDING_TAIL = {
 _WORD_END = {name: re.compile(re.escape(name) + r"\b") for name in sorted(WATCHED)}
 
 
+@lru_cache(maxsize=128)  # by text: verify's refs and re-checks meet the same files
 def _rebinding(text: str) -> bool:
     """A statement that could bind a watched name: the name at the start of a line (after
     whitespace) or after ``as``, ``def`` or ``for``, followed by ``=``, ``:``, ``,``, ``(``,
@@ -89,7 +91,8 @@ def _rebinding(text: str) -> bool:
     return False
 
 
-def _candidates(text: str) -> set[str]:
+@lru_cache(maxsize=128)
+def _candidates(text: str) -> frozenset[str]:
     """The watched names the text uses, not as an attribute (``x.time``) nor inside a word."""
     found = set()
     for name, pattern in _WORD_END.items():
@@ -100,7 +103,7 @@ def _candidates(text: str) -> set[str]:
             if at == 0 or not (text[at - 1] == "." or _WORD.match(text[at - 1])):
                 found.add(name)
                 break
-    return found
+    return frozenset(found)
 
 
 def _module_bound(tree: ast.Module) -> set[str]:
