@@ -52,7 +52,16 @@ from pdguard.sglang_names import INFLIGHT_TIMEOUT_ENV as ENV_VAR
 from pdguard.sglang_names import PP_CONSENSUS_PARAM as PP_CONSENSUS
 from pdguard.sglang_names import PREFILL_PATH
 
-from .anchors import HOLDERS, AnchorError, calls_named, children, find_method, is_name, marker
+from .anchors import (
+    HOLDERS,
+    AnchorError,
+    calls_named,
+    children,
+    find_method,
+    is_name,
+    marker,
+    nodes,
+)
 from .command import Transform, commands, source_of
 from .holes import Scope
 from .inflight_timeout import CONVENTIONS, REGISTRY, reader_code, reader_setting, registry_read
@@ -387,10 +396,17 @@ def _entry_statements(tree: cst.Module) -> list[tuple[cst.SimpleStatementLine, E
     for entry in model.entries:
         key = (_owner(module, entry.stmt), ast.unparse(entry.stmt))
         wanted.setdefault(key, []).append(entry)
-    functions = {function_name for function_name, _ in wanted}
+    # the identifiers each function's entries name: a statement that lacks those of every
+    # entry of its function is none of them (and is not generated and parsed again to compare)
+    names: dict[str, list[set[str]]] = {}
+    for (function_name, _), entries in wanted.items():
+        names.setdefault(function_name, []).append(_identifiers(entries[0].stmt))
     found: list[tuple[cst.SimpleStatementLine, Entry]] = []
     for function_name, stmt in _function_statements(tree):
-        if len(stmt.body) != 1 or function_name not in functions:
+        if len(stmt.body) != 1 or function_name not in names:
+            continue
+        present = {node.value for node in nodes(stmt) if type(node) is cst.Name}
+        if not any(needed <= present for needed in names[function_name]):
             continue
         try:
             code = ast.unparse(ast.parse(cst.Module(body=[stmt]).code.strip()).body[0])
@@ -406,6 +422,16 @@ def _entry_statements(tree: cst.Module) -> list[tuple[cst.SimpleStatementLine, E
             "stamp (it shares its line with others)"
         )
     return found
+
+
+def _identifiers(stmt: ast.stmt) -> set[str]:
+    """The names and attribute names ``stmt`` reads or writes (LibCST writes each as a
+    ``Name``)."""
+    return {
+        node.id if isinstance(node, ast.Name) else node.attr
+        for node in ast.walk(stmt)
+        if isinstance(node, ast.Name | ast.Attribute)
+    }
 
 
 def _owner(module: ast.Module, stmt: ast.stmt) -> str:
