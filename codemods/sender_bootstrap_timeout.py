@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, TypeVar
 
 import libcst as cst
 
-from pdguard.checks.nodes import walk
+from pdguard.checks.nodes import children, statement_walk, walk
 from pdguard.fix_names import SENDER_BOOTSTRAP_TIMEOUT as FIX
 from pdguard.sglang_names import MANAGER_CHECK_STATUS, MANAGER_UPDATE_STATUS, SENDER_INIT_TIME
 
@@ -300,17 +300,38 @@ _RAISED_COMMENT = (
 )
 
 
-def may_raise_default(module: ast.Module, env: str) -> bool:
-    """Whether ``RaiseBootstrapTimeoutDefault`` can change the module parsed as ``module``: a
+def may_raise_default(module: ast.Module, env: str, text: str) -> bool:
+    """Whether ``RaiseBootstrapTimeoutDefault`` can change the module parsed from ``text``: a
     cheap test with ``ast`` (true of every module it changes, and of a few more), so that the
-    modules it cannot change are neither parsed with LibCST nor walked."""
-    for node in walk(module):
-        if isinstance(node, ast.Call) and len(node.args) + len(node.keywords) == 2:
-            values = [*node.args, *(keyword.value for keyword in node.keywords)]
-            constants = [v.value for v in values if isinstance(v, ast.Constant)]
-            if env in constants and any(type(c) is int and c < RAISED_DEFAULT for c in constants):
-                return True
+    modules it cannot change are neither parsed with LibCST nor walked. Only the expressions
+    of the statements on a line that names ``env`` are read (its call is one of them)."""
+    lines = set()
+    at = text.find(env)
+    while at != -1:
+        lines.add(text.count("\n", 0, at) + 1)
+        at = text.find(env, at + len(env))
+    for holder in statement_walk(module):
+        first: int | None = getattr(holder, "lineno", None)
+        last: int = getattr(holder, "end_lineno", None) or first or 0
+        for decorator in getattr(holder, "decorator_list", ()):
+            first = min(first or decorator.lineno, decorator.lineno)
+        if first is not None and not any(first <= line <= last for line in lines):
+            continue  # a ``case`` has no position: its expressions are read
+        for child in children(holder):
+            if isinstance(child, _HOLDS_STATEMENTS):
+                continue
+            for node in walk(child):
+                if isinstance(node, ast.Call) and len(node.args) + len(node.keywords) == 2:
+                    values = [*node.args, *(keyword.value for keyword in node.keywords)]
+                    constants = [v.value for v in values if isinstance(v, ast.Constant)]
+                    if env in constants and any(
+                        type(c) is int and c < RAISED_DEFAULT for c in constants
+                    ):
+                        return True
     return False
+
+
+_HOLDS_STATEMENTS = (ast.stmt, ast.excepthandler, ast.match_case)
 
 
 class RaiseBootstrapTimeoutDefaultTransform(Transform):

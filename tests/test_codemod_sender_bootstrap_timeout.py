@@ -333,4 +333,29 @@ def test_the_ast_prefilter_holds_for_every_module_the_transform_changes(
     codemod = RaiseBootstrapTimeoutDefaultTransform("SGLANG_DISAGGREGATION_BOOTSTRAP_TIMEOUT")
     changed = codemod.transform_module(cst.parse_module(src)).code != src
     assert changed == raises
-    assert may_raise_default(ast.parse(src), "SGLANG_DISAGGREGATION_BOOTSTRAP_TIMEOUT") == raises
+    env = "SGLANG_DISAGGREGATION_BOOTSTRAP_TIMEOUT"
+    assert may_raise_default(ast.parse(src), env, src) == raises
+
+
+@pytest.mark.parametrize(
+    "src",
+    [
+        'x = get_int_env_var(\n    "SGLANG_DISAGGREGATION_BOOTSTRAP_TIMEOUT",\n    30,\n)\n',
+        '@lru(get_int_env_var("SGLANG_DISAGGREGATION_BOOTSTRAP_TIMEOUT", 30))\ndef f():\n'
+        "    return 1\n",
+        'if get_int_env_var("SGLANG_DISAGGREGATION_BOOTSTRAP_TIMEOUT", 30) > 5:\n    pass\n',
+        'try:\n    pass\nexcept get_int_env_var("SGLANG_DISAGGREGATION_BOOTSTRAP_TIMEOUT", 30):\n'
+        "    pass\n",
+    ],
+)
+def test_the_prefilter_reads_every_statement_on_a_line_naming_the_variable(src: str) -> None:
+    """Only statements on a line that names the variable are read: the call may span lines,
+    sit in a decorator, a compound statement's header or an ``except`` clause."""
+    import ast
+
+    from pdguard.codemods.sender_bootstrap_timeout import may_raise_default
+
+    env = "SGLANG_DISAGGREGATION_BOOTSTRAP_TIMEOUT"
+    assert may_raise_default(ast.parse(src), env, src)
+    other = src.replace(env, "SGLANG_SOMETHING_ELSE")
+    assert not may_raise_default(ast.parse(other), env, other)

@@ -177,7 +177,9 @@ class SenderBootstrapTimeoutFix(Fix):
             return []
         changed = []
         for rel in workspace.files_containing(DISAGGREGATION_DIR, BOOTSTRAP_TIMEOUT_ENV):
-            if not may_raise_default(workspace.ast(rel), BOOTSTRAP_TIMEOUT_ENV):
+            if not may_raise_default(
+                workspace.ast(rel), BOOTSTRAP_TIMEOUT_ENV, workspace.text(rel)
+            ):
                 continue
             codemod = RaiseBootstrapTimeoutDefaultTransform(BOOTSTRAP_TIMEOUT_ENV)
             if workspace.transform(rel, [codemod]):
