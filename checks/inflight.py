@@ -1545,7 +1545,17 @@ def _send_backs(index: _ModuleIndex) -> Iterator[SendBack]:
     (``self.waiting_queue.insert(0, req)``, ``self.disagg_prefill_bootstrap_queue.queue
     .append(req)``), with the request attributes they clear on the way (``req.x = None``,
     ``del req.x``)."""
+    # the lines that name an earlier queue (the module's walk is kept: the escapes read it)
+    named = {
+        node.lineno
+        for node in walk(index.module)
+        if isinstance(node, ast.Attribute) and node.attr in _EARLIER_QUEUES
+    }
     for method in index.methods.values():
+        first = min([method.lineno, *(d.lineno for d in method.decorator_list)])
+        end = method.end_lineno or method.lineno
+        if not any(first <= line <= end for line in named):
+            continue  # names no earlier queue: puts nothing back into one
         params = {a.arg for a in method.args.args[1:]}
         for node in walk(method):
             if not (
