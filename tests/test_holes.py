@@ -157,21 +157,33 @@ def test_source_of_a_hollowed_module_is_the_whole_text() -> None:
     assert "def unrelated(a):" in source_of(renamed)
 
 
-class _AddAfterStash(Transform):
-    """Toy transform: a statement after every ``self.things.append``, in methods named
-    ``stash``."""
+class _AddLine(Transform):
+    """Toy transform: ``line`` after every ``self.things.append``; with ``reads_whole``, the
+    line records how many lines ``unrelated`` has, read from the whole module (``source_of``),
+    where ``unrelated`` is a hole."""
+
+    def __init__(self, reads_whole: bool) -> None:
+        self.reads_whole = reads_whole
 
     def scope(self, text: str) -> Scope:
         return Scope(mentions=frozenset({"stash"}))
 
     def transform_module_impl(self, tree: cst.Module) -> cst.Module:
+        line = "self.seen = True"
+        if self.reads_whole:
+            unrelated = next(
+                n for n in ast.parse(source_of(tree)).body if getattr(n, "name", "") == "unrelated"
+            )
+            assert unrelated.end_lineno is not None
+            line = f"self.unrelated_lines = {unrelated.end_lineno - unrelated.lineno + 1}"
+
         class Adder(cst.CSTTransformer):
             def leave_SimpleStatementLine(
                 self, original_node: cst.SimpleStatementLine, updated_node: cst.SimpleStatementLine
             ) -> cst.SimpleStatementLine | cst.FlattenSentinel[cst.BaseStatement]:
                 if "self.things.append" not in cst.Module(body=[original_node]).code:
                     return updated_node
-                return cst.FlattenSentinel([updated_node, cst.parse_statement("self.seen = True")])
+                return cst.FlattenSentinel([updated_node, cst.parse_statement(line)])
 
         return tree.visit(Adder())
 
@@ -195,7 +207,7 @@ def test_workspace_result_is_the_same_with_and_without_holes(
         rel = f"sglang/srt/disaggregation/{name}"
         monkeypatch.setattr(workspace_module, "HOLLOW", hollow_flag)
         space = workspace_module.Workspace(open_tree(tmp_path))
-        assert space.transform(rel, [_AddAfterStash()])
+        assert space.transform(rel, [_AddLine(reads_whole=False)])
         results.append(space.text(rel))
     assert results[0] == results[1]
     assert "        self.seen = True\n" in results[0]
@@ -297,37 +309,6 @@ def test_members_keep_a_class_s_named_methods_and_hollow_the_rest_of_it() -> Non
     other = hollow(SOURCE, Scope(members=frozenset({("Other", "first")})))
     assert other is not None
     assert "def first(self):" in other.text and "def count" not in other.text
-
-
-class _AddLine(Transform):
-    """Toy transform: ``line`` after every ``self.things.append``; with ``reads_whole``, the
-    line records how many lines ``unrelated`` has, read from the whole module (``source_of``),
-    where ``unrelated`` is a hole."""
-
-    def __init__(self, reads_whole: bool) -> None:
-        self.reads_whole = reads_whole
-
-    def scope(self, text: str) -> Scope:
-        return Scope(mentions=frozenset({"stash"}))
-
-    def transform_module_impl(self, tree: cst.Module) -> cst.Module:
-        line = "self.seen = True"
-        if self.reads_whole:
-            unrelated = next(
-                n for n in ast.parse(source_of(tree)).body if getattr(n, "name", "") == "unrelated"
-            )
-            assert unrelated.end_lineno is not None
-            line = f"self.unrelated_lines = {unrelated.end_lineno - unrelated.lineno + 1}"
-
-        class Adder(cst.CSTTransformer):
-            def leave_SimpleStatementLine(
-                self, original_node: cst.SimpleStatementLine, updated_node: cst.SimpleStatementLine
-            ) -> cst.SimpleStatementLine | cst.FlattenSentinel[cst.BaseStatement]:
-                if "self.things.append" not in cst.Module(body=[original_node]).code:
-                    return updated_node
-                return cst.FlattenSentinel([updated_node, cst.parse_statement(line)])
-
-        return tree.visit(Adder())
 
 
 # SOURCE with another ``unrelated`` (inside a hole of the scope above): one line longer
