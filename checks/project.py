@@ -5,7 +5,7 @@ from __future__ import annotations
 import ast
 from collections import OrderedDict
 from collections.abc import Callable, Mapping
-from functools import cached_property, lru_cache
+from functools import cached_property
 from typing import Generic, TypeVar
 
 from pdguard.sglang_names import (
@@ -37,16 +37,78 @@ def wanted(rel: str, text: str) -> bool:
 def parse_module(text: str, rel: str) -> ast.Module:
     """Parsed once per content, whatever the path: ``verify`` checks a ref before and after
     patching it, consecutive refs share most files, and the codemods read the tree the checker
-    read (so its models, kept by the tree's identity, are built once)."""
-    try:
-        return _parse(text)
-    except (SyntaxError, ValueError):
-        return ast.parse(text, filename=rel)  # raises again, naming the file
+    read (so its models, kept by the tree's identity, are built once).
+
+    A new text of a path reuses the top-level statements of the last text parsed for it that
+    come before the first line where the two differ (same lines, same positions): only the
+    rest is parsed (``_parse_after``). Those statements are shared by both trees, which
+    nothing changes once parsed (``checks.nodes``)."""
+    tree = _BY_TEXT.get(text)
+    if tree is None:
+        try:
+            tree = _parse_after(text, _LAST.get(rel))
+        except (SyntaxError, ValueError):
+            return ast.parse(text, filename=rel)  # raises again, naming the file
+        _BY_TEXT[text] = tree
+        while len(_BY_TEXT) > _KEPT_TREES:
+            _BY_TEXT.popitem(last=False)
+    else:
+        _BY_TEXT.move_to_end(text)
+    _LAST[rel] = (text, tree)
+    return tree
 
 
-@lru_cache(maxsize=256)
-def _parse(text: str) -> ast.Module:
-    return ast.parse(text)
+_BY_TEXT: OrderedDict[str, ast.Module] = OrderedDict()
+_KEPT_TREES = 256
+_LAST: dict[str, tuple[str, ast.Module]] = {}  # the last text parsed for each path, and its tree
+
+
+def _parse_after(text: str, last: tuple[str, ast.Module] | None) -> ast.Module:
+    """``ast.parse(text)``, reusing the leading top-level statements of ``last`` (an earlier
+    text and its tree) that end where the next one starts, before the first line where the
+    texts differ. The rest
+    is parsed after as many empty lines as it is below the top, so every position is the one a
+    whole parse gives."""
+    if last is None or "barry_as_FLUFL" in text:  # the one future import that changes syntax
+        return ast.parse(text)
+    old_text, old_tree = last
+    differs = _first_difference(old_text, text)
+    first_changed = text.count("\n", 0, differs) + 1
+    body = old_tree.body
+    # a statement is kept when the next one starts before the first changed line: that line
+    # ends it in both texts (a block ends at the next line of code that is less indented)
+    kept = 0
+    while kept + 1 < len(body) and _first_line(body[kept + 1]) < first_changed:
+        kept += 1
+    # and starts on a line of its own (not ``a; b``)
+    while kept > 0 and _first_line(body[kept]) <= (body[kept - 1].end_lineno or 0):
+        kept -= 1
+    if kept == 0:
+        return ast.parse(text)
+    last_line = body[kept - 1].end_lineno or 0
+    start = 0
+    for _ in range(last_line):
+        start = text.index("\n", start) + 1
+    rest = ast.parse("\n" * last_line + text[start:])
+    return ast.Module(body=[*body[:kept], *rest.body], type_ignores=rest.type_ignores)
+
+
+def _first_difference(old: str, new: str) -> int:
+    """The length of the longest common prefix of ``old`` and ``new`` (comparisons of halves,
+    each in C)."""
+    low, high = 0, min(len(old), len(new))
+    while low < high:
+        middle = (low + high + 1) // 2
+        if old[low:middle] == new[low:middle]:
+            low = middle
+        else:
+            high = middle - 1
+    return low
+
+
+def _first_line(stmt: ast.stmt) -> int:
+    decorators = getattr(stmt, "decorator_list", ())
+    return min([stmt.lineno, *(d.lineno for d in decorators)])
 
 
 class Project:

@@ -1,0 +1,113 @@
+"""checks.project.parse_module: a new text of a path reuses the leading top-level statements of
+the last one parsed for it, and gives exactly the tree a whole parse gives (positions too)."""
+
+from __future__ import annotations
+
+import ast
+import itertools
+import textwrap
+
+import pytest
+
+from pdguard.checks import project
+from pdguard.checks.project import _parse_after, parse_module
+from pdguard.vendor_sglang import Release, fetch_release
+from tests.helpers import RELEASES
+
+BEFORE = textwrap.dedent(
+    '''\
+    """A toy module."""
+    import os
+
+    LIMIT = 3
+
+
+    @register(os.sep)
+    class Shelf:
+        size = 1
+
+        def take(self):
+            return self.size
+
+
+    x = 1; y = 2
+    # a comment between statements
+    def later():
+        return LIMIT
+    '''
+)
+
+
+def _same_tree(text: str, after: ast.Module) -> None:
+    assert ast.dump(after, include_attributes=True) == ast.dump(
+        ast.parse(text), include_attributes=True
+    )
+
+
+def _reused(before: ast.Module, after: ast.Module) -> int:
+    return sum(1 for stmt in after.body if any(stmt is old for old in before.body))
+
+
+@pytest.mark.parametrize(
+    ("edit", "reused"),
+    [
+        # a line added at the end of a class: the class goes on in the new text (a block ends
+        # at the next line of code that is less indented), so it is parsed again
+        (("        return self.size\n", "        return self.size\n\n    colour = 2\n"), 3),
+        (("def later():\n", "def later(now=None):\n"), 4),  # x = 1; y = 2 is one line
+        # the statement before a changed line is kept only if the line after it is unchanged
+        (("LIMIT = 3\n", "LIMIT = 4\n"), 1),
+        (('"""A toy module."""\n', '"""Another."""\n'), 0),
+        (("    return LIMIT\n", "    return LIMIT + 1\n"), 6),
+        (("@register(os.sep)\n", "@register(os.sep, 2)\n"), 2),
+    ],
+)
+def test_a_new_text_reuses_what_comes_before_its_first_change(
+    edit: tuple[str, str], reused: int
+) -> None:
+    before = ast.parse(BEFORE)
+    text = BEFORE.replace(*edit)
+    assert text != BEFORE
+    after = _parse_after(text, (BEFORE, before))
+    _same_tree(text, after)
+    assert _reused(before, after) == reused
+
+
+def test_parse_module_keeps_the_last_text_of_each_path(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(project, "_LAST", {})
+    first = parse_module(BEFORE, "pkg/toy.py")
+    changed = BEFORE.replace("    return LIMIT\n", "    return LIMIT + 2\n")
+    second = parse_module(changed, "pkg/toy.py")
+    assert second.body[1] is first.body[1]  # ``import os``, shared
+    assert second.body[-1] is not first.body[-1]  # ``later``, parsed again
+    assert parse_module(changed, "pkg/toy.py") is second  # by text, once
+    other = parse_module(BEFORE.replace("import os", "import sys"), "pkg/other.py")
+    assert not any(stmt is old for stmt in other.body for old in first.body)  # another path
+    with pytest.raises(SyntaxError) as raised:
+        parse_module(changed.replace("def later():", "def later(:"), "pkg/toy.py")
+    assert raised.value.filename == "pkg/toy.py" and raised.value.lineno == 17
+
+
+@pytest.mark.parametrize(
+    ("older", "newer"),
+    list(itertools.pairwise(RELEASES))[-2:],
+    ids=lambda r: r.version,
+)
+def test_the_previous_release_s_statements_are_reused_exactly(
+    older: Release, newer: Release
+) -> None:
+    """A release's files parsed after the previous release's give the trees a whole parse
+    gives (the files read through vendor_sglang, never committed)."""
+    old_dir = fetch_release(older.version) / "sglang/srt/disaggregation"
+    new_dir = fetch_release(newer.version) / "sglang/srt/disaggregation"
+    reused = 0
+    for name in ("prefill.py", "decode.py", "nixl/conn.py", "mooncake/conn.py"):
+        if not (old_dir / name).is_file() or not (new_dir / name).is_file():
+            continue
+        old_text = (old_dir / name).read_text(encoding="utf-8")
+        text = (new_dir / name).read_text(encoding="utf-8")
+        before = ast.parse(old_text)
+        after = _parse_after(text, (old_text, before))
+        _same_tree(text, after)
+        reused += _reused(before, after)
+    assert reused > 0
