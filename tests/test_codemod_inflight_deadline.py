@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import logging
 import os
+import string
 import textwrap
 import types
 
@@ -12,17 +13,54 @@ import libcst as cst
 import pytest
 from libcst.codemod import CodemodContext, CodemodTest
 
+from pdguard.checks.inflight import PARKED
 from pdguard.codemods.anchors import AnchorError
 from pdguard.codemods.inflight_deadline import InflightDeadline
+from pdguard.codemods.inflight_timeout import UTILS_MODULE
+from pdguard.sglang_names import (
+    ENVIRON_MODULE,
+    INFLIGHT_TIMEOUT_ENV,
+    PP_CONSENSUS_PARAM,
+    REQ_SENDER,
+)
+from pdguard.sglang_names import INFLIGHT_FUNCTION as FUNCTION
+from pdguard.sglang_names import INFLIGHT_QUEUE as QUEUE
+from pdguard.sglang_names import POLL_ALL_REDUCE_PREFIX as POLL
 
-PREFILL = '''\
+# SGLang's names, from their one home: the snippets below are written with ``${name}``
+# placeholders, so the toy code is ours and the names stay the ones pdguard anchors on.
+ENV, SENDER = INFLIGHT_TIMEOUT_ENV, REQ_SENDER
+_NAMES = {
+    "function": FUNCTION,
+    "queue": QUEUE,
+    "poll": POLL,
+    "sender": SENDER,
+    "env": ENV,
+    "utils": UTILS_MODULE,
+    "environ": ENVIRON_MODULE,
+    "consensus": PP_CONSENSUS_PARAM,
+    "parked": PARKED,
+}
+
+
+def S(text: str) -> str:
+    """``text`` with SGLang's names put in for its placeholders."""
+    return string.Template(text).substitute(_NAMES)
+
+
+def _run(scheduler: object, *args: object) -> object:
+    """The scheduler's inflight function, called."""
+    return getattr(scheduler, FUNCTION)(*args)
+
+
+PREFILL = S('''\
 """A toy scheduler that hands finished prefills to a queue and polls them out of it."""
 
 from __future__ import annotations
 
 import logging
 
-from toy_pd.transport import KVPoll, poll_and_all_reduce
+from toy_pd.transport import KVPoll, ${poll}
 
 logger = logging.getLogger(__name__)
 
@@ -30,14 +68,14 @@ logger = logging.getLogger(__name__)
 class ToyPrefillScheduler:
     def hand_over(self, batch) -> None:
         for item in batch.reqs:
-            self.disagg_prefill_inflight_queue.append(item)
+            self.${queue}.append(item)
 
-    def process_disagg_prefill_inflight_queue(self) -> list:
-        waiting = self.disagg_prefill_inflight_queue
+    def ${function}(self) -> list:
+        waiting = self.${queue}
         if not waiting:
             return []
-        verdicts = poll_and_all_reduce(
-            [item.disagg_kv_sender for item in waiting], self.rank_group
+        verdicts = ${poll}(
+            [item.${sender} for item in waiting], self.rank_group
         )
         still_waiting, finished = [], []
         for item, verdict in zip(waiting, verdicts):
@@ -47,9 +85,9 @@ class ToyPrefillScheduler:
                 finished.append(item)
             else:
                 still_waiting.append(item)
-        self.disagg_prefill_inflight_queue = still_waiting
+        self.${queue} = still_waiting
         return finished
-'''
+''')
 
 # What the codemod adds to PREFILL, and where: the expected output is PREFILL with these
 # blocks, so the toy module is written once and the test still compares whole modules.
@@ -58,13 +96,13 @@ import os
 import time
 from functools import lru_cache
 """
-ADDED_SGLANG_IMPORT = """\
+ADDED_UTILS_IMPORT = S("""\
 
-from sglang.srt.utils import get_int_env_var
-"""
-ADDED_READER = '''
+from ${utils} import get_int_env_var
+""")
+ADDED_READER = S('''
 # pdguard: inflight-deadline
-_INFLIGHT_TIMEOUT_ENV = "SGLANG_DISAGGREGATION_INFLIGHT_TIMEOUT"
+_INFLIGHT_TIMEOUT_ENV = "${env}"
 
 
 @lru_cache(maxsize=1)
@@ -80,13 +118,13 @@ def _get_inflight_timeout() -> int:
             )
         timeout = 300
     return timeout
-'''
+''')
 ADDED_STAMP = """\
             # pdguard: inflight-deadline: the deadline counts the KV transfer only;
             # a request that leaves the queue and comes back starts a fresh one.
             item.inflight_queue_entry_time = time.monotonic()
 """
-ADDED_HELPER = '''\
+ADDED_HELPER = S('''\
     # pdguard: inflight-deadline
     def _fail_timed_out_inflight_reqs(self) -> None:
         """Fail the requests whose KV transfer outlived the inflight deadline.
@@ -98,24 +136,24 @@ ADDED_HELPER = '''\
         if timeout <= 0:
             return
         now = time.monotonic()
-        for req in self.disagg_prefill_inflight_queue:
+        for req in self.${queue}:
             entry_time = getattr(req, "inflight_queue_entry_time", None)
             if entry_time is None or now - entry_time < timeout:
                 continue
             reason = (
                 f"Request {req.bootstrap_room} timed out after {now - entry_time:.1f}s "
                 f"in the prefill inflight queue waiting for its KV transfer "
-                f"(deadline {timeout}s, SGLANG_DISAGGREGATION_INFLIGHT_TIMEOUT)"
+                f"(deadline {timeout}s, ${env})"
             )
             logger.warning(f"Prefill inflight request {req.rid=}: {reason}")
-            sender = req.disagg_kv_sender
+            sender = req.${sender}
             try:
                 sender.abort()
             except Exception:
                 # best effort: this rank must still reach the poll all-reduce
                 logger.exception(f"Failed to abort the sender of {req.rid=}")
 
-'''
+''')
 ADDED_CALL = """\
         # pdguard: inflight-deadline: fail overdue requests before the poll
         # all-reduce, so that every rank sees them Failed in the same step.
@@ -135,11 +173,11 @@ def _with(text: str, *insertions: tuple[str, str, str]) -> str:
 EXPECTED = _with(
     PREFILL,
     (ADDED_IMPORTS, "after", "import logging\n"),
-    (ADDED_SGLANG_IMPORT, "after", "from toy_pd.transport import KVPoll, poll_and_all_reduce\n"),
+    (ADDED_UTILS_IMPORT, "after", S("from toy_pd.transport import KVPoll, ${poll}\n")),
     (ADDED_READER, "after", "logger = logging.getLogger(__name__)\n"),
-    (ADDED_STAMP, "before", "            self.disagg_prefill_inflight_queue.append(item)\n"),
-    (ADDED_HELPER, "before", "    def process_disagg_prefill_inflight_queue(self) -> list:\n"),
-    (ADDED_CALL, "before", "        verdicts = poll_and_all_reduce(\n"),
+    (ADDED_STAMP, "before", S("            self.${queue}.append(item)\n")),
+    (ADDED_HELPER, "before", S("    def ${function}(self) -> list:\n")),
+    (ADDED_CALL, "before", S("        verdicts = ${poll}(\n")),
 )
 
 # --replace, where some sender never pops its failure record: the abort block only.
@@ -184,20 +222,22 @@ class TestInflightDeadline(CodemodTest):
 
     def test_self_annotation_follows_the_target(self) -> None:
         src = PREFILL.replace(
-            "def process_disagg_prefill_inflight_queue(self)",
-            "def process_disagg_prefill_inflight_queue(self: ToyPrefillScheduler)",
+            S("def ${function}(self)"),
+            S("def ${function}(self: ToyPrefillScheduler)"),
         )
         helper = "def _fail_timed_out_inflight_reqs(self: ToyPrefillScheduler) -> None:"
         assert helper in _patch(src)
 
     def test_anchors_on_the_function_not_the_first_poll_call(self) -> None:
-        # Another poll_and_all_reduce() earlier in the file must not be touched.
+        # Another all-reduced poll earlier in the file must not be touched.
         src = PREFILL.replace(
             "class ToyPrefillScheduler:\n",
-            "class ToyHandshakeQueue:\n"
-            "    def drain_ready(self):\n"
-            "        return poll_and_all_reduce(self.pending, self.cpu_group)\n"
-            "\n\nclass ToyPrefillScheduler:\n",
+            S(
+                "class ToyHandshakeQueue:\n"
+                "    def drain_ready(self):\n"
+                "        return ${poll}(self.pending, self.cpu_group)\n"
+                "\n\nclass ToyPrefillScheduler:\n"
+            ),
         )
         out = _patch(src)
         pop = out.index("def drain_ready")
@@ -206,23 +246,23 @@ class TestInflightDeadline(CodemodTest):
             not in out[pop : out.index("class ToyPrefillScheduler")]
         )
         call = out.index("self._fail_timed_out_inflight_reqs()")
-        assert call > out.index("def process_disagg_prefill_inflight_queue")
+        assert call > out.index(S("def ${function}"))
 
 
 @pytest.mark.parametrize(
     ("old", "new", "message"),
     [
         (
-            "def process_disagg_prefill_inflight_queue",
+            S("def ${function}"),
             "def process_inflight",
-            "no method process_disagg_prefill_inflight_queue()",
+            S("no method ${function}()"),
         ),
         ("logger = logging.getLogger(__name__)", "log = 1", "logger"),
-        ("self.disagg_prefill_inflight_queue.append(item)", "pass", "append"),
+        (S("self.${queue}.append(item)"), "pass", "append"),
         (
             "        still_waiting, finished = [], []\n",
-            "        still_waiting, finished = [], []\n        poll_and_all_reduce([], None)\n",
-            "2 poll_and_all_reduce",
+            S("        still_waiting, finished = [], []\n        ${poll}([], None)\n"),
+            S("2 ${poll}"),
         ),
     ],
 )
@@ -299,15 +339,15 @@ def _load(
     """Execute the patched snippet (``source``) as a module, with stand-ins for SGLang and the
     clock."""
     if env is None:
-        monkeypatch.delenv("SGLANG_DISAGGREGATION_INFLIGHT_TIMEOUT", raising=False)
+        monkeypatch.delenv(ENV, raising=False)
     else:
-        monkeypatch.setenv("SGLANG_DISAGGREGATION_INFLIGHT_TIMEOUT", env)
+        monkeypatch.setenv(ENV, env)
     options = {"convention": "get_int_env_var", **options}
     code = _patch(source, **options)
     for line in (
-        "from toy_pd.transport import KVPoll, poll_and_all_reduce\n",
-        "from sglang.srt.utils import get_int_env_var\n",
-        "from sglang.srt.environ import envs\n",
+        S("from toy_pd.transport import KVPoll, ${poll}\n"),
+        S("from ${utils} import get_int_env_var\n"),
+        S("from ${environ} import envs\n"),
     ):
         code = code.replace(line, "")
     clock = _Clock()
@@ -318,12 +358,10 @@ def _load(
     module.__dict__.update(
         KVPoll=kvpoll,
         # MIN all-reduce over a single rank: just the local polls.
-        poll_and_all_reduce=lambda senders, group: [s.poll() for s in senders],
+        **{POLL: lambda senders, group: [s.poll() for s in senders]},
         get_int_env_var=_int_setting,
         envs=types.SimpleNamespace(
-            SGLANG_DISAGGREGATION_INFLIGHT_TIMEOUT=types.SimpleNamespace(
-                get=lambda: int(os.environ.get("SGLANG_DISAGGREGATION_INFLIGHT_TIMEOUT", "300"))
-            )
+            **{ENV: types.SimpleNamespace(get=lambda: int(os.environ.get(ENV, "300")))}
         ),
     )
     exec(compile(code, "prefill_under_test", "exec"), module.__dict__)
@@ -345,13 +383,13 @@ def _int_setting(name: str, fallback: int | None = 0) -> int | None:
 
 def _scheduler(module: types.ModuleType) -> object:
     scheduler = module.ToyPrefillScheduler()
-    scheduler.disagg_prefill_inflight_queue = []
+    setattr(scheduler, QUEUE, [])
     scheduler.rank_group = None
     return scheduler
 
 
 def _req(rid: str) -> types.SimpleNamespace:
-    return types.SimpleNamespace(rid=rid, bootstrap_room=7, disagg_kv_sender=_Sender())
+    return types.SimpleNamespace(rid=rid, bootstrap_room=7, **{SENDER: _Sender()})
 
 
 def test_written_code_fails_a_wedged_request_at_the_deadline(monkeypatch) -> None:
@@ -360,14 +398,14 @@ def test_written_code_fails_a_wedged_request_at_the_deadline(monkeypatch) -> Non
     req = _req("wedged")
     scheduler.hand_over(types.SimpleNamespace(reqs=[req]))
     clock.now += 299.0
-    assert scheduler.process_disagg_prefill_inflight_queue() == []
-    assert scheduler.disagg_prefill_inflight_queue == [req]
+    assert _run(scheduler) == []
+    assert getattr(scheduler, QUEUE) == [req]
     clock.now += 2.0
-    assert scheduler.process_disagg_prefill_inflight_queue() == [req]
-    assert req.ended_with_error and req.disagg_kv_sender.aborted == 1
-    assert req.disagg_kv_sender.poll() == 0  # its class's poll(), also for later polls
-    assert "poll" not in vars(req.disagg_kv_sender)
-    assert scheduler.disagg_prefill_inflight_queue == []
+    assert _run(scheduler) == [req]
+    assert req.ended_with_error and getattr(req, SENDER).aborted == 1
+    assert getattr(req, SENDER).poll() == 0  # its class's poll(), also for later polls
+    assert "poll" not in vars(getattr(req, SENDER))
+    assert getattr(scheduler, QUEUE) == []
 
 
 def test_a_request_that_comes_back_starts_a_fresh_deadline(monkeypatch) -> None:
@@ -378,28 +416,29 @@ def test_a_request_that_comes_back_starts_a_fresh_deadline(monkeypatch) -> None:
     req = _req("requeued")
     scheduler.hand_over(types.SimpleNamespace(reqs=[req]))
     clock.now += 40.0
-    scheduler.disagg_prefill_inflight_queue = []  # out (optimistic_release_and_requeue) ...
+    setattr(scheduler, QUEUE, [])  # out (optimistic_release_and_requeue) ...
     clock.now += 100.0
     scheduler.hand_over(types.SimpleNamespace(reqs=[req]))  # ... back
     clock.now += 30.0  # 170 s since the first entry, 30 s since it came back
-    assert scheduler.process_disagg_prefill_inflight_queue() == []
+    assert _run(scheduler) == []
     clock.now += 31.0
-    assert scheduler.process_disagg_prefill_inflight_queue() == [req]
+    assert _run(scheduler) == [req]
 
 
 def test_honoured_abort_fails_without_touching_poll_and_says_why(monkeypatch, caplog) -> None:
     module, clock = _load(monkeypatch, env="60", record=True)
     scheduler = _scheduler(module)
     req = _req("wedged")
-    req.disagg_kv_sender = sender = _AbortableSender()
+    sender = _AbortableSender()
+    setattr(req, SENDER, sender)
     scheduler.hand_over(types.SimpleNamespace(reqs=[req]))
     clock.now += 61.0
     with caplog.at_level(logging.WARNING):
-        assert scheduler.process_disagg_prefill_inflight_queue() == [req]
+        assert _run(scheduler) == [req]
     assert "poll" not in vars(sender)  # the class's own poll(), not one set on the instance
     reason = sender.kv_mgr.failure_records[7]
     assert reason.startswith("Request 7 timed out after 61.0s in the prefill inflight queue")
-    assert "deadline 60s, SGLANG_DISAGGREGATION_INFLIGHT_TIMEOUT" in reason
+    assert S("deadline 60s, ${env}") in reason
     assert reason in caplog.text
 
 
@@ -408,12 +447,13 @@ def test_replace_says_why_in_the_record_abort_made(monkeypatch, caplog) -> None:
     module, clock = _load(monkeypatch, env="60", replace=True)
     scheduler = _scheduler(module)
     req = _req("wedged")
-    req.disagg_kv_sender = sender = _AbortableSender()
+    sender = _AbortableSender()
+    setattr(req, SENDER, sender)
     sender.kv_mgr.failure_records[8] = "another room's failure"
     scheduler.hand_over(types.SimpleNamespace(reqs=[req]))
     clock.now += 61.0
     with caplog.at_level(logging.WARNING):
-        assert scheduler.process_disagg_prefill_inflight_queue() == [req]
+        assert _run(scheduler) == [req]
     assert sorted(sender.kv_mgr.failure_records) == [7, 8]
     reason = sender.kv_mgr.failure_records[7]
     assert reason.startswith("Request 7 timed out after 61.0s in the prefill inflight queue")
@@ -426,10 +466,11 @@ def test_replace_creates_no_record(monkeypatch) -> None:
     module, clock = _load(monkeypatch, env="60", replace=True)
     scheduler = _scheduler(module)
     req = _req("wedged")
-    req.disagg_kv_sender = sender = _SilentAbortSender()
+    sender = _SilentAbortSender()
+    setattr(req, SENDER, sender)
     scheduler.hand_over(types.SimpleNamespace(reqs=[req]))
     clock.now += 61.0
-    assert scheduler.process_disagg_prefill_inflight_queue() == [req]
+    assert _run(scheduler) == [req]
     assert req.ended_with_error and sender.kv_mgr.failure_records == {}
 
 
@@ -440,8 +481,8 @@ def test_replace_without_failure_records_only_aborts(monkeypatch) -> None:
     req = _req("wedged")
     scheduler.hand_over(types.SimpleNamespace(reqs=[req]))
     clock.now += 61.0
-    assert scheduler.process_disagg_prefill_inflight_queue() == [req]
-    assert req.disagg_kv_sender.aborted == 1 and not hasattr(req.disagg_kv_sender, "kv_mgr")
+    assert _run(scheduler) == [req]
+    assert getattr(req, SENDER).aborted == 1 and not hasattr(getattr(req, SENDER), "kv_mgr")
 
 
 def test_parked_time_is_not_counted(monkeypatch) -> None:
@@ -450,81 +491,87 @@ def test_parked_time_is_not_counted(monkeypatch) -> None:
     module, clock = _load(monkeypatch, env="60", parked=True)
     scheduler = _scheduler(module)
     req = _req("parked")
-    req.pending_bootstrap = True
-    req.disagg_kv_sender = _AbortableSender()
+    setattr(req, PARKED, True)
+    setattr(req, SENDER, _AbortableSender())
     scheduler.hand_over(types.SimpleNamespace(reqs=[req]))
     clock.now += 250.0
-    assert scheduler.process_disagg_prefill_inflight_queue() == []
-    req.pending_bootstrap = False  # bootstrap done: unparked
+    assert _run(scheduler) == []
+    setattr(req, PARKED, False)  # bootstrap done: unparked
     clock.now += 59.0
-    assert scheduler.process_disagg_prefill_inflight_queue() == []
+    assert _run(scheduler) == []
     clock.now += 2.0
-    assert scheduler.process_disagg_prefill_inflight_queue() == [req]
+    assert _run(scheduler) == [req]
 
 
 def test_pp_leaves_a_request_every_stage_agreed_on_to_its_poll() -> None:
-    """PP (0.5.10+): the helper takes rids_to_check, and a request every stage already agreed
-    has ended its transfer is not failed by this stage's deadline."""
+    """PP (0.5.10+): the helper takes the stages' consensus, and a request every stage
+    already agreed has ended its transfer is not failed by this stage's deadline."""
     src = PREFILL.replace(
-        "def process_disagg_prefill_inflight_queue(self) -> list:",
-        "def process_disagg_prefill_inflight_queue(\n"
-        "        self: ToyPrefillScheduler, rids_to_check: list[str] | None = None\n"
-        "    ) -> list:",
+        S("def ${function}(self) -> list:"),
+        S(
+            "def ${function}(\n"
+            "        self: ToyPrefillScheduler, ${consensus}: list[str] | None = None\n"
+            "    ) -> list:"
+        ),
     )
     out = _patch(src)
     assert (
-        "    def _fail_timed_out_inflight_reqs(\n"
-        "        self: ToyPrefillScheduler, rids_to_check: list[str] | None = None\n"
-        "    ) -> None:\n"
+        S(
+            "    def _fail_timed_out_inflight_reqs(\n"
+            "        self: ToyPrefillScheduler, ${consensus}: list[str] | None = None\n"
+            "    ) -> None:\n"
+        )
     ) in out
-    assert "self._fail_timed_out_inflight_reqs(rids_to_check)" in out
-    assert "if rids_to_check is not None and req.rid in rids_to_check:\n" in out
+    assert S("self._fail_timed_out_inflight_reqs(${consensus})") in out
+    assert S("if ${consensus} is not None and req.rid in ${consensus}:\n") in out
     # after the deadline check: only an overdue request is polled
     guard = textwrap.indent(
-        "if rids_to_check is not None:\n"
-        "    # PP: this stage already polls the transfer as ended, so the stages'\n"
-        "    # consensus ends it, alike on all; failing it here would end it otherwise.\n"
-        "    if req.disagg_kv_sender.poll() in (KVPoll.Success, KVPoll.Failed):\n"
-        "        continue\n",
+        S(
+            "if ${consensus} is not None:\n"
+            "    # PP: this stage already polls the transfer as ended, so the stages'\n"
+            "    # consensus ends it, alike on all; failing it here would end it otherwise.\n"
+            "    if req.${sender}.poll() in (KVPoll.Success, KVPoll.Failed):\n"
+            "        continue\n"
+        ),
         " " * 12,
     )
     assert out.index(guard) > out.index("now - entry_time <")
 
 
 def test_pp_a_stage_fails_only_a_transfer_it_still_polls_as_unfinished(monkeypatch) -> None:
-    """PP: the stages' consensus (rids_to_check) reaches a stage rounds after it polled a
+    """PP: the stages' consensus reaches a stage rounds after it polled a
     transfer as ended. Meanwhile an overdue request it polls Success for is left to the
     consensus (failing it would end it with an error here, with success on the other stages);
     one it still polls unfinished is failed."""
     source = PREFILL.replace(
-        "def process_disagg_prefill_inflight_queue(self) -> list:",
-        "def process_disagg_prefill_inflight_queue(self, rids_to_check=None) -> list:",
+        S("def ${function}(self) -> list:"),
+        S("def ${function}(self, ${consensus}=None) -> list:"),
     )
     module, clock = _load(monkeypatch, env="60", source=source)
     scheduler = _scheduler(module)
     transferred, wedged = _req("transferred"), _req("wedged")
-    transferred.disagg_kv_sender = _AbortableSender()
-    transferred.disagg_kv_sender.conclude_state = 4  # this stage polls Success
-    wedged.disagg_kv_sender = _AbortableSender()
+    setattr(transferred, SENDER, _AbortableSender())
+    getattr(transferred, SENDER).conclude_state = 4  # this stage polls Success
+    setattr(wedged, SENDER, _AbortableSender())
     scheduler.hand_over(types.SimpleNamespace(reqs=[transferred, wedged]))
     clock.now += 61.0
     # both overdue; the consensus naming "transferred" has not reached this stage yet
-    assert scheduler.process_disagg_prefill_inflight_queue([]) == [transferred, wedged]
-    assert transferred.disagg_kv_sender.conclude_state == 4
+    assert _run(scheduler, []) == [transferred, wedged]
+    assert getattr(transferred, SENDER).conclude_state == 4
     assert not hasattr(transferred, "ended_with_error")
-    assert wedged.disagg_kv_sender.conclude_state == 0 and wedged.ended_with_error
+    assert getattr(wedged, SENDER).conclude_state == 0 and wedged.ended_with_error
 
 
 def test_an_abort_that_raises_is_logged_and_the_step_goes_on(monkeypatch, caplog) -> None:
     module, clock = _load(monkeypatch, env="60")
     scheduler = _scheduler(module)
     req = _req("unlucky")
-    req.disagg_kv_sender = _AbortableSender(raises=True)
+    setattr(req, SENDER, _AbortableSender(raises=True))
     scheduler.hand_over(types.SimpleNamespace(reqs=[req]))
     clock.now += 61.0
     with caplog.at_level(logging.ERROR):
         # this rank still reaches the poll all-reduce; its peers fail the request there
-        assert scheduler.process_disagg_prefill_inflight_queue() == []
+        assert _run(scheduler) == []
     assert "Failed to abort the sender of req.rid='unlucky'" in caplog.text
 
 
@@ -535,8 +582,8 @@ def test_zero_turns_the_deadline_off(monkeypatch, env: str) -> None:
     req = _req("patient")
     scheduler.hand_over(types.SimpleNamespace(reqs=[req]))
     clock.now += 1e6
-    assert scheduler.process_disagg_prefill_inflight_queue() == []
-    assert req.disagg_kv_sender.aborted == 0
+    assert _run(scheduler) == []
+    assert getattr(req, SENDER).aborted == 0
 
 
 @pytest.mark.parametrize("env", ["five minutes", "nan", "inf", "-inf", "1.5"])
@@ -551,43 +598,41 @@ def test_invalid_value_warns_at_first_use_and_uses_the_default(
     scheduler.hand_over(types.SimpleNamespace(reqs=[req]))
     clock.now += 299.0
     with caplog.at_level(logging.WARNING):
-        assert scheduler.process_disagg_prefill_inflight_queue() == []
-        assert (
-            f"SGLANG_DISAGGREGATION_INFLIGHT_TIMEOUT={env!r} is not a whole number" in caplog.text
-        )
+        assert _run(scheduler) == []
+        assert f"{ENV}={env!r} is not a whole number" in caplog.text
         assert "using the default, 300" in caplog.text
         clock.now += 2.0
-        assert scheduler.process_disagg_prefill_inflight_queue() == [req]
-    assert "deadline 300s, SGLANG_DISAGGREGATION_INFLIGHT_TIMEOUT" in caplog.text
+        assert _run(scheduler) == [req]
+    assert S("deadline 300s, ${env}") in caplog.text
     # read once: the warning is not repeated every step
     assert caplog.text.count("is not a whole number") == 1
 
 
 def test_registry_convention_reads_the_entry_at_each_use(monkeypatch) -> None:
-    """0.5.8+: ``envs.SGLANG_DISAGGREGATION_INFLIGHT_TIMEOUT.get()`` in the helper, no
+    """0.5.8+: ``envs.<the inflight timeout>.get()`` in the helper, no
     module-level setting, and a value changed later (``envs.X.override()``) is seen."""
     out = _patch(PREFILL, convention="registry")
-    assert "from sglang.srt.environ import envs\n" in out
-    assert "        timeout = envs.SGLANG_DISAGGREGATION_INFLIGHT_TIMEOUT.get()\n" in out
+    assert S("from ${environ} import envs\n") in out
+    assert S("        timeout = envs.${env}.get()\n") in out
     assert "_INFLIGHT_TIMEOUT_ENV" not in out and "get_int_env_var" not in out
     assert "\nimport os\n" not in out
     module, clock = _load(monkeypatch, env="600", convention="registry")
     scheduler = _scheduler(module)
     req = _req("wedged")
-    req.disagg_kv_sender = _AbortableSender()
+    setattr(req, SENDER, _AbortableSender())
     scheduler.hand_over(types.SimpleNamespace(reqs=[req]))
     clock.now += 61.0
-    assert scheduler.process_disagg_prefill_inflight_queue() == []
-    monkeypatch.setenv("SGLANG_DISAGGREGATION_INFLIGHT_TIMEOUT", "60")
-    assert scheduler.process_disagg_prefill_inflight_queue() == [req]
+    assert _run(scheduler) == []
+    monkeypatch.setenv(ENV, "60")
+    assert _run(scheduler) == [req]
 
 
 def test_registry_convention_reuses_an_envs_import_under_another_name() -> None:
     src = PREFILL.replace(
-        "import logging\n", "import logging\n\nfrom sglang.srt.environ import envs as senv\n"
+        "import logging\n", S("import logging\n\nfrom ${environ} import envs as senv\n")
     )
     out = _patch(src, convention="registry")
-    assert "timeout = senv.SGLANG_DISAGGREGATION_INFLIGHT_TIMEOUT.get()" in out
+    assert S("timeout = senv.${env}.get()") in out
     assert "import envs\n" not in out
 
 
