@@ -32,7 +32,7 @@ from pdguard.sglang_names import REQ_SENDER as SENDER
 
 from .classes import methods_of
 from .kv_senders import CLOCK_FUNCTIONS, is_self_attr
-from .nodes import kept, own_parents, own_returns, statement_walk, walk
+from .nodes import first_line, kept, own_parents, own_returns, statement_walk, walk
 
 
 def clock_names(module: ast.Module) -> set[str]:
@@ -1552,9 +1552,8 @@ def _send_backs(index: _ModuleIndex) -> Iterator[SendBack]:
         if isinstance(node, ast.Attribute) and node.attr in _EARLIER_QUEUES
     }
     for method in index.methods.values():
-        first = min([method.lineno, *(d.lineno for d in method.decorator_list)])
         end = method.end_lineno or method.lineno
-        if not any(first <= line <= end for line in named):
+        if not any(first_line(method) <= line <= end for line in named):
             continue  # names no earlier queue: puts nothing back into one
         params = {a.arg for a in method.args.args[1:]}
         for node in walk(method):

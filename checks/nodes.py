@@ -16,7 +16,9 @@ from collections.abc import Callable, Iterator
 from typing import TypeVar
 
 __all__ = [
+    "HOLDS_STATEMENTS",
     "children",
+    "first_line",
     "kept",
     "own_nodes",
     "own_parents",
@@ -129,7 +131,12 @@ def walk(node: ast.AST) -> list[ast.AST]:
 
 
 # The nodes that hold statements, and statements: every ancestor of a statement is one of them.
-_HOLDS_STATEMENTS = (ast.mod, ast.stmt, ast.excepthandler, ast.match_case)
+HOLDS_STATEMENTS = (ast.mod, ast.stmt, ast.excepthandler, ast.match_case)
+
+
+def first_line(stmt: ast.stmt) -> int:
+    """The line a statement starts on, its decorators included."""
+    return min([stmt.lineno, *(d.lineno for d in getattr(stmt, "decorator_list", ()))])
 
 
 def statement_walk(node: ast.AST) -> list[ast.AST]:
@@ -144,7 +151,7 @@ def statement_walk(node: ast.AST) -> list[ast.AST]:
         for name in current._fields:
             value = getattr(current, name, None)
             if isinstance(value, list):
-                found.extend(item for item in value if isinstance(item, _HOLDS_STATEMENTS))
+                found.extend(item for item in value if isinstance(item, HOLDS_STATEMENTS))
     return found
 
 

@@ -24,6 +24,7 @@ from .decode_queues import DecodeQueueModel
 from .inflight import InflightModel, analyse
 from .kv_receivers import ReceiverIndex
 from .kv_senders import ClassIndex
+from .nodes import first_line
 
 
 def wanted(rel: str, text: str) -> bool:
@@ -78,10 +79,10 @@ def _parse_after(text: str, last: tuple[str, ast.Module] | None) -> ast.Module:
     # a statement is kept when the next one starts before the first changed line: that line
     # ends it in both texts (a block ends at the next line of code that is less indented)
     kept = 0
-    while kept + 1 < len(body) and _first_line(body[kept + 1]) < first_changed:
+    while kept + 1 < len(body) and first_line(body[kept + 1]) < first_changed:
         kept += 1
     # and starts on a line of its own (not ``a; b``)
-    while kept > 0 and _first_line(body[kept]) <= (body[kept - 1].end_lineno or 0):
+    while kept > 0 and first_line(body[kept]) <= (body[kept - 1].end_lineno or 0):
         kept -= 1
     if kept == 0:
         return ast.parse(text)
@@ -104,11 +105,6 @@ def _first_difference(old: str, new: str) -> int:
         else:
             high = middle - 1
     return low
-
-
-def _first_line(stmt: ast.stmt) -> int:
-    decorators = getattr(stmt, "decorator_list", ())
-    return min([stmt.lineno, *(d.lineno for d in decorators)])
 
 
 class Project:

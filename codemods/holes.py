@@ -37,6 +37,7 @@ from collections import OrderedDict
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field
 
+from pdguard.checks.nodes import first_line
 from pdguard.checks.project import parse_module
 
 __all__ = ["Hollowed", "Scope", "fill_known", "hollow", "whole_reads"]
@@ -264,7 +265,7 @@ class _Runs:
             and (owner, stmt.name) in self.scope.members
         ):
             return True
-        first, last = _first_line(stmt), _last_line(stmt)
+        first, last = first_line(stmt), _last_line(stmt)
         if any(first <= line <= last for line in self.scope.lines):
             return True
         source = "".join(self.lines[first - 1 : last])
@@ -273,7 +274,7 @@ class _Runs:
     def _close(self, run: list[ast.stmt], body: Sequence[ast.stmt]) -> None:
         if not run:
             return
-        first, last = _first_line(run[0]), _last_line(run[-1])
+        first, last = first_line(run[0]), _last_line(run[-1])
         if last - first + 1 < _MIN_LINES:
             return
         index = next(i for i, s in enumerate(body) if s is run[0])
@@ -281,14 +282,14 @@ class _Runs:
         after = body[index + len(run)] if index + len(run) < len(body) else None
         if before is not None and _last_line(before) >= first:
             return  # shares its first line with the statement before it
-        if after is not None and _first_line(after) <= last:
+        if after is not None and first_line(after) <= last:
             return  # shares its last line with the statement after it
         if not self._starts_line(run[0]):
             return  # ``class A: x = 1``: not on a line of its own
         self.found.append((first - 1, last - 1))
 
     def _starts_line(self, stmt: ast.stmt) -> bool:
-        line = self.lines[_first_line(stmt) - 1]
+        line = self.lines[first_line(stmt) - 1]
         if _decorators(stmt):
             return line.lstrip(" \t\f").startswith("@")
         prefix = line.encode("utf-8", "surrogatepass")[: stmt.col_offset]
@@ -308,10 +309,6 @@ def _decorators(stmt: ast.stmt) -> Collection[ast.expr]:
     if isinstance(stmt, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
         return stmt.decorator_list
     return ()
-
-
-def _first_line(stmt: ast.stmt) -> int:
-    return min([stmt.lineno, *(d.lineno for d in _decorators(stmt))])
 
 
 def _last_line(stmt: ast.stmt) -> int:

@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, TypeVar
 
 import libcst as cst
 
-from pdguard.checks.nodes import children, statement_walk, walk
+from pdguard.checks.nodes import HOLDS_STATEMENTS, children, first_line, statement_walk, walk
 from pdguard.fix_names import SENDER_BOOTSTRAP_TIMEOUT as FIX
 from pdguard.sglang_names import MANAGER_CHECK_STATUS, MANAGER_UPDATE_STATUS, SENDER_INIT_TIME
 
@@ -311,14 +311,13 @@ def may_raise_default(module: ast.Module, env: str, text: str) -> bool:
         lines.add(text.count("\n", 0, at) + 1)
         at = text.find(env, at + len(env))
     for holder in statement_walk(module):
-        first: int | None = getattr(holder, "lineno", None)
-        last: int = getattr(holder, "end_lineno", None) or first or 0
-        for decorator in getattr(holder, "decorator_list", ()):
-            first = min(first or decorator.lineno, decorator.lineno)
-        if first is not None and not any(first <= line <= last for line in lines):
-            continue  # a ``case`` has no position: its expressions are read
+        if isinstance(holder, ast.stmt | ast.excepthandler):  # a ``case`` has no position
+            last = holder.end_lineno or holder.lineno
+            first = first_line(holder) if isinstance(holder, ast.stmt) else holder.lineno
+            if not any(first <= line <= last for line in lines):
+                continue
         for child in children(holder):
-            if isinstance(child, _HOLDS_STATEMENTS):
+            if isinstance(child, HOLDS_STATEMENTS):
                 continue
             for node in walk(child):
                 if isinstance(node, ast.Call) and len(node.args) + len(node.keywords) == 2:
@@ -329,9 +328,6 @@ def may_raise_default(module: ast.Module, env: str, text: str) -> bool:
                     ):
                         return True
     return False
-
-
-_HOLDS_STATEMENTS = (ast.stmt, ast.excepthandler, ast.match_case)
 
 
 class RaiseBootstrapTimeoutDefaultTransform(Transform):

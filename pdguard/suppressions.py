@@ -20,6 +20,7 @@ import tokenize
 from collections.abc import Collection, Iterable, Sequence
 from dataclasses import dataclass, field
 
+from .checks.nodes import first_line
 from .checks.segments import line_starts
 
 _PREFIX = re.compile(r"#\s*pdguard:\s*", re.I)
@@ -90,8 +91,7 @@ def _statement_start(body: Sequence[ast.stmt], line: int) -> int:
     """The first line of the innermost statement in ``body`` that holds ``line`` (decorators
     included), or ``line`` itself when it lies between statements."""
     for stmt in body:
-        decorators = getattr(stmt, "decorator_list", [])
-        first = min([stmt.lineno, *(d.lineno for d in decorators)])
+        first = first_line(stmt)
         if line < first:
             return line
         if line <= (stmt.end_lineno or stmt.lineno):

@@ -171,31 +171,25 @@ def test_a_clock_started_at_the_first_poll_is_a_timeout(poll: str) -> None:
     assert _found(sender, "PDG004") == []
 
 
-def test_a_clock_restarted_on_every_poll_never_expires() -> None:
-    sender = _sender(
-        """\
+# A poll() that starts its clock again on every call: its timeout never fires.
+_RESTARTED_EVERY_POLL = """\
         self.init_time = time.monotonic()
         state = self.kv_mgr.check_status(self.room)
         if state == KVPoll.Bootstrapping and time.monotonic() - self.init_time > PATIENCE_S:
             return KVPoll.Failed
         return state
         """
-    )
+
+
+def test_a_clock_restarted_on_every_poll_never_expires() -> None:
+    sender = _sender(_RESTARTED_EVERY_POLL)
     [message] = _found(sender, "PDG004")
     assert "poll() restarts init_time on every call (line 17)" in message
     assert "never grows" in message
 
 
 def test_the_fix_refuses_a_clock_restarted_on_every_poll(tmp_path: Path) -> None:
-    sender = _sender(
-        """\
-        self.init_time = time.monotonic()
-        state = self.kv_mgr.check_status(self.room)
-        if state == KVPoll.Bootstrapping and time.monotonic() - self.init_time > PATIENCE_S:
-            return KVPoll.Failed
-        return state
-        """
-    )
+    sender = _sender(_RESTARTED_EVERY_POLL)
     disagg = tmp_path / "sglang" / "srt" / "disaggregation"
     for rel, text in {_BASE_PATH: _BASE, _QUILL_PATH: sender, PREFILL: ""}.items():
         (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
