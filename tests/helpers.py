@@ -28,7 +28,7 @@ RELEASES = [r for r in load_manifest() if r.ci or os.environ.get("PDGUARD_ALL_RE
 # apply refuses F1 (0.4.6 - 0.4.6.post4: the Failed branch raises): nothing to patch there.
 PATCHABLE = [r for r in RELEASES if r.family != "F1"]
 
-# Shape families (README, "Release families") by what their KV senders do.
+# Shape families (docs/releases.md) by what their KV senders do.
 NIXL_STUCK = frozenset({"F3", "F4", "F5", "F6", "F7", "F8", "F9"})  # 0.4.7 - 0.5.17: NIXL's
 # sender reports Bootstrapping with no bootstrap timeout (fixed upstream from 0.5.18, F10)
 NIXL_NEVER_BOOTSTRAPPING = frozenset({"F1", "F2"})  # NIXL never reports Bootstrapping

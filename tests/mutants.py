@@ -905,7 +905,7 @@ VARIANTS = (
 
 def main() -> None:
     """``python -m tests.mutants [--all]``: the kill rate and false positives over the pinned
-    releases (those with ci = true, or all with --all), as the README reports them."""
+    releases (those with ci = true, or all with --all), as docs/unseen.md reports them."""
     import sys
     import tempfile
 

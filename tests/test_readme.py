@@ -1,6 +1,6 @@
-"""The README's "Use" section, run: every ``pdguard ...`` line of its code blocks (and every
-``$ pdguard ...`` example) against a copy of a fetched release, so that the README and the
-behaviour cannot drift apart.
+"""The README's "Use" section and the docs pages that hold what it used to (``USE_PAGES``), run:
+every ``pdguard ...`` line of their code blocks (and every ``$ pdguard ...`` example) against a
+copy of a fetched release, so that the docs and the behaviour cannot drift apart.
 
 Placeholders: ``PATH``, ``path/to/sglang`` and ``sglang-0.5.14`` are a copy of release 0.5.14
 (fresh for each line, as lines write to it), ``FILE`` a file in it, ``REPO`` a git repository
@@ -28,7 +28,22 @@ from tests.helpers import pdguard, release_repo
 
 pytestmark = pytest.mark.releases
 
-README = Path(__file__).parent.parent / "README.md"
+ROOT = Path(__file__).parent.parent
+README = ROOT / "README.md"
+# The pages the README's former "Use" subsections moved to (apply, check, code never seen,
+# pre-commit and CI, verify and carry, simulate, LibCST codemods).
+USE_PAGES = tuple(
+    ROOT / "docs" / name
+    for name in (
+        "apply.md",
+        "check.md",
+        "unseen.md",
+        "pre-commit.md",
+        "verify.md",
+        "simulate.md",
+        "codemods.md",
+    )
+)
 RELEASE = "0.5.14"
 REPO_RELEASES = ("0.5.14", "0.5.18", "0.5.23")
 COPY = f"sglang-{RELEASE}"
@@ -41,10 +56,11 @@ PLACEHOLDERS = {
 
 
 def use_section() -> str:
+    """The README's "Use" section, then every page of ``USE_PAGES``."""
     text = README.read_text()
     start = text.index("\n## Use\n")
     end = text.index("\n## ", start + 1)
-    return text[start:end]
+    return "\n".join([text[start:end], *(page.read_text() for page in USE_PAGES)])
 
 
 def blocks(section: str) -> list[str]:

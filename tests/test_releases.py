@@ -19,7 +19,7 @@ from tests.test_decode_fixes import decode_expected
 
 pytestmark = pytest.mark.releases
 
-# Expected report per shape family (see README "Release families").
+# Expected report per shape family (see docs/releases.md).
 EXPECTED = {
     family: dict(zip(FIXES, statuses, strict=True)) for family, statuses in APPLY_STATUSES.items()
 }

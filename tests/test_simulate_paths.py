@@ -35,7 +35,7 @@ MOONCAKE = "sglang/srt/disaggregation/mooncake/conn.py"
 NEW = ("success-at-deadline", "decode-memory-wait", "optimistic-requeue", "parked-bootstrap")
 PATHS = (*NEW, "pp-stages")
 MIXIN = "SchedulerDisaggregationPrefillMixin"
-# Families with the path (README, "Release families").
+# Families with the path (docs/releases.md).
 OPTIMISTIC = {"F8", "F9", "F10", "F11", "F12"}  # optimistic_release_and_requeue, 0.5.13+
 PARKED = {"F9", "F10", "F11", "F12"}  # parked pending_bootstrap requests, 0.5.16+
 PREFILL_COMPLETE = {"F11", "F12"}  # mark_prefill_complete, 0.5.22+

@@ -72,7 +72,7 @@ DECODE = "python/sglang/srt/disaggregation/decode.py"
 ENVIRON = "python/sglang/srt/environ.py"
 INFLIGHT = "process_disagg_prefill_inflight_queue"
 
-# What an unpatched release is, per shape family (README, "Release families"): what apply
+# What an unpatched release is, per shape family (docs/releases.md): what apply
 # would do, in verify's words (F1, 0.4.6 - 0.4.6.post4: the Failed branch raises: drifted).
 VERIFY_STATUS = {"refused": "drifted", "applied": "applicable", "upstream": "upstream"}
 EXPECTED = {

@@ -43,7 +43,7 @@ inside the JSON report (--format json: key "diff"). Like ruff, it exits 1 when t
 is a diff.
 
 Before planning, apply repairs what a run killed mid-write left in the tree (its
-journal, see README); what it repaired is printed on stderr.
+journal, see docs/apply.md); what it repaired is printed on stderr.
 
 exit codes: 0 done or nothing to do; 1 with --check or --diff when a change is needed;
 2 error (not SGLang, a file that does not parse, a refused fix, an --output-file that
