@@ -1,6 +1,8 @@
-"""Hand-written, SGLang-shaped ``prefill.py`` snippets for the rules' VALID/INVALID examples.
+"""Hand-written, SGLang-shaped ``prefill.py`` snippets that tests build variants from.
 
-``prefill()`` fills the holes of one skeleton, so each example shows only what it is about.
+``prefill()`` fills the holes of one skeleton, so each test shows only what it is about. The
+rules' own VALID/INVALID examples are literal code in each rule's class (as Fixit's), not
+built from here.
 """
 
 from __future__ import annotations

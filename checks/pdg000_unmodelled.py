@@ -1,23 +1,16 @@
 """PDG000: code pdguard cannot model, so it cannot prove the property.
 
 What it does
-<<<<<<< HEAD
     Reports, in ``prefill.py``, what stops pdguard from following requests through the
     inflight queue: ``process_disagg_prefill_inflight_queue`` missing (renamed or split), a
     function that polls or keeps requests in a way pdguard does not recognise, and a queue that
     escapes (bound to another name, passed to a function, a method pdguard does not know).
-    And a concrete KV sender whose ``poll()`` returns what pdguard cannot trace to poll
-    states (a call it does not know, a parameter), when nothing else says whether it can
-    report Bootstrapping: PDG004 could not tell.
-=======
-    Reports a KV receiver whose ``poll()`` can return, with no timeout on the way, only what a
-    call pdguard cannot follow gave (a handler from a dispatch table, a function of another
-    module): PDG006 cannot say whether it waits forever. And reports, in ``prefill.py``, what
-    stops pdguard from following requests through the inflight queue:
-    ``process_disagg_prefill_inflight_queue`` missing (renamed or split), a function that
-    polls or keeps requests in a way pdguard does not recognise, and a queue that escapes
-    (bound to another name, passed to a function, a method pdguard does not know).
->>>>>>> ud
+    Also reports a concrete KV sender whose ``poll()`` returns what pdguard cannot trace to
+    poll states (a call it does not know, a parameter), when nothing else says whether it can
+    report Bootstrapping: PDG004 could not tell. And a KV receiver whose ``poll()`` can
+    return, with no timeout on the way, only what a call pdguard cannot follow gave (a handler
+    from a dispatch table, a function of another module): PDG006 cannot say whether it waits
+    forever.
 
 Why is this bad
     The other rules prove that no request waits without bound *in the code they understand*.
@@ -26,8 +19,25 @@ Why is this bad
     suppress the finding (``# pdguard: ignore[PDG000]``) with a comment saying why.
 
 Example
-    A fork that renamed the inflight function to ``process_inflight_transfers``, or that keeps
-    ``q = self.disagg_prefill_inflight_queue`` and appends to ``q``.
+    A fork that renamed the inflight function (or keeps the queue under another name, or whose
+    sender's ``poll()`` returns what pdguard cannot trace) is reported, not passed:
+
+    ```python
+    def process_inflight_transfers(self):
+        if not self.disagg_prefill_inflight_queue:
+            return []
+        self._expire_inflight()
+    ```
+
+Use instead
+    The name SGLang calls, or review the code by hand and suppress the finding with a reason:
+
+    ```python
+    def process_disagg_prefill_inflight_queue(self):
+        if not self.disagg_prefill_inflight_queue:
+            return []
+        self._expire_inflight()
+    ```
 """
 
 from __future__ import annotations
@@ -35,13 +45,10 @@ from __future__ import annotations
 import ast
 from collections.abc import Iterator
 
-from .examples import PATCHED
 from .inflight import FUNCTION, QUEUE
 from .model import PREFILL, Finding, Invalid, Rule
 from .project import Project
 
-_SENDER_BASE = "sglang/srt/disaggregation/base/conn.py"
-_SENDER_FORK = "sglang/srt/disaggregation/lark/conn.py"
 # a fork sender whose state lives in an object pdguard knows nothing of
 _OPAQUE_SENDER = """\
 from sglang.srt.disaggregation.base.conn import BaseKVSender
@@ -57,10 +64,94 @@ class LarkKVSender(BaseKVSender):
 class Unmodelled(Rule):
     code = "PDG000"
     name = "unmodelled-code"
-    VALID = (PATCHED,)
+    VALID = (
+        # the deadline as pdguard writes it: everything modelled
+        """\
+import logging
+import time
+
+from sglang.srt.disaggregation.base import KVPoll
+from sglang.srt.disaggregation.utils import poll_and_all_reduce
+
+logger = logging.getLogger(__name__)
+TIMEOUT = 300.0
+
+
+class SchedulerDisaggregationPrefillMixin:
+    def process_batch_result_disagg_prefill(self, batch):
+        for req in batch.reqs:
+            if getattr(req, "entered_at", None) is None:
+                req.entered_at = time.monotonic()
+            self.disagg_prefill_inflight_queue.append(req)
+
+    def _expire_inflight(self):
+        now = time.monotonic()
+        for req in self.disagg_prefill_inflight_queue:
+            if now - req.entered_at > TIMEOUT:
+                req.disagg_kv_sender.abort()
+
+    def process_disagg_prefill_inflight_queue(self):
+        if not self.disagg_prefill_inflight_queue:
+            return []
+        self._expire_inflight()
+        senders = [r.disagg_kv_sender for r in self.disagg_prefill_inflight_queue]
+        states = poll_and_all_reduce(senders, self.tp_cpu_group)
+        finished = []
+        waiting = []
+        # each rank takes the branch the reduced state picks
+        for req, state in zip(self.disagg_prefill_inflight_queue, states):
+            if state in (KVPoll.WaitingForInput, KVPoll.Transferring):
+                waiting.append(req)
+            elif state in (KVPoll.Success, KVPoll.Failed):
+                finished.append(req)
+        self.disagg_prefill_inflight_queue = waiting
+        return finished
+""",
+    )
     INVALID = (
+        # the inflight function renamed: nothing to model
         Invalid(
-            PATCHED.replace(FUNCTION, "process_inflight_transfers"),
+            """\
+import logging
+import time
+
+from sglang.srt.disaggregation.base import KVPoll
+from sglang.srt.disaggregation.utils import poll_and_all_reduce
+
+logger = logging.getLogger(__name__)
+TIMEOUT = 300.0
+
+
+class SchedulerDisaggregationPrefillMixin:
+    def process_batch_result_disagg_prefill(self, batch):
+        for req in batch.reqs:
+            if getattr(req, "entered_at", None) is None:
+                req.entered_at = time.monotonic()
+            self.disagg_prefill_inflight_queue.append(req)
+
+    def _expire_inflight(self):
+        now = time.monotonic()
+        for req in self.disagg_prefill_inflight_queue:
+            if now - req.entered_at > TIMEOUT:
+                req.disagg_kv_sender.abort()
+
+    def process_inflight_transfers(self):
+        if not self.disagg_prefill_inflight_queue:
+            return []
+        self._expire_inflight()
+        senders = [r.disagg_kv_sender for r in self.disagg_prefill_inflight_queue]
+        states = poll_and_all_reduce(senders, self.tp_cpu_group)
+        finished = []
+        waiting = []
+        # each rank takes the branch the reduced state picks
+        for req, state in zip(self.disagg_prefill_inflight_queue, states):
+            if state in (KVPoll.WaitingForInput, KVPoll.Transferring):
+                waiting.append(req)
+            elif state in (KVPoll.Success, KVPoll.Failed):
+                finished.append(req)
+        self.disagg_prefill_inflight_queue = waiting
+        return finished
+""",
             [
                 (
                     16,
@@ -70,14 +161,53 @@ class Unmodelled(Rule):
                         "split?): pdguard cannot model the inflight queue, so nothing proves "
                         "that its requests are bounded"
                     ),
-                )
+                ),
             ],
         ),
+        # the queue bound to another name before the append
         Invalid(
-            PATCHED.replace(
-                f"            self.{QUEUE}.append(req)",
-                f"            queue = self.{QUEUE}\n            queue.append(req)",
-            ),
+            """\
+import logging
+import time
+
+from sglang.srt.disaggregation.base import KVPoll
+from sglang.srt.disaggregation.utils import poll_and_all_reduce
+
+logger = logging.getLogger(__name__)
+TIMEOUT = 300.0
+
+
+class SchedulerDisaggregationPrefillMixin:
+    def process_batch_result_disagg_prefill(self, batch):
+        for req in batch.reqs:
+            if getattr(req, "entered_at", None) is None:
+                req.entered_at = time.monotonic()
+            queue = self.disagg_prefill_inflight_queue
+            queue.append(req)
+
+    def _expire_inflight(self):
+        now = time.monotonic()
+        for req in self.disagg_prefill_inflight_queue:
+            if now - req.entered_at > TIMEOUT:
+                req.disagg_kv_sender.abort()
+
+    def process_disagg_prefill_inflight_queue(self):
+        if not self.disagg_prefill_inflight_queue:
+            return []
+        self._expire_inflight()
+        senders = [r.disagg_kv_sender for r in self.disagg_prefill_inflight_queue]
+        states = poll_and_all_reduce(senders, self.tp_cpu_group)
+        finished = []
+        waiting = []
+        # each rank takes the branch the reduced state picks
+        for req, state in zip(self.disagg_prefill_inflight_queue, states):
+            if state in (KVPoll.WaitingForInput, KVPoll.Transferring):
+                waiting.append(req)
+            elif state in (KVPoll.Success, KVPoll.Failed):
+                finished.append(req)
+        self.disagg_prefill_inflight_queue = waiting
+        return finished
+""",
             [
                 (
                     16,
@@ -86,23 +216,30 @@ class Unmodelled(Rule):
                         "disagg_prefill_inflight_queue is bound to another name here: pdguard "
                         "cannot follow requests that enter the queue through it"
                     ),
-                )
+                ),
             ],
         ),
+        # a sender whose poll() returns what pdguard cannot trace
         Invalid(
             {
-                _SENDER_BASE: "class BaseKVSender:\n    def poll(self): ...\n",
-                _SENDER_FORK: _OPAQUE_SENDER,
+                "sglang/srt/disaggregation/base/conn.py": """\
+class BaseKVSender:
+    def poll(self): ...
+""",
+                "sglang/srt/disaggregation/lark/conn.py": _OPAQUE_SENDER,
             },
             [
                 (
                     7,
                     9,
-                    "LarkKVSender.poll() returns `self.machine.current()`, which pdguard cannot "
-                    "trace to poll states: it cannot tell whether this sender can report "
-                    "Bootstrapping, so nothing proves that its bootstrap is bounded (PDG004)",
-                    _SENDER_FORK,
-                )
+                    (
+                        "LarkKVSender.poll() returns `self.machine.current()`, which pdguard "
+                        "cannot trace to poll states: it cannot tell whether this sender can "
+                        "report Bootstrapping, so nothing proves that its bootstrap is bounded "
+                        "(PDG004)"
+                    ),
+                    "sglang/srt/disaggregation/lark/conn.py",
+                ),
             ],
         ),
     )

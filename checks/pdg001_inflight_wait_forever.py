@@ -14,12 +14,45 @@ Why is this bad
     call of the function (directly or in a method it calls), by failing the request's sender.
 
 Example
-    A release as shipped (no deadline) is reported at each ``undone_reqs.append(req)``, and
-    each finding says which poll state or branch keeps the request there, taken from the
-    enclosing ``if``/``elif`` tests: "when poll is WaitingForInput/Transferring", "when not in
-    the PP consensus (rids_to_check)", "in the else branch (any other poll state)", "while
-    parked pending_bootstrap, ...". ``pdguard apply`` adds the stamp and
-    ``_fail_timed_out_inflight_reqs()``.
+    A release as shipped: nothing fails a request that waits too long. Each finding says which
+    poll state or branch keeps the request ("when poll is WaitingForInput/Transferring", "when
+    not in the PP consensus (rids_to_check)", "in the else branch (any other poll state)",
+    "while parked pending_bootstrap, ...").
+
+    ```python
+    for req in batch.reqs:
+        self.disagg_prefill_inflight_queue.append(req)
+    ...
+    for req, state in zip(self.disagg_prefill_inflight_queue, states):
+        if state in (KVPoll.WaitingForInput, KVPoll.Transferring):
+            waiting.append(req)
+    ```
+
+Use instead
+    Stamp the request where it enters the queue, and fail overdue senders before the poll
+    all-reduce (``pdguard apply`` writes this as ``_fail_timed_out_inflight_reqs()``):
+
+    ```python
+    for req in batch.reqs:
+        if getattr(req, "entered_at", None) is None:
+            req.entered_at = time.monotonic()
+        self.disagg_prefill_inflight_queue.append(req)
+
+
+    def _expire_inflight(self):
+        now = time.monotonic()
+        for req in self.disagg_prefill_inflight_queue:
+            if now - req.entered_at > TIMEOUT:
+                req.disagg_kv_sender.abort()
+
+
+    def process_disagg_prefill_inflight_queue(self):
+        if not self.disagg_prefill_inflight_queue:
+            return []
+        self._expire_inflight()
+        senders = [r.disagg_kv_sender for r in self.disagg_prefill_inflight_queue]
+        states = poll_and_all_reduce(senders, self.tp_cpu_group)
+    ```
 """
 
 from __future__ import annotations
@@ -29,23 +62,334 @@ from collections.abc import Iterator
 
 from pdguard.sglang_names import PP_CONSENSUS_PARAM
 
-from .examples import (
-    CALL_HELPER,
-    HELPER,
-    INLINE_DEADLINE,
-    PATCHED,
-    PP_SIGNATURE,
-    STAMP_ONCE,
-    prefill,
-)
 from .inflight import FUNCTION, QUEUE, InflightModel
 from .model import PREFILL, Finding, Invalid, Rule
 from .nodes import children, walk
 from .project import Project
 
-# Pipeline parallelism: every stage passes the consensus, and this helper then does nothing.
-_PASS_CONSENSUS = "        self._expire_inflight(consensus=rids_to_check)\n"
-_HELPER_OFF_UNDER_PP = """
+
+class InflightWaitForever(Rule):
+    code = "PDG001"
+    name = "inflight-wait-forever"
+    VALID = (
+        # stamped at entry, failed through the sender before the all-reduce
+        """\
+import logging
+import time
+
+from sglang.srt.disaggregation.base import KVPoll
+from sglang.srt.disaggregation.utils import poll_and_all_reduce
+
+logger = logging.getLogger(__name__)
+TIMEOUT = 300.0
+
+
+class SchedulerDisaggregationPrefillMixin:
+    def process_batch_result_disagg_prefill(self, batch):
+        for req in batch.reqs:
+            if getattr(req, "entered_at", None) is None:
+                req.entered_at = time.monotonic()
+            self.disagg_prefill_inflight_queue.append(req)
+
+    def _expire_inflight(self):
+        now = time.monotonic()
+        for req in self.disagg_prefill_inflight_queue:
+            if now - req.entered_at > TIMEOUT:
+                req.disagg_kv_sender.abort()
+
+    def process_disagg_prefill_inflight_queue(self):
+        if not self.disagg_prefill_inflight_queue:
+            return []
+        self._expire_inflight()
+        senders = [r.disagg_kv_sender for r in self.disagg_prefill_inflight_queue]
+        states = poll_and_all_reduce(senders, self.tp_cpu_group)
+        finished = []
+        waiting = []
+        # each rank takes the branch the reduced state picks
+        for req, state in zip(self.disagg_prefill_inflight_queue, states):
+            if state in (KVPoll.WaitingForInput, KVPoll.Transferring):
+                waiting.append(req)
+            elif state in (KVPoll.Success, KVPoll.Failed):
+                finished.append(req)
+        self.disagg_prefill_inflight_queue = waiting
+        return finished
+""",
+        # the same deadline inline, with time.time() and other names
+        """\
+import logging
+import time
+
+from sglang.srt.disaggregation.base import KVPoll
+from sglang.srt.disaggregation.utils import poll_and_all_reduce
+
+logger = logging.getLogger(__name__)
+TIMEOUT = 300.0
+
+
+class SchedulerDisaggregationPrefillMixin:
+    def process_batch_result_disagg_prefill(self, batch):
+        for req in batch.reqs:
+            if getattr(req, "entered_at", None) is None:
+                req.entered_at = time.monotonic()
+            self.disagg_prefill_inflight_queue.append(req)
+
+    def process_disagg_prefill_inflight_queue(self):
+        if not self.disagg_prefill_inflight_queue:
+            return []
+        deadline_now = time.time()
+        for pending in self.disagg_prefill_inflight_queue:
+            waited = deadline_now - pending.entered_at
+            if waited >= TIMEOUT:
+                sender = pending.disagg_kv_sender
+                sender.abort()
+        senders = [r.disagg_kv_sender for r in self.disagg_prefill_inflight_queue]
+        states = poll_and_all_reduce(senders, self.tp_cpu_group)
+        finished = []
+        waiting = []
+        # each rank takes the branch the reduced state picks
+        for req, state in zip(self.disagg_prefill_inflight_queue, states):
+            if state in (KVPoll.WaitingForInput, KVPoll.Transferring):
+                waiting.append(req)
+            elif state in (KVPoll.Success, KVPoll.Failed):
+                finished.append(req)
+        self.disagg_prefill_inflight_queue = waiting
+        return finished
+""",
+    )
+    # The message of every INVALID example's finding starts with MESSAGE; the example tree's
+    # one keep site is in the poll's `WaitingForInput/Transferring` branch (EXAMPLE_SITE).
+    MESSAGE = "request kept in the inflight queue with no deadline"
+    EXAMPLE_SITE = "when poll is WaitingForInput/Transferring"
+    INVALID = (
+        # no deadline at all
+        Invalid(
+            """\
+import logging
+import time
+
+from sglang.srt.disaggregation.base import KVPoll
+from sglang.srt.disaggregation.utils import poll_and_all_reduce
+
+logger = logging.getLogger(__name__)
+TIMEOUT = 300.0
+
+
+class SchedulerDisaggregationPrefillMixin:
+    def process_batch_result_disagg_prefill(self, batch):
+        for req in batch.reqs:
+            self.disagg_prefill_inflight_queue.append(req)
+
+    def process_disagg_prefill_inflight_queue(self):
+        if not self.disagg_prefill_inflight_queue:
+            return []
+        senders = [r.disagg_kv_sender for r in self.disagg_prefill_inflight_queue]
+        states = poll_and_all_reduce(senders, self.tp_cpu_group)
+        finished = []
+        waiting = []
+        # each rank takes the branch the reduced state picks
+        for req, state in zip(self.disagg_prefill_inflight_queue, states):
+            if state in (KVPoll.WaitingForInput, KVPoll.Transferring):
+                waiting.append(req)
+            elif state in (KVPoll.Success, KVPoll.Failed):
+                finished.append(req)
+        self.disagg_prefill_inflight_queue = waiting
+        return finished
+""",
+            [
+                (
+                    26,
+                    17,
+                    (
+                        "request kept in the inflight queue with no deadline when poll is "
+                        "WaitingForInput/Transferring: nothing fails a request that waits too "
+                        "long"
+                    ),
+                ),
+            ],
+        ),
+        # enforced, never stamped
+        Invalid(
+            """\
+import logging
+import time
+
+from sglang.srt.disaggregation.base import KVPoll
+from sglang.srt.disaggregation.utils import poll_and_all_reduce
+
+logger = logging.getLogger(__name__)
+TIMEOUT = 300.0
+
+
+class SchedulerDisaggregationPrefillMixin:
+    def process_batch_result_disagg_prefill(self, batch):
+        for req in batch.reqs:
+            self.disagg_prefill_inflight_queue.append(req)
+
+    def _expire_inflight(self):
+        now = time.monotonic()
+        for req in self.disagg_prefill_inflight_queue:
+            if now - req.entered_at > TIMEOUT:
+                req.disagg_kv_sender.abort()
+
+    def process_disagg_prefill_inflight_queue(self):
+        if not self.disagg_prefill_inflight_queue:
+            return []
+        self._expire_inflight()
+        senders = [r.disagg_kv_sender for r in self.disagg_prefill_inflight_queue]
+        states = poll_and_all_reduce(senders, self.tp_cpu_group)
+        finished = []
+        waiting = []
+        # each rank takes the branch the reduced state picks
+        for req, state in zip(self.disagg_prefill_inflight_queue, states):
+            if state in (KVPoll.WaitingForInput, KVPoll.Transferring):
+                waiting.append(req)
+            elif state in (KVPoll.Success, KVPoll.Failed):
+                finished.append(req)
+        self.disagg_prefill_inflight_queue = waiting
+        return finished
+""",
+            [
+                (
+                    33,
+                    17,
+                    (
+                        "request kept in the inflight queue with no deadline when poll is "
+                        "WaitingForInput/Transferring: requests are not stamped where they enter "
+                        "disagg_prefill_inflight_queue"
+                    ),
+                ),
+            ],
+        ),
+        # helper defined but not called
+        Invalid(
+            """\
+import logging
+import time
+
+from sglang.srt.disaggregation.base import KVPoll
+from sglang.srt.disaggregation.utils import poll_and_all_reduce
+
+logger = logging.getLogger(__name__)
+TIMEOUT = 300.0
+
+
+class SchedulerDisaggregationPrefillMixin:
+    def process_batch_result_disagg_prefill(self, batch):
+        for req in batch.reqs:
+            if getattr(req, "entered_at", None) is None:
+                req.entered_at = time.monotonic()
+            self.disagg_prefill_inflight_queue.append(req)
+
+    def _expire_inflight(self):
+        now = time.monotonic()
+        for req in self.disagg_prefill_inflight_queue:
+            if now - req.entered_at > TIMEOUT:
+                req.disagg_kv_sender.abort()
+
+    def process_disagg_prefill_inflight_queue(self):
+        if not self.disagg_prefill_inflight_queue:
+            return []
+        senders = [r.disagg_kv_sender for r in self.disagg_prefill_inflight_queue]
+        states = poll_and_all_reduce(senders, self.tp_cpu_group)
+        finished = []
+        waiting = []
+        # each rank takes the branch the reduced state picks
+        for req, state in zip(self.disagg_prefill_inflight_queue, states):
+            if state in (KVPoll.WaitingForInput, KVPoll.Transferring):
+                waiting.append(req)
+            elif state in (KVPoll.Success, KVPoll.Failed):
+                finished.append(req)
+        self.disagg_prefill_inflight_queue = waiting
+        return finished
+""",
+            [
+                (
+                    34,
+                    17,
+                    (
+                        "request kept in the inflight queue with no deadline when poll is "
+                        "WaitingForInput/Transferring: nothing fails a request that waits too "
+                        "long"
+                    ),
+                ),
+            ],
+        ),
+        # not on every call
+        Invalid(
+            """\
+import logging
+import time
+
+from sglang.srt.disaggregation.base import KVPoll
+from sglang.srt.disaggregation.utils import poll_and_all_reduce
+
+logger = logging.getLogger(__name__)
+TIMEOUT = 300.0
+
+
+class SchedulerDisaggregationPrefillMixin:
+    def process_batch_result_disagg_prefill(self, batch):
+        for req in batch.reqs:
+            if getattr(req, "entered_at", None) is None:
+                req.entered_at = time.monotonic()
+            self.disagg_prefill_inflight_queue.append(req)
+
+    def _expire_inflight(self):
+        now = time.monotonic()
+        for req in self.disagg_prefill_inflight_queue:
+            if now - req.entered_at > TIMEOUT:
+                req.disagg_kv_sender.abort()
+
+    def process_disagg_prefill_inflight_queue(self):
+        if not self.disagg_prefill_inflight_queue:
+            return []
+        if self.tp_rank == 0:
+            self._expire_inflight()
+        senders = [r.disagg_kv_sender for r in self.disagg_prefill_inflight_queue]
+        states = poll_and_all_reduce(senders, self.tp_cpu_group)
+        finished = []
+        waiting = []
+        # each rank takes the branch the reduced state picks
+        for req, state in zip(self.disagg_prefill_inflight_queue, states):
+            if state in (KVPoll.WaitingForInput, KVPoll.Transferring):
+                waiting.append(req)
+            elif state in (KVPoll.Success, KVPoll.Failed):
+                finished.append(req)
+        self.disagg_prefill_inflight_queue = waiting
+        return finished
+""",
+            [
+                (
+                    36,
+                    17,
+                    (
+                        "request kept in the inflight queue with no deadline when poll is "
+                        "WaitingForInput/Transferring: the deadline does not run before the poll "
+                        "all-reduce on every call"
+                    ),
+                ),
+            ],
+        ),
+        # PP: the deadline skipped whenever the stages' consensus is given
+        Invalid(
+            """\
+import logging
+import time
+
+from sglang.srt.disaggregation.base import KVPoll
+from sglang.srt.disaggregation.utils import poll_and_all_reduce
+
+logger = logging.getLogger(__name__)
+TIMEOUT = 300.0
+
+
+class SchedulerDisaggregationPrefillMixin:
+    def process_batch_result_disagg_prefill(self, batch):
+        for req in batch.reqs:
+            if getattr(req, "entered_at", None) is None:
+                req.entered_at = time.monotonic()
+            self.disagg_prefill_inflight_queue.append(req)
+
     def _expire_inflight(self, consensus):
         now = time.monotonic()
         for req in self.disagg_prefill_inflight_queue:
@@ -53,86 +397,35 @@ _HELPER_OFF_UNDER_PP = """
                 continue  # left to the stages' consensus
             if now - req.entered_at > TIMEOUT:
                 req.disagg_kv_sender.abort()
-"""
 
-
-class InflightWaitForever(Rule):
-    code = "PDG001"
-    name = "inflight-wait-forever"
-    VALID = (
-        PATCHED,
-        prefill(stamp=STAMP_ONCE, before=INLINE_DEADLINE),
-    )
-    # The message of every INVALID example's finding starts with MESSAGE; the example tree's
-    # one keep site is in the poll's `WaitingForInput/Transferring` branch (EXAMPLE_SITE).
-    MESSAGE = "request kept in the inflight queue with no deadline"
-    EXAMPLE_SITE = "when poll is WaitingForInput/Transferring"
-    INVALID = (
-        Invalid(
-            prefill(),  # no deadline at all
-            [
-                (
-                    26,
-                    17,
-                    "request kept in the inflight queue with no deadline when poll is "
-                    "WaitingForInput/Transferring: "
-                    "nothing fails a request that waits too long",
-                )
-            ],
-        ),
-        Invalid(
-            prefill(helper=HELPER, before=CALL_HELPER),  # enforced, never stamped
-            [
-                (
-                    33,
-                    17,
-                    "request kept in the inflight queue with no deadline when poll is "
-                    "WaitingForInput/Transferring: "
-                    "requests are not stamped where they enter disagg_prefill_inflight_queue",
-                )
-            ],
-        ),
-        Invalid(
-            prefill(stamp=STAMP_ONCE, helper=HELPER),  # helper defined but not called
-            [
-                (
-                    34,
-                    17,
-                    "request kept in the inflight queue with no deadline when poll is "
-                    "WaitingForInput/Transferring: "
-                    "nothing fails a request that waits too long",
-                )
-            ],
-        ),
-        Invalid(
-            prefill(
-                stamp=STAMP_ONCE,
-                helper=HELPER,
-                before="        if self.tp_rank == 0:\n            self._expire_inflight()\n",
-            ),  # not on every call
-            [
-                (
-                    36,
-                    17,
-                    "request kept in the inflight queue with no deadline when poll is "
-                    "WaitingForInput/Transferring: "
-                    "the deadline does not run before the poll all-reduce on every call",
-                )
-            ],
-        ),
-        Invalid(
-            prefill(stamp=STAMP_ONCE, helper=_HELPER_OFF_UNDER_PP, before=_PASS_CONSENSUS).replace(
-                *PP_SIGNATURE
-            ),
+    def process_disagg_prefill_inflight_queue(self, rids_to_check=None):
+        if not self.disagg_prefill_inflight_queue:
+            return []
+        self._expire_inflight(consensus=rids_to_check)
+        senders = [r.disagg_kv_sender for r in self.disagg_prefill_inflight_queue]
+        states = poll_and_all_reduce(senders, self.tp_cpu_group)
+        finished = []
+        waiting = []
+        # each rank takes the branch the reduced state picks
+        for req, state in zip(self.disagg_prefill_inflight_queue, states):
+            if state in (KVPoll.WaitingForInput, KVPoll.Transferring):
+                waiting.append(req)
+            elif state in (KVPoll.Success, KVPoll.Failed):
+                finished.append(req)
+        self.disagg_prefill_inflight_queue = waiting
+        return finished
+""",
             [
                 (
                     37,
                     17,
-                    "request kept in the inflight queue with no deadline when poll is "
-                    "WaitingForInput/Transferring: the deadline is skipped when rids_to_check "
-                    "is given, and every PP stage gives it: under pipeline parallelism a "
-                    "transfer that never ends keeps its request on every stage",
-                )
+                    (
+                        "request kept in the inflight queue with no deadline when poll is "
+                        "WaitingForInput/Transferring: the deadline is skipped when "
+                        "rids_to_check is given, and every PP stage gives it: under pipeline "
+                        "parallelism a transfer that never ends keeps its request on every stage"
+                    ),
+                ),
             ],
         ),
     )

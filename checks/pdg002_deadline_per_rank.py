@@ -26,11 +26,36 @@ Why is this bad
     others with success, for the same request.
 
 Example
-    ``if now - req.entered_at > TIMEOUT: state = KVPoll.Failed`` in the loop over the reduced
-    states.
-    Under PP, a helper that skips only ``req.rid in rids_to_check`` before it aborts overdue
-    senders: it also needs ``if req.disagg_kv_sender.poll() in (KVPoll.Success,
-    KVPoll.Failed): continue``.
+    The deadline decided in the loop over the reduced states, by each rank on its own clock:
+
+    ```python
+    states = poll_and_all_reduce(senders, self.tp_cpu_group)
+    ...
+    for req, state in zip(self.disagg_prefill_inflight_queue, states):
+        if time.monotonic() - req.entered_at > TIMEOUT:
+            state = KVPoll.Failed
+    ```
+
+Use instead
+    Fail the sender before the all-reduce, so that the MIN makes the failure unanimous. Under
+    PP, also leave a transfer this stage already polls as ended to the stages' consensus
+    (``if state not in (KVPoll.Success, KVPoll.Failed)`` before ``abort()``).
+
+    ```python
+    def _expire_inflight(self):
+        now = time.monotonic()
+        for req in self.disagg_prefill_inflight_queue:
+            if now - req.entered_at > TIMEOUT:
+                req.disagg_kv_sender.abort()
+
+
+    def process_disagg_prefill_inflight_queue(self):
+        if not self.disagg_prefill_inflight_queue:
+            return []
+        self._expire_inflight()
+        senders = [r.disagg_kv_sender for r in self.disagg_prefill_inflight_queue]
+        states = poll_and_all_reduce(senders, self.tp_cpu_group)
+    ```
 """
 
 from __future__ import annotations
@@ -40,7 +65,6 @@ from collections.abc import Iterator
 from pdguard.fix_names import SENDER_ABORT
 from pdguard.sglang_names import PP_CONSENSUS_PARAM
 
-from .examples import CALL_HELPER, HELPER, PATCHED, PP_SIGNATURE, STAMP_ONCE, prefill
 from .inflight import FUNCTION
 from .model import PREFILL, Finding, Invalid, Rule
 from .project import Project
@@ -59,76 +83,6 @@ class LedgerKVSender(BaseKVSender):
             return self.conclude_state
         return self.kv_mgr.check_status(self.room)
 """
-IGNORING_SENDERS = (
-    HONOURING_SENDERS
-    + """
-
-class SpoolKVSender(BaseKVSender):
-    def poll(self):
-        if not self.transfers:
-            return self.kv_mgr.check_status(self.room)
-        done = self.kv_mgr.finished(self.transfers)
-        return KVPoll.Success if done else KVPoll.Transferring
-"""
-)
-CONN = "sglang/srt/disaggregation/base/conn.py"
-PIN_POLL = HELPER.replace(
-    "req.disagg_kv_sender.abort()", "req.disagg_kv_sender.poll = lambda: KVPoll.Failed"
-)
-
-AFTER_REDUCE = """\
-            if time.monotonic() - req.entered_at > TIMEOUT:
-                state = KVPoll.Failed
-"""
-DROP_BEFORE_REDUCE = """\
-        for req in list(self.disagg_prefill_inflight_queue):
-            if time.monotonic() - req.entered_at > TIMEOUT:
-                self.disagg_prefill_inflight_queue.remove(req)
-"""
-
-
-PINNED = prefill(stamp=STAMP_ONCE, helper=PIN_POLL, before=CALL_HELPER)
-
-_PP_CALL = "        self._expire_inflight(rids_to_check)\n"
-# Spares only what the consensus already carries: a stage that polled Success can still abort.
-_PP_AGREED_ONLY = """
-    def _expire_inflight(self, agreed):
-        now = time.monotonic()
-        for req in self.disagg_prefill_inflight_queue:
-            if agreed is not None and req.rid in agreed:
-                continue
-            if now - req.entered_at > TIMEOUT:
-                req.disagg_kv_sender.abort()
-"""
-# Fails a sender only while this stage still polls its transfer as unfinished.
-_PP_UNFINISHED_ONLY = """
-    def _expire_inflight(self, agreed):
-        now = time.monotonic()
-        for req in self.disagg_prefill_inflight_queue:
-            if now - req.entered_at <= TIMEOUT:
-                continue
-            state = req.disagg_kv_sender.poll()
-            if state not in (KVPoll.Success, KVPoll.Failed):
-                req.disagg_kv_sender.abort()
-"""
-
-# The same, as one condition that skips the request.
-_PP_SKIPS_ENDED = """
-    def _expire_inflight(self, agreed):
-        now = time.monotonic()
-        for req in self.disagg_prefill_inflight_queue:
-            ended = req.disagg_kv_sender.poll()
-            if agreed is not None and (ended == KVPoll.Success or ended == KVPoll.Failed):
-                continue
-            if now - req.entered_at > TIMEOUT:
-                req.disagg_kv_sender.abort()
-"""
-
-
-def _pp(helper: str) -> str:
-    return prefill(stamp=STAMP_ONCE, helper=helper, before=_PP_CALL).replace(*PP_SIGNATURE)
-
-
 PP_MESSAGE = (
     "inflight deadline can fail a request this PP stage already polls as transferred: the "
     "stages' consensus (rids_to_check) ends it with success elsewhere; leave requests whose "
@@ -140,62 +94,532 @@ class DeadlinePerRank(Rule):
     code = "PDG002"
     name = "deadline-per-rank"
     VALID = (
-        PATCHED,
-        prefill(stamp=STAMP_ONCE, helper=HELPER, before=CALL_HELPER),
+        # abort() before the poll all-reduce: the MIN makes it unanimous
+        """\
+import logging
+import time
+
+from sglang.srt.disaggregation.base import KVPoll
+from sglang.srt.disaggregation.utils import poll_and_all_reduce
+
+logger = logging.getLogger(__name__)
+TIMEOUT = 300.0
+
+
+class SchedulerDisaggregationPrefillMixin:
+    def process_batch_result_disagg_prefill(self, batch):
+        for req in batch.reqs:
+            if getattr(req, "entered_at", None) is None:
+                req.entered_at = time.monotonic()
+            self.disagg_prefill_inflight_queue.append(req)
+
+    def _expire_inflight(self):
+        now = time.monotonic()
+        for req in self.disagg_prefill_inflight_queue:
+            if now - req.entered_at > TIMEOUT:
+                req.disagg_kv_sender.abort()
+
+    def process_disagg_prefill_inflight_queue(self):
+        if not self.disagg_prefill_inflight_queue:
+            return []
+        self._expire_inflight()
+        senders = [r.disagg_kv_sender for r in self.disagg_prefill_inflight_queue]
+        states = poll_and_all_reduce(senders, self.tp_cpu_group)
+        finished = []
+        waiting = []
+        # each rank takes the branch the reduced state picks
+        for req, state in zip(self.disagg_prefill_inflight_queue, states):
+            if state in (KVPoll.WaitingForInput, KVPoll.Transferring):
+                waiting.append(req)
+            elif state in (KVPoll.Success, KVPoll.Failed):
+                finished.append(req)
+        self.disagg_prefill_inflight_queue = waiting
+        return finished
+""",
         # abort() where every sender honours it
-        {PREFILL: PATCHED, CONN: HONOURING_SENDERS},
+        {
+            PREFILL: """\
+import logging
+import time
+
+from sglang.srt.disaggregation.base import KVPoll
+from sglang.srt.disaggregation.utils import poll_and_all_reduce
+
+logger = logging.getLogger(__name__)
+TIMEOUT = 300.0
+
+
+class SchedulerDisaggregationPrefillMixin:
+    def process_batch_result_disagg_prefill(self, batch):
+        for req in batch.reqs:
+            if getattr(req, "entered_at", None) is None:
+                req.entered_at = time.monotonic()
+            self.disagg_prefill_inflight_queue.append(req)
+
+    def _expire_inflight(self):
+        now = time.monotonic()
+        for req in self.disagg_prefill_inflight_queue:
+            if now - req.entered_at > TIMEOUT:
+                req.disagg_kv_sender.abort()
+
+    def process_disagg_prefill_inflight_queue(self):
+        if not self.disagg_prefill_inflight_queue:
+            return []
+        self._expire_inflight()
+        senders = [r.disagg_kv_sender for r in self.disagg_prefill_inflight_queue]
+        states = poll_and_all_reduce(senders, self.tp_cpu_group)
+        finished = []
+        waiting = []
+        # each rank takes the branch the reduced state picks
+        for req, state in zip(self.disagg_prefill_inflight_queue, states):
+            if state in (KVPoll.WaitingForInput, KVPoll.Transferring):
+                waiting.append(req)
+            elif state in (KVPoll.Success, KVPoll.Failed):
+                finished.append(req)
+        self.disagg_prefill_inflight_queue = waiting
+        return finished
+""",
+            "sglang/srt/disaggregation/base/conn.py": HONOURING_SENDERS,
+        },
         # PP: only a transfer this stage still polls as unfinished is failed
-        _pp(_PP_UNFINISHED_ONLY),
-        _pp(_PP_SKIPS_ENDED),
+        """\
+import logging
+import time
+
+from sglang.srt.disaggregation.base import KVPoll
+from sglang.srt.disaggregation.utils import poll_and_all_reduce
+
+logger = logging.getLogger(__name__)
+TIMEOUT = 300.0
+
+
+class SchedulerDisaggregationPrefillMixin:
+    def process_batch_result_disagg_prefill(self, batch):
+        for req in batch.reqs:
+            if getattr(req, "entered_at", None) is None:
+                req.entered_at = time.monotonic()
+            self.disagg_prefill_inflight_queue.append(req)
+
+    def _expire_inflight(self, agreed):
+        now = time.monotonic()
+        for req in self.disagg_prefill_inflight_queue:
+            if now - req.entered_at <= TIMEOUT:
+                continue
+            state = req.disagg_kv_sender.poll()
+            if state not in (KVPoll.Success, KVPoll.Failed):
+                req.disagg_kv_sender.abort()
+
+    def process_disagg_prefill_inflight_queue(self, rids_to_check=None):
+        if not self.disagg_prefill_inflight_queue:
+            return []
+        self._expire_inflight(rids_to_check)
+        senders = [r.disagg_kv_sender for r in self.disagg_prefill_inflight_queue]
+        states = poll_and_all_reduce(senders, self.tp_cpu_group)
+        finished = []
+        waiting = []
+        # each rank takes the branch the reduced state picks
+        for req, state in zip(self.disagg_prefill_inflight_queue, states):
+            if state in (KVPoll.WaitingForInput, KVPoll.Transferring):
+                waiting.append(req)
+            elif state in (KVPoll.Success, KVPoll.Failed):
+                finished.append(req)
+        self.disagg_prefill_inflight_queue = waiting
+        return finished
+""",
+        # PP: the same, as one condition that skips a transfer this stage polls as ended
+        """\
+import logging
+import time
+
+from sglang.srt.disaggregation.base import KVPoll
+from sglang.srt.disaggregation.utils import poll_and_all_reduce
+
+logger = logging.getLogger(__name__)
+TIMEOUT = 300.0
+
+
+class SchedulerDisaggregationPrefillMixin:
+    def process_batch_result_disagg_prefill(self, batch):
+        for req in batch.reqs:
+            if getattr(req, "entered_at", None) is None:
+                req.entered_at = time.monotonic()
+            self.disagg_prefill_inflight_queue.append(req)
+
+    def _expire_inflight(self, agreed):
+        now = time.monotonic()
+        for req in self.disagg_prefill_inflight_queue:
+            ended = req.disagg_kv_sender.poll()
+            if agreed is not None and (ended == KVPoll.Success or ended == KVPoll.Failed):
+                continue
+            if now - req.entered_at > TIMEOUT:
+                req.disagg_kv_sender.abort()
+
+    def process_disagg_prefill_inflight_queue(self, rids_to_check=None):
+        if not self.disagg_prefill_inflight_queue:
+            return []
+        self._expire_inflight(rids_to_check)
+        senders = [r.disagg_kv_sender for r in self.disagg_prefill_inflight_queue]
+        states = poll_and_all_reduce(senders, self.tp_cpu_group)
+        finished = []
+        waiting = []
+        # each rank takes the branch the reduced state picks
+        for req, state in zip(self.disagg_prefill_inflight_queue, states):
+            if state in (KVPoll.WaitingForInput, KVPoll.Transferring):
+                waiting.append(req)
+            elif state in (KVPoll.Success, KVPoll.Failed):
+                finished.append(req)
+        self.disagg_prefill_inflight_queue = waiting
+        return finished
+""",
     )
     INVALID = (
+        # the deadline decided after the all-reduce, per rank
         Invalid(
-            prefill(stamp=STAMP_ONCE, after=AFTER_REDUCE),
+            """\
+import logging
+import time
+
+from sglang.srt.disaggregation.base import KVPoll
+from sglang.srt.disaggregation.utils import poll_and_all_reduce
+
+logger = logging.getLogger(__name__)
+TIMEOUT = 300.0
+
+
+class SchedulerDisaggregationPrefillMixin:
+    def process_batch_result_disagg_prefill(self, batch):
+        for req in batch.reqs:
+            if getattr(req, "entered_at", None) is None:
+                req.entered_at = time.monotonic()
+            self.disagg_prefill_inflight_queue.append(req)
+
+    def process_disagg_prefill_inflight_queue(self):
+        if not self.disagg_prefill_inflight_queue:
+            return []
+        senders = [r.disagg_kv_sender for r in self.disagg_prefill_inflight_queue]
+        states = poll_and_all_reduce(senders, self.tp_cpu_group)
+        finished = []
+        waiting = []
+        # each rank takes the branch the reduced state picks
+        for req, state in zip(self.disagg_prefill_inflight_queue, states):
+            if time.monotonic() - req.entered_at > TIMEOUT:
+                state = KVPoll.Failed
+            if state in (KVPoll.WaitingForInput, KVPoll.Transferring):
+                waiting.append(req)
+            elif state in (KVPoll.Success, KVPoll.Failed):
+                finished.append(req)
+        self.disagg_prefill_inflight_queue = waiting
+        return finished
+""",
             [
                 (
                     27,
                     16,
-                    "inflight deadline decided after the poll all-reduce: ranks can disagree; "
-                    "fail the request's sender before the all-reduce",
-                )
+                    (
+                        "inflight deadline decided after the poll all-reduce: ranks can "
+                        "disagree; fail the request's sender before the all-reduce"
+                    ),
+                ),
             ],
         ),
+        # the request dropped from this rank's queue, its sender never failed
         Invalid(
-            prefill(stamp=STAMP_ONCE, before=DROP_BEFORE_REDUCE),
+            """\
+import logging
+import time
+
+from sglang.srt.disaggregation.base import KVPoll
+from sglang.srt.disaggregation.utils import poll_and_all_reduce
+
+logger = logging.getLogger(__name__)
+TIMEOUT = 300.0
+
+
+class SchedulerDisaggregationPrefillMixin:
+    def process_batch_result_disagg_prefill(self, batch):
+        for req in batch.reqs:
+            if getattr(req, "entered_at", None) is None:
+                req.entered_at = time.monotonic()
+            self.disagg_prefill_inflight_queue.append(req)
+
+    def process_disagg_prefill_inflight_queue(self):
+        if not self.disagg_prefill_inflight_queue:
+            return []
+        for req in list(self.disagg_prefill_inflight_queue):
+            if time.monotonic() - req.entered_at > TIMEOUT:
+                self.disagg_prefill_inflight_queue.remove(req)
+        senders = [r.disagg_kv_sender for r in self.disagg_prefill_inflight_queue]
+        states = poll_and_all_reduce(senders, self.tp_cpu_group)
+        finished = []
+        waiting = []
+        # each rank takes the branch the reduced state picks
+        for req, state in zip(self.disagg_prefill_inflight_queue, states):
+            if state in (KVPoll.WaitingForInput, KVPoll.Transferring):
+                waiting.append(req)
+            elif state in (KVPoll.Success, KVPoll.Failed):
+                finished.append(req)
+        self.disagg_prefill_inflight_queue = waiting
+        return finished
+""",
             [
                 (
                     22,
                     16,
-                    "inflight deadline does not fail the request's sender: the reduced poll "
-                    "will not say Failed on every rank",
-                )
+                    (
+                        "inflight deadline does not fail the request's sender: the reduced poll "
+                        "will not say Failed on every rank"
+                    ),
+                ),
             ],
         ),
+        # `poll` set on the sender instance, where abort() would do
         Invalid(
-            {PREFILL: PINNED, CONN: HONOURING_SENDERS},
+            {
+                PREFILL: """\
+import logging
+import time
+
+from sglang.srt.disaggregation.base import KVPoll
+from sglang.srt.disaggregation.utils import poll_and_all_reduce
+
+logger = logging.getLogger(__name__)
+TIMEOUT = 300.0
+
+
+class SchedulerDisaggregationPrefillMixin:
+    def process_batch_result_disagg_prefill(self, batch):
+        for req in batch.reqs:
+            if getattr(req, "entered_at", None) is None:
+                req.entered_at = time.monotonic()
+            self.disagg_prefill_inflight_queue.append(req)
+
+    def _expire_inflight(self):
+        now = time.monotonic()
+        for req in self.disagg_prefill_inflight_queue:
+            if now - req.entered_at > TIMEOUT:
+                req.disagg_kv_sender.poll = lambda: KVPoll.Failed
+
+    def process_disagg_prefill_inflight_queue(self):
+        if not self.disagg_prefill_inflight_queue:
+            return []
+        self._expire_inflight()
+        senders = [r.disagg_kv_sender for r in self.disagg_prefill_inflight_queue]
+        states = poll_and_all_reduce(senders, self.tp_cpu_group)
+        finished = []
+        waiting = []
+        # each rank takes the branch the reduced state picks
+        for req, state in zip(self.disagg_prefill_inflight_queue, states):
+            if state in (KVPoll.WaitingForInput, KVPoll.Transferring):
+                waiting.append(req)
+            elif state in (KVPoll.Success, KVPoll.Failed):
+                finished.append(req)
+        self.disagg_prefill_inflight_queue = waiting
+        return finished
+""",
+                "sglang/srt/disaggregation/base/conn.py": HONOURING_SENDERS,
+            },
             [
                 (
                     22,
                     17,
-                    "inflight deadline sets `poll` on a sender instance, skipping poll()'s own "
-                    "bookkeeping: every sender here reports Failed once aborted; call abort()",
-                )
+                    (
+                        "inflight deadline sets `poll` on a sender instance, skipping poll()'s "
+                        "own bookkeeping: every sender here reports Failed once aborted; call "
+                        "abort()"
+                    ),
+                ),
             ],
         ),
+        # the same, with a sender whose poll() ignores abort()
         Invalid(
-            {PREFILL: PINNED, CONN: IGNORING_SENDERS},
+            {
+                PREFILL: """\
+import logging
+import time
+
+from sglang.srt.disaggregation.base import KVPoll
+from sglang.srt.disaggregation.utils import poll_and_all_reduce
+
+logger = logging.getLogger(__name__)
+TIMEOUT = 300.0
+
+
+class SchedulerDisaggregationPrefillMixin:
+    def process_batch_result_disagg_prefill(self, batch):
+        for req in batch.reqs:
+            if getattr(req, "entered_at", None) is None:
+                req.entered_at = time.monotonic()
+            self.disagg_prefill_inflight_queue.append(req)
+
+    def _expire_inflight(self):
+        now = time.monotonic()
+        for req in self.disagg_prefill_inflight_queue:
+            if now - req.entered_at > TIMEOUT:
+                req.disagg_kv_sender.poll = lambda: KVPoll.Failed
+
+    def process_disagg_prefill_inflight_queue(self):
+        if not self.disagg_prefill_inflight_queue:
+            return []
+        self._expire_inflight()
+        senders = [r.disagg_kv_sender for r in self.disagg_prefill_inflight_queue]
+        states = poll_and_all_reduce(senders, self.tp_cpu_group)
+        finished = []
+        waiting = []
+        # each rank takes the branch the reduced state picks
+        for req, state in zip(self.disagg_prefill_inflight_queue, states):
+            if state in (KVPoll.WaitingForInput, KVPoll.Transferring):
+                waiting.append(req)
+            elif state in (KVPoll.Success, KVPoll.Failed):
+                finished.append(req)
+        self.disagg_prefill_inflight_queue = waiting
+        return finished
+""",
+                "sglang/srt/disaggregation/base/conn.py": """\
+class BaseKVSender:
+    def abort(self):
+        # an aborted sender answers Failed from then on
+        self.conclude_state = KVPoll.Failed
+
+
+class LedgerKVSender(BaseKVSender):
+    def poll(self):
+        if self.conclude_state is not None:
+            return self.conclude_state
+        return self.kv_mgr.check_status(self.room)
+
+
+class SpoolKVSender(BaseKVSender):
+    def poll(self):
+        if not self.transfers:
+            return self.kv_mgr.check_status(self.room)
+        done = self.kv_mgr.finished(self.transfers)
+        return KVPoll.Success if done else KVPoll.Transferring
+""",
+            },
             [
                 (
                     22,
                     17,
-                    "inflight deadline sets `poll` on a sender instance, skipping poll()'s own "
-                    "bookkeeping: make SpoolKVSender.poll() report Failed once aborted (the "
-                    "sender-abort fix) and call abort()",
-                )
+                    (
+                        "inflight deadline sets `poll` on a sender instance, skipping poll()'s "
+                        "own bookkeeping: make SpoolKVSender.poll() report Failed once aborted "
+                        "(the sender-abort fix) and call abort()"
+                    ),
+                ),
             ],
         ),
-        Invalid(_pp(_PP_AGREED_ONLY), [(23, 16, PP_MESSAGE)]),
-        Invalid(_pp(HELPER), [(21, 16, PP_MESSAGE)]),
+        # PP: spares only what the consensus already carries
+        Invalid(
+            """\
+import logging
+import time
+
+from sglang.srt.disaggregation.base import KVPoll
+from sglang.srt.disaggregation.utils import poll_and_all_reduce
+
+logger = logging.getLogger(__name__)
+TIMEOUT = 300.0
+
+
+class SchedulerDisaggregationPrefillMixin:
+    def process_batch_result_disagg_prefill(self, batch):
+        for req in batch.reqs:
+            if getattr(req, "entered_at", None) is None:
+                req.entered_at = time.monotonic()
+            self.disagg_prefill_inflight_queue.append(req)
+
+    def _expire_inflight(self, agreed):
+        now = time.monotonic()
+        for req in self.disagg_prefill_inflight_queue:
+            if agreed is not None and req.rid in agreed:
+                continue
+            if now - req.entered_at > TIMEOUT:
+                req.disagg_kv_sender.abort()
+
+    def process_disagg_prefill_inflight_queue(self, rids_to_check=None):
+        if not self.disagg_prefill_inflight_queue:
+            return []
+        self._expire_inflight(rids_to_check)
+        senders = [r.disagg_kv_sender for r in self.disagg_prefill_inflight_queue]
+        states = poll_and_all_reduce(senders, self.tp_cpu_group)
+        finished = []
+        waiting = []
+        # each rank takes the branch the reduced state picks
+        for req, state in zip(self.disagg_prefill_inflight_queue, states):
+            if state in (KVPoll.WaitingForInput, KVPoll.Transferring):
+                waiting.append(req)
+            elif state in (KVPoll.Success, KVPoll.Failed):
+                finished.append(req)
+        self.disagg_prefill_inflight_queue = waiting
+        return finished
+""",
+            [
+                (
+                    23,
+                    16,
+                    (
+                        "inflight deadline can fail a request this PP stage already polls as "
+                        "transferred: the stages' consensus (rids_to_check) ends it with success "
+                        "elsewhere; leave requests whose sender's poll() says Success to it"
+                    ),
+                ),
+            ],
+        ),
+        # PP: no look at this stage's own poll at all
+        Invalid(
+            """\
+import logging
+import time
+
+from sglang.srt.disaggregation.base import KVPoll
+from sglang.srt.disaggregation.utils import poll_and_all_reduce
+
+logger = logging.getLogger(__name__)
+TIMEOUT = 300.0
+
+
+class SchedulerDisaggregationPrefillMixin:
+    def process_batch_result_disagg_prefill(self, batch):
+        for req in batch.reqs:
+            if getattr(req, "entered_at", None) is None:
+                req.entered_at = time.monotonic()
+            self.disagg_prefill_inflight_queue.append(req)
+
+    def _expire_inflight(self):
+        now = time.monotonic()
+        for req in self.disagg_prefill_inflight_queue:
+            if now - req.entered_at > TIMEOUT:
+                req.disagg_kv_sender.abort()
+
+    def process_disagg_prefill_inflight_queue(self, rids_to_check=None):
+        if not self.disagg_prefill_inflight_queue:
+            return []
+        self._expire_inflight(rids_to_check)
+        senders = [r.disagg_kv_sender for r in self.disagg_prefill_inflight_queue]
+        states = poll_and_all_reduce(senders, self.tp_cpu_group)
+        finished = []
+        waiting = []
+        # each rank takes the branch the reduced state picks
+        for req, state in zip(self.disagg_prefill_inflight_queue, states):
+            if state in (KVPoll.WaitingForInput, KVPoll.Transferring):
+                waiting.append(req)
+            elif state in (KVPoll.Success, KVPoll.Failed):
+                finished.append(req)
+        self.disagg_prefill_inflight_queue = waiting
+        return finished
+""",
+            [
+                (
+                    21,
+                    16,
+                    (
+                        "inflight deadline can fail a request this PP stage already polls as "
+                        "transferred: the stages' consensus (rids_to_check) ends it with success "
+                        "elsewhere; leave requests whose sender's poll() says Success to it"
+                    ),
+                ),
+            ],
+        ),
     )
 
     def check(self, project: Project) -> Iterator[Finding]:

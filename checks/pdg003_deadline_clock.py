@@ -19,107 +19,497 @@ Why is this bad
     and its second prefill against the deadline: it can be failed on its first poll.
 
 Example
-    ``if now - req.disagg_kv_sender.init_time > TIMEOUT`` (too early);
-    ``req.entered_at = time.monotonic()`` where the request is kept (restarts);
-    ``if getattr(req, "entered_at", None) is None: req.entered_at = time.monotonic()`` beside
-    ``self.waiting_queue.insert(0, req)`` in a requeue method (carries over).
+    A deadline measured from the sender's creation, which also counts the prefill (too early).
+    Also reported: ``req.entered_at = time.monotonic()`` where the request is kept (restarts),
+    and the first stamp kept beside a method that sends requests back (carries over).
+
+    ```python
+    for req in self.disagg_prefill_inflight_queue:
+        if now - req.disagg_kv_sender.init_time > TIMEOUT:
+            req.disagg_kv_sender.abort()
+    ```
+
+Use instead
+    Measure from a stamp taken at every entry into the inflight queue:
+
+    ```python
+    for req in batch.reqs:
+        # a fresh deadline at every entry
+        req.entered_at = time.monotonic()
+        self.disagg_prefill_inflight_queue.append(req)
+    ...
+    for req in self.disagg_prefill_inflight_queue:
+        if now - req.entered_at > TIMEOUT:
+            req.disagg_kv_sender.abort()
+    ```
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterator
 
-from .examples import CALL_HELPER, HELPER, PATCHED, SEND_BACK, STAMP_AT_ENTRY, STAMP_ONCE, prefill
 from .inflight import FUNCTION, QUEUE, InflightModel
 from .model import PREFILL, Finding, Invalid, Rule
 from .project import Project
-
-FROM_SENDER_CREATION = HELPER.replace("req.entered_at", "req.disagg_kv_sender.init_time")
-# the same requeue path, clearing the stamp on the way
-SEND_BACK_CLEARING_STAMP = SEND_BACK.replace(
-    "        req.reset", "        req.entered_at = None\n        req.reset"
-)
-# A parked request (prefill done, bootstrap not) kept in the queue, and a deadline that does
-# not count its parked time.
-PARKED_KEEP = """\
-            if req.pending_bootstrap:
-                waiting.append(req)
-                continue
-"""
-SKIPS_PARKED = HELPER.replace(
-    "            if now - req.entered_at > TIMEOUT:",
-    "            if req.pending_bootstrap:\n"
-    "                req.entered_at = now\n"
-    "                continue\n"
-    "            if now - req.entered_at > TIMEOUT:",
-)
-RESTAMP_ON_KEEP = "                req.entered_at = time.monotonic()\n"
 
 
 class DeadlineClock(Rule):
     code = "PDG003"
     name = "deadline-clock"
     VALID = (
-        PATCHED,
+        # stamped where requests enter the inflight queue
+        """\
+import logging
+import time
+
+from sglang.srt.disaggregation.base import KVPoll
+from sglang.srt.disaggregation.utils import poll_and_all_reduce
+
+logger = logging.getLogger(__name__)
+TIMEOUT = 300.0
+
+
+class SchedulerDisaggregationPrefillMixin:
+    def process_batch_result_disagg_prefill(self, batch):
+        for req in batch.reqs:
+            if getattr(req, "entered_at", None) is None:
+                req.entered_at = time.monotonic()
+            self.disagg_prefill_inflight_queue.append(req)
+
+    def _expire_inflight(self):
+        now = time.monotonic()
+        for req in self.disagg_prefill_inflight_queue:
+            if now - req.entered_at > TIMEOUT:
+                req.disagg_kv_sender.abort()
+
+    def process_disagg_prefill_inflight_queue(self):
+        if not self.disagg_prefill_inflight_queue:
+            return []
+        self._expire_inflight()
+        senders = [r.disagg_kv_sender for r in self.disagg_prefill_inflight_queue]
+        states = poll_and_all_reduce(senders, self.tp_cpu_group)
+        finished = []
+        waiting = []
+        # each rank takes the branch the reduced state picks
+        for req, state in zip(self.disagg_prefill_inflight_queue, states):
+            if state in (KVPoll.WaitingForInput, KVPoll.Transferring):
+                waiting.append(req)
+            elif state in (KVPoll.Success, KVPoll.Failed):
+                finished.append(req)
+        self.disagg_prefill_inflight_queue = waiting
+        return finished
+""",
         # keeping the first stamp is right where no request leaves the queue and comes back
-        prefill(stamp=STAMP_ONCE, helper=HELPER, before=CALL_HELPER),
+        """\
+import logging
+import time
+
+from sglang.srt.disaggregation.base import KVPoll
+from sglang.srt.disaggregation.utils import poll_and_all_reduce
+
+logger = logging.getLogger(__name__)
+TIMEOUT = 300.0
+
+
+class SchedulerDisaggregationPrefillMixin:
+    def process_batch_result_disagg_prefill(self, batch):
+        for req in batch.reqs:
+            if getattr(req, "entered_at", None) is None:
+                req.entered_at = time.monotonic()
+            self.disagg_prefill_inflight_queue.append(req)
+
+    def _expire_inflight(self):
+        now = time.monotonic()
+        for req in self.disagg_prefill_inflight_queue:
+            if now - req.entered_at > TIMEOUT:
+                req.disagg_kv_sender.abort()
+
+    def process_disagg_prefill_inflight_queue(self):
+        if not self.disagg_prefill_inflight_queue:
+            return []
+        self._expire_inflight()
+        senders = [r.disagg_kv_sender for r in self.disagg_prefill_inflight_queue]
+        states = poll_and_all_reduce(senders, self.tp_cpu_group)
+        finished = []
+        waiting = []
+        # each rank takes the branch the reduced state picks
+        for req, state in zip(self.disagg_prefill_inflight_queue, states):
+            if state in (KVPoll.WaitingForInput, KVPoll.Transferring):
+                waiting.append(req)
+            elif state in (KVPoll.Success, KVPoll.Failed):
+                finished.append(req)
+        self.disagg_prefill_inflight_queue = waiting
+        return finished
+""",
         # and where the path that sends it back clears the stamp
-        prefill(
-            stamp=STAMP_ONCE,
-            helper=HELPER + SEND_BACK_CLEARING_STAMP,
-            before=CALL_HELPER,
-        ),
+        """\
+import logging
+import time
+
+from sglang.srt.disaggregation.base import KVPoll
+from sglang.srt.disaggregation.utils import poll_and_all_reduce
+
+logger = logging.getLogger(__name__)
+TIMEOUT = 300.0
+
+
+class SchedulerDisaggregationPrefillMixin:
+    def process_batch_result_disagg_prefill(self, batch):
+        for req in batch.reqs:
+            if getattr(req, "entered_at", None) is None:
+                req.entered_at = time.monotonic()
+            self.disagg_prefill_inflight_queue.append(req)
+
+    def _expire_inflight(self):
+        now = time.monotonic()
+        for req in self.disagg_prefill_inflight_queue:
+            if now - req.entered_at > TIMEOUT:
+                req.disagg_kv_sender.abort()
+
+    def release_and_requeue(self, req):
+        req.entered_at = None
+        req.reset_for_retract()
+        self.waiting_queue.insert(0, req)
+
+    def process_disagg_prefill_inflight_queue(self):
+        if not self.disagg_prefill_inflight_queue:
+            return []
+        self._expire_inflight()
+        senders = [r.disagg_kv_sender for r in self.disagg_prefill_inflight_queue]
+        states = poll_and_all_reduce(senders, self.tp_cpu_group)
+        finished = []
+        waiting = []
+        # each rank takes the branch the reduced state picks
+        for req, state in zip(self.disagg_prefill_inflight_queue, states):
+            if state in (KVPoll.WaitingForInput, KVPoll.Transferring):
+                waiting.append(req)
+            elif state in (KVPoll.Success, KVPoll.Failed):
+                finished.append(req)
+        self.disagg_prefill_inflight_queue = waiting
+        return finished
+""",
         # a stamp at every entry is right with such a path
-        prefill(stamp=STAMP_AT_ENTRY, helper=HELPER + SEND_BACK, before=CALL_HELPER),
+        """\
+import logging
+import time
+
+from sglang.srt.disaggregation.base import KVPoll
+from sglang.srt.disaggregation.utils import poll_and_all_reduce
+
+logger = logging.getLogger(__name__)
+TIMEOUT = 300.0
+
+
+class SchedulerDisaggregationPrefillMixin:
+    def process_batch_result_disagg_prefill(self, batch):
+        for req in batch.reqs:
+            # a fresh deadline at every entry
+            req.entered_at = time.monotonic()
+            self.disagg_prefill_inflight_queue.append(req)
+
+    def _expire_inflight(self):
+        now = time.monotonic()
+        for req in self.disagg_prefill_inflight_queue:
+            if now - req.entered_at > TIMEOUT:
+                req.disagg_kv_sender.abort()
+
+    def release_and_requeue(self, req):
+        req.reset_for_retract()
+        self.waiting_queue.insert(0, req)
+
+    def process_disagg_prefill_inflight_queue(self):
+        if not self.disagg_prefill_inflight_queue:
+            return []
+        self._expire_inflight()
+        senders = [r.disagg_kv_sender for r in self.disagg_prefill_inflight_queue]
+        states = poll_and_all_reduce(senders, self.tp_cpu_group)
+        finished = []
+        waiting = []
+        # each rank takes the branch the reduced state picks
+        for req, state in zip(self.disagg_prefill_inflight_queue, states):
+            if state in (KVPoll.WaitingForInput, KVPoll.Transferring):
+                waiting.append(req)
+            elif state in (KVPoll.Success, KVPoll.Failed):
+                finished.append(req)
+        self.disagg_prefill_inflight_queue = waiting
+        return finished
+""",
         # parked requests kept, and not counted by the deadline
-        prefill(stamp=STAMP_AT_ENTRY, helper=SKIPS_PARKED, before=CALL_HELPER, after=PARKED_KEEP),
+        """\
+import logging
+import time
+
+from sglang.srt.disaggregation.base import KVPoll
+from sglang.srt.disaggregation.utils import poll_and_all_reduce
+
+logger = logging.getLogger(__name__)
+TIMEOUT = 300.0
+
+
+class SchedulerDisaggregationPrefillMixin:
+    def process_batch_result_disagg_prefill(self, batch):
+        for req in batch.reqs:
+            # a fresh deadline at every entry
+            req.entered_at = time.monotonic()
+            self.disagg_prefill_inflight_queue.append(req)
+
+    def _expire_inflight(self):
+        now = time.monotonic()
+        for req in self.disagg_prefill_inflight_queue:
+            if req.pending_bootstrap:
+                req.entered_at = now
+                continue
+            if now - req.entered_at > TIMEOUT:
+                req.disagg_kv_sender.abort()
+
+    def process_disagg_prefill_inflight_queue(self):
+        if not self.disagg_prefill_inflight_queue:
+            return []
+        self._expire_inflight()
+        senders = [r.disagg_kv_sender for r in self.disagg_prefill_inflight_queue]
+        states = poll_and_all_reduce(senders, self.tp_cpu_group)
+        finished = []
+        waiting = []
+        # each rank takes the branch the reduced state picks
+        for req, state in zip(self.disagg_prefill_inflight_queue, states):
+            if req.pending_bootstrap:
+                waiting.append(req)
+                continue
+            if state in (KVPoll.WaitingForInput, KVPoll.Transferring):
+                waiting.append(req)
+            elif state in (KVPoll.Success, KVPoll.Failed):
+                finished.append(req)
+        self.disagg_prefill_inflight_queue = waiting
+        return finished
+""",
     )
     INVALID = (
+        # parked requests kept, but counted by the deadline
         Invalid(
-            prefill(stamp=STAMP_AT_ENTRY, helper=HELPER, before=CALL_HELPER, after=PARKED_KEEP),
+            """\
+import logging
+import time
+
+from sglang.srt.disaggregation.base import KVPoll
+from sglang.srt.disaggregation.utils import poll_and_all_reduce
+
+logger = logging.getLogger(__name__)
+TIMEOUT = 300.0
+
+
+class SchedulerDisaggregationPrefillMixin:
+    def process_batch_result_disagg_prefill(self, batch):
+        for req in batch.reqs:
+            # a fresh deadline at every entry
+            req.entered_at = time.monotonic()
+            self.disagg_prefill_inflight_queue.append(req)
+
+    def _expire_inflight(self):
+        now = time.monotonic()
+        for req in self.disagg_prefill_inflight_queue:
+            if now - req.entered_at > TIMEOUT:
+                req.disagg_kv_sender.abort()
+
+    def process_disagg_prefill_inflight_queue(self):
+        if not self.disagg_prefill_inflight_queue:
+            return []
+        self._expire_inflight()
+        senders = [r.disagg_kv_sender for r in self.disagg_prefill_inflight_queue]
+        states = poll_and_all_reduce(senders, self.tp_cpu_group)
+        finished = []
+        waiting = []
+        # each rank takes the branch the reduced state picks
+        for req, state in zip(self.disagg_prefill_inflight_queue, states):
+            if req.pending_bootstrap:
+                waiting.append(req)
+                continue
+            if state in (KVPoll.WaitingForInput, KVPoll.Transferring):
+                waiting.append(req)
+            elif state in (KVPoll.Success, KVPoll.Failed):
+                finished.append(req)
+        self.disagg_prefill_inflight_queue = waiting
+        return finished
+""",
             [
                 (
                     21,
                     16,
-                    "inflight deadline counts the time a request is parked (line 34: prefill "
-                    "done, bootstrap not), which the bootstrap timeout bounds: skip parked "
-                    "requests and start their deadline when they are unparked",
-                )
+                    (
+                        "inflight deadline counts the time a request is parked (line 34: prefill "
+                        "done, bootstrap not), which the bootstrap timeout bounds: skip parked "
+                        "requests and start their deadline when they are unparked"
+                    ),
+                ),
             ],
         ),
+        # measured from the sender's init_time: the prefill counts too
         Invalid(
-            prefill(stamp=STAMP_AT_ENTRY, helper=FROM_SENDER_CREATION, before=CALL_HELPER),
+            """\
+import logging
+import time
+
+from sglang.srt.disaggregation.base import KVPoll
+from sglang.srt.disaggregation.utils import poll_and_all_reduce
+
+logger = logging.getLogger(__name__)
+TIMEOUT = 300.0
+
+
+class SchedulerDisaggregationPrefillMixin:
+    def process_batch_result_disagg_prefill(self, batch):
+        for req in batch.reqs:
+            # a fresh deadline at every entry
+            req.entered_at = time.monotonic()
+            self.disagg_prefill_inflight_queue.append(req)
+
+    def _expire_inflight(self):
+        now = time.monotonic()
+        for req in self.disagg_prefill_inflight_queue:
+            if now - req.disagg_kv_sender.init_time > TIMEOUT:
+                req.disagg_kv_sender.abort()
+
+    def process_disagg_prefill_inflight_queue(self):
+        if not self.disagg_prefill_inflight_queue:
+            return []
+        self._expire_inflight()
+        senders = [r.disagg_kv_sender for r in self.disagg_prefill_inflight_queue]
+        states = poll_and_all_reduce(senders, self.tp_cpu_group)
+        finished = []
+        waiting = []
+        # each rank takes the branch the reduced state picks
+        for req, state in zip(self.disagg_prefill_inflight_queue, states):
+            if state in (KVPoll.WaitingForInput, KVPoll.Transferring):
+                waiting.append(req)
+            elif state in (KVPoll.Success, KVPoll.Failed):
+                finished.append(req)
+        self.disagg_prefill_inflight_queue = waiting
+        return finished
+""",
             [
                 (
                     21,
                     16,
-                    "inflight deadline measured from the sender's `init_time`, set before the "
-                    "request entered disagg_prefill_inflight_queue: it counts prefill time too",
-                )
+                    (
+                        "inflight deadline measured from the sender's `init_time`, set before "
+                        "the request entered disagg_prefill_inflight_queue: it counts prefill "
+                        "time too"
+                    ),
+                ),
             ],
         ),
+        # the first stamp kept, and a path that sends requests back
         Invalid(
-            prefill(stamp=STAMP_ONCE, helper=HELPER + SEND_BACK, before=CALL_HELPER),
+            """\
+import logging
+import time
+
+from sglang.srt.disaggregation.base import KVPoll
+from sglang.srt.disaggregation.utils import poll_and_all_reduce
+
+logger = logging.getLogger(__name__)
+TIMEOUT = 300.0
+
+
+class SchedulerDisaggregationPrefillMixin:
+    def process_batch_result_disagg_prefill(self, batch):
+        for req in batch.reqs:
+            if getattr(req, "entered_at", None) is None:
+                req.entered_at = time.monotonic()
+            self.disagg_prefill_inflight_queue.append(req)
+
+    def _expire_inflight(self):
+        now = time.monotonic()
+        for req in self.disagg_prefill_inflight_queue:
+            if now - req.entered_at > TIMEOUT:
+                req.disagg_kv_sender.abort()
+
+    def release_and_requeue(self, req):
+        req.reset_for_retract()
+        self.waiting_queue.insert(0, req)
+
+    def process_disagg_prefill_inflight_queue(self):
+        if not self.disagg_prefill_inflight_queue:
+            return []
+        self._expire_inflight()
+        senders = [r.disagg_kv_sender for r in self.disagg_prefill_inflight_queue]
+        states = poll_and_all_reduce(senders, self.tp_cpu_group)
+        finished = []
+        waiting = []
+        # each rank takes the branch the reduced state picks
+        for req, state in zip(self.disagg_prefill_inflight_queue, states):
+            if state in (KVPoll.WaitingForInput, KVPoll.Transferring):
+                waiting.append(req)
+            elif state in (KVPoll.Success, KVPoll.Failed):
+                finished.append(req)
+        self.disagg_prefill_inflight_queue = waiting
+        return finished
+""",
             [
                 (
                     15,
                     17,
-                    "`entered_at` keeps the stamp of a request's first entry, but "
-                    "release_and_requeue() (line 26) sends requests back to waiting_queue, "
-                    "from where they enter disagg_prefill_inflight_queue again: their wait "
-                    "and second prefill count against the deadline; stamp at every entry",
-                )
+                    (
+                        "`entered_at` keeps the stamp of a request's first entry, but "
+                        "release_and_requeue() (line 26) sends requests back to waiting_queue, "
+                        "from where they enter disagg_prefill_inflight_queue again: their wait "
+                        "and second prefill count against the deadline; stamp at every entry"
+                    ),
+                ),
             ],
         ),
+        # the stamp rewritten where the request is kept: the clock restarts
         Invalid(
-            prefill(stamp=STAMP_AT_ENTRY, helper=HELPER, before=CALL_HELPER, keep=RESTAMP_ON_KEEP),
+            """\
+import logging
+import time
+
+from sglang.srt.disaggregation.base import KVPoll
+from sglang.srt.disaggregation.utils import poll_and_all_reduce
+
+logger = logging.getLogger(__name__)
+TIMEOUT = 300.0
+
+
+class SchedulerDisaggregationPrefillMixin:
+    def process_batch_result_disagg_prefill(self, batch):
+        for req in batch.reqs:
+            # a fresh deadline at every entry
+            req.entered_at = time.monotonic()
+            self.disagg_prefill_inflight_queue.append(req)
+
+    def _expire_inflight(self):
+        now = time.monotonic()
+        for req in self.disagg_prefill_inflight_queue:
+            if now - req.entered_at > TIMEOUT:
+                req.disagg_kv_sender.abort()
+
+    def process_disagg_prefill_inflight_queue(self):
+        if not self.disagg_prefill_inflight_queue:
+            return []
+        self._expire_inflight()
+        senders = [r.disagg_kv_sender for r in self.disagg_prefill_inflight_queue]
+        states = poll_and_all_reduce(senders, self.tp_cpu_group)
+        finished = []
+        waiting = []
+        # each rank takes the branch the reduced state picks
+        for req, state in zip(self.disagg_prefill_inflight_queue, states):
+            if state in (KVPoll.WaitingForInput, KVPoll.Transferring):
+                req.entered_at = time.monotonic()
+                waiting.append(req)
+            elif state in (KVPoll.Success, KVPoll.Failed):
+                finished.append(req)
+        self.disagg_prefill_inflight_queue = waiting
+        return finished
+""",
             [
                 (
                     35,
                     17,
-                    "`entered_at` is rewritten while the request waits in the inflight queue: "
-                    "the deadline restarts and never fires",
-                )
+                    (
+                        "`entered_at` is rewritten while the request waits in the inflight "
+                        "queue: the deadline restarts and never fires"
+                    ),
+                ),
             ],
         ),
     )

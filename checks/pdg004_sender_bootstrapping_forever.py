@@ -21,8 +21,37 @@ Why is this bad
     Bootstrapping.
 
 Example
-    A NIXL sender as in 0.5.13 - 0.5.17: ``CommonKVSender.__init__`` sets ``init_time = None``
-    and ``NixlKVSender.poll()`` returns ``kv_mgr.check_status()`` without checking it.
+    A NIXL sender as in 0.5.13 - 0.5.17 (``CommonKVSender.__init__`` sets ``init_time = None``
+    and ``poll()`` returns ``kv_mgr.check_status()`` unchecked) is reported; in short:
+
+    ```python
+    class NixlKVSender(BaseKVSender):
+        def __init__(self, mgr, room):
+            self.kv_mgr = mgr
+            self.kv_mgr.update_status(room, KVPoll.Bootstrapping)
+
+        def poll(self):
+            status = self.kv_mgr.check_status(self.room)
+            return status
+    ```
+
+Use instead
+    Start the clock at construction, and fail the sender once the bootstrap timeout passed:
+
+    ```python
+    class NixlKVSender(BaseKVSender):
+        def __init__(self, mgr, room):
+            self.kv_mgr = mgr
+            self.kv_mgr.update_status(room, KVPoll.Bootstrapping)
+            self.init_time = time.time()
+
+        def poll(self):
+            status = self.kv_mgr.check_status(self.room)
+            if status == KVPoll.Bootstrapping:
+                if time.time() - self.init_time > self.kv_mgr.bootstrap_timeout:
+                    return KVPoll.Failed
+            return status
+    ```
 """
 
 from __future__ import annotations
@@ -41,7 +70,16 @@ class KVPoll:
 class BaseKVSender:
     def poll(self): ...
 """
-_SENDER = """\
+
+
+class SenderBootstrappingForever(Rule):
+    code = "PDG004"
+    name = "sender-bootstrapping-forever"
+    VALID = (
+        # init_time set at construction, checked while Bootstrapping
+        {
+            "sglang/srt/disaggregation/base/conn.py": _BASE,
+            "sglang/srt/disaggregation/nixl/conn.py": """\
 import time
 
 from sglang.srt.disaggregation.base.conn import BaseKVSender, KVPoll
@@ -51,100 +89,212 @@ class NixlKVSender(BaseKVSender):
     def __init__(self, mgr, room):
         self.kv_mgr = mgr
         self.kv_mgr.update_status(room, KVPoll.Bootstrapping)
-{init}
+        self.init_time = time.time()
+
     def poll(self):
         status = self.kv_mgr.check_status(self.room)
-{check}        return status
-"""
-_INIT_TIME = "        self.init_time = time.time()\n"
-_CHECK = """\
         if status == KVPoll.Bootstrapping:
             if time.time() - self.init_time > self.kv_mgr.bootstrap_timeout:
                 return KVPoll.Failed
-"""
-_LATE_INIT = "\n    def init(self, n):\n        self.init_time = time.time()\n"
-# a test of the elapsed time that only logs: nothing fails the sender
-_LOGS_ONLY = _CHECK.replace("return KVPoll.Failed", 'print("still bootstrapping")')
-_NIXL = "sglang/srt/disaggregation/nixl/conn.py"
-
-
-def _tree(sender: str) -> dict[str, str]:
-    return {
-        "sglang/srt/disaggregation/base/conn.py": _BASE,
-        _NIXL: sender,
-    }
-
-
-class SenderBootstrappingForever(Rule):
-    code = "PDG004"
-    name = "sender-bootstrapping-forever"
-    VALID = (
-        _tree(_SENDER.format(init=_INIT_TIME, check=_CHECK)),
+        return status
+""",
+        },
         # never reports Bootstrapping: nothing to time out
-        _tree(_SENDER.format(init="", check="").replace("KVPoll.Bootstrapping)", "2)")),
+        {
+            "sglang/srt/disaggregation/base/conn.py": _BASE,
+            "sglang/srt/disaggregation/nixl/conn.py": """\
+import time
+
+from sglang.srt.disaggregation.base.conn import BaseKVSender, KVPoll
+
+
+class NixlKVSender(BaseKVSender):
+    def __init__(self, mgr, room):
+        self.kv_mgr = mgr
+        self.kv_mgr.update_status(room, 2)
+
+    def poll(self):
+        status = self.kv_mgr.check_status(self.room)
+        return status
+""",
+        },
     )
     INVALID = (
+        # no init_time and no check
         Invalid(
-            _tree(_SENDER.format(init="", check="")),
+            {
+                "sglang/srt/disaggregation/base/conn.py": _BASE,
+                "sglang/srt/disaggregation/nixl/conn.py": """\
+import time
+
+from sglang.srt.disaggregation.base.conn import BaseKVSender, KVPoll
+
+
+class NixlKVSender(BaseKVSender):
+    def __init__(self, mgr, room):
+        self.kv_mgr = mgr
+        self.kv_mgr.update_status(room, KVPoll.Bootstrapping)
+
+    def poll(self):
+        status = self.kv_mgr.check_status(self.room)
+        return status
+""",
+            },
             [
                 (
                     11,
                     5,
-                    "NixlKVSender can stay in Bootstrapping forever: init_time is never set to a "
-                    "time before or during Bootstrapping; poll() never compares the time since "
-                    "init_time with a bootstrap timeout",
-                    _NIXL,
-                )
+                    (
+                        "NixlKVSender can stay in Bootstrapping forever: init_time is never set "
+                        "to a time before or during Bootstrapping; poll() never compares the "
+                        "time since init_time with a bootstrap timeout"
+                    ),
+                    "sglang/srt/disaggregation/nixl/conn.py",
+                ),
             ],
         ),
+        # init_time never set
         Invalid(
-            _tree(_SENDER.format(init="", check=_CHECK)),  # init_time never set
+            {
+                "sglang/srt/disaggregation/base/conn.py": _BASE,
+                "sglang/srt/disaggregation/nixl/conn.py": """\
+import time
+
+from sglang.srt.disaggregation.base.conn import BaseKVSender, KVPoll
+
+
+class NixlKVSender(BaseKVSender):
+    def __init__(self, mgr, room):
+        self.kv_mgr = mgr
+        self.kv_mgr.update_status(room, KVPoll.Bootstrapping)
+
+    def poll(self):
+        status = self.kv_mgr.check_status(self.room)
+        if status == KVPoll.Bootstrapping:
+            if time.time() - self.init_time > self.kv_mgr.bootstrap_timeout:
+                return KVPoll.Failed
+        return status
+""",
+            },
             [
                 (
                     11,
                     5,
-                    "NixlKVSender can stay in Bootstrapping forever: init_time is never set to a "
-                    "time before or during Bootstrapping",
-                    _NIXL,
-                )
+                    (
+                        "NixlKVSender can stay in Bootstrapping forever: init_time is never set "
+                        "to a time before or during Bootstrapping"
+                    ),
+                    "sglang/srt/disaggregation/nixl/conn.py",
+                ),
             ],
         ),
+        # check never reached
         Invalid(
-            _tree(_SENDER.format(init=_INIT_TIME, check="")),  # check never reached
+            {
+                "sglang/srt/disaggregation/base/conn.py": _BASE,
+                "sglang/srt/disaggregation/nixl/conn.py": """\
+import time
+
+from sglang.srt.disaggregation.base.conn import BaseKVSender, KVPoll
+
+
+class NixlKVSender(BaseKVSender):
+    def __init__(self, mgr, room):
+        self.kv_mgr = mgr
+        self.kv_mgr.update_status(room, KVPoll.Bootstrapping)
+        self.init_time = time.time()
+
+    def poll(self):
+        status = self.kv_mgr.check_status(self.room)
+        return status
+""",
+            },
             [
                 (
                     12,
                     5,
-                    "NixlKVSender can stay in Bootstrapping forever: poll() never compares "
-                    "the time since init_time with a bootstrap timeout",
-                    _NIXL,
-                )
+                    (
+                        "NixlKVSender can stay in Bootstrapping forever: poll() never compares "
+                        "the time since init_time with a bootstrap timeout"
+                    ),
+                    "sglang/srt/disaggregation/nixl/conn.py",
+                ),
             ],
         ),
+        # init_time set only in init(), after Bootstrapping
         Invalid(
-            _tree(
-                _SENDER.format(init="        self.init_time = None\n" + _LATE_INIT, check=_CHECK)
-            ),
+            {
+                "sglang/srt/disaggregation/base/conn.py": _BASE,
+                "sglang/srt/disaggregation/nixl/conn.py": """\
+import time
+
+from sglang.srt.disaggregation.base.conn import BaseKVSender, KVPoll
+
+
+class NixlKVSender(BaseKVSender):
+    def __init__(self, mgr, room):
+        self.kv_mgr = mgr
+        self.kv_mgr.update_status(room, KVPoll.Bootstrapping)
+        self.init_time = None
+
+    def init(self, n):
+        self.init_time = time.time()
+
+    def poll(self):
+        status = self.kv_mgr.check_status(self.room)
+        if status == KVPoll.Bootstrapping:
+            if time.time() - self.init_time > self.kv_mgr.bootstrap_timeout:
+                return KVPoll.Failed
+        return status
+""",
+            },
             [
                 (
                     15,
                     5,
-                    "NixlKVSender can stay in Bootstrapping forever: "
-                    "init_time is None while Bootstrapping (set only later, if at all)",
-                    _NIXL,
-                )
+                    (
+                        "NixlKVSender can stay in Bootstrapping forever: init_time is None while "
+                        "Bootstrapping (set only later, if at all)"
+                    ),
+                    "sglang/srt/disaggregation/nixl/conn.py",
+                ),
             ],
         ),
+        # the timeout only logs: nothing fails the sender
         Invalid(
-            _tree(_SENDER.format(init=_INIT_TIME, check=_LOGS_ONLY)),
+            {
+                "sglang/srt/disaggregation/base/conn.py": _BASE,
+                "sglang/srt/disaggregation/nixl/conn.py": """\
+import time
+
+from sglang.srt.disaggregation.base.conn import BaseKVSender, KVPoll
+
+
+class NixlKVSender(BaseKVSender):
+    def __init__(self, mgr, room):
+        self.kv_mgr = mgr
+        self.kv_mgr.update_status(room, KVPoll.Bootstrapping)
+        self.init_time = time.time()
+
+    def poll(self):
+        status = self.kv_mgr.check_status(self.room)
+        if status == KVPoll.Bootstrapping:
+            if time.time() - self.init_time > self.kv_mgr.bootstrap_timeout:
+                print("still bootstrapping")
+        return status
+""",
+            },
             [
                 (
                     12,
                     5,
-                    "NixlKVSender can stay in Bootstrapping forever: poll()'s test of the time "
-                    "since init_time (line 15) reports no Failed when the timeout expires",
-                    _NIXL,
-                )
+                    (
+                        "NixlKVSender can stay in Bootstrapping forever: poll()'s test of the "
+                        "time since init_time (line 15) reports no Failed when the timeout "
+                        "expires"
+                    ),
+                    "sglang/srt/disaggregation/nixl/conn.py",
+                ),
             ],
         ),
     )

@@ -16,8 +16,26 @@ Why is this bad
     scheduler dies with a ``NameError``.
 
 Example
-    ``now = time.monotonic()`` in ``prefill.py`` of a release that does not import ``time``
-    (0.4.6 - 0.5.2, 0.5.10 - 0.5.21).
+    ``time`` used in ``prefill.py`` of a release that does not import it (0.4.6 - 0.5.2,
+    0.5.10 - 0.5.21):
+
+    ```python
+    import logging
+
+    from sglang.srt.disaggregation.base import KVPoll
+    ...
+                req.entered_at = time.monotonic()
+    ```
+
+Use instead
+    ```python
+    import logging
+    import time
+
+    from sglang.srt.disaggregation.base import KVPoll
+    ...
+                req.entered_at = time.monotonic()
+    ```
 """
 
 from __future__ import annotations
@@ -31,7 +49,6 @@ from functools import lru_cache
 
 from .bindings import bindings_in_force as _bindings_in_force
 from .bindings import type_checking as _type_checking
-from .examples import PATCHED
 from .inflight import CLOCK_FUNCTIONS, FUNCTION
 from .model import PREFILL, Finding, Invalid, Rule
 from .nodes import children, walk
@@ -284,22 +301,185 @@ class UnboundName(Rule):
     code = "PDG005"
     name = "unbound-name"
     VALID = (
-        PATCHED,
-        PATCHED.replace("import time\n", "import time as time\n"),
+        # `time` imported at module level
+        """\
+import logging
+import time
+
+from sglang.srt.disaggregation.base import KVPoll
+from sglang.srt.disaggregation.utils import poll_and_all_reduce
+
+logger = logging.getLogger(__name__)
+TIMEOUT = 300.0
+
+
+class SchedulerDisaggregationPrefillMixin:
+    def process_batch_result_disagg_prefill(self, batch):
+        for req in batch.reqs:
+            if getattr(req, "entered_at", None) is None:
+                req.entered_at = time.monotonic()
+            self.disagg_prefill_inflight_queue.append(req)
+
+    def _expire_inflight(self):
+        now = time.monotonic()
+        for req in self.disagg_prefill_inflight_queue:
+            if now - req.entered_at > TIMEOUT:
+                req.disagg_kv_sender.abort()
+
+    def process_disagg_prefill_inflight_queue(self):
+        if not self.disagg_prefill_inflight_queue:
+            return []
+        self._expire_inflight()
+        senders = [r.disagg_kv_sender for r in self.disagg_prefill_inflight_queue]
+        states = poll_and_all_reduce(senders, self.tp_cpu_group)
+        finished = []
+        waiting = []
+        # each rank takes the branch the reduced state picks
+        for req, state in zip(self.disagg_prefill_inflight_queue, states):
+            if state in (KVPoll.WaitingForInput, KVPoll.Transferring):
+                waiting.append(req)
+            elif state in (KVPoll.Success, KVPoll.Failed):
+                finished.append(req)
+        self.disagg_prefill_inflight_queue = waiting
+        return finished
+""",
+        # an aliased import of the module itself
+        """\
+import logging
+import time as time
+
+from sglang.srt.disaggregation.base import KVPoll
+from sglang.srt.disaggregation.utils import poll_and_all_reduce
+
+logger = logging.getLogger(__name__)
+TIMEOUT = 300.0
+
+
+class SchedulerDisaggregationPrefillMixin:
+    def process_batch_result_disagg_prefill(self, batch):
+        for req in batch.reqs:
+            if getattr(req, "entered_at", None) is None:
+                req.entered_at = time.monotonic()
+            self.disagg_prefill_inflight_queue.append(req)
+
+    def _expire_inflight(self):
+        now = time.monotonic()
+        for req in self.disagg_prefill_inflight_queue:
+            if now - req.entered_at > TIMEOUT:
+                req.disagg_kv_sender.abort()
+
+    def process_disagg_prefill_inflight_queue(self):
+        if not self.disagg_prefill_inflight_queue:
+            return []
+        self._expire_inflight()
+        senders = [r.disagg_kv_sender for r in self.disagg_prefill_inflight_queue]
+        states = poll_and_all_reduce(senders, self.tp_cpu_group)
+        finished = []
+        waiting = []
+        # each rank takes the branch the reduced state picks
+        for req, state in zip(self.disagg_prefill_inflight_queue, states):
+            if state in (KVPoll.WaitingForInput, KVPoll.Transferring):
+                waiting.append(req)
+            elif state in (KVPoll.Success, KVPoll.Failed):
+                finished.append(req)
+        self.disagg_prefill_inflight_queue = waiting
+        return finished
+""",
     )
     INVALID = (
+        # `time` used, never imported
         Invalid(
-            PATCHED.replace("import time\n", ""),
+            """\
+import logging
+
+from sglang.srt.disaggregation.base import KVPoll
+from sglang.srt.disaggregation.utils import poll_and_all_reduce
+
+logger = logging.getLogger(__name__)
+TIMEOUT = 300.0
+
+
+class SchedulerDisaggregationPrefillMixin:
+    def process_batch_result_disagg_prefill(self, batch):
+        for req in batch.reqs:
+            if getattr(req, "entered_at", None) is None:
+                req.entered_at = time.monotonic()
+            self.disagg_prefill_inflight_queue.append(req)
+
+    def _expire_inflight(self):
+        now = time.monotonic()
+        for req in self.disagg_prefill_inflight_queue:
+            if now - req.entered_at > TIMEOUT:
+                req.disagg_kv_sender.abort()
+
+    def process_disagg_prefill_inflight_queue(self):
+        if not self.disagg_prefill_inflight_queue:
+            return []
+        self._expire_inflight()
+        senders = [r.disagg_kv_sender for r in self.disagg_prefill_inflight_queue]
+        states = poll_and_all_reduce(senders, self.tp_cpu_group)
+        finished = []
+        waiting = []
+        # each rank takes the branch the reduced state picks
+        for req, state in zip(self.disagg_prefill_inflight_queue, states):
+            if state in (KVPoll.WaitingForInput, KVPoll.Transferring):
+                waiting.append(req)
+            elif state in (KVPoll.Success, KVPoll.Failed):
+                finished.append(req)
+        self.disagg_prefill_inflight_queue = waiting
+        return finished
+""",
             [
                 (14, 34, "`time` is used but not imported (NameError when this runs)"),
                 (18, 15, "`time` is used but not imported (NameError when this runs)"),
             ],
         ),
+        # imported only under TYPE_CHECKING
         Invalid(
-            PATCHED.replace(
-                "import time\n",
-                "from typing import TYPE_CHECKING\n\nif TYPE_CHECKING:\n    import time\n",
-            ),
+            """\
+import logging
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    import time
+
+from sglang.srt.disaggregation.base import KVPoll
+from sglang.srt.disaggregation.utils import poll_and_all_reduce
+
+logger = logging.getLogger(__name__)
+TIMEOUT = 300.0
+
+
+class SchedulerDisaggregationPrefillMixin:
+    def process_batch_result_disagg_prefill(self, batch):
+        for req in batch.reqs:
+            if getattr(req, "entered_at", None) is None:
+                req.entered_at = time.monotonic()
+            self.disagg_prefill_inflight_queue.append(req)
+
+    def _expire_inflight(self):
+        now = time.monotonic()
+        for req in self.disagg_prefill_inflight_queue:
+            if now - req.entered_at > TIMEOUT:
+                req.disagg_kv_sender.abort()
+
+    def process_disagg_prefill_inflight_queue(self):
+        if not self.disagg_prefill_inflight_queue:
+            return []
+        self._expire_inflight()
+        senders = [r.disagg_kv_sender for r in self.disagg_prefill_inflight_queue]
+        states = poll_and_all_reduce(senders, self.tp_cpu_group)
+        finished = []
+        waiting = []
+        # each rank takes the branch the reduced state picks
+        for req, state in zip(self.disagg_prefill_inflight_queue, states):
+            if state in (KVPoll.WaitingForInput, KVPoll.Transferring):
+                waiting.append(req)
+            elif state in (KVPoll.Success, KVPoll.Failed):
+                finished.append(req)
+        self.disagg_prefill_inflight_queue = waiting
+        return finished
+""",
             [
                 (18, 34, "`time` is used but not imported (NameError when this runs)"),
                 (22, 15, "`time` is used but not imported (NameError when this runs)"),

@@ -43,6 +43,36 @@ Why is this bad
 Example
     A NIXL receiver as in 0.4.8.post1 - 0.5.2: ``poll()`` returns WaitingForInput until the
     transfer is done, and has no clock and no Failed path.
+
+    ```python
+    def poll(self):
+        if self.indices_out and self.kv_mgr.check_transfer_done():
+            return KVPoll.Success
+        return KVPoll.WaitingForInput
+    ```
+
+Use instead
+    Stamp the receiver where its indices are sent, and fail it once the waiting timeout
+    passed with no terminal status:
+
+    ```python
+    def init(self, kv_indices, aux_index=None):
+        self.kv_mgr.send(self.room, kv_indices)
+        self.init_time = time.time()
+
+
+    def poll(self):
+        if self.conclude_state is not None:  # Success or Failed, kept
+            return self.conclude_state
+        current = self.kv_mgr.check_status(self.room)
+        if current in (KVPoll.Success, KVPoll.Failed):
+            self.conclude_state = current
+        elif current == KVPoll.WaitingForInput and self.init_time is not None:
+            if time.time() - self.init_time > TIMEOUT:
+                self.conclude_state = KVPoll.Failed
+                return KVPoll.Failed
+        return current
+    ```
 """
 
 from __future__ import annotations
@@ -68,62 +98,6 @@ class BaseKVReceiver(ABC):
 
     @abstractmethod
     def poll(self): ...
-"""
-_RECEIVER = """\
-import time
-
-from sglang.srt.disaggregation.base.conn import BaseKVReceiver, KVPoll
-
-TIMEOUT = 300
-
-
-class NixlKVReceiver(BaseKVReceiver):
-    def __init__(self, mgr, bootstrap_addr, bootstrap_room=None):
-        self.kv_mgr = mgr
-        self.room = bootstrap_room
-        self.init_time = None
-        self.conclude_state = None
-        # bootstrapped at once: the room waits for its KV from here on
-        self.kv_mgr.update_status(self.room, KVPoll.WaitingForInput)
-
-    def init(self, kv_indices, aux_index=None):
-        self.kv_mgr.send(self.room, kv_indices)
-{stamp}
-    def poll(self):
-        if self.conclude_state is not None:  # Success or Failed, kept
-            return self.conclude_state
-        current = self.kv_mgr.check_status(self.room)
-        if current in (KVPoll.Success, KVPoll.Failed):
-            self.conclude_state = current
-{check}        return current
-{helper}"""
-_STAMP = "        self.init_time = time.time()\n"
-_INLINE = """\
-        elif current == KVPoll.WaitingForInput and self.init_time is not None:
-            if time.time() - self.init_time > TIMEOUT:
-                self.conclude_state = KVPoll.Failed
-                return KVPoll.Failed
-"""
-# The same check in a helper, with other names and a monotonic clock (stamp and reading).
-_MONOTONIC = _STAMP.replace("time.time()", "time.monotonic()")
-_CALL_HELPER = """\
-        else:
-            verdict = self._expire()
-            if verdict is not None:
-                return verdict
-"""
-_HELPER = """
-    def abort(self):
-        self.conclude_state = KVPoll.Failed
-
-    def _expire(self):
-        if self.init_time is None:
-            return None  # the indices are not out yet
-        waited = time.monotonic() - self.init_time
-        if waited < TIMEOUT:
-            return None
-        self.abort()
-        return KVPoll.Failed
 """
 _FAKE = """\
 from sglang.srt.disaggregation.base.conn import BaseKVReceiver, KVPoll
@@ -161,68 +135,413 @@ class NixlKVReceiver(BaseKVReceiver):
 """
 
 
-def _tree(receiver: str, rel: str = "nixl/conn.py") -> dict[str, str]:
-    return {
-        "sglang/srt/disaggregation/base/conn.py": _BASE,
-        f"sglang/srt/disaggregation/{rel}": receiver,
-    }
-
-
-def _nixl(stamp: str = _STAMP, check: str = _INLINE, helper: str = "") -> dict[str, str]:
-    return _tree(_RECEIVER.format(stamp=stamp, check=check, helper=helper))
-
-
-def _waits_forever(line: int, more: str = "") -> list[tuple[int, int, str, str]]:
-    """The finding on the toy NIXL receiver's ``poll()`` at ``line``."""
-    message = (
-        "NixlKVReceiver can wait forever after its KV indices were sent to the prefill: "
-        "poll() can return WaitingForInput with no waiting timeout that can fire" + more
-    )
-    return [(line, 5, message, "sglang/srt/disaggregation/nixl/conn.py")]
-
-
 class ReceiverWaitsForever(Rule):
     code = "PDG006"
     name = "receiver-waits-forever"
     VALID = (
-        _nixl(),
-        _nixl(stamp=_MONOTONIC, check=_CALL_HELPER, helper=_HELPER),
-        _tree(_FAKE, "fake/conn.py"),  # always terminal once init() ran
+        # stamped when the indices are sent, failed once the timeout passed
+        {
+            "sglang/srt/disaggregation/base/conn.py": _BASE,
+            "sglang/srt/disaggregation/nixl/conn.py": """\
+import time
+
+from sglang.srt.disaggregation.base.conn import BaseKVReceiver, KVPoll
+
+TIMEOUT = 300
+
+
+class NixlKVReceiver(BaseKVReceiver):
+    def __init__(self, mgr, bootstrap_addr, bootstrap_room=None):
+        self.kv_mgr = mgr
+        self.room = bootstrap_room
+        self.init_time = None
+        self.conclude_state = None
+        # bootstrapped at once: the room waits for its KV from here on
+        self.kv_mgr.update_status(self.room, KVPoll.WaitingForInput)
+
+    def init(self, kv_indices, aux_index=None):
+        self.kv_mgr.send(self.room, kv_indices)
+        self.init_time = time.time()
+
+    def poll(self):
+        if self.conclude_state is not None:  # Success or Failed, kept
+            return self.conclude_state
+        current = self.kv_mgr.check_status(self.room)
+        if current in (KVPoll.Success, KVPoll.Failed):
+            self.conclude_state = current
+        elif current == KVPoll.WaitingForInput and self.init_time is not None:
+            if time.time() - self.init_time > TIMEOUT:
+                self.conclude_state = KVPoll.Failed
+                return KVPoll.Failed
+        return current
+""",
+        },
+        # the same check in a helper, with other names and a monotonic clock
+        {
+            "sglang/srt/disaggregation/base/conn.py": _BASE,
+            "sglang/srt/disaggregation/nixl/conn.py": """\
+import time
+
+from sglang.srt.disaggregation.base.conn import BaseKVReceiver, KVPoll
+
+TIMEOUT = 300
+
+
+class NixlKVReceiver(BaseKVReceiver):
+    def __init__(self, mgr, bootstrap_addr, bootstrap_room=None):
+        self.kv_mgr = mgr
+        self.room = bootstrap_room
+        self.init_time = None
+        self.conclude_state = None
+        # bootstrapped at once: the room waits for its KV from here on
+        self.kv_mgr.update_status(self.room, KVPoll.WaitingForInput)
+
+    def init(self, kv_indices, aux_index=None):
+        self.kv_mgr.send(self.room, kv_indices)
+        self.init_time = time.monotonic()
+
+    def poll(self):
+        if self.conclude_state is not None:  # Success or Failed, kept
+            return self.conclude_state
+        current = self.kv_mgr.check_status(self.room)
+        if current in (KVPoll.Success, KVPoll.Failed):
+            self.conclude_state = current
+        else:
+            verdict = self._expire()
+            if verdict is not None:
+                return verdict
+        return current
+
+    def abort(self):
+        self.conclude_state = KVPoll.Failed
+
+    def _expire(self):
+        if self.init_time is None:
+            return None  # the indices are not out yet
+        waited = time.monotonic() - self.init_time
+        if waited < TIMEOUT:
+            return None
+        self.abort()
+        return KVPoll.Failed
+""",
+        },
+        # always terminal once init() ran
+        {
+            "sglang/srt/disaggregation/base/conn.py": _BASE,
+            "sglang/srt/disaggregation/fake/conn.py": _FAKE,
+        },
     )
     INVALID = (
+        # no waiting timeout
         Invalid(
-            _nixl(check=""),
-            _waits_forever(21),
-        ),  # no waiting timeout
-        Invalid(
-            _nixl(stamp=""),
-            _waits_forever(20),
-        ),  # init_time stays None: the check never fires
-        # expired, but nothing fails; then a helper that returns None once expired
-        Invalid(
-            _nixl(check=_INLINE.split("                self.conclude")[0] + " " * 16 + "pass\n"),
-            _waits_forever(21),
+            {
+                "sglang/srt/disaggregation/base/conn.py": _BASE,
+                "sglang/srt/disaggregation/nixl/conn.py": """\
+import time
+
+from sglang.srt.disaggregation.base.conn import BaseKVReceiver, KVPoll
+
+TIMEOUT = 300
+
+
+class NixlKVReceiver(BaseKVReceiver):
+    def __init__(self, mgr, bootstrap_addr, bootstrap_room=None):
+        self.kv_mgr = mgr
+        self.room = bootstrap_room
+        self.init_time = None
+        self.conclude_state = None
+        # bootstrapped at once: the room waits for its KV from here on
+        self.kv_mgr.update_status(self.room, KVPoll.WaitingForInput)
+
+    def init(self, kv_indices, aux_index=None):
+        self.kv_mgr.send(self.room, kv_indices)
+        self.init_time = time.time()
+
+    def poll(self):
+        if self.conclude_state is not None:  # Success or Failed, kept
+            return self.conclude_state
+        current = self.kv_mgr.check_status(self.room)
+        if current in (KVPoll.Success, KVPoll.Failed):
+            self.conclude_state = current
+        return current
+""",
+            },
+            [
+                (
+                    21,
+                    5,
+                    (
+                        "NixlKVReceiver can wait forever after its KV indices were sent to the "
+                        "prefill: poll() can return WaitingForInput with no waiting timeout that "
+                        "can fire"
+                    ),
+                    "sglang/srt/disaggregation/nixl/conn.py",
+                ),
+            ],
         ),
+        # init_time stays None: the check never fires
         Invalid(
-            _nixl(
-                stamp=_MONOTONIC,
-                check=_CALL_HELPER,
-                helper=_HELPER.replace("waited < ", "waited > "),
-            ),
-            _waits_forever(21),
+            {
+                "sglang/srt/disaggregation/base/conn.py": _BASE,
+                "sglang/srt/disaggregation/nixl/conn.py": """\
+import time
+
+from sglang.srt.disaggregation.base.conn import BaseKVReceiver, KVPoll
+
+TIMEOUT = 300
+
+
+class NixlKVReceiver(BaseKVReceiver):
+    def __init__(self, mgr, bootstrap_addr, bootstrap_room=None):
+        self.kv_mgr = mgr
+        self.room = bootstrap_room
+        self.init_time = None
+        self.conclude_state = None
+        # bootstrapped at once: the room waits for its KV from here on
+        self.kv_mgr.update_status(self.room, KVPoll.WaitingForInput)
+
+    def init(self, kv_indices, aux_index=None):
+        self.kv_mgr.send(self.room, kv_indices)
+
+    def poll(self):
+        if self.conclude_state is not None:  # Success or Failed, kept
+            return self.conclude_state
+        current = self.kv_mgr.check_status(self.room)
+        if current in (KVPoll.Success, KVPoll.Failed):
+            self.conclude_state = current
+        elif current == KVPoll.WaitingForInput and self.init_time is not None:
+            if time.time() - self.init_time > TIMEOUT:
+                self.conclude_state = KVPoll.Failed
+                return KVPoll.Failed
+        return current
+""",
+            },
+            [
+                (
+                    20,
+                    5,
+                    (
+                        "NixlKVReceiver can wait forever after its KV indices were sent to the "
+                        "prefill: poll() can return WaitingForInput with no waiting timeout that "
+                        "can fire"
+                    ),
+                    "sglang/srt/disaggregation/nixl/conn.py",
+                ),
+            ],
+        ),
+        # expired, but nothing fails
+        Invalid(
+            {
+                "sglang/srt/disaggregation/base/conn.py": _BASE,
+                "sglang/srt/disaggregation/nixl/conn.py": """\
+import time
+
+from sglang.srt.disaggregation.base.conn import BaseKVReceiver, KVPoll
+
+TIMEOUT = 300
+
+
+class NixlKVReceiver(BaseKVReceiver):
+    def __init__(self, mgr, bootstrap_addr, bootstrap_room=None):
+        self.kv_mgr = mgr
+        self.room = bootstrap_room
+        self.init_time = None
+        self.conclude_state = None
+        # bootstrapped at once: the room waits for its KV from here on
+        self.kv_mgr.update_status(self.room, KVPoll.WaitingForInput)
+
+    def init(self, kv_indices, aux_index=None):
+        self.kv_mgr.send(self.room, kv_indices)
+        self.init_time = time.time()
+
+    def poll(self):
+        if self.conclude_state is not None:  # Success or Failed, kept
+            return self.conclude_state
+        current = self.kv_mgr.check_status(self.room)
+        if current in (KVPoll.Success, KVPoll.Failed):
+            self.conclude_state = current
+        elif current == KVPoll.WaitingForInput and self.init_time is not None:
+            if time.time() - self.init_time > TIMEOUT:
+                pass
+        return current
+""",
+            },
+            [
+                (
+                    21,
+                    5,
+                    (
+                        "NixlKVReceiver can wait forever after its KV indices were sent to the "
+                        "prefill: poll() can return WaitingForInput with no waiting timeout that "
+                        "can fire"
+                    ),
+                    "sglang/srt/disaggregation/nixl/conn.py",
+                ),
+            ],
+        ),
+        # a helper whose test is inverted: it fails nothing once expired
+        Invalid(
+            {
+                "sglang/srt/disaggregation/base/conn.py": _BASE,
+                "sglang/srt/disaggregation/nixl/conn.py": """\
+import time
+
+from sglang.srt.disaggregation.base.conn import BaseKVReceiver, KVPoll
+
+TIMEOUT = 300
+
+
+class NixlKVReceiver(BaseKVReceiver):
+    def __init__(self, mgr, bootstrap_addr, bootstrap_room=None):
+        self.kv_mgr = mgr
+        self.room = bootstrap_room
+        self.init_time = None
+        self.conclude_state = None
+        # bootstrapped at once: the room waits for its KV from here on
+        self.kv_mgr.update_status(self.room, KVPoll.WaitingForInput)
+
+    def init(self, kv_indices, aux_index=None):
+        self.kv_mgr.send(self.room, kv_indices)
+        self.init_time = time.monotonic()
+
+    def poll(self):
+        if self.conclude_state is not None:  # Success or Failed, kept
+            return self.conclude_state
+        current = self.kv_mgr.check_status(self.room)
+        if current in (KVPoll.Success, KVPoll.Failed):
+            self.conclude_state = current
+        else:
+            verdict = self._expire()
+            if verdict is not None:
+                return verdict
+        return current
+
+    def abort(self):
+        self.conclude_state = KVPoll.Failed
+
+    def _expire(self):
+        if self.init_time is None:
+            return None  # the indices are not out yet
+        waited = time.monotonic() - self.init_time
+        if waited > TIMEOUT:
+            return None
+        self.abort()
+        return KVPoll.Failed
+""",
+            },
+            [
+                (
+                    21,
+                    5,
+                    (
+                        "NixlKVReceiver can wait forever after its KV indices were sent to the "
+                        "prefill: poll() can return WaitingForInput with no waiting timeout that "
+                        "can fire"
+                    ),
+                    "sglang/srt/disaggregation/nixl/conn.py",
+                ),
+            ],
         ),
         # a time.time() stamp read on time.monotonic(): no elapsed time, nothing fires
         Invalid(
-            _nixl(check=_CALL_HELPER, helper=_HELPER),
-            _waits_forever(21),
+            {
+                "sglang/srt/disaggregation/base/conn.py": _BASE,
+                "sglang/srt/disaggregation/nixl/conn.py": """\
+import time
+
+from sglang.srt.disaggregation.base.conn import BaseKVReceiver, KVPoll
+
+TIMEOUT = 300
+
+
+class NixlKVReceiver(BaseKVReceiver):
+    def __init__(self, mgr, bootstrap_addr, bootstrap_room=None):
+        self.kv_mgr = mgr
+        self.room = bootstrap_room
+        self.init_time = None
+        self.conclude_state = None
+        # bootstrapped at once: the room waits for its KV from here on
+        self.kv_mgr.update_status(self.room, KVPoll.WaitingForInput)
+
+    def init(self, kv_indices, aux_index=None):
+        self.kv_mgr.send(self.room, kv_indices)
+        self.init_time = time.time()
+
+    def poll(self):
+        if self.conclude_state is not None:  # Success or Failed, kept
+            return self.conclude_state
+        current = self.kv_mgr.check_status(self.room)
+        if current in (KVPoll.Success, KVPoll.Failed):
+            self.conclude_state = current
+        else:
+            verdict = self._expire()
+            if verdict is not None:
+                return verdict
+        return current
+
+    def abort(self):
+        self.conclude_state = KVPoll.Failed
+
+    def _expire(self):
+        if self.init_time is None:
+            return None  # the indices are not out yet
+        waited = time.monotonic() - self.init_time
+        if waited < TIMEOUT:
+            return None
+        self.abort()
+        return KVPoll.Failed
+""",
+            },
+            [
+                (
+                    21,
+                    5,
+                    (
+                        "NixlKVReceiver can wait forever after its KV indices were sent to the "
+                        "prefill: poll() can return WaitingForInput with no waiting timeout that "
+                        "can fire"
+                    ),
+                    "sglang/srt/disaggregation/nixl/conn.py",
+                ),
+            ],
         ),
         # the clock started in the constructor: it also counts the wait for decode memory
         Invalid(
-            _tree(
-                _RECEIVER.format(stamp="", check=_INLINE, helper="").replace(
-                    "self.init_time = None", "self.init_time = time.time()"
-                )
-            ),
+            {
+                "sglang/srt/disaggregation/base/conn.py": _BASE,
+                "sglang/srt/disaggregation/nixl/conn.py": """\
+import time
+
+from sglang.srt.disaggregation.base.conn import BaseKVReceiver, KVPoll
+
+TIMEOUT = 300
+
+
+class NixlKVReceiver(BaseKVReceiver):
+    def __init__(self, mgr, bootstrap_addr, bootstrap_room=None):
+        self.kv_mgr = mgr
+        self.room = bootstrap_room
+        self.init_time = time.time()
+        self.conclude_state = None
+        # bootstrapped at once: the room waits for its KV from here on
+        self.kv_mgr.update_status(self.room, KVPoll.WaitingForInput)
+
+    def init(self, kv_indices, aux_index=None):
+        self.kv_mgr.send(self.room, kv_indices)
+
+    def poll(self):
+        if self.conclude_state is not None:  # Success or Failed, kept
+            return self.conclude_state
+        current = self.kv_mgr.check_status(self.room)
+        if current in (KVPoll.Success, KVPoll.Failed):
+            self.conclude_state = current
+        elif current == KVPoll.WaitingForInput and self.init_time is not None:
+            if time.time() - self.init_time > TIMEOUT:
+                self.conclude_state = KVPoll.Failed
+                return KVPoll.Failed
+        return current
+""",
+            },
             [
                 (
                     20,
@@ -233,12 +552,27 @@ class ReceiverWaitsForever(Rule):
                         "fails requests that only wait for decode memory"
                     ),
                     "sglang/srt/disaggregation/nixl/conn.py",
-                )
+                ),
             ],
         ),
+        # NIXL as in 0.4.8.post1 - 0.5.2: no clock, no Failed path
         Invalid(
-            _tree(_NO_FAILED),
-            _waits_forever(12, "; poll() never returns Failed"),
+            {
+                "sglang/srt/disaggregation/base/conn.py": _BASE,
+                "sglang/srt/disaggregation/nixl/conn.py": _NO_FAILED,
+            },
+            [
+                (
+                    12,
+                    5,
+                    (
+                        "NixlKVReceiver can wait forever after its KV indices were sent to the "
+                        "prefill: poll() can return WaitingForInput with no waiting timeout that "
+                        "can fire; poll() never returns Failed"
+                    ),
+                    "sglang/srt/disaggregation/nixl/conn.py",
+                ),
+            ],
         ),
     )
 

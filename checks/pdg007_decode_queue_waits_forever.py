@@ -51,8 +51,29 @@ Why is this bad
     waits for.
 
 Example
-    ``if len(self.disagg_decode_prealloc_queue.retracted_queue) > 0: return`` before
-    ``pop_preallocated()`` and ``pop_transferred()``.
+    The retraction gate (0.4.7.post1 - 0.5.23): neither queue is polled while a retracted
+    request waits for memory. The ``pending_reqs`` re-queue with no bound is reported too.
+
+    ```python
+    def process_decode_queue(self):
+        if len(self.disagg_decode_prealloc_queue.retracted_queue) > 0:
+            return
+        admitted = self.disagg_decode_prealloc_queue.pop_preallocated()
+        self.disagg_decode_transfer_queue.extend(admitted)
+        alloc_reqs = self.disagg_decode_transfer_queue.pop_transferred()
+    ```
+
+Use instead
+    Poll both queues on every step (``decode-queue-bound`` skips only the admission while
+    retracted requests wait), and bound every re-queue:
+
+    ```python
+    def process_decode_queue(self):
+        admitted = self.disagg_decode_prealloc_queue.pop_preallocated()
+        self.disagg_decode_transfer_queue.extend(admitted)
+        alloc_reqs = self.disagg_decode_transfer_queue.pop_transferred()
+        self.waiting_queue.extend(alloc_reqs)
+    ```
 """
 
 from __future__ import annotations
@@ -158,31 +179,6 @@ RETRACTION_GATE = """\
         if len(self.disagg_decode_prealloc_queue.retracted_queue) > 0:
             return
 """
-EMPTY_GATE = """\
-        if not self.disagg_decode_prealloc_queue.queue and not len(
-            self.disagg_decode_transfer_queue.queue
-        ):
-            return
-"""
-LATE_GATE = """\
-        if len(self.disagg_decode_prealloc_queue.retracted_queue) > 0:
-            return
-        self.admit_new_requests()
-"""
-
-
-# No early return: both polls held under an ``if`` on the retracted requests.
-_POLLS = """\
-        req_conns = self.disagg_decode_prealloc_queue.pop_preallocated()
-        self.disagg_decode_transfer_queue.extend(req_conns)
-        alloc_reqs = self.disagg_decode_transfer_queue.pop_transferred()
-        self.waiting_queue.extend(alloc_reqs)
-"""
-POLLS_HELD = (
-    _POLLS,
-    "        if not self.disagg_decode_prealloc_queue.retracted_queue:\n"
-    + "".join("    " + line for line in _POLLS.splitlines(keepends=True)),
-)
 
 
 def decode(
@@ -213,15 +209,455 @@ class DecodeQueueWaitsForever(Rule):
     code = "PDG007"
     name = "decode-queue-waits-forever"
     VALID = (
-        decode(),
-        decode(requeue=TIMED),
-        decode(requeue=UNBOUNDED, helper=HELPER, call_helper=CALL_HELPER),
-        decode(gate=EMPTY_GATE),
-        decode(late_gate=LATE_GATE),  # the gate comes after both polls
+        # the re-queue bounded by a retry counter that aborts the receiver
+        {
+            "sglang/srt/disaggregation/decode.py": """\
+import time
+
+from sglang.srt.disaggregation.base.conn import KVPoll
+from sglang.srt.disaggregation.utils import poll_and_all_reduce
+
+MAX_RETRIES = 15
+TIMEOUT = 300
+
+
+class DecodePreallocQueue:
+    def __init__(self, kv_manager, gloo_group):
+        self.kv_manager = kv_manager
+        self.gloo_group = gloo_group
+        self.queue = []
+        self.pending_reqs = []
+        self.retracted_queue = []
+        self.retries = {}
+
+    def add(self, decode_req):
+        decode_req.entered_at = time.monotonic()
+        self.queue.append(decode_req)
+        self.pending_reqs.append(decode_req)
+
+    def _resolve_pending_reqs(self):
+        unresolved = []
+        for decode_req in self.pending_reqs:
+            rank = self.kv_manager.lookup_rank(decode_req.req.bootstrap_room)
+            if rank is not None:
+                decode_req.kv_receiver.init(rank)
+            else:
+                count = self.retries.get(decode_req.req.rid, 0) + 1
+                self.retries[decode_req.req.rid] = count
+                if count >= MAX_RETRIES:
+                    decode_req.kv_receiver.abort()
+                else:
+                    unresolved.append(decode_req)
+
+        self.pending_reqs = unresolved
+
+    def pop_preallocated(self):
+        self._resolve_pending_reqs()
+        receivers = [r.kv_receiver for r in self.queue]
+        polls = poll_and_all_reduce(receivers, self.gloo_group)
+        ready = [r for r, poll in zip(self.queue, polls) if poll == KVPoll.WaitingForInput]
+        self.queue = [r for r in self.queue if r not in ready]
+        return ready
+
+
+class DecodeTransferQueue:
+    def __init__(self, gloo_group):
+        self.gloo_group = gloo_group
+        self.queue = []
+
+    def extend(self, decode_reqs):
+        self.queue.extend(decode_reqs)
+
+    def pop_transferred(self):
+        polls = poll_and_all_reduce([r.kv_receiver for r in self.queue], self.gloo_group)
+        done = [r for r, poll in zip(self.queue, polls) if poll == KVPoll.Success]
+        self.queue = [r for r in self.queue if r not in done]
+        return [r.req for r in done]
+
+
+class SchedulerDisaggregationDecodeMixin:
+    def process_decode_queue(self):
+        admitted = self.disagg_decode_prealloc_queue.pop_preallocated()
+        self.disagg_decode_transfer_queue.extend(admitted)
+        alloc_reqs = self.disagg_decode_transfer_queue.pop_transferred()
+        self.waiting_queue.extend(alloc_reqs)
+""",
+        },
+        # bounded by the time since the request's stamp
+        {
+            "sglang/srt/disaggregation/decode.py": """\
+import time
+
+from sglang.srt.disaggregation.base.conn import KVPoll
+from sglang.srt.disaggregation.utils import poll_and_all_reduce
+
+MAX_RETRIES = 15
+TIMEOUT = 300
+
+
+class DecodePreallocQueue:
+    def __init__(self, kv_manager, gloo_group):
+        self.kv_manager = kv_manager
+        self.gloo_group = gloo_group
+        self.queue = []
+        self.pending_reqs = []
+        self.retracted_queue = []
+        self.retries = {}
+
+    def add(self, decode_req):
+        decode_req.entered_at = time.monotonic()
+        self.queue.append(decode_req)
+        self.pending_reqs.append(decode_req)
+
+    def _resolve_pending_reqs(self):
+        unresolved = []
+        for decode_req in self.pending_reqs:
+            rank = self.kv_manager.lookup_rank(decode_req.req.bootstrap_room)
+            if rank is not None:
+                decode_req.kv_receiver.init(rank)
+            else:
+                if time.monotonic() - decode_req.entered_at > TIMEOUT:
+                    decode_req.kv_receiver.abort()
+                else:
+                    unresolved.append(decode_req)
+
+        self.pending_reqs = unresolved
+
+    def pop_preallocated(self):
+        self._resolve_pending_reqs()
+        receivers = [r.kv_receiver for r in self.queue]
+        polls = poll_and_all_reduce(receivers, self.gloo_group)
+        ready = [r for r, poll in zip(self.queue, polls) if poll == KVPoll.WaitingForInput]
+        self.queue = [r for r in self.queue if r not in ready]
+        return ready
+
+
+class DecodeTransferQueue:
+    def __init__(self, gloo_group):
+        self.gloo_group = gloo_group
+        self.queue = []
+
+    def extend(self, decode_reqs):
+        self.queue.extend(decode_reqs)
+
+    def pop_transferred(self):
+        polls = poll_and_all_reduce([r.kv_receiver for r in self.queue], self.gloo_group)
+        done = [r for r, poll in zip(self.queue, polls) if poll == KVPoll.Success]
+        self.queue = [r for r in self.queue if r not in done]
+        return [r.req for r in done]
+
+
+class SchedulerDisaggregationDecodeMixin:
+    def process_decode_queue(self):
+        admitted = self.disagg_decode_prealloc_queue.pop_preallocated()
+        self.disagg_decode_transfer_queue.extend(admitted)
+        alloc_reqs = self.disagg_decode_transfer_queue.pop_transferred()
+        self.waiting_queue.extend(alloc_reqs)
+""",
+        },
+        # a deadline the queue enforces on its entries, called from its poll
+        {
+            "sglang/srt/disaggregation/decode.py": """\
+import time
+
+from sglang.srt.disaggregation.base.conn import KVPoll
+from sglang.srt.disaggregation.utils import poll_and_all_reduce
+
+MAX_RETRIES = 15
+TIMEOUT = 300
+
+
+class DecodePreallocQueue:
+    def __init__(self, kv_manager, gloo_group):
+        self.kv_manager = kv_manager
+        self.gloo_group = gloo_group
+        self.queue = []
+        self.pending_reqs = []
+        self.retracted_queue = []
+        self.retries = {}
+
+    def add(self, decode_req):
+        decode_req.entered_at = time.monotonic()
+        self.queue.append(decode_req)
+        self.pending_reqs.append(decode_req)
+
+    def _resolve_pending_reqs(self):
+        unresolved = []
+        for decode_req in self.pending_reqs:
+            rank = self.kv_manager.lookup_rank(decode_req.req.bootstrap_room)
+            if rank is not None:
+                decode_req.kv_receiver.init(rank)
+            else:
+                unresolved.append(decode_req)
+
+        self.pending_reqs = unresolved
+
+    def _expire_overdue(self):
+        now = time.monotonic()
+        for decode_req in self.queue:
+            if now - decode_req.entered_at > TIMEOUT:
+                decode_req.kv_receiver.abort()
+
+    def pop_preallocated(self):
+        self._resolve_pending_reqs()
+        self._expire_overdue()
+        receivers = [r.kv_receiver for r in self.queue]
+        polls = poll_and_all_reduce(receivers, self.gloo_group)
+        ready = [r for r, poll in zip(self.queue, polls) if poll == KVPoll.WaitingForInput]
+        self.queue = [r for r in self.queue if r not in ready]
+        return ready
+
+
+class DecodeTransferQueue:
+    def __init__(self, gloo_group):
+        self.gloo_group = gloo_group
+        self.queue = []
+
+    def extend(self, decode_reqs):
+        self.queue.extend(decode_reqs)
+
+    def pop_transferred(self):
+        polls = poll_and_all_reduce([r.kv_receiver for r in self.queue], self.gloo_group)
+        done = [r for r, poll in zip(self.queue, polls) if poll == KVPoll.Success]
+        self.queue = [r for r in self.queue if r not in done]
+        return [r.req for r in done]
+
+
+class SchedulerDisaggregationDecodeMixin:
+    def process_decode_queue(self):
+        admitted = self.disagg_decode_prealloc_queue.pop_preallocated()
+        self.disagg_decode_transfer_queue.extend(admitted)
+        alloc_reqs = self.disagg_decode_transfer_queue.pop_transferred()
+        self.waiting_queue.extend(alloc_reqs)
+""",
+        },
+        # an early return only when both queues are empty
+        {
+            "sglang/srt/disaggregation/decode.py": """\
+import time
+
+from sglang.srt.disaggregation.base.conn import KVPoll
+from sglang.srt.disaggregation.utils import poll_and_all_reduce
+
+MAX_RETRIES = 15
+TIMEOUT = 300
+
+
+class DecodePreallocQueue:
+    def __init__(self, kv_manager, gloo_group):
+        self.kv_manager = kv_manager
+        self.gloo_group = gloo_group
+        self.queue = []
+        self.pending_reqs = []
+        self.retracted_queue = []
+        self.retries = {}
+
+    def add(self, decode_req):
+        decode_req.entered_at = time.monotonic()
+        self.queue.append(decode_req)
+        self.pending_reqs.append(decode_req)
+
+    def _resolve_pending_reqs(self):
+        unresolved = []
+        for decode_req in self.pending_reqs:
+            rank = self.kv_manager.lookup_rank(decode_req.req.bootstrap_room)
+            if rank is not None:
+                decode_req.kv_receiver.init(rank)
+            else:
+                count = self.retries.get(decode_req.req.rid, 0) + 1
+                self.retries[decode_req.req.rid] = count
+                if count >= MAX_RETRIES:
+                    decode_req.kv_receiver.abort()
+                else:
+                    unresolved.append(decode_req)
+
+        self.pending_reqs = unresolved
+
+    def pop_preallocated(self):
+        self._resolve_pending_reqs()
+        receivers = [r.kv_receiver for r in self.queue]
+        polls = poll_and_all_reduce(receivers, self.gloo_group)
+        ready = [r for r, poll in zip(self.queue, polls) if poll == KVPoll.WaitingForInput]
+        self.queue = [r for r in self.queue if r not in ready]
+        return ready
+
+
+class DecodeTransferQueue:
+    def __init__(self, gloo_group):
+        self.gloo_group = gloo_group
+        self.queue = []
+
+    def extend(self, decode_reqs):
+        self.queue.extend(decode_reqs)
+
+    def pop_transferred(self):
+        polls = poll_and_all_reduce([r.kv_receiver for r in self.queue], self.gloo_group)
+        done = [r for r, poll in zip(self.queue, polls) if poll == KVPoll.Success]
+        self.queue = [r for r in self.queue if r not in done]
+        return [r.req for r in done]
+
+
+class SchedulerDisaggregationDecodeMixin:
+    def process_decode_queue(self):
+        if not self.disagg_decode_prealloc_queue.queue and not len(
+            self.disagg_decode_transfer_queue.queue
+        ):
+            return
+        admitted = self.disagg_decode_prealloc_queue.pop_preallocated()
+        self.disagg_decode_transfer_queue.extend(admitted)
+        alloc_reqs = self.disagg_decode_transfer_queue.pop_transferred()
+        self.waiting_queue.extend(alloc_reqs)
+""",
+        },
+        # the gate comes after both polls
+        {
+            "sglang/srt/disaggregation/decode.py": """\
+import time
+
+from sglang.srt.disaggregation.base.conn import KVPoll
+from sglang.srt.disaggregation.utils import poll_and_all_reduce
+
+MAX_RETRIES = 15
+TIMEOUT = 300
+
+
+class DecodePreallocQueue:
+    def __init__(self, kv_manager, gloo_group):
+        self.kv_manager = kv_manager
+        self.gloo_group = gloo_group
+        self.queue = []
+        self.pending_reqs = []
+        self.retracted_queue = []
+        self.retries = {}
+
+    def add(self, decode_req):
+        decode_req.entered_at = time.monotonic()
+        self.queue.append(decode_req)
+        self.pending_reqs.append(decode_req)
+
+    def _resolve_pending_reqs(self):
+        unresolved = []
+        for decode_req in self.pending_reqs:
+            rank = self.kv_manager.lookup_rank(decode_req.req.bootstrap_room)
+            if rank is not None:
+                decode_req.kv_receiver.init(rank)
+            else:
+                count = self.retries.get(decode_req.req.rid, 0) + 1
+                self.retries[decode_req.req.rid] = count
+                if count >= MAX_RETRIES:
+                    decode_req.kv_receiver.abort()
+                else:
+                    unresolved.append(decode_req)
+
+        self.pending_reqs = unresolved
+
+    def pop_preallocated(self):
+        self._resolve_pending_reqs()
+        receivers = [r.kv_receiver for r in self.queue]
+        polls = poll_and_all_reduce(receivers, self.gloo_group)
+        ready = [r for r, poll in zip(self.queue, polls) if poll == KVPoll.WaitingForInput]
+        self.queue = [r for r in self.queue if r not in ready]
+        return ready
+
+
+class DecodeTransferQueue:
+    def __init__(self, gloo_group):
+        self.gloo_group = gloo_group
+        self.queue = []
+
+    def extend(self, decode_reqs):
+        self.queue.extend(decode_reqs)
+
+    def pop_transferred(self):
+        polls = poll_and_all_reduce([r.kv_receiver for r in self.queue], self.gloo_group)
+        done = [r for r, poll in zip(self.queue, polls) if poll == KVPoll.Success]
+        self.queue = [r for r in self.queue if r not in done]
+        return [r.req for r in done]
+
+
+class SchedulerDisaggregationDecodeMixin:
+    def process_decode_queue(self):
+        admitted = self.disagg_decode_prealloc_queue.pop_preallocated()
+        self.disagg_decode_transfer_queue.extend(admitted)
+        alloc_reqs = self.disagg_decode_transfer_queue.pop_transferred()
+        self.waiting_queue.extend(alloc_reqs)
+        if len(self.disagg_decode_prealloc_queue.retracted_queue) > 0:
+            return
+        self.admit_new_requests()
+""",
+        },
     )
     INVALID = (
+        # re-queued with no counter and no deadline
         Invalid(
-            decode(requeue=UNBOUNDED),
+            {
+                "sglang/srt/disaggregation/decode.py": """\
+import time
+
+from sglang.srt.disaggregation.base.conn import KVPoll
+from sglang.srt.disaggregation.utils import poll_and_all_reduce
+
+MAX_RETRIES = 15
+TIMEOUT = 300
+
+
+class DecodePreallocQueue:
+    def __init__(self, kv_manager, gloo_group):
+        self.kv_manager = kv_manager
+        self.gloo_group = gloo_group
+        self.queue = []
+        self.pending_reqs = []
+        self.retracted_queue = []
+        self.retries = {}
+
+    def add(self, decode_req):
+        decode_req.entered_at = time.monotonic()
+        self.queue.append(decode_req)
+        self.pending_reqs.append(decode_req)
+
+    def _resolve_pending_reqs(self):
+        unresolved = []
+        for decode_req in self.pending_reqs:
+            rank = self.kv_manager.lookup_rank(decode_req.req.bootstrap_room)
+            if rank is not None:
+                decode_req.kv_receiver.init(rank)
+            else:
+                unresolved.append(decode_req)
+
+        self.pending_reqs = unresolved
+
+    def pop_preallocated(self):
+        self._resolve_pending_reqs()
+        receivers = [r.kv_receiver for r in self.queue]
+        polls = poll_and_all_reduce(receivers, self.gloo_group)
+        ready = [r for r, poll in zip(self.queue, polls) if poll == KVPoll.WaitingForInput]
+        self.queue = [r for r in self.queue if r not in ready]
+        return ready
+
+
+class DecodeTransferQueue:
+    def __init__(self, gloo_group):
+        self.gloo_group = gloo_group
+        self.queue = []
+
+    def extend(self, decode_reqs):
+        self.queue.extend(decode_reqs)
+
+    def pop_transferred(self):
+        polls = poll_and_all_reduce([r.kv_receiver for r in self.queue], self.gloo_group)
+        done = [r for r, poll in zip(self.queue, polls) if poll == KVPoll.Success]
+        self.queue = [r for r in self.queue if r not in done]
+        return [r.req for r in done]
+
+
+class SchedulerDisaggregationDecodeMixin:
+    def process_decode_queue(self):
+        admitted = self.disagg_decode_prealloc_queue.pop_preallocated()
+        self.disagg_decode_transfer_queue.extend(admitted)
+        alloc_reqs = self.disagg_decode_transfer_queue.pop_transferred()
+        self.waiting_queue.extend(alloc_reqs)
+""",
+            },
             [
                 (
                     31,
@@ -233,11 +669,85 @@ class DecodeQueueWaitsForever(Rule):
                         "waits forever"
                     ),
                     "sglang/srt/disaggregation/decode.py",
-                )
+                ),
             ],
         ),
+        # the deadline is never called
         Invalid(
-            decode(requeue=UNBOUNDED, helper=HELPER),
+            {
+                "sglang/srt/disaggregation/decode.py": """\
+import time
+
+from sglang.srt.disaggregation.base.conn import KVPoll
+from sglang.srt.disaggregation.utils import poll_and_all_reduce
+
+MAX_RETRIES = 15
+TIMEOUT = 300
+
+
+class DecodePreallocQueue:
+    def __init__(self, kv_manager, gloo_group):
+        self.kv_manager = kv_manager
+        self.gloo_group = gloo_group
+        self.queue = []
+        self.pending_reqs = []
+        self.retracted_queue = []
+        self.retries = {}
+
+    def add(self, decode_req):
+        decode_req.entered_at = time.monotonic()
+        self.queue.append(decode_req)
+        self.pending_reqs.append(decode_req)
+
+    def _resolve_pending_reqs(self):
+        unresolved = []
+        for decode_req in self.pending_reqs:
+            rank = self.kv_manager.lookup_rank(decode_req.req.bootstrap_room)
+            if rank is not None:
+                decode_req.kv_receiver.init(rank)
+            else:
+                unresolved.append(decode_req)
+
+        self.pending_reqs = unresolved
+
+    def _expire_overdue(self):
+        now = time.monotonic()
+        for decode_req in self.queue:
+            if now - decode_req.entered_at > TIMEOUT:
+                decode_req.kv_receiver.abort()
+
+    def pop_preallocated(self):
+        self._resolve_pending_reqs()
+        receivers = [r.kv_receiver for r in self.queue]
+        polls = poll_and_all_reduce(receivers, self.gloo_group)
+        ready = [r for r, poll in zip(self.queue, polls) if poll == KVPoll.WaitingForInput]
+        self.queue = [r for r in self.queue if r not in ready]
+        return ready
+
+
+class DecodeTransferQueue:
+    def __init__(self, gloo_group):
+        self.gloo_group = gloo_group
+        self.queue = []
+
+    def extend(self, decode_reqs):
+        self.queue.extend(decode_reqs)
+
+    def pop_transferred(self):
+        polls = poll_and_all_reduce([r.kv_receiver for r in self.queue], self.gloo_group)
+        done = [r for r, poll in zip(self.queue, polls) if poll == KVPoll.Success]
+        self.queue = [r for r in self.queue if r not in done]
+        return [r.req for r in done]
+
+
+class SchedulerDisaggregationDecodeMixin:
+    def process_decode_queue(self):
+        admitted = self.disagg_decode_prealloc_queue.pop_preallocated()
+        self.disagg_decode_transfer_queue.extend(admitted)
+        alloc_reqs = self.disagg_decode_transfer_queue.pop_transferred()
+        self.waiting_queue.extend(alloc_reqs)
+""",
+            },
             [
                 (
                     31,
@@ -249,12 +759,84 @@ class DecodeQueueWaitsForever(Rule):
                         "waits forever"
                     ),
                     "sglang/srt/disaggregation/decode.py",
-                )
+                ),
             ],
-        ),  # the deadline is never called
+        ),
         # counted, but reaching the limit fails nothing
         Invalid(
-            decode(requeue=COUNTED.replace("decode_req.kv_receiver.abort()", "print(count)")),
+            {
+                "sglang/srt/disaggregation/decode.py": """\
+import time
+
+from sglang.srt.disaggregation.base.conn import KVPoll
+from sglang.srt.disaggregation.utils import poll_and_all_reduce
+
+MAX_RETRIES = 15
+TIMEOUT = 300
+
+
+class DecodePreallocQueue:
+    def __init__(self, kv_manager, gloo_group):
+        self.kv_manager = kv_manager
+        self.gloo_group = gloo_group
+        self.queue = []
+        self.pending_reqs = []
+        self.retracted_queue = []
+        self.retries = {}
+
+    def add(self, decode_req):
+        decode_req.entered_at = time.monotonic()
+        self.queue.append(decode_req)
+        self.pending_reqs.append(decode_req)
+
+    def _resolve_pending_reqs(self):
+        unresolved = []
+        for decode_req in self.pending_reqs:
+            rank = self.kv_manager.lookup_rank(decode_req.req.bootstrap_room)
+            if rank is not None:
+                decode_req.kv_receiver.init(rank)
+            else:
+                count = self.retries.get(decode_req.req.rid, 0) + 1
+                self.retries[decode_req.req.rid] = count
+                if count >= MAX_RETRIES:
+                    print(count)
+                else:
+                    unresolved.append(decode_req)
+
+        self.pending_reqs = unresolved
+
+    def pop_preallocated(self):
+        self._resolve_pending_reqs()
+        receivers = [r.kv_receiver for r in self.queue]
+        polls = poll_and_all_reduce(receivers, self.gloo_group)
+        ready = [r for r, poll in zip(self.queue, polls) if poll == KVPoll.WaitingForInput]
+        self.queue = [r for r in self.queue if r not in ready]
+        return ready
+
+
+class DecodeTransferQueue:
+    def __init__(self, gloo_group):
+        self.gloo_group = gloo_group
+        self.queue = []
+
+    def extend(self, decode_reqs):
+        self.queue.extend(decode_reqs)
+
+    def pop_transferred(self):
+        polls = poll_and_all_reduce([r.kv_receiver for r in self.queue], self.gloo_group)
+        done = [r for r, poll in zip(self.queue, polls) if poll == KVPoll.Success]
+        self.queue = [r for r in self.queue if r not in done]
+        return [r.req for r in done]
+
+
+class SchedulerDisaggregationDecodeMixin:
+    def process_decode_queue(self):
+        admitted = self.disagg_decode_prealloc_queue.pop_preallocated()
+        self.disagg_decode_transfer_queue.extend(admitted)
+        alloc_reqs = self.disagg_decode_transfer_queue.pop_transferred()
+        self.waiting_queue.extend(alloc_reqs)
+""",
+            },
             [
                 (
                     36,
@@ -267,12 +849,83 @@ class DecodeQueueWaitsForever(Rule):
                         "it, it waits forever"
                     ),
                     "sglang/srt/disaggregation/decode.py",
-                )
+                ),
             ],
         ),
         # timed, but the stamp is written again on every pass: the wait never grows
         Invalid(
-            decode(requeue=f"{_INDENT}decode_req.entered_at = time.monotonic()\n{TIMED}"),
+            {
+                "sglang/srt/disaggregation/decode.py": """\
+import time
+
+from sglang.srt.disaggregation.base.conn import KVPoll
+from sglang.srt.disaggregation.utils import poll_and_all_reduce
+
+MAX_RETRIES = 15
+TIMEOUT = 300
+
+
+class DecodePreallocQueue:
+    def __init__(self, kv_manager, gloo_group):
+        self.kv_manager = kv_manager
+        self.gloo_group = gloo_group
+        self.queue = []
+        self.pending_reqs = []
+        self.retracted_queue = []
+        self.retries = {}
+
+    def add(self, decode_req):
+        decode_req.entered_at = time.monotonic()
+        self.queue.append(decode_req)
+        self.pending_reqs.append(decode_req)
+
+    def _resolve_pending_reqs(self):
+        unresolved = []
+        for decode_req in self.pending_reqs:
+            rank = self.kv_manager.lookup_rank(decode_req.req.bootstrap_room)
+            if rank is not None:
+                decode_req.kv_receiver.init(rank)
+            else:
+                decode_req.entered_at = time.monotonic()
+                if time.monotonic() - decode_req.entered_at > TIMEOUT:
+                    decode_req.kv_receiver.abort()
+                else:
+                    unresolved.append(decode_req)
+
+        self.pending_reqs = unresolved
+
+    def pop_preallocated(self):
+        self._resolve_pending_reqs()
+        receivers = [r.kv_receiver for r in self.queue]
+        polls = poll_and_all_reduce(receivers, self.gloo_group)
+        ready = [r for r, poll in zip(self.queue, polls) if poll == KVPoll.WaitingForInput]
+        self.queue = [r for r in self.queue if r not in ready]
+        return ready
+
+
+class DecodeTransferQueue:
+    def __init__(self, gloo_group):
+        self.gloo_group = gloo_group
+        self.queue = []
+
+    def extend(self, decode_reqs):
+        self.queue.extend(decode_reqs)
+
+    def pop_transferred(self):
+        polls = poll_and_all_reduce([r.kv_receiver for r in self.queue], self.gloo_group)
+        done = [r for r, poll in zip(self.queue, polls) if poll == KVPoll.Success]
+        self.queue = [r for r in self.queue if r not in done]
+        return [r.req for r in done]
+
+
+class SchedulerDisaggregationDecodeMixin:
+    def process_decode_queue(self):
+        admitted = self.disagg_decode_prealloc_queue.pop_preallocated()
+        self.disagg_decode_transfer_queue.extend(admitted)
+        alloc_reqs = self.disagg_decode_transfer_queue.pop_transferred()
+        self.waiting_queue.extend(alloc_reqs)
+""",
+            },
             [
                 (
                     35,
@@ -284,31 +937,178 @@ class DecodeQueueWaitsForever(Rule):
                         "waits forever"
                     ),
                     "sglang/srt/disaggregation/decode.py",
-                )
+                ),
             ],
         ),
+        # the retraction gate: a return before either queue is polled
         Invalid(
-            decode(gate=RETRACTION_GATE),
+            {
+                "sglang/srt/disaggregation/decode.py": """\
+import time
+
+from sglang.srt.disaggregation.base.conn import KVPoll
+from sglang.srt.disaggregation.utils import poll_and_all_reduce
+
+MAX_RETRIES = 15
+TIMEOUT = 300
+
+
+class DecodePreallocQueue:
+    def __init__(self, kv_manager, gloo_group):
+        self.kv_manager = kv_manager
+        self.gloo_group = gloo_group
+        self.queue = []
+        self.pending_reqs = []
+        self.retracted_queue = []
+        self.retries = {}
+
+    def add(self, decode_req):
+        decode_req.entered_at = time.monotonic()
+        self.queue.append(decode_req)
+        self.pending_reqs.append(decode_req)
+
+    def _resolve_pending_reqs(self):
+        unresolved = []
+        for decode_req in self.pending_reqs:
+            rank = self.kv_manager.lookup_rank(decode_req.req.bootstrap_room)
+            if rank is not None:
+                decode_req.kv_receiver.init(rank)
+            else:
+                count = self.retries.get(decode_req.req.rid, 0) + 1
+                self.retries[decode_req.req.rid] = count
+                if count >= MAX_RETRIES:
+                    decode_req.kv_receiver.abort()
+                else:
+                    unresolved.append(decode_req)
+
+        self.pending_reqs = unresolved
+
+    def pop_preallocated(self):
+        self._resolve_pending_reqs()
+        receivers = [r.kv_receiver for r in self.queue]
+        polls = poll_and_all_reduce(receivers, self.gloo_group)
+        ready = [r for r, poll in zip(self.queue, polls) if poll == KVPoll.WaitingForInput]
+        self.queue = [r for r in self.queue if r not in ready]
+        return ready
+
+
+class DecodeTransferQueue:
+    def __init__(self, gloo_group):
+        self.gloo_group = gloo_group
+        self.queue = []
+
+    def extend(self, decode_reqs):
+        self.queue.extend(decode_reqs)
+
+    def pop_transferred(self):
+        polls = poll_and_all_reduce([r.kv_receiver for r in self.queue], self.gloo_group)
+        done = [r for r, poll in zip(self.queue, polls) if poll == KVPoll.Success]
+        self.queue = [r for r in self.queue if r not in done]
+        return [r.req for r in done]
+
+
+class SchedulerDisaggregationDecodeMixin:
+    def process_decode_queue(self):
+        if len(self.disagg_decode_prealloc_queue.retracted_queue) > 0:
+            return
+        admitted = self.disagg_decode_prealloc_queue.pop_preallocated()
+        self.disagg_decode_transfer_queue.extend(admitted)
+        alloc_reqs = self.disagg_decode_transfer_queue.pop_transferred()
+        self.waiting_queue.extend(alloc_reqs)
+""",
+            },
             [
                 (
                     67,
                     13,
                     (
-                        "SchedulerDisaggregationDecodeMixin.process_decode_queue returns before"
-                        " polling disagg_decode_prealloc_queue.pop_preallocated() and "
+                        "SchedulerDisaggregationDecodeMixin.process_decode_queue returns before "
+                        "polling disagg_decode_prealloc_queue.pop_preallocated() and "
                         "disagg_decode_transfer_queue.pop_transferred() while "
                         "`len(self.disagg_decode_prealloc_queue.retracted_queue) > 0`: waiting "
-                        "timeouts, heartbeat failures and aborts of the requests in those "
-                        "queues are not acted on, and their KV is not freed, until the "
-                        "condition clears"
+                        "timeouts, heartbeat failures and aborts of the requests in those queues "
+                        "are not acted on, and their KV is not freed, until the condition clears"
                     ),
                     "sglang/srt/disaggregation/decode.py",
-                )
+                ),
             ],
         ),
         # no early return: both polls held under an `if` on the retracted requests
         Invalid(
-            {DECODE_PATH: decode()[DECODE_PATH].replace(*POLLS_HELD)},
+            {
+                "sglang/srt/disaggregation/decode.py": """\
+import time
+
+from sglang.srt.disaggregation.base.conn import KVPoll
+from sglang.srt.disaggregation.utils import poll_and_all_reduce
+
+MAX_RETRIES = 15
+TIMEOUT = 300
+
+
+class DecodePreallocQueue:
+    def __init__(self, kv_manager, gloo_group):
+        self.kv_manager = kv_manager
+        self.gloo_group = gloo_group
+        self.queue = []
+        self.pending_reqs = []
+        self.retracted_queue = []
+        self.retries = {}
+
+    def add(self, decode_req):
+        decode_req.entered_at = time.monotonic()
+        self.queue.append(decode_req)
+        self.pending_reqs.append(decode_req)
+
+    def _resolve_pending_reqs(self):
+        unresolved = []
+        for decode_req in self.pending_reqs:
+            rank = self.kv_manager.lookup_rank(decode_req.req.bootstrap_room)
+            if rank is not None:
+                decode_req.kv_receiver.init(rank)
+            else:
+                count = self.retries.get(decode_req.req.rid, 0) + 1
+                self.retries[decode_req.req.rid] = count
+                if count >= MAX_RETRIES:
+                    decode_req.kv_receiver.abort()
+                else:
+                    unresolved.append(decode_req)
+
+        self.pending_reqs = unresolved
+
+    def pop_preallocated(self):
+        self._resolve_pending_reqs()
+        receivers = [r.kv_receiver for r in self.queue]
+        polls = poll_and_all_reduce(receivers, self.gloo_group)
+        ready = [r for r, poll in zip(self.queue, polls) if poll == KVPoll.WaitingForInput]
+        self.queue = [r for r in self.queue if r not in ready]
+        return ready
+
+
+class DecodeTransferQueue:
+    def __init__(self, gloo_group):
+        self.gloo_group = gloo_group
+        self.queue = []
+
+    def extend(self, decode_reqs):
+        self.queue.extend(decode_reqs)
+
+    def pop_transferred(self):
+        polls = poll_and_all_reduce([r.kv_receiver for r in self.queue], self.gloo_group)
+        done = [r for r, poll in zip(self.queue, polls) if poll == KVPoll.Success]
+        self.queue = [r for r in self.queue if r not in done]
+        return [r.req for r in done]
+
+
+class SchedulerDisaggregationDecodeMixin:
+    def process_decode_queue(self):
+        if not self.disagg_decode_prealloc_queue.retracted_queue:
+            admitted = self.disagg_decode_prealloc_queue.pop_preallocated()
+            self.disagg_decode_transfer_queue.extend(admitted)
+            alloc_reqs = self.disagg_decode_transfer_queue.pop_transferred()
+            self.waiting_queue.extend(alloc_reqs)
+""",
+            },
             [
                 (
                     66,
@@ -317,12 +1117,12 @@ class DecodeQueueWaitsForever(Rule):
                         "SchedulerDisaggregationDecodeMixin.process_decode_queue polls "
                         "disagg_decode_prealloc_queue.pop_preallocated() and "
                         "disagg_decode_transfer_queue.pop_transferred() only under `if not "
-                        "self.disagg_decode_prealloc_queue.retracted_queue`: while that does "
-                        "not hold, waiting timeouts, heartbeat failures and aborts of the "
-                        "requests in those queues are not acted on, and their KV is not freed"
+                        "self.disagg_decode_prealloc_queue.retracted_queue`: while that does not "
+                        "hold, waiting timeouts, heartbeat failures and aborts of the requests "
+                        "in those queues are not acted on, and their KV is not freed"
                     ),
                     "sglang/srt/disaggregation/decode.py",
-                )
+                ),
             ],
         ),
     )

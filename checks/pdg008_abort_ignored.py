@@ -16,15 +16,39 @@ Why is this bad
     ``sender-abort``), not in a ``poll`` replaced on the instance (PDG002).
 
 Example
-    ``NixlKVSender.poll()`` returning its transfer handles' state once ``has_sent``, with
-    ``CommonKVSender.abort()`` setting ``conclude_state`` that it never reads.
+    ``abort()`` concludes a Failed state that ``poll()`` never returns (NIXL up to 0.5.11
+    reads its transfer handles once it has sent):
+
+    ```python
+    class QuillKVSender(SharedKVSender):
+        ...
+
+        def poll(self):
+            if not self.handles:
+                return self.kv_mgr.check_status(self.room)
+            return KVPoll.Success if self.kv_mgr.done(self.handles) else KVPoll.Transferring
+    ```
+
+Use instead
+    Return the concluded state first (``sender-abort`` writes this, as 0.5.12+ does):
+
+    ```python
+    class QuillKVSender(SharedKVSender):
+        ...
+
+        def poll(self):
+            if self.conclude_state is not None:
+                return self.conclude_state
+            if not self.handles:
+                return self.kv_mgr.check_status(self.room)
+            return KVPoll.Success if self.kv_mgr.done(self.handles) else KVPoll.Transferring
+    ```
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterator
 
-from .examples import CALL_HELPER, PATCHED, STAMP_ONCE, prefill
 from .model import PREFILL, Finding, Invalid, Rule
 from .project import Project
 
@@ -38,7 +62,83 @@ class SharedKVSender(BaseKVSender):
         # remembered for poll(), which must report it
         self.conclude_state = KVPoll.Failed
 """
-_QUILL = """\
+# What a deadline may call on a sender besides abort() without failing it another way:
+# record_failure adds a reason, poll() reads the state (PP: is the transfer still unfinished).
+ABORT_ONLY = frozenset({"abort", "record_failure", "poll"})
+
+
+class AbortIgnored(Rule):
+    code = "PDG008"
+    name = "abort-ignored"
+    VALID = (
+        # abort() concludes Failed, and poll() returns that first
+        {
+            PREFILL: """\
+import logging
+import time
+
+from sglang.srt.disaggregation.base import KVPoll
+from sglang.srt.disaggregation.utils import poll_and_all_reduce
+
+logger = logging.getLogger(__name__)
+TIMEOUT = 300.0
+
+
+class SchedulerDisaggregationPrefillMixin:
+    def process_batch_result_disagg_prefill(self, batch):
+        for req in batch.reqs:
+            if getattr(req, "entered_at", None) is None:
+                req.entered_at = time.monotonic()
+            self.disagg_prefill_inflight_queue.append(req)
+
+    def _expire_inflight(self):
+        now = time.monotonic()
+        for req in self.disagg_prefill_inflight_queue:
+            if now - req.entered_at > TIMEOUT:
+                req.disagg_kv_sender.abort()
+
+    def process_disagg_prefill_inflight_queue(self):
+        if not self.disagg_prefill_inflight_queue:
+            return []
+        self._expire_inflight()
+        senders = [r.disagg_kv_sender for r in self.disagg_prefill_inflight_queue]
+        states = poll_and_all_reduce(senders, self.tp_cpu_group)
+        finished = []
+        waiting = []
+        # each rank takes the branch the reduced state picks
+        for req, state in zip(self.disagg_prefill_inflight_queue, states):
+            if state in (KVPoll.WaitingForInput, KVPoll.Transferring):
+                waiting.append(req)
+            elif state in (KVPoll.Success, KVPoll.Failed):
+                finished.append(req)
+        self.disagg_prefill_inflight_queue = waiting
+        return finished
+""",
+            "sglang/srt/disaggregation/common/conn.py": _BASE,
+            "sglang/srt/disaggregation/quill/conn.py": """\
+from sglang.srt.disaggregation.base.conn import KVPoll
+from sglang.srt.disaggregation.common.conn import SharedKVSender
+
+
+class QuillKVSender(SharedKVSender):
+    def __init__(self, mgr, room):
+        self.kv_mgr = mgr
+        self.room = room
+        self.conclude_state = None
+        self.handles = []
+
+    def poll(self):
+        if self.conclude_state is not None:
+            return self.conclude_state
+        if not self.handles:
+            return self.kv_mgr.check_status(self.room)
+        return KVPoll.Success if self.kv_mgr.done(self.handles) else KVPoll.Transferring
+""",
+        },
+        # no deadline that aborts senders: nothing counts on abort()
+        {
+            "sglang/srt/disaggregation/common/conn.py": _BASE,
+            "sglang/srt/disaggregation/quill/conn.py": """\
 from sglang.srt.disaggregation.base.conn import KVPoll
 from sglang.srt.disaggregation.common.conn import SharedKVSender
 
@@ -48,27 +148,198 @@ class QuillKVSender(SharedKVSender):
         self.kv_mgr = mgr
         self.room = room
         self.handles = []
-{init}
+
     def poll(self):
-{first}        if not self.handles:
+        if not self.handles:
             return self.kv_mgr.check_status(self.room)
         return KVPoll.Success if self.kv_mgr.done(self.handles) else KVPoll.Transferring
-"""
-_INIT_STATE = "        self.conclude_state = None\n"
-_FIRST = """\
+""",
+        },
+    )
+    INVALID = (
+        # poll() never returns the state abort() concludes
+        Invalid(
+            {
+                PREFILL: """\
+import logging
+import time
+
+from sglang.srt.disaggregation.base import KVPoll
+from sglang.srt.disaggregation.utils import poll_and_all_reduce
+
+logger = logging.getLogger(__name__)
+TIMEOUT = 300.0
+
+
+class SchedulerDisaggregationPrefillMixin:
+    def process_batch_result_disagg_prefill(self, batch):
+        for req in batch.reqs:
+            if getattr(req, "entered_at", None) is None:
+                req.entered_at = time.monotonic()
+            self.disagg_prefill_inflight_queue.append(req)
+
+    def _expire_inflight(self):
+        now = time.monotonic()
+        for req in self.disagg_prefill_inflight_queue:
+            if now - req.entered_at > TIMEOUT:
+                req.disagg_kv_sender.abort()
+
+    def process_disagg_prefill_inflight_queue(self):
+        if not self.disagg_prefill_inflight_queue:
+            return []
+        self._expire_inflight()
+        senders = [r.disagg_kv_sender for r in self.disagg_prefill_inflight_queue]
+        states = poll_and_all_reduce(senders, self.tp_cpu_group)
+        finished = []
+        waiting = []
+        # each rank takes the branch the reduced state picks
+        for req, state in zip(self.disagg_prefill_inflight_queue, states):
+            if state in (KVPoll.WaitingForInput, KVPoll.Transferring):
+                waiting.append(req)
+            elif state in (KVPoll.Success, KVPoll.Failed):
+                finished.append(req)
+        self.disagg_prefill_inflight_queue = waiting
+        return finished
+""",
+                "sglang/srt/disaggregation/common/conn.py": _BASE,
+                "sglang/srt/disaggregation/quill/conn.py": """\
+from sglang.srt.disaggregation.base.conn import KVPoll
+from sglang.srt.disaggregation.common.conn import SharedKVSender
+
+
+class QuillKVSender(SharedKVSender):
+    def __init__(self, mgr, room):
+        self.kv_mgr = mgr
+        self.room = room
+        self.conclude_state = None
+        self.handles = []
+
+    def poll(self):
+        if not self.handles:
+            return self.kv_mgr.check_status(self.room)
+        return KVPoll.Success if self.kv_mgr.done(self.handles) else KVPoll.Transferring
+""",
+            },
+            [
+                (
+                    12,
+                    5,
+                    (
+                        "QuillKVSender.poll() does not report Failed once abort() has run (it "
+                        "never returns the state SharedKVSender.abort() concludes), and the "
+                        "inflight deadline fails senders with abort() (line 21): its requests "
+                        "can wait forever"
+                    ),
+                    "sglang/srt/disaggregation/quill/conn.py",
+                ),
+            ],
+        ),
+        # no abort() at all: the deadline's call raises
+        Invalid(
+            {
+                PREFILL: """\
+import logging
+import time
+
+from sglang.srt.disaggregation.base import KVPoll
+from sglang.srt.disaggregation.utils import poll_and_all_reduce
+
+logger = logging.getLogger(__name__)
+TIMEOUT = 300.0
+
+
+class SchedulerDisaggregationPrefillMixin:
+    def process_batch_result_disagg_prefill(self, batch):
+        for req in batch.reqs:
+            if getattr(req, "entered_at", None) is None:
+                req.entered_at = time.monotonic()
+            self.disagg_prefill_inflight_queue.append(req)
+
+    def _expire_inflight(self):
+        now = time.monotonic()
+        for req in self.disagg_prefill_inflight_queue:
+            if now - req.entered_at > TIMEOUT:
+                req.disagg_kv_sender.abort()
+
+    def process_disagg_prefill_inflight_queue(self):
+        if not self.disagg_prefill_inflight_queue:
+            return []
+        self._expire_inflight()
+        senders = [r.disagg_kv_sender for r in self.disagg_prefill_inflight_queue]
+        states = poll_and_all_reduce(senders, self.tp_cpu_group)
+        finished = []
+        waiting = []
+        # each rank takes the branch the reduced state picks
+        for req, state in zip(self.disagg_prefill_inflight_queue, states):
+            if state in (KVPoll.WaitingForInput, KVPoll.Transferring):
+                waiting.append(req)
+            elif state in (KVPoll.Success, KVPoll.Failed):
+                finished.append(req)
+        self.disagg_prefill_inflight_queue = waiting
+        return finished
+""",
+                "sglang/srt/disaggregation/common/conn.py": """\
+class BaseKVSender:
+    pass
+
+
+class SharedKVSender(BaseKVSender):
+    pass
+""",
+                "sglang/srt/disaggregation/quill/conn.py": """\
+from sglang.srt.disaggregation.base.conn import KVPoll
+from sglang.srt.disaggregation.common.conn import SharedKVSender
+
+
+class QuillKVSender(SharedKVSender):
+    def __init__(self, mgr, room):
+        self.kv_mgr = mgr
+        self.room = room
+        self.conclude_state = None
+        self.handles = []
+
+    def poll(self):
         if self.conclude_state is not None:
             return self.conclude_state
-"""
-_COMMON = "sglang/srt/disaggregation/common/conn.py"
-# What a deadline may call on a sender besides abort() without failing it another way:
-# record_failure adds a reason, poll() reads the state (PP: is the transfer still unfinished).
-ABORT_ONLY = frozenset({"abort", "record_failure", "poll"})
-_QUILL_PATH = "sglang/srt/disaggregation/quill/conn.py"
+        if not self.handles:
+            return self.kv_mgr.check_status(self.room)
+        return KVPoll.Success if self.kv_mgr.done(self.handles) else KVPoll.Transferring
+""",
+            },
+            [
+                (
+                    12,
+                    5,
+                    (
+                        "QuillKVSender.poll() does not report Failed once abort() has run (it "
+                        "has no abort()), and the inflight deadline fails senders with abort() "
+                        "(line 21): its requests can wait forever"
+                    ),
+                    "sglang/srt/disaggregation/quill/conn.py",
+                ),
+            ],
+        ),
+        # the deadline reads poll() first, and still aborts with abort() alone
+        Invalid(
+            {
+                PREFILL: """\
+import logging
+import time
+
+from sglang.srt.disaggregation.base import KVPoll
+from sglang.srt.disaggregation.utils import poll_and_all_reduce
+
+logger = logging.getLogger(__name__)
+TIMEOUT = 300.0
 
 
-# A deadline that first reads the sender's poll() (under PP: leave a transfer it already polls
-# as ended to the stages' consensus) and then aborts: it still fails senders with abort() alone.
-_POLLING_HELPER = """
+class SchedulerDisaggregationPrefillMixin:
+    def process_batch_result_disagg_prefill(self, batch):
+        for req in batch.reqs:
+            if getattr(req, "entered_at", None) is None:
+                req.entered_at = time.monotonic()
+            self.disagg_prefill_inflight_queue.append(req)
+
     def _expire_inflight(self):
         now = time.monotonic()
         for req in self.disagg_prefill_inflight_queue:
@@ -76,66 +347,55 @@ _POLLING_HELPER = """
                 if req.disagg_kv_sender.poll() in (KVPoll.Success, KVPoll.Failed):
                     continue
                 req.disagg_kv_sender.abort()
-"""
+
+    def process_disagg_prefill_inflight_queue(self):
+        if not self.disagg_prefill_inflight_queue:
+            return []
+        self._expire_inflight()
+        senders = [r.disagg_kv_sender for r in self.disagg_prefill_inflight_queue]
+        states = poll_and_all_reduce(senders, self.tp_cpu_group)
+        finished = []
+        waiting = []
+        # each rank takes the branch the reduced state picks
+        for req, state in zip(self.disagg_prefill_inflight_queue, states):
+            if state in (KVPoll.WaitingForInput, KVPoll.Transferring):
+                waiting.append(req)
+            elif state in (KVPoll.Success, KVPoll.Failed):
+                finished.append(req)
+        self.disagg_prefill_inflight_queue = waiting
+        return finished
+""",
+                "sglang/srt/disaggregation/common/conn.py": _BASE,
+                "sglang/srt/disaggregation/quill/conn.py": """\
+from sglang.srt.disaggregation.base.conn import KVPoll
+from sglang.srt.disaggregation.common.conn import SharedKVSender
 
 
-def _tree(sender: str, base: str = _BASE, prefill_text: str = PATCHED) -> dict[str, str]:
-    return {PREFILL: prefill_text, _COMMON: base, _QUILL_PATH: sender}
+class QuillKVSender(SharedKVSender):
+    def __init__(self, mgr, room):
+        self.kv_mgr = mgr
+        self.room = room
+        self.conclude_state = None
+        self.handles = []
 
-
-class AbortIgnored(Rule):
-    code = "PDG008"
-    name = "abort-ignored"
-    VALID = (
-        _tree(_QUILL.format(init=_INIT_STATE, first=_FIRST)),
-        # no deadline that aborts senders: nothing counts on abort()
-        {_COMMON: _BASE, _QUILL_PATH: _QUILL.format(init="", first="")},
-    )
-    INVALID = (
-        Invalid(
-            _tree(_QUILL.format(init=_INIT_STATE, first="")),
+    def poll(self):
+        if not self.handles:
+            return self.kv_mgr.check_status(self.room)
+        return KVPoll.Success if self.kv_mgr.done(self.handles) else KVPoll.Transferring
+""",
+            },
             [
                 (
                     12,
                     5,
-                    "QuillKVSender.poll() does not report Failed once abort() has run (it "
-                    "never returns the state SharedKVSender.abort() concludes), and the inflight "
-                    "deadline fails senders with abort() (line 21): its requests can wait forever",
-                    _QUILL_PATH,
-                )
-            ],
-        ),
-        Invalid(
-            _tree(
-                _QUILL.format(init=_INIT_STATE, first=_FIRST),
-                base="class BaseKVSender:\n"
-                "    pass\n\n\nclass SharedKVSender(BaseKVSender):\n    pass\n",
-            ),
-            [
-                (
-                    12,
-                    5,
-                    "QuillKVSender.poll() does not report Failed once abort() has run (it has "
-                    "no abort()), and the inflight deadline fails senders with abort() (line 21): "
-                    "its requests can wait forever",
-                    _QUILL_PATH,
-                )
-            ],
-        ),
-        Invalid(
-            _tree(
-                _QUILL.format(init=_INIT_STATE, first=""),
-                prefill_text=prefill(stamp=STAMP_ONCE, helper=_POLLING_HELPER, before=CALL_HELPER),
-            ),
-            [
-                (
-                    12,
-                    5,
-                    "QuillKVSender.poll() does not report Failed once abort() has run (it "
-                    "never returns the state SharedKVSender.abort() concludes), and the inflight "
-                    "deadline fails senders with abort() (line 21): its requests can wait forever",
-                    _QUILL_PATH,
-                )
+                    (
+                        "QuillKVSender.poll() does not report Failed once abort() has run (it "
+                        "never returns the state SharedKVSender.abort() concludes), and the "
+                        "inflight deadline fails senders with abort() (line 21): its requests "
+                        "can wait forever"
+                    ),
+                    "sglang/srt/disaggregation/quill/conn.py",
+                ),
             ],
         ),
     )

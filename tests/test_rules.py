@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
 from pdguard import checks
 from pdguard.checks.examples import CALL_HELPER, HELPER, STAMP_ONCE, prefill
 from pdguard.checks.model import PREFILL, Example, Invalid, Rule
 from pdguard.checks.project import Project
+from pdguard.docs import sections
 from pdguard.fixes.base import Status
 from pdguard.fixes.inflight_deadline import InflightDeadline
 from pdguard.tree import open_tree
@@ -46,9 +49,59 @@ def test_invalid_examples_are_reported(rule: Rule, example: Invalid) -> None:
 def test_every_rule_documents_itself(rule: Rule) -> None:
     doc = type(rule).__module__
     module_doc = __import__(doc, fromlist=["_"]).__doc__
-    for heading in ("What it does", "Why is this bad", "Example"):
-        assert heading in module_doc
+    for heading in ("What it does", "Why is this bad", "Example", "Use instead"):
+        assert f"\n{heading}\n" in module_doc
     assert rule.VALID and rule.INVALID
+
+
+def _snippet(rule: Rule, heading: str) -> list[str]:
+    """The code block of a docstring section, as stripped lines (``...`` marks a gap)."""
+    [text] = [body for name, body in sections(rule.description) if name == heading]
+    blocks = re.findall(r"^```python\n(.*?)^```", text, re.M | re.S)
+    assert len(blocks) == 1, f"{rule.code} {heading}: one ```python block"
+    return [line.strip() for line in blocks[0].splitlines() if line.strip()]
+
+
+def _shows(snippet: list[str], example: Example) -> bool:
+    """Whether ``snippet``'s lines appear in one file of ``example`` in order, consecutive
+    (blank lines aside) except where the snippet says ``...``."""
+    parts, part = [], []
+    for line in snippet:
+        if line == "...":
+            parts.append(part)
+            part = []
+        else:
+            part.append(line)
+    parts.append(part)
+    files = [example] if isinstance(example, str) else list(example.values())
+    for text in files:
+        lines = [line.strip() for line in text.splitlines() if line.strip()]
+        at = 0
+        for part in parts:
+            found = next(
+                (
+                    i
+                    for i in range(at, len(lines) - len(part) + 1)
+                    if lines[i : i + len(part)] == part
+                ),
+                None,
+            )
+            if found is None:
+                break
+            at = found + len(part)
+        else:
+            return True
+    return False
+
+
+@pytest.mark.parametrize("rule", checks.RULES, ids=lambda r: r.code)
+def test_the_docstring_example_is_a_bad_fixed_pair(rule: Rule) -> None:
+    """The docstring's Example is code of an INVALID example (reported), and its "Use
+    instead" code of a VALID one (not reported), so the rule page shows tested code."""
+    bad, good = _snippet(rule, "Example"), _snippet(rule, "Use instead")
+    assert bad != good
+    assert any(_shows(bad, example.code) for example in rule.INVALID), rule.code
+    assert any(_shows(good, example) for example in rule.VALID), rule.code
 
 
 def test_apply_reports_a_hand_written_deadline_as_upstream(tmp_path) -> None:

@@ -16,6 +16,7 @@ from urllib.parse import quote
 from pdguard import HOMEPAGE, __version__, cache, checks
 from pdguard.checks import Finding, Project
 from pdguard.checks.project import wanted
+from pdguard.docs import rule_url
 
 from ..errors import TargetError, UsageError, does_not_parse
 from ..sglang_names import DISAGGREGATION_DIR, MANAGERS_DIR
@@ -185,7 +186,6 @@ def _tree_around(file: Path) -> DirectoryTree | None:
 # -- output ---------------------------------------------------------------------------------
 
 SARIF_SCHEMA = "https://json.schemastore.org/sarif-2.1.0.json"
-HELP_URI = f"{HOMEPAGE}#rules"
 
 
 def _rows(results: Sequence[CheckResult]) -> Iterator[tuple[str, Finding]]:
@@ -253,7 +253,7 @@ def sarif(results: Sequence[CheckResult]) -> str:
                 "shortDescription": {"text": title},
                 "fullDescription": {"text": body},
                 "help": {"text": body},
-                "helpUri": f"{HELP_URI}-{rule.code.lower()}",
+                "helpUri": rule_url(rule.code),
                 "defaultConfiguration": {"level": "error"},
             }
         )
@@ -285,7 +285,7 @@ def sarif(results: Sequence[CheckResult]) -> str:
                     "driver": {
                         "name": "pdguard",
                         "version": __version__,
-                        "informationUri": HELP_URI.split("#")[0],
+                        "informationUri": HOMEPAGE,
                         "rules": rules,
                     }
                 },
