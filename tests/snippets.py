@@ -1,6 +1,6 @@
 """Hand-written, SGLang-shaped code for the tests (no SGLang source is copied).
 
-The rules' own VALID/INVALID examples live beside each rule (checks/examples.py); the LibCST
+The rules' own VALID/INVALID examples are literal code in each rule's class; the LibCST
 codemod tests keep their before/after pairs inline, next to what they assert.
 
 ``make_tree`` writes ``sglang/srt/disaggregation/prefill.py``, ``.../base/conn.py`` and
