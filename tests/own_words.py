@@ -18,6 +18,7 @@ above it or on one of its lines.
 
 from __future__ import annotations
 
+import subprocess
 import sys
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
@@ -69,9 +70,23 @@ def upstream_lines(versions: Iterable[str]) -> frozenset[str]:
 
 
 def own_files(root: Path = ROOT) -> Iterator[Path]:
-    """The repository's Python files (its code, tests, benchmarks), not its tooling caches."""
-    for path in sorted(root.rglob("*.py")):
-        if not _SKIPPED_DIRS.intersection(path.relative_to(root).parts):
+    """The repository's Python files (its code, tests, benchmarks): those git tracks, so a
+    ``venv/`` or a build inside the clone is never read; outside a git checkout (an sdist),
+    every file but tooling caches."""
+    try:
+        listed = subprocess.run(
+            ["git", "-C", str(root), "ls-files", "-z", "--", "*.py"],
+            capture_output=True,
+            check=True,
+        ).stdout
+    except (OSError, subprocess.CalledProcessError):
+        for path in sorted(root.rglob("*.py")):
+            if not _SKIPPED_DIRS.intersection(path.relative_to(root).parts):
+                yield path
+        return
+    for name in sorted(filter(None, listed.decode("utf-8", "surrogateescape").split("\0"))):
+        path = root / name
+        if path.is_file():  # tracked but deleted in the working tree: nothing to read
             yield path
 
 
