@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -10,8 +11,17 @@ import pytest
 from pdguard.commands import apply as pipeline
 from pdguard.fix_names import MARKER_PREFIX, unmark
 from pdguard.fixes import Status
+from pdguard.series import DOCS_PAGE, document
 from pdguard.tree import open_tree
-from tests.helpers import PATCHABLE, copy_release, git, init_repo, pdguard
+from tests.helpers import (
+    PATCHABLE,
+    copy_as_checkout,
+    copy_release,
+    git,
+    init_repo,
+    one_error_line,
+    pdguard,
+)
 
 # -- unmark ---------------------------------------------------------------------------------
 
@@ -84,3 +94,114 @@ def test_apply_no_markers_command_line(tmp_path: Path) -> None:
     assert second.returncode == 0 and "nothing to change" in second.stdout, second.stdout
     assert "applied" not in second.stdout
     assert pdguard("check", str(root)).returncode == 0
+
+
+# -- export ---------------------------------------------------------------------------------
+
+# A docs page of the checkout's shape (pdguard's own words): the series adds its lines here.
+DOCS = """\
+# Environment Variables
+
+Variables that change how the server runs.
+
+## General
+
+| Environment Variable | Description | Default Value |
+| --- | --- | --- |
+| `SGLANG_EXAMPLE` | An example setting | `1` |
+
+## PD Disaggregation
+
+| Environment Variable | Description | Default Value |
+| --- | --- | --- |
+| `SGLANG_DISAGGREGATION_WAITING_TIMEOUT` | Seconds decode waits for its KV | `300` |
+| `SGLANG_DISAGGREGATION_BOOTSTRAP_TIMEOUT` | Seconds prefill waits for its peer | `300` |
+
+## Elsewhere
+
+More words.
+"""
+
+
+def _checkout(version: str, root: Path) -> Path:
+    """A git checkout of ``version`` shaped as upstream's: python/sglang/..., docs/."""
+    init_repo(root)
+    copy_as_checkout(version, root)
+    (root / DOCS_PAGE).parent.mkdir(parents=True)
+    (root / DOCS_PAGE).write_text(DOCS)
+    git(root, "add", "-A")
+    git(root, "commit", "-q", "-m", f"sglang {version}")
+    return root
+
+
+@pytest.mark.parametrize("version", ["0.5.14", "0.5.23"])
+def test_export_series_applies_with_git_am_and_check_passes(version: str, tmp_path: Path) -> None:
+    import black
+
+    from pdguard.commands.check import check_project, load_project
+    from pdguard.series import COMMITS, TEST_DIR
+
+    checkout = _checkout(version, tmp_path / "sglang")
+    out = tmp_path / "series"
+    done = pdguard("export", str(checkout), "-o", str(out), "--format", "json")
+    assert done.returncode == 0, done.stderr
+    commits = json.loads(done.stdout)
+    patches = sorted(out.glob("*.patch"))
+    assert [p.name[:5] for p in patches] == [f"{n:04d}-" for n in range(1, len(patches) + 1)]
+    assert len(patches) == len(commits) >= 2
+    # the whole plan on the release: which fixes apply and which files each changes
+    whole = pipeline.plan(open_tree(copy_release(version, tmp_path / "plain")), markers=False)
+    applied = [n for n, o in whole.outcomes.items() if o.status is Status.APPLIED]
+    assert [c["fix"] for c in commits] == applied  # one commit per fix, in FIXES' order
+    for patch in patches:
+        assert "pdguard" not in patch.read_text().lower(), patch
+    git(checkout, "am", "-q", "--keep-non-patch", *map(str, patches))
+    log = git(checkout, "log", "--format=%s", f"-{len(patches)}").splitlines()[::-1]
+    assert log == [COMMITS[c["fix"]].subject for c in commits]
+    for n, commit in enumerate(commits):
+        sha = f"HEAD~{len(commits) - 1 - n}"
+        touched = set(git(checkout, "show", "--format=", "--name-only", sha).splitlines())
+        fix_files = {
+            f"python/{rel}" for rel in whole.changes if f"python/{rel}" in set(commit["files"])
+        }
+        test = f"{TEST_DIR}/{COMMITS[commit['fix']].test_name}.py"
+        assert touched == fix_files | {test, DOCS_PAGE}, (commit["fix"], touched)
+        assert fix_files, commit["fix"]
+        body = git(checkout, "show", "-s", "--format=%b", sha)
+        assert "#" in body and "Test: " in body, body  # the upstream PR it follows, its test
+        code = (checkout / test).read_text()
+        compile(code, test, "exec")
+        assert black.format_str(code, mode=black.Mode()) == code
+        assert "unittest.main()" in code
+    # every fix's source files changed by the series, exactly as apply --no-markers does
+    for rel, new in whole.changes.items():
+        assert (checkout / "python" / rel).read_text() == new.text, rel
+    docs = (checkout / DOCS_PAGE).read_text()
+    assert "`SGLANG_DISAGGREGATION_INFLIGHT_TIMEOUT`" in docs
+    tree = open_tree(checkout)
+    assert not check_project(tree, load_project(tree)).findings
+    assert pdguard("check", str(checkout)).returncode == 0
+
+
+def test_document_adds_a_row_to_the_family_table_or_a_sentence_to_an_existing_row() -> None:
+    from pdguard.series import COMMITS
+
+    inflight = COMMITS["inflight-deadline"].env
+    waiting = COMMITS["decode-queue-bound"].env
+    assert inflight is not None and waiting is not None
+    page = document(DOCS, inflight)
+    added = [line for line in page.splitlines() if line not in DOCS.splitlines()]
+    assert added == [f"| `{inflight.name}` | {inflight.description} | {inflight.default} |"]
+    lines = page.splitlines()
+    assert lines.index(added[0]) == lines.index("## Elsewhere") - 2  # the PD table's last row
+    page = document(DOCS, waiting)
+    assert f"Seconds decode waits for its KV. {waiting.also} | `300` |" in page
+    assert document(page, waiting) == page  # said once
+
+
+def test_export_of_a_tree_that_is_no_checkout_is_one_line_exit_2(tmp_path: Path) -> None:
+    root = copy_release("0.5.23", tmp_path / "sglang")
+    done = pdguard("export", str(root), "-o", str(tmp_path / "out"))
+    assert done.returncode == 2
+    assert one_error_line(done.stderr).endswith("(python/sglang/... and docs/)")
+    assert not (tmp_path / "out").exists()
