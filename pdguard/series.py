@@ -28,6 +28,7 @@ from .fix_names import (
     INFLIGHT_DEADLINE,
     INFLIGHT_HELPER,
     INFLIGHT_STAMP,
+    INFLIGHT_TIMEOUT_READER,
     RECEIVER_WAITING_TIMEOUT,
     RECEIVER_WAITING_TIMEOUT_ATTR,
     SENDER_ABORT,
@@ -95,7 +96,7 @@ _RECEIVER_ENV = EnvDoc(
     WAITING_TIMEOUT_ENV,
     _WAITING_ENV.description,
     "`300`",
-    "Read once by each backend's KV manager; a receiver waiting for its KV longer than this "
+    "Applies to every backend's KV receiver: one that waits for its KV longer than this "
     "reports Failed.",
 )
 _BOOTSTRAP_ENV = EnvDoc(
@@ -122,7 +123,8 @@ if __name__ == "__main__":
 
 _INFLIGHT_TEST = Template(
     _HEADER
-    + """from sglang.srt.disaggregation.prefill import SchedulerDisaggregationPrefillMixin
+    + """from sglang.srt.disaggregation import prefill
+from sglang.srt.disaggregation.prefill import SchedulerDisaggregationPrefillMixin
 
 
 class _Sender:
@@ -156,7 +158,7 @@ def _failed(req):
 class TestPrefillInflightDeadline(unittest.TestCase):
     def _sweep(self, reqs, timeout):
         scheduler = SimpleNamespace(disagg_prefill_inflight_queue=reqs)
-        with mock.patch.dict(os.environ, {"$env": str(timeout)}):
+$clear        with mock.patch.dict(os.environ, {"$env": str(timeout)}):
             SchedulerDisaggregationPrefillMixin.$helper(scheduler)
 
     def test_transfer_past_the_deadline_is_failed(self):
@@ -264,22 +266,29 @@ _RECEIVER_TEST = Template(
     _HEADER
     + """from $module import $cls
 
+# what $cls's constructor (and its bases') sets, without connecting anywhere
+_STATE = $state
+
 
 class TestReceiverWaitingTimeout(unittest.TestCase):
-    def _receiver(self, waited, timeout):
+    def _poll(self, waited, timeout):
         receiver = $cls.__new__($cls)
+        for name, value in _STATE.items():
+            setattr(receiver, name, value)
         receiver.kv_mgr = mock.MagicMock()
         receiver.kv_mgr.check_status.return_value = KVPoll.WaitingForInput
-        receiver.kv_mgr.waiting_timeout = timeout
+        receiver.kv_mgr.$attr = timeout
         receiver.bootstrap_room = 7
         receiver.$attr = timeout
         receiver.$init_time = time.time() - waited
-        return receiver
+        with mock.patch.dict(os.environ, {"$env": str(timeout)}):
+            return receiver.poll()
 
     def test_waiting_past_the_timeout_fails(self):
-        receiver = self._receiver(waited=120, timeout=60)
-        with mock.patch.dict(os.environ, {"$env": "60"}):
-            self.assertEqual(receiver.poll(), KVPoll.Failed)
+        self.assertEqual(self._poll(waited=120, timeout=60), KVPoll.Failed)
+
+    def test_waiting_within_the_timeout_waits(self):
+        self.assertEqual(self._poll(waited=1, timeout=60), KVPoll.WaitingForInput)
 """
     + _FOOTER
 )
@@ -481,7 +490,14 @@ def document(page: str, env: EnvDoc) -> str:
     return "".join([*lines[:at], row, *lines[at:]])
 
 
-def _fill_test(commit: Commit, fix: str, changed: dict[str, str], env: str, package: Path) -> str:
+def _fill_test(
+    commit: Commit,
+    fix: str,
+    changed: dict[str, str],
+    originals: dict[str, str],
+    env: str,
+    package: Path,
+) -> str:
     """The commit's unit test, filled from what the fix wrote in this release."""
     names: dict[str, str] = {
         "env": env,
@@ -493,7 +509,13 @@ def _fill_test(commit: Commit, fix: str, changed: dict[str, str], env: str, pack
         "module": "sglang.srt.disaggregation.base",
         "cls": "BaseKVSender",
         "patches": 'mock.patch.object(decode, "logger")',
+        "clear": "",
     }
+    prefill = changed.get(f"{DISAGGREGATION_DIR}/prefill.py", "")
+    if re.search(rf"^def {INFLIGHT_TIMEOUT_READER}\(", prefill, re.MULTILINE):
+        # the release reads the timeout once (a cached reader): read it again for each test
+        reader = f"prefill.{INFLIGHT_TIMEOUT_READER}.cache_clear"
+        names["clear"] = f"        {reader}()\n        self.addCleanup({reader})\n"
     if fix == DECODE_QUEUE_BOUND:
         decode = changed.get(f"{DISAGGREGATION_DIR}/decode.py", "")
         if re.search(r"\bget_disagg\b", decode):
@@ -508,7 +530,7 @@ def _fill_test(commit: Commit, fix: str, changed: dict[str, str], env: str, pack
                 "            ),\n"
                 "        )"
             )
-    owner = _first_class(fix, changed)
+    owner = _first_class(fix, changed, originals)
     if owner is not None:
         rel, cls = owner
         names["module"] = rel.removesuffix(".py").replace("/", ".")
@@ -583,16 +605,27 @@ def _literal_attribute(stmt: ast.AST, state: dict[str, str]) -> None:
         state.setdefault(target.attr, ast.unparse(value))
 
 
-def _first_class(fix: str, changed: dict[str, str]) -> tuple[str, str] | None:
-    """The first class (by file) whose body the fix changed: what a per-class fix's test
-    builds."""
+def _first_class(
+    fix: str, changed: dict[str, str], originals: dict[str, str]
+) -> tuple[str, str] | None:
+    """The first class (by file, then by line) that the fix changed: what a per-class fix's
+    test builds."""
     if fix not in (SENDER_BOOTSTRAP_TIMEOUT, SENDER_ABORT, RECEIVER_WAITING_TIMEOUT):
         return None
     suffix = "Receiver" if fix == RECEIVER_WAITING_TIMEOUT else "Sender"
+
+    def classes(text: str) -> dict[str, str]:
+        return {
+            node.name: ast.dump(node)
+            for node in ast.parse(text).body
+            if isinstance(node, ast.ClassDef)
+        }
+
     for rel in sorted(changed):
-        match = re.search(rf"^class (\w+{suffix})\b", changed[rel], re.MULTILINE)
-        if match:
-            return rel, match[1]
+        before = classes(originals[rel])
+        for name, dump in classes(changed[rel]).items():
+            if name.endswith(suffix) and before.get(name) != dump:
+                return rel, name
     return None
 
 
@@ -645,8 +678,9 @@ def export(tree: DirectoryTree, out: Path) -> list[Exported]:
             test_rel = f"{TEST_DIR}/{commit.test_name}.py"
             env = commit.env
             changed = {rel: new.text for rel, new in step.changes.items()}
+            originals = {rel: step.originals[rel].text for rel in step.changes}
             test = _fill_test(
-                commit, fix.name, changed, env.name if env else "", repo / PACKAGE_ROOT
+                commit, fix.name, changed, originals, env.name if env else "", repo / PACKAGE_ROOT
             )
             (repo / test_rel).parent.mkdir(parents=True, exist_ok=True)
             (repo / test_rel).write_text(test)
