@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from string import Template
 
-from .errors import PdguardError, RefusedError, TargetError
+from .errors import PdguardError, RefusedError, TargetError, WriteError
 from .fix_names import (
     DECODE_QUEUE_BOUND,
     INFLIGHT_DEADLINE,
@@ -692,7 +692,10 @@ def export(tree: DirectoryTree, out: Path) -> list[Exported]:
             _git(repo, "add", "-A")
             _git(repo, "commit", "-q", "-m", message(commit, env, test_rel), author=author)
             made.append((fix.name, tuple(files)))
-        out.mkdir(parents=True, exist_ok=True)
+        try:
+            out.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise WriteError(f"{out}: cannot be created ({exc.strerror or exc})") from exc
         names = _git(repo, "format-patch", "--no-signature", "-o", str(out), base)
         patches = [Path(line) for line in names.splitlines() if line.strip()]
         stats = _git(repo, "log", "--reverse", "--numstat", "--format=%x00", f"{base}..HEAD")

@@ -208,3 +208,14 @@ def test_export_of_a_tree_that_is_no_checkout_is_one_line_exit_2(tmp_path: Path)
     assert done.returncode == 2
     assert one_error_line(done.stderr).endswith("(python/sglang/... and docs/)")
     assert not (tmp_path / "out").exists()
+
+
+def test_export_into_a_directory_holding_patches_is_one_line_exit_2(tmp_path: Path) -> None:
+    checkout = _checkout("0.5.23", tmp_path / "sglang")
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "0001-earlier.patch").write_text("an earlier series\n")
+    done = pdguard("export", str(checkout), "-o", str(out))
+    assert done.returncode == 2
+    assert "already holds .patch files" in one_error_line(done.stderr)
+    assert sorted(p.name for p in out.iterdir()) == ["0001-earlier.patch"]
