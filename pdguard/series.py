@@ -30,7 +30,6 @@ from .fix_names import (
     INFLIGHT_STAMP,
     INFLIGHT_TIMEOUT_READER,
     RECEIVER_WAITING_TIMEOUT,
-    RECEIVER_WAITING_TIMEOUT_ATTR,
     SENDER_ABORT,
     SENDER_BOOTSTRAP_TIMEOUT,
 )
@@ -211,19 +210,31 @@ class TestDecodeQueueWhileRetracted(unittest.TestCase):
 
 # Both sender tests build the release's sender without its constructor (which connects to a
 # bootstrap server): the attributes its __init__ sets to a literal, a mocked manager.
-_NEW_SENDER = """from $module import $cls
+_NEW_SENDER = """$logger_import
+from $module import $cls
 
 # what $cls's constructor (and its bases') sets, without connecting anywhere
 _STATE = $state
 
 
-def _sender(status, **state):
+# a KV manager whose methods report nothing (None) unless a test says otherwise
+class _Manager(mock.MagicMock):
+    def _get_child_mock(self, **kwargs):
+        return mock.MagicMock(return_value=None)
+
+
+def _sender(status, timeout=None, **state):
     sender = $cls.__new__($cls)
-    sender.kv_mgr = mock.MagicMock()
+    sender.kv_mgr = _Manager()
     sender.kv_mgr.check_status.return_value = status
     sender.bootstrap_room = 7
     for name, value in {**_STATE, **state}.items():
         setattr(sender, name, value)
+    # the timeouts its poll() reads, on the sender and on its manager
+    for name in $timeouts:
+        setattr(sender, name, timeout)
+    for name in $manager_timeouts:
+        setattr(sender.kv_mgr, name, timeout)
     return sender
 """
 
@@ -234,9 +245,12 @@ _SENDER_TEST = Template(
 
 class TestSenderBootstrapTimeout(unittest.TestCase):
     def _poll(self, waited, timeout):
-        sender = _sender(KVPoll.Bootstrapping, init_time=time.time() - waited)
-        sender.kv_mgr.bootstrap_timeout = timeout
-        with mock.patch.dict(os.environ, {"$env": str(timeout)}):
+        sender = _sender(
+            KVPoll.Bootstrapping, timeout=timeout, init_time=time.time() - waited
+        )
+        with mock.patch.dict(os.environ, {"$env": str(timeout)}), mock.patch.object(
+            $logger_module, "logger"
+        ):
             return sender.poll()
 
     def test_bootstrapping_past_the_timeout_fails(self):
@@ -255,19 +269,27 @@ _ABORT_TEST = Template(
 
 class TestSenderAbort(unittest.TestCase):
     def test_poll_reports_failed_after_abort(self):
-        sender = _sender(KVPoll.Transferring)
-        sender.abort()
-        self.assertEqual(sender.poll(), KVPoll.Failed)
+        sender = _sender(KVPoll.Transferring, timeout=300)
+        with mock.patch.object($logger_module, "logger"):
+            sender.abort()
+            self.assertEqual(sender.poll(), KVPoll.Failed)
 """
     + _FOOTER
 )
 
 _RECEIVER_TEST = Template(
     _HEADER
-    + """from $module import $cls
+    + """$logger_import
+from $module import $cls
 
-# what $cls's constructor (and its bases') sets, without connecting anywhere
+# what $cls's constructor and init() (and its bases') set, connecting nowhere
 _STATE = $state
+
+
+# a KV manager whose methods report nothing (None) unless a test says otherwise
+class _Manager(mock.MagicMock):
+    def _get_child_mock(self, **kwargs):
+        return mock.MagicMock(return_value=None)
 
 
 class TestReceiverWaitingTimeout(unittest.TestCase):
@@ -275,13 +297,18 @@ class TestReceiverWaitingTimeout(unittest.TestCase):
         receiver = $cls.__new__($cls)
         for name, value in _STATE.items():
             setattr(receiver, name, value)
-        receiver.kv_mgr = mock.MagicMock()
+        receiver.kv_mgr = _Manager()
         receiver.kv_mgr.check_status.return_value = KVPoll.WaitingForInput
-        receiver.kv_mgr.$attr = timeout
         receiver.bootstrap_room = 7
-        receiver.$attr = timeout
+        # the timeouts its poll() reads, on the receiver and on its manager
+        for name in $timeouts:
+            setattr(receiver, name, timeout)
+        for name in $manager_timeouts:
+            setattr(receiver.kv_mgr, name, timeout)
         receiver.$init_time = time.time() - waited
-        with mock.patch.dict(os.environ, {"$env": str(timeout)}):
+        with mock.patch.dict(os.environ, {"$env": str(timeout)}), mock.patch.object(
+            $logger_module, "logger"
+        ):
             return receiver.poll()
 
     def test_waiting_past_the_timeout_fails(self):
@@ -496,7 +523,7 @@ def _fill_test(
     changed: dict[str, str],
     originals: dict[str, str],
     env: str,
-    package: Path,
+    final: dict[str, str],
 ) -> str:
     """The commit's unit test, filled from what the fix wrote in this release."""
     names: dict[str, str] = {
@@ -505,7 +532,6 @@ def _fill_test(
         "stamp": INFLIGHT_STAMP,
         "init_time": RECEIVER_INIT_TIME,
         "state": "{}",
-        "attr": RECEIVER_WAITING_TIMEOUT_ATTR,
         "module": "sglang.srt.disaggregation.base",
         "cls": "BaseKVSender",
         "patches": 'mock.patch.object(decode, "logger")',
@@ -535,7 +561,15 @@ def _fill_test(
         rel, cls = owner
         names["module"] = rel.removesuffix(".py").replace("/", ".")
         names["cls"] = cls
-        names["state"] = _init_state(package, cls)
+        lineage = _lineage(final, cls)
+        receiver = fix == RECEIVER_WAITING_TIMEOUT
+        names["state"] = _init_state(
+            lineage, ("__init__", "init", "send_metadata") if receiver else ("__init__",)
+        )
+        names["timeouts"], names["manager_timeouts"] = _timeouts(lineage)
+        package, _, module = names["module"].rpartition(".")
+        names["logger_import"] = f"from {package} import {module}"
+        names["logger_module"] = module
     return _black(_drop_unused_imports(commit.test.substitute(names)))
 
 
@@ -562,31 +596,69 @@ def _black(code: str) -> str:
     return black.format_str(code, mode=black.Mode())
 
 
-def _init_state(package: Path, cls: str) -> str:
-    """The attributes the constructors of ``cls`` and its bases (classes of the
-    disaggregation package, by name) set to a literal (``self._send_failed = False``), as a
-    dict literal: what a test that builds the object with ``__new__`` sets before it polls.
-    The subclass's value wins, as it does at run time."""
+def _lineage(final: dict[str, str], cls: str) -> list[ast.ClassDef]:
+    """``cls`` and its bases among the classes of ``final`` (the disaggregation package as
+    the whole series leaves it), by name, subclass first."""
     classes: dict[str, ast.ClassDef] = {}
-    for path in sorted((package / DISAGGREGATION_DIR).rglob("*.py")):
-        for node in ast.parse(path.read_text()).body:
+    for rel in sorted(final):
+        for node in ast.parse(final[rel]).body:
             if isinstance(node, ast.ClassDef):
                 classes.setdefault(node.name, node)
-    state: dict[str, str] = {}
-    seen: set[str] = set()
+    found: list[ast.ClassDef] = []
     todo = [cls]
     while todo:
-        name = todo.pop(0)
-        found = classes.get(name)
-        if found is None or name in seen:
+        owner = classes.get(todo.pop(0))
+        if owner is None or owner in found:
             continue
-        seen.add(name)
-        for item in found.body:
-            if isinstance(item, ast.FunctionDef) and item.name == "__init__":
-                for stmt in ast.walk(item):
-                    _literal_attribute(stmt, state)
-        todo.extend(ast.unparse(base).rpartition(".")[2] for base in found.bases)
+        found.append(owner)
+        todo.extend(ast.unparse(base).rpartition(".")[2] for base in owner.bases)
+    return found
+
+
+def _init_state(lineage: list[ast.ClassDef], methods: tuple[str, ...] = ("__init__",)) -> str:
+    """The attributes that ``methods`` of a class and its bases set to a literal
+    (``self._send_failed = False``), as a dict literal: what a test that builds the object
+    with ``__new__`` sets before it polls. Read from the tree the whole series leaves, so that
+    a later commit's attribute (``conclude_state``) is there too. Within a method the
+    subclass's value wins, as it does at run time; a later method's (a receiver's ``init()``,
+    which marks the KV indices sent) wins over the constructor's."""
+    state: dict[str, str] = {}
+    for method in methods:
+        found: dict[str, str] = {}
+        for node in lineage:
+            for item in node.body:
+                if isinstance(item, ast.FunctionDef) and item.name == method:
+                    for stmt in ast.walk(item):
+                        _literal_attribute(stmt, found)
+        state.update(found)
     return "{" + ", ".join(f'"{k}": {v}' for k, v in state.items()) + "}"
+
+
+def _timeouts(lineage: list[ast.ClassDef]) -> tuple[str, str]:
+    """The timeout attributes the class's methods read, on the object (``self.X``) and on its
+    manager (``self.kv_mgr.X``), as two list literals: the test sets each to its timeout."""
+    own: set[str] = set()
+    manager: set[str] = set()
+    called = {
+        ast.unparse(sub.func)
+        for node in lineage
+        for sub in ast.walk(node)
+        if isinstance(sub, ast.Call)
+    }
+    for node in lineage:
+        for sub in ast.walk(node):
+            if isinstance(sub, ast.Attribute) and ast.unparse(sub) in called:
+                continue  # a method (self._check_bootstrap_timeout()), not a value
+            if not isinstance(sub, ast.Attribute) or "time" not in sub.attr.lower():
+                continue
+            if "out" not in sub.attr.lower():
+                continue
+            holder = ast.unparse(sub.value)
+            if holder == "self":
+                own.add(sub.attr)
+            elif holder == "self.kv_mgr":
+                manager.add(sub.attr)
+    return repr(sorted(own)), repr(sorted(manager))
 
 
 def _literal_attribute(stmt: ast.AST, state: dict[str, str]) -> None:
@@ -608,24 +680,32 @@ def _literal_attribute(stmt: ast.AST, state: dict[str, str]) -> None:
 def _first_class(
     fix: str, changed: dict[str, str], originals: dict[str, str]
 ) -> tuple[str, str] | None:
-    """The first class (by file, then by line) that the fix changed: what a per-class fix's
-    test builds."""
+    """The class a per-class fix's test builds: the first (by file, then by line) whose
+    ``poll()`` the fix changed, else the first it changed at all."""
     if fix not in (SENDER_BOOTSTRAP_TIMEOUT, SENDER_ABORT, RECEIVER_WAITING_TIMEOUT):
         return None
     suffix = "Receiver" if fix == RECEIVER_WAITING_TIMEOUT else "Sender"
 
-    def classes(text: str) -> dict[str, str]:
-        return {
-            node.name: ast.dump(node)
-            for node in ast.parse(text).body
-            if isinstance(node, ast.ClassDef)
-        }
+    def classes(text: str, method: str | None) -> dict[str, str]:
+        """Each class's dump (or only its ``method``'s)."""
+        found = {}
+        for node in ast.parse(text).body:
+            if isinstance(node, ast.ClassDef):
+                parts = [
+                    item
+                    for item in node.body
+                    if method is None or (isinstance(item, ast.FunctionDef) and item.name == method)
+                ]
+                found[node.name] = "".join(ast.dump(part) for part in parts)
+        return found
 
-    for rel in sorted(changed):
-        before = classes(originals[rel])
-        for name, dump in classes(changed[rel]).items():
-            if name.endswith(suffix) and before.get(name) != dump:
-                return rel, name
+    # a class whose poll() the fix changed first (its test polls), then any it changed
+    for method in ("poll", None):
+        for rel in sorted(changed):
+            before = classes(originals[rel], method)
+            for name, dump in classes(changed[rel], method).items():
+                if name.endswith(suffix) and before.get(name) != dump:
+                    return rel, name
     return None
 
 
@@ -659,6 +739,11 @@ def export(tree: DirectoryTree, out: Path) -> list[Exported]:
         _git(repo, "commit", "-q", "-m", "base", author=author)
         base = _git(repo, "rev-parse", "HEAD").strip()
         whole = plan(open_tree(repo), markers=False)
+        package = repo / PACKAGE_ROOT
+        final = {
+            rel: whole.changes[rel].text if rel in whole.changes else (package / rel).read_text()
+            for rel in open_tree(repo).python_files(DISAGGREGATION_DIR)
+        }
         if whole.refused:
             raise RefusedError(whole.refusal())
         applied = [f for f in FIXES if whole.outcomes[f.name].status is Status.APPLIED]
@@ -679,9 +764,7 @@ def export(tree: DirectoryTree, out: Path) -> list[Exported]:
             env = commit.env
             changed = {rel: new.text for rel, new in step.changes.items()}
             originals = {rel: step.originals[rel].text for rel in step.changes}
-            test = _fill_test(
-                commit, fix.name, changed, originals, env.name if env else "", repo / PACKAGE_ROOT
-            )
+            test = _fill_test(commit, fix.name, changed, originals, env.name if env else "", final)
             (repo / test_rel).parent.mkdir(parents=True, exist_ok=True)
             (repo / test_rel).write_text(test)
             files.append(test_rel)
