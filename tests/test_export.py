@@ -191,6 +191,11 @@ def test_export_series_applies_with_git_am_and_check_passes(version: str, tmp_pa
     assert len(tests) == len(commits)
     ran = _run_tests(checkout, tests)
     assert ran.returncode == 0, ran.stderr[-3000:]
+    # each commit's test passes at that commit already (the series bisects)
+    for n, commit in enumerate(commits):
+        git(checkout, "checkout", "-q", f"HEAD~{len(commits) - 1 - n}", "--", "python")
+        test = str(checkout / TEST_DIR / f"{COMMITS[commit['fix']].test_name}.py")
+        assert _run_tests(checkout, [test]).returncode == 0, (commit["fix"], "at its commit")
     # and each fails on the release as it was: it tests the fix
     git(checkout, "checkout", "-q", f"HEAD~{len(commits)}", "--", "python")
     for test in tests:
