@@ -510,7 +510,7 @@ def document(page: str, env: EnvDoc) -> str:
                 + row
             )
         )
-    best = max(tables, key=lambda t: (t[0], t[0] > 0 or t[1]))
+    best = max(tables)  # the most rows naming the family; of equals, the last table
     at = best[1] + 1
     if not lines[best[1]].endswith("\n"):
         lines[best[1]] += "\n"
