@@ -8,6 +8,8 @@ from it, and the codemods, which a fix runs, write the same names without import
 
 from __future__ import annotations
 
+import re
+
 MARKER_PREFIX = "# pdguard: "
 
 
@@ -18,6 +20,37 @@ def marker(name: str) -> str:
 
 def has_marker(code: str, name: str) -> bool:
     return marker(name) in code
+
+
+# A marker comment as the codemods write it: a line of its own, either the marker alone
+# (``# pdguard: sender-abort``, deleted) or leading a comment (``# pdguard: sender-abort: once
+# aborted, ...``, which keeps ``# Once aborted, ...``).
+_MARKER_LINE = re.compile(
+    rf"^(?P<indent>[ \t]*){re.escape(MARKER_PREFIX)}(?P<name>[a-z][a-z-]*)(?::[ ]?(?P<rest>.*))?"
+    r"(?P<end>\r?\n|$)",
+    re.MULTILINE,
+)
+
+
+def unmark(text: str, original: str) -> str:
+    """``text`` (a fix's result) without the marker comments of the fixes whose marker
+    ``original`` does not hold: the marker-free code ``apply --no-markers`` writes, which later
+    runs recognise by what it does (``upstream``). A comment the marker led keeps its words,
+    its first letter capitalised where the first word is a plain word (not ``poll()``)."""
+
+    def replace(match: re.Match[str]) -> str:
+        name = match["name"]
+        if name not in FIX_NAMES or has_marker(original, name):
+            return match[0]
+        rest = match["rest"]
+        if not rest:
+            return ""
+        first, _, tail = rest.partition(" ")
+        if first.isalpha() and first.islower():
+            rest = f"{first[0].upper()}{first[1:]} {tail}".rstrip()
+        return f"{match['indent']}# {rest}{match['end']}"
+
+    return _MARKER_LINE.sub(replace, text)
 
 
 INFLIGHT_DEADLINE = "inflight-deadline"
@@ -42,3 +75,14 @@ RECEIVER_WAITING_TIMEOUT_ATTR = "waiting_timeout"
 # decode-queue-bound writes these into decode.py.
 DECODE_PENDING_STAMP = "pending_since"  # on a DecodeRequest: first time it was put back
 DECODE_GATE_FLAG = "retracted_waiting"  # in process_decode_queue: the retraction gate's verdict
+
+# Every fix's name, as its marker writes it (the registry, ``fixes.FIXES``, holds one of each).
+FIX_NAMES = frozenset(
+    {
+        INFLIGHT_DEADLINE,
+        SENDER_BOOTSTRAP_TIMEOUT,
+        SENDER_ABORT,
+        RECEIVER_WAITING_TIMEOUT,
+        DECODE_QUEUE_BOUND,
+    }
+)

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, TypeVar
 from pdguard.checks.project import parse_module
 
 from .errors import TargetError, does_not_parse
+from .fix_names import unmark
 from .source_file import SourceFile
 from .tree import SourceTree
 
@@ -99,10 +100,16 @@ def _run(module: cst.Module, transforms: Sequence[Transform]) -> tuple[bool, str
 
 
 class Workspace:
-    """The original and the current (fixed so far) text of the tree's files."""
+    """The original and the current (fixed so far) text of the tree's files.
 
-    def __init__(self, tree: SourceTree) -> None:
+    ``markers``: whether the code the fixes write carries their marker comments (``# pdguard:
+    <fix>``, how a later run says ``present``); without them (``apply --no-markers``, ``export``)
+    a later run recognises the code by what it does (``upstream``). The one place this is
+    decided: every fix writes through ``transform``."""
+
+    def __init__(self, tree: SourceTree, *, markers: bool = True) -> None:
         self.tree = tree
+        self.markers = markers
         self.originals: dict[str, SourceFile] = {}
         self.current: dict[str, str] = {}
 
@@ -165,6 +172,8 @@ class Workspace:
         done, result = known
         if not done:
             raise AnchorError(result)
+        if not self.markers:
+            result = unmark(result, text)
         self.set_text(rel, result)
         return result != text
 

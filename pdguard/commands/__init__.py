@@ -3,8 +3,8 @@ line is built from, in the order ``--help`` shows them."""
 
 from __future__ import annotations
 
-from . import apply, carry, check, demo, rule, simulate, verify
+from . import apply, carry, check, demo, export, rule, simulate, verify
 
-COMMANDS = (apply, check, rule, verify, carry, simulate, demo)
+COMMANDS = (apply, check, rule, verify, carry, export, simulate, demo)
 
 __all__ = ["COMMANDS"]

@@ -97,8 +97,9 @@ class ApplyResult:
         return "".join(chunks)
 
 
-def plan(tree: SourceTree, fixes: tuple[Fix, ...] = FIXES) -> ApplyResult:
-    """Every fix's outcome and every file's new content; nothing is written.
+def plan(tree: SourceTree, fixes: tuple[Fix, ...] = FIXES, *, markers: bool = True) -> ApplyResult:
+    """Every fix's outcome and every file's new content; nothing is written. ``markers``: whether
+    the new code carries the fixes' marker comments (``Workspace``).
 
     Fixes not in ``fixes`` are ``skipped``. A fix reports ``applied`` or ``present`` only when
     the rules that prove it, run as ``pdguard check`` runs them, pass on the result; otherwise
@@ -107,7 +108,7 @@ def plan(tree: SourceTree, fixes: tuple[Fix, ...] = FIXES) -> ApplyResult:
     from ..checks.project import parse_module
     from ..workspace import Workspace
 
-    workspace = Workspace(tree)
+    workspace = Workspace(tree, markers=markers)
     outcomes = {
         fix.name: fix.plan(workspace) if fix in fixes else Outcome(Status.SKIPPED, _LEFT_OUT)
         for fix in FIXES
@@ -282,6 +283,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help=f"apply only these fixes (comma-separated; of: {names})",
     )
     parser.add_argument("--ignore", action="append", metavar="FIXES", help="leave these fixes out")
+    parser.add_argument(
+        "--no-markers",
+        dest="markers",
+        action="store_false",
+        help="write no `# pdguard: <fix>` comments; later runs recognise the code by what it "
+        "does (status upstream)",
+    )
     add_format(parser, FORMATS)
     add_output_file(parser, "apply.json")
 
@@ -309,7 +317,7 @@ def run(args: argparse.Namespace) -> int:
     tree = installed_tree() if args.installed else open_tree(args.target)
     render = FORMATS[args.format]
     _recover(tree)
-    result = plan(tree, select_fixes(args.select, args.ignore))
+    result = plan(tree, select_fixes(args.select, args.ignore), markers=args.markers)
     if result.refused:
         _report(args, render(result, written=False))
         raise RefusedError(result.refusal())
