@@ -14,17 +14,18 @@ decode restart it can wait forever. This codemod:
    and comes back is stamped again, and starts a fresh deadline;
 3. adds ``_fail_timed_out_inflight_reqs()`` to the scheduler mixin and calls it in
    ``process_disagg_prefill_inflight_queue`` right before the poll all-reduce. It fails overdue
-   requests through their sender, so the MIN-reduced poll is Failed on every rank and the
-   release's own Failed branch cleans up. Every rank logs why (how long, which deadline, which
-   variable). That is ``abort()``, best effort (every sender's ``poll()`` reports Failed
-   once aborted: the ``sender-abort`` codemod sees to it), and the reason is recorded with
-   the manager's ``record_failure`` so the client's error says it (``--record``; with
-   ``--replace``, where some sender never pops its record, it only replaces the record
-   ``abort()`` made, so no new record is left behind). Under pipeline
-   parallelism (``rids_to_check``) the stages agree on which transfers ended and each stage
-   then ends them by its own poll, so the deadline only fails a request whose transfer this
-   stage still polls as unfinished: one the stages agreed on, or this stage reports ended, is
-   left to its poll. Parked requests
+   requests through their sender (``abort()``, best effort: every sender's ``poll()`` reports
+   Failed once aborted, the ``sender-abort`` codemod sees to it), so the MIN-reduced poll is
+   Failed on every rank and the release's own Failed branch cleans up. A request whose
+   sender this rank already polls Success or Failed is left to the reduced poll, on every
+   path: a queue left unpolled for longer than the deadline (a scheduler stall, 0.5.12+'s
+   in-place ``pause_generation``) fails nothing that completed. Under pipeline parallelism
+   (``rids_to_check``) a request the stages agreed on is left to its poll too. A request is
+   failed once (its stamp is cleared); the deadline logs one ``warning_once`` with the
+   remediation hint (``export ...=600``), and the reason reaches the client through the
+   manager's ``record_failure`` (``--record``; with ``--replace``, where some sender never
+   pops its record, it only replaces the record ``abort()`` made; with neither it is logged
+   per request, as nothing else says it). Parked requests
    (``pending_bootstrap``, 0.5.16+), whose wait the bootstrap timeout bounds, are not
    counted: their deadline starts when they are unparked.
 
@@ -108,6 +109,10 @@ _REPLACE = (
     "        kv_mgr.record_failure(req.bootstrap_room, reason)\n"
 )
 
+_LOG = """\
+            logger.warning(f"Prefill inflight request {req.rid=}: {reason}")
+"""
+
 _STAMP = """\
 {marker}: the deadline counts the KV transfer only;
 # a request that leaves the queue and comes back starts a fresh one.
@@ -137,13 +142,23 @@ _HELPER = '''\
 {consensus}{parked}            entry_time = getattr(req, "{stamp}", None)
             if entry_time is None or now - entry_time < timeout:
                 continue
-{settled}            reason = (
+            if req.disagg_kv_sender.poll() in (KVPoll.Success, KVPoll.Failed):
+                # This rank already polls the transfer as ended (the queue was not polled
+                # for a while: a stall, a pause): the reduced poll ends it, not the deadline.
+                continue
+            # Failed once: the sender's poll() reports it from now on.
+            req.{stamp} = None
+            logger.warning_once(
+                "Some requests timed out in the prefill inflight queue waiting for their "
+                "KV transfer to decode. If slower transfers are acceptable, relax it: "
+                "'export {env}=600' (10 minutes)."
+            )
+            reason = (
                 f"Request {{req.bootstrap_room}} timed out after {{now - entry_time:.1f}}s "
                 f"in the prefill inflight queue waiting for its KV transfer "
-                f"(deadline {{timeout}}s, {env})"
+                f"({env}={{timeout}})"
             )
-            logger.warning(f"Prefill inflight request {{req.rid=}}: {{reason}}")
-            sender = req.disagg_kv_sender
+{log}            sender = req.disagg_kv_sender
 {abort}'''
 
 LINE_LENGTH = 88  # black's, which SGLang uses
@@ -155,17 +170,6 @@ _CONSENSUS = """\
                 # so that all stages end the request the same way.
                 continue
 """
-# PP: the stages agree on which transfers ended and then each ends the request by its own
-# poll, so a stage may only fail one that its poll still reports unfinished. One that it
-# reports ended is on its way to every stage through the consensus, one stage per round.
-_SETTLED = """\
-            if {rids} is not None:
-                # PP: this stage already polls the transfer as ended, so the stages'
-                # consensus ends it, alike on all; failing it here would end it otherwise.
-                if req.disagg_kv_sender.poll() in (KVPoll.Success, KVPoll.Failed):
-                    continue
-"""
-
 # Where the inflight queue also holds parked requests (prefill done, bootstrap not: 0.5.16+).
 _PARKED = """\
             if req.pending_bootstrap:
@@ -237,6 +241,9 @@ class InflightDeadlineTransform(Transform):
         self.names = {
             "marker": marker(FIX),
             "abort": "".join(f"            {line}\n" for line in fail.splitlines()),
+            # recorded, the reason reaches the client and the Failed branch's own log line;
+            # else (a sender that reads no record) it is logged here
+            "log": "" if record else _LOG,
             "env": ENV_VAR,
             "helper": HELPER,
             "queue": QUEUE,
@@ -298,7 +305,6 @@ class InflightDeadlineTransform(Transform):
             "self_param": self_param,
             "consensus_arg": consensus,
             "consensus": _CONSENSUS.format(rids=consensus) if consensus else "",
-            "settled": _SETTLED.format(rids=consensus) if consensus else "",
             "monotonic": monotonic,
             "read_timeout": read_timeout,
             "setting": setting,

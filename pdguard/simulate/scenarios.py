@@ -460,6 +460,7 @@ def _spread(ranks: int, width: float) -> tuple[float, ...]:
     return tuple(width * r / (ranks - 1) for r in range(ranks)) if ranks > 1 else (0.0,)
 
 
+STALL = (2.0, 2.0 + DEFAULT_TIMEOUT + 100.0)
 OPTIMISTIC_TIMEOUT = 60.0
 PARKED_BOOTSTRAP_S = 100.0
 MEMORY_WAIT_S = 90.0
@@ -628,6 +629,16 @@ SCENARIOS: tuple[Scenario, ...] = (
         ),
         _stages_agree,
         _pp_consensus,
+    ),
+    Scenario(
+        "stalled-queue",
+        f"the inflight queue goes unpolled from {STALL[0]:g} s to {STALL[1]:g} s (longer than "
+        "the 300 s deadline: a scheduler stall, an in-place pause_generation) while its 20 "
+        "transfers complete: none is failed",
+        lambda ranks: WorldConfig(
+            _healthy(20, seed=11), ranks, horizon=STALL[1] + 20, stalls=(STALL,)
+        ),
+        _never_failed,
     ),
     Scenario(
         "deadline-off",
