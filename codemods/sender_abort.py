@@ -97,7 +97,7 @@ def _code(node: cst.CSTNode) -> str:
     return cst.Module(body=[]).code_for_node(node)
 
 
-def _posted_transfers(body: list[cst.BaseStatement]) -> dict[str, str] | None:
+def _posted_transfers(body: list[cst.CSTNode]) -> dict[str, str] | None:
     """Where ``poll()`` reads the state of the transfers the sender posted (NIXL up to 0.5.11:
     ``states = [self.kv_mgr.agent.check_xfer_state(x) for x in self.xfer_handles]``, then
     ``all([x == "DONE" ...])`` and ``any([x == "ERR" ...])``): the names the drained check is
