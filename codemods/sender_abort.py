@@ -29,7 +29,7 @@ import libcst as cst
 from pdguard.fix_names import SENDER_ABORT as FIX
 from pdguard.sglang_names import KVPOLL
 
-from .anchors import AnchorError, find_method, marker
+from .anchors import AnchorError, find_method, is_docstring, marker
 from .command import ClassTransform, commands
 from .insertion import StatementEdit, apply_edits, parse_method, parse_statements
 from .isort_imports import top_level_bindings
@@ -82,15 +82,6 @@ _RAISE_RECORD = f"""\
 if {FAILURE_REASON} is not None:
     raise {{error}}
 """
-
-
-def _is_docstring(stmt: cst.CSTNode) -> bool:
-    return (
-        isinstance(stmt, cst.SimpleStatementLine)
-        and len(stmt.body) == 1
-        and isinstance(stmt.body[0], cst.Expr)
-        and isinstance(stmt.body[0].value, cst.SimpleString | cst.ConcatenatedString)
-    )
 
 
 def _code(node: cst.CSTNode) -> str:
@@ -228,7 +219,7 @@ class SenderAbortTransform(ClassTransform):
         self, tree: cst.Module, poll: cst.FunctionDef
     ) -> tuple[cst.CSTNode, StatementEdit]:
         body = list(poll.body.body)
-        if body and _is_docstring(body[0]):
+        if body and is_docstring(body[0]):
             body = body[1:]
         if not body:
             raise AnchorError(f"{self.class_name}.poll() has no statement to check before")
@@ -256,7 +247,7 @@ class SenderAbortTransform(ClassTransform):
         release's own earlier raises, 0.5.12's ``_send_error``/``exceptions``, keep precedence)."""
         _, method = find_method(tree, "failure_exception", self.class_name)
         body = list(method.body.body)
-        if body and _is_docstring(body[0]):
+        if body and is_docstring(body[0]):
             body = body[1:]
         last = body[-1] if body else None
         fixed = (

@@ -198,6 +198,8 @@ class SenderBootstrapTimeoutFix(Fix):
         raised: list[str] | None = None,
     ) -> Outcome:
         """Re-check every sender on the new texts; the note says what was done."""
+        from pdguard.codemods.sender_bootstrap_timeout import RAISED_DEFAULT
+
         after = sender_index(workspace)
         still = [name for name in index.senders() if not after.facts(name).healthy]
         if still:
@@ -205,8 +207,8 @@ class SenderBootstrapTimeoutFix(Fix):
         note = "; ".join(edit.describe() for edit in edits.values())
         if raised:
             note += (
-                f"; {BOOTSTRAP_TIMEOUT_ENV}'s default raised to 120 s as upstream did when it "
-                f"started the clock at creation ({', '.join(raised)})"
+                f"; {BOOTSTRAP_TIMEOUT_ENV}'s default raised to {RAISED_DEFAULT} s, upstream's "
+                f"once the clock starts at creation ({', '.join(raised)})"
             )
         fine = [f.name for f in bootstrapping if f.healthy]
         if fine:
