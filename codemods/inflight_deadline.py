@@ -65,7 +65,13 @@ from .anchors import (
 )
 from .command import Transform, commands, source_of
 from .holes import Scope
-from .inflight_timeout import CONVENTIONS, REGISTRY, reader_code, reader_setting, registry_read
+from .inflight_timeout import (
+    CONVENTIONS,
+    DEFAULT_TIMEOUT,
+    REGISTRY,
+    reader_setting,
+    registry_read,
+)
 from .insertion import (
     Statement,
     StatementEdit,
@@ -211,6 +217,13 @@ class InflightDeadlineTransform(Transform):
             "from InflightTimeoutEntry) or get_int_env_var (a reader in prefill.py)",
         )
         arg_parser.add_argument(
+            "--no-pp",
+            dest="pp",
+            action="store_false",
+            help="no PP prefill loop passes the inflight function the stages' consensus "
+            "(0.4.8 - 0.5.1): the helper takes none",
+        )
+        arg_parser.add_argument(
             "--parked",
             action="store_true",
             help="the queue holds parked requests (pending_bootstrap): do not count their time",
@@ -234,8 +247,10 @@ class InflightDeadlineTransform(Transform):
         replace: bool = False,
         parked: bool = False,
         convention: str = REGISTRY,
+        pp: bool = True,
     ) -> None:
         self.isort_config = isort_config
+        self.pp = pp  # a PP prefill loop passes the stages' consensus (0.5.2+)
         self.convention = convention
         fail = _ABORT.format(record=_RECORD if record else _REPLACE if replace else "")
         self.names = {
@@ -282,8 +297,10 @@ class InflightDeadlineTransform(Transform):
             read_timeout, timeout_imports = registry_read(tree)
             setting = ""
         else:
+            # as the release reads its sibling timeouts (Mooncake's managers, 0.4.7 - 0.5.7)
             reader_names, timeout_imports = reader_setting(tree)
-            read_timeout, setting = f"{READER}()", reader_code(reader_names)
+            read_timeout = f'{reader_names["get_int_env_var"]}("{ENV_VAR}", {DEFAULT_TIMEOUT})'
+            setting = ""
         imports = [*timeout_imports, *imports]
 
         def code(node: cst.CSTNode) -> str:
@@ -292,7 +309,7 @@ class InflightDeadlineTransform(Transform):
         params = function.params.params
         self_param = code(params[0].with_changes(comma=cst.MaybeSentinel.DEFAULT))
         consensus = ""
-        if len(params) > 1 and params[1].name.value == PP_CONSENSUS:
+        if self.pp and len(params) > 1 and params[1].name.value == PP_CONSENSUS:
             # PP (0.5.10+): the rids every stage already agreed have ended their transfer
             self_param += ", " + code(params[1].with_changes(comma=cst.MaybeSentinel.DEFAULT))
             consensus = PP_CONSENSUS

@@ -462,9 +462,77 @@ class _DefaultRaiser(cst.CSTTransformer):
         return updated_node.with_changes(leading_lines=[*updated_node.leading_lines, *comments])
 
 
+# PP (0.5.2 - 0.5.6): a later stage pops only what the stage before it popped, and asserts that
+# its own poll of each is WaitingForInput or Failed. Each stage times a bootstrap out on its
+# own clock, so the stage before may have failed one this stage still polls Bootstrapping.
+_PP_BOOTSTRAPPING = """\
+{marker}: each PP stage times a bootstrap
+# out on its own clock; one the stage before ended fails here too.
+if {poll} == KVPoll.Bootstrapping:
+    {poll} = KVPoll.Failed
+"""
+
+
+def consensus_assert(function: cst.FunctionDef) -> tuple[cst.SimpleStatementLine, str] | None:
+    """The ``assert <poll> == KVPoll.WaitingForInput or <poll> == KVPoll.Failed`` of
+    ``pop_bootstrapped`` (under ``if rids_to_check is not None``), and the name it tests."""
+    for stmt in find_all(function, cst.SimpleStatementLine):
+        if len(stmt.body) != 1 or not isinstance(stmt.body[0], cst.Assert):
+            continue
+        test = stmt.body[0].test
+        if not isinstance(test, cst.BooleanOperation):
+            continue
+        sides = [test.left, test.right]
+        names = {
+            side.left.value
+            for side in sides
+            if isinstance(side, cst.Comparison)
+            and isinstance(side.left, cst.Name)
+            and len(side.comparisons) == 1
+            and isinstance(side.comparisons[0].operator, cst.Equal)
+        }
+        states = {
+            side.comparisons[0].comparator.attr.value
+            for side in sides
+            if isinstance(side, cst.Comparison)
+            and len(side.comparisons) == 1
+            and isinstance(side.comparisons[0].comparator, cst.Attribute)
+        }
+        if len(names) == 1 and states == {"WaitingForInput", "Failed"}:
+            return stmt, names.pop()
+    return None
+
+
+class PPBootstrapConsensusTransform(Transform):
+    DESCRIPTION: str = (
+        "PP: a later stage fails a request the stage before ended that it still polls "
+        "Bootstrapping, instead of asserting (pop_bootstrapped, 0.5.2 - 0.5.6)."
+    )
+
+    @staticmethod
+    def add_args(arg_parser: argparse.ArgumentParser) -> None:
+        pass
+
+    def scope(self, text: str) -> Scope:
+        return Scope(
+            mentions=frozenset({"pop_bootstrapped"}), functions=frozenset({"pop_bootstrapped"})
+        )
+
+    def transform_module_impl(self, tree: cst.Module) -> cst.Module:
+        _, function = find_method(tree, "pop_bootstrapped")
+        found = consensus_assert(function)
+        if found is None:
+            raise AnchorError("pop_bootstrapped() has no assert on the PP consensus' polls")
+        stmt, poll = found
+        code = _PP_BOOTSTRAPPING.format(marker=marker(FIX), poll=poll)
+        new = parse_statements(code, tree.config_for_parsing)
+        return apply_edits(tree, [(stmt, StatementEdit(before=new))])
+
+
 # The LibCST codemod commands (python -m libcst.tool codemod), built on first use: command.py
 __getattr__, __dir__ = commands(
     __name__,
     SenderBootstrapTimeout=SenderBootstrapTimeoutTransform,
     RaiseBootstrapTimeoutDefault=RaiseBootstrapTimeoutDefaultTransform,
+    PPBootstrapConsensus=PPBootstrapConsensusTransform,
 )

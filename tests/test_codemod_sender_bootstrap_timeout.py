@@ -438,3 +438,45 @@ def test_the_inline_timeout_is_latched_logged_once_and_says_why(monkeypatch, cap
     assert senders[0].poll() == kvpoll.Failed
     assert caplog.text.count("export SGLANG_DISAGGREGATION_BOOTSTRAP_TIMEOUT=600") == 1
     assert records[7] == "Request 7 timed out after 30.0s in KVPoll.Bootstrapping"
+
+
+_QUEUE = """\
+class ToyBootstrapQueue:
+    def pop_bootstrapped(self, rids_to_check=None):
+        popped, failed = [], []
+        polls = [req.sender.poll() for req in self.queue]
+        for req, poll in zip(self.queue, polls):
+            if rids_to_check is not None:
+                if req.rid not in rids_to_check:
+                    continue
+                assert poll == KVPoll.WaitingForInput or poll == KVPoll.Failed
+            if poll == KVPoll.Bootstrapping:
+                continue
+            (failed if poll == KVPoll.Failed else popped).append(req)
+        return popped, failed
+"""
+
+
+def test_a_later_pp_stage_fails_what_it_still_polls_bootstrapping_instead_of_asserting() -> None:
+    """PP (0.5.2 - 0.5.6): the stage before timed a bootstrap out on its own clock and passed
+    the request on; this stage still polls it Bootstrapping. It fails it too (no assert)."""
+    import types
+
+    from pdguard.codemods.sender_bootstrap_timeout import PPBootstrapConsensusTransform
+
+    out = PPBootstrapConsensusTransform().transform_module(cst.parse_module(_QUEUE)).code
+    assert "                if poll == KVPoll.Bootstrapping:\n" in out
+    kvpoll = types.SimpleNamespace(Failed=0, Bootstrapping=1, WaitingForInput=2)
+    namespace: dict[str, object] = {"KVPoll": kvpoll}
+    exec(compile(out, "queue", "exec"), namespace)
+    queue = namespace["ToyBootstrapQueue"]()  # type: ignore[operator]
+    late = types.SimpleNamespace(rid="late", sender=types.SimpleNamespace(poll=lambda: 1))
+    other = types.SimpleNamespace(rid="other", sender=types.SimpleNamespace(poll=lambda: 1))
+    queue.queue = [late, other]
+    assert queue.pop_bootstrapped(rids_to_check=["late"]) == ([], [late])
+    # without the consensus (the first stage) Bootstrapping still waits
+    assert queue.pop_bootstrapped() == ([], [])
+    with pytest.raises(AnchorError, match="no assert on the PP consensus"):
+        PPBootstrapConsensusTransform().transform_module(
+            cst.parse_module(_QUEUE.replace("assert", "print(").replace("Failed\n", "Failed)\n"))
+        )
