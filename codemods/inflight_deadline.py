@@ -108,7 +108,7 @@ _RECORD = (
 # one abort() itself made (record_failure overwrites under the manager's lock; the records
 # are popped by failure_exception(), on this same scheduler thread, after the all-reduce).
 _REPLACE = (
-    "    # the failure reason the client gets: replace the record abort() made (only\n"
+    "    # the reason the client gets: replace the record abort() made (only\n"
     "    # that one: a sender that never pops its record would leak a new one)\n"
     '    kv_mgr = getattr(sender, "kv_mgr", None)\n'
     '    if req.bootstrap_room in getattr(kv_mgr, "failure_records", ()):\n'
@@ -137,8 +137,8 @@ _HELPER = '''\
 {signature}
         """Fail the requests whose KV transfer outlived the inflight deadline.
 
-        Runs before the poll all-reduce: the sender reports Failed from now on, so the
-        reduced poll is Failed on every rank and the Failed branch cleans the request up.
+        Runs before the poll all-reduce: the sender reports Failed from now on, so
+        the reduced poll is Failed on every rank and the Failed branch cleans up.
         """
         timeout = {read_timeout}
         if timeout <= 0:
@@ -149,14 +149,15 @@ _HELPER = '''\
             if entry_time is None or now - entry_time < timeout:
                 continue
             if req.disagg_kv_sender.poll() in (KVPoll.Success, KVPoll.Failed):
-                # This rank already polls the transfer as ended (the queue was not polled
-                # for a while: a stall, a pause): the reduced poll ends it, not the deadline.
+                # This rank already polls the transfer as ended (the queue went
+                # unpolled for a while: a stall, a pause): the reduced poll ends it.
                 continue
             # Failed once: the sender's poll() reports it from now on.
             req.{stamp} = None
             logger.warning_once(
-                "Some requests timed out in the prefill inflight queue waiting for their "
-                "KV transfer to decode. If slower transfers are acceptable, relax it: "
+                "Some requests timed out in the prefill inflight queue waiting "
+                "for their KV transfer to decode. If slower transfers are "
+                "acceptable, relax the timeout: "
                 "'export {env}=600' (10 minutes)."
             )
             reason = (
@@ -179,8 +180,8 @@ _CONSENSUS = """\
 # Where the inflight queue also holds parked requests (prefill done, bootstrap not: 0.5.16+).
 _PARKED = """\
             if req.pending_bootstrap:
-                # Parked until its bootstrap completes, which the bootstrap timeout bounds:
-                # its KV transfer deadline starts when it is unparked.
+                # Parked until its bootstrap completes, which the bootstrap
+                # timeout bounds: its KV transfer deadline starts when unparked.
                 req.{stamp} = now
                 continue
 """

@@ -53,7 +53,7 @@ if self.{CONCLUDE_STATE} is not None:
 # runs, as upstream's deferred abort ack (0.5.20+) holds pages until the transfer drained.
 _CHECK_FIRST_DRAINED = f"""\
 {{marker}}: once aborted, the transfer is over; Failed
-# (the KV pages are freed then) only once no transfer it posted still reads them.
+# (the KV pages are freed then) once no transfer it posted reads them.
 if self.{CONCLUDE_STATE} is not None:
     {{states}} = {{handle_states}}
     if not all({{var}} in ({{ended}}) for {{var}} in {{states}}):

@@ -108,8 +108,8 @@ ADDED_HELPER = S('''\
     def _fail_timed_out_inflight_reqs(self) -> None:
         """Fail the requests whose KV transfer outlived the inflight deadline.
 
-        Runs before the poll all-reduce: the sender reports Failed from now on, so the
-        reduced poll is Failed on every rank and the Failed branch cleans the request up.
+        Runs before the poll all-reduce: the sender reports Failed from now on, so
+        the reduced poll is Failed on every rank and the Failed branch cleans up.
         """
         timeout = get_int_env_var("${env}", 300)
         if timeout <= 0:
@@ -120,14 +120,15 @@ ADDED_HELPER = S('''\
             if entry_time is None or now - entry_time < timeout:
                 continue
             if req.${sender}.poll() in (KVPoll.Success, KVPoll.Failed):
-                # This rank already polls the transfer as ended (the queue was not polled
-                # for a while: a stall, a pause): the reduced poll ends it, not the deadline.
+                # This rank already polls the transfer as ended (the queue went
+                # unpolled for a while: a stall, a pause): the reduced poll ends it.
                 continue
             # Failed once: the sender's poll() reports it from now on.
             req.inflight_queue_entry_time = None
             logger.warning_once(
-                "Some requests timed out in the prefill inflight queue waiting for their "
-                "KV transfer to decode. If slower transfers are acceptable, relax it: "
+                "Some requests timed out in the prefill inflight queue waiting "
+                "for their KV transfer to decode. If slower transfers are "
+                "acceptable, relax the timeout: "
                 "'export ${env}=600' (10 minutes)."
             )
             reason = (
@@ -173,7 +174,7 @@ EXPECTED = _with(
 REPLACED_ABORT = """\
             try:
                 sender.abort()
-                # the failure reason the client gets: replace the record abort() made (only
+                # the reason the client gets: replace the record abort() made (only
                 # that one: a sender that never pops its record would leak a new one)
                 kv_mgr = getattr(sender, "kv_mgr", None)
                 if req.bootstrap_room in getattr(kv_mgr, "failure_records", ()):
@@ -520,8 +521,8 @@ def test_pp_leaves_a_request_every_stage_agreed_on_to_its_poll() -> None:
     guard = textwrap.indent(
         S(
             "if req.${sender}.poll() in (KVPoll.Success, KVPoll.Failed):\n"
-            "    # This rank already polls the transfer as ended (the queue was not polled\n"
-            "    # for a while: a stall, a pause): the reduced poll ends it, not the deadline.\n"
+            "    # This rank already polls the transfer as ended (the queue went\n"
+            "    # unpolled for a while: a stall, a pause): the reduced poll ends it.\n"
             "    continue\n"
         ),
         " " * 12,
