@@ -307,7 +307,8 @@ def _deadline_drops_locally(texts: Texts) -> Texts | None:
 
     def change(source: _Source) -> bool:
         helper = next(_function(source, DEADLINE_HELPER), None)
-        if helper is None:
+        # only where the helper takes the stages' consensus (a PP prefill loop passes it)
+        if helper is None or "rids_to_check" not in {a.arg for a in helper.args.args}:
             return False
         loop = next(n for n in source.nodes(ast.For) if _inside(n, helper))
         sender = next(
@@ -415,7 +416,8 @@ def ignores_stage_poll(texts: Texts) -> Texts | None:
 
     def change(source: _Source) -> bool:
         helper = next(_function(source, DEADLINE_HELPER), None)
-        if helper is None:
+        # only where the helper takes the stages' consensus (a PP prefill loop passes it)
+        if helper is None or "rids_to_check" not in {a.arg for a in helper.args.args}:
             return False
         loop = next(n for n in source.nodes(ast.For) if _inside(n, helper))
         skips = [
