@@ -307,8 +307,7 @@ def _deadline_drops_locally(texts: Texts) -> Texts | None:
 
     def change(source: _Source) -> bool:
         helper = next(_function(source, DEADLINE_HELPER), None)
-        # only where the helper takes the stages' consensus (a PP prefill loop passes it)
-        if helper is None or "rids_to_check" not in {a.arg for a in helper.args.args}:
+        if helper is None:
             return False
         loop = next(n for n in source.nodes(ast.For) if _inside(n, helper))
         sender = next(
