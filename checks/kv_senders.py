@@ -682,9 +682,28 @@ def _returns_conclude_first(body: list[ast.stmt]) -> bool:
     branch = first.body if isinstance(test.ops[0], ast.IsNot) else first.orelse
     if isinstance(test.ops[0], ast.Is) and not branch and isinstance(first.body[-1], _EXITS):
         branch = body[1:]  # the unset case never falls through: what follows is the set one
+    while branch and _holds_while_draining(branch[0]):
+        branch = branch[1:]
     return bool(branch) and all(
         isinstance(s, ast.Return) and s.value is not None and is_self_attr(s.value, CONCLUDE_STATE)
         for s in branch[:1]
+    )
+
+
+def _holds_while_draining(stmt: ast.stmt) -> bool:
+    """Before returning the concluded state: a name assigned, or ``if ...: return
+    KVPoll.Transferring`` (no ``else``): Failed held while transfers the sender posted still
+    run (pdguard's sender-abort on NIXL up to 0.5.11; upstream's deferred abort ack holds the
+    pages alike). Bounded by the transport, which ends or errors a posted transfer."""
+    if isinstance(stmt, ast.Assign):
+        return all(isinstance(t, ast.Name) for t in stmt.targets)
+    return (
+        isinstance(stmt, ast.If)
+        and not stmt.orelse
+        and len(stmt.body) == 1
+        and isinstance(stmt.body[0], ast.Return)
+        and isinstance(stmt.body[0].value, ast.Attribute)
+        and stmt.body[0].value.attr == "Transferring"
     )
 
 

@@ -201,3 +201,13 @@ def sole(stmt: cst.CSTNode, kind: type[_SmallT]) -> _SmallT | None:
         if isinstance(small, kind):
             return small
     return None
+
+
+def is_docstring(stmt: cst.CSTNode) -> bool:
+    """A line holding only a string: a docstring where it comes first."""
+    return (
+        isinstance(stmt, cst.SimpleStatementLine)
+        and len(stmt.body) == 1
+        and isinstance(stmt.body[0], cst.Expr)
+        and isinstance(stmt.body[0].value, cst.SimpleString | cst.ConcatenatedString)
+    )

@@ -14,17 +14,18 @@ decode restart it can wait forever. This codemod:
    and comes back is stamped again, and starts a fresh deadline;
 3. adds ``_fail_timed_out_inflight_reqs()`` to the scheduler mixin and calls it in
    ``process_disagg_prefill_inflight_queue`` right before the poll all-reduce. It fails overdue
-   requests through their sender, so the MIN-reduced poll is Failed on every rank and the
-   release's own Failed branch cleans up. Every rank logs why (how long, which deadline, which
-   variable). That is ``abort()``, best effort (every sender's ``poll()`` reports Failed
-   once aborted: the ``sender-abort`` codemod sees to it), and the reason is recorded with
-   the manager's ``record_failure`` so the client's error says it (``--record``; with
-   ``--replace``, where some sender never pops its record, it only replaces the record
-   ``abort()`` made, so no new record is left behind). Under pipeline
-   parallelism (``rids_to_check``) the stages agree on which transfers ended and each stage
-   then ends them by its own poll, so the deadline only fails a request whose transfer this
-   stage still polls as unfinished: one the stages agreed on, or this stage reports ended, is
-   left to its poll. Parked requests
+   requests through their sender (``abort()``, best effort: every sender's ``poll()`` reports
+   Failed once aborted, the ``sender-abort`` codemod sees to it), so the MIN-reduced poll is
+   Failed on every rank and the release's own Failed branch cleans up. A request whose
+   sender this rank already polls Success or Failed is left to the reduced poll, on every
+   path: a queue left unpolled for longer than the deadline (a scheduler stall, 0.5.12+'s
+   in-place ``pause_generation``) fails nothing that completed. Under pipeline parallelism
+   (``rids_to_check``) a request the stages agreed on is left to its poll too. A request is
+   failed once (its stamp is cleared); the deadline logs one ``warning_once`` with the
+   remediation hint (``export ...=600``), and the reason reaches the client through the
+   manager's ``record_failure`` (``--record``; with ``--replace``, where some sender never
+   pops its record, it only replaces the record ``abort()`` made; with neither it is logged
+   per request, as nothing else says it). Parked requests
    (``pending_bootstrap``, 0.5.16+), whose wait the bootstrap timeout bounds, are not
    counted: their deadline starts when they are unparked.
 
@@ -64,7 +65,13 @@ from .anchors import (
 )
 from .command import Transform, commands, source_of
 from .holes import Scope
-from .inflight_timeout import CONVENTIONS, REGISTRY, reader_code, reader_setting, registry_read
+from .inflight_timeout import (
+    CONVENTIONS,
+    DEFAULT_TIMEOUT,
+    REGISTRY,
+    reader_setting,
+    registry_read,
+)
 from .insertion import (
     Statement,
     StatementEdit,
@@ -101,12 +108,16 @@ _RECORD = (
 # one abort() itself made (record_failure overwrites under the manager's lock; the records
 # are popped by failure_exception(), on this same scheduler thread, after the all-reduce).
 _REPLACE = (
-    "    # the failure reason the client gets: replace the record abort() made (only\n"
+    "    # the reason the client gets: replace the record abort() made (only\n"
     "    # that one: a sender that never pops its record would leak a new one)\n"
     '    kv_mgr = getattr(sender, "kv_mgr", None)\n'
     '    if req.bootstrap_room in getattr(kv_mgr, "failure_records", ()):\n'
     "        kv_mgr.record_failure(req.bootstrap_room, reason)\n"
 )
+
+_LOG = """\
+            logger.warning(f"Prefill inflight request {req.rid=}: {reason}")
+"""
 
 _STAMP = """\
 {marker}: the deadline counts the KV transfer only;
@@ -126,8 +137,8 @@ _HELPER = '''\
 {signature}
         """Fail the requests whose KV transfer outlived the inflight deadline.
 
-        Runs before the poll all-reduce: the sender reports Failed from now on, so the
-        reduced poll is Failed on every rank and the Failed branch cleans the request up.
+        Runs before the poll all-reduce: the sender reports Failed from now on, so
+        the reduced poll is Failed on every rank and the Failed branch cleans up.
         """
         timeout = {read_timeout}
         if timeout <= 0:
@@ -137,13 +148,24 @@ _HELPER = '''\
 {consensus}{parked}            entry_time = getattr(req, "{stamp}", None)
             if entry_time is None or now - entry_time < timeout:
                 continue
-{settled}            reason = (
+            if req.disagg_kv_sender.poll() in (KVPoll.Success, KVPoll.Failed):
+                # This rank already polls the transfer as ended (the queue went
+                # unpolled for a while: a stall, a pause): the reduced poll ends it.
+                continue
+            # Failed once: the sender's poll() reports it from now on.
+            req.{stamp} = None
+            logger.warning_once(
+                "Some requests timed out in the prefill inflight queue waiting "
+                "for their KV transfer to decode. If slower transfers are "
+                "acceptable, relax the timeout: "
+                "'export {env}=600' (10 minutes)."
+            )
+            reason = (
                 f"Request {{req.bootstrap_room}} timed out after {{now - entry_time:.1f}}s "
                 f"in the prefill inflight queue waiting for its KV transfer "
-                f"(deadline {{timeout}}s, {env})"
+                f"({env}={{timeout}})"
             )
-            logger.warning(f"Prefill inflight request {{req.rid=}}: {{reason}}")
-            sender = req.disagg_kv_sender
+{log}            sender = req.disagg_kv_sender
 {abort}'''
 
 LINE_LENGTH = 88  # black's, which SGLang uses
@@ -155,22 +177,11 @@ _CONSENSUS = """\
                 # so that all stages end the request the same way.
                 continue
 """
-# PP: the stages agree on which transfers ended and then each ends the request by its own
-# poll, so a stage may only fail one that its poll still reports unfinished. One that it
-# reports ended is on its way to every stage through the consensus, one stage per round.
-_SETTLED = """\
-            if {rids} is not None:
-                # PP: this stage already polls the transfer as ended, so the stages'
-                # consensus ends it, alike on all; failing it here would end it otherwise.
-                if req.disagg_kv_sender.poll() in (KVPoll.Success, KVPoll.Failed):
-                    continue
-"""
-
 # Where the inflight queue also holds parked requests (prefill done, bootstrap not: 0.5.16+).
 _PARKED = """\
             if req.pending_bootstrap:
-                # Parked until its bootstrap completes, which the bootstrap timeout bounds:
-                # its KV transfer deadline starts when it is unparked.
+                # Parked until its bootstrap completes, which the bootstrap
+                # timeout bounds: its KV transfer deadline starts when unparked.
                 req.{stamp} = now
                 continue
 """
@@ -207,6 +218,13 @@ class InflightDeadlineTransform(Transform):
             "from InflightTimeoutEntry) or get_int_env_var (a reader in prefill.py)",
         )
         arg_parser.add_argument(
+            "--no-pp",
+            dest="pp",
+            action="store_false",
+            help="no PP prefill loop passes the inflight function the stages' consensus "
+            "(0.4.8 - 0.5.1): the helper takes none",
+        )
+        arg_parser.add_argument(
             "--parked",
             action="store_true",
             help="the queue holds parked requests (pending_bootstrap): do not count their time",
@@ -230,13 +248,18 @@ class InflightDeadlineTransform(Transform):
         replace: bool = False,
         parked: bool = False,
         convention: str = REGISTRY,
+        pp: bool = True,
     ) -> None:
         self.isort_config = isort_config
+        self.pp = pp  # a PP prefill loop passes the stages' consensus (0.5.2+)
         self.convention = convention
         fail = _ABORT.format(record=_RECORD if record else _REPLACE if replace else "")
         self.names = {
             "marker": marker(FIX),
             "abort": "".join(f"            {line}\n" for line in fail.splitlines()),
+            # recorded, the reason reaches the client and the Failed branch's own log line;
+            # else (a sender that reads no record) it is logged here
+            "log": "" if record else _LOG,
             "env": ENV_VAR,
             "helper": HELPER,
             "queue": QUEUE,
@@ -275,8 +298,10 @@ class InflightDeadlineTransform(Transform):
             read_timeout, timeout_imports = registry_read(tree)
             setting = ""
         else:
+            # as the release reads its sibling timeouts (Mooncake's managers, 0.4.7 - 0.5.7)
             reader_names, timeout_imports = reader_setting(tree)
-            read_timeout, setting = f"{READER}()", reader_code(reader_names)
+            read_timeout = f'{reader_names["get_int_env_var"]}("{ENV_VAR}", {DEFAULT_TIMEOUT})'
+            setting = ""
         imports = [*timeout_imports, *imports]
 
         def code(node: cst.CSTNode) -> str:
@@ -285,7 +310,7 @@ class InflightDeadlineTransform(Transform):
         params = function.params.params
         self_param = code(params[0].with_changes(comma=cst.MaybeSentinel.DEFAULT))
         consensus = ""
-        if len(params) > 1 and params[1].name.value == PP_CONSENSUS:
+        if self.pp and len(params) > 1 and params[1].name.value == PP_CONSENSUS:
             # PP (0.5.10+): the rids every stage already agreed have ended their transfer
             self_param += ", " + code(params[1].with_changes(comma=cst.MaybeSentinel.DEFAULT))
             consensus = PP_CONSENSUS
@@ -298,7 +323,6 @@ class InflightDeadlineTransform(Transform):
             "self_param": self_param,
             "consensus_arg": consensus,
             "consensus": _CONSENSUS.format(rids=consensus) if consensus else "",
-            "settled": _SETTLED.format(rids=consensus) if consensus else "",
             "monotonic": monotonic,
             "read_timeout": read_timeout,
             "setting": setting,

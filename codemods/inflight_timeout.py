@@ -8,10 +8,10 @@ own convention, at first use (never at import).
   ``envs.SGLANG_DISAGGREGATION_INFLIGHT_TIMEOUT.get()``. ``EnvInt.get()`` itself rejects a
   value that is not a whole number (``nan``, ``inf``, ``abc``) with a warning naming the
   variable, and returns the default; ``.override()`` works in tests.
-* ``get_int_env_var``: before that, a module-level reader in ``prefill.py`` calls
-  ``sglang.srt.utils.get_int_env_var`` once, at first use (``lru_cache``). That function
-  silently falls back to its default for such a value, so the reader asks it for ``None`` as
-  the default and warns when the variable was set but not read.
+* ``get_int_env_var``: before that, the deadline reads
+  ``get_int_env_var("SGLANG_DISAGGREGATION_INFLIGHT_TIMEOUT", 300)`` where it runs, as the
+  release reads its sibling timeouts (``SGLANG_DISAGGREGATION_BOOTSTRAP_TIMEOUT``); like them,
+  a value that is not a whole number gives the default.
 
 In both, 0 (or less) turns the deadline off.
 """
@@ -24,7 +24,6 @@ import libcst as cst
 
 from pdguard.fix_names import ENV_GET_INT, ENV_REGISTRY
 from pdguard.fix_names import INFLIGHT_DEADLINE as FIX
-from pdguard.fix_names import INFLIGHT_TIMEOUT_READER as READER
 from pdguard.sglang_names import (
     BOOTSTRAP_TIMEOUT_ENV,
     ENVIRON_MODULE,
@@ -37,7 +36,7 @@ from .anchors import AnchorError, marker
 from .command import Transform, commands
 from .holes import Scope
 from .insertion import StatementEdit, apply_edits, parse_statements
-from .isort_imports import ImportRequest, reference_to, spelling, top_level_bindings
+from .isort_imports import ImportRequest, reference_to, top_level_bindings
 
 REGISTRY = ENV_REGISTRY
 GET_INT_ENV_VAR = ENV_GET_INT
@@ -53,28 +52,6 @@ _ENTRY = """\
 {marker}: seconds a request may wait in the prefill
 # inflight queue for its KV transfer before it is failed; 0 (or less) turns it off.
 {env} = {entry_type}({default})
-"""
-
-# get_int_env_var returns its default both when the variable is unset and when it is not a
-# whole number; None as the default tells the two apart from a value that was set.
-_READER = """\
-{marker}
-_INFLIGHT_TIMEOUT_ENV = "{env}"
-
-
-@{lru_cache}(maxsize=1)
-def {reader}() -> int:
-    \"\"\"Seconds a request may wait in the prefill inflight queue for its KV transfer
-    before it is failed; 0 (or less) turns the deadline off. Read at first use.\"\"\"
-    timeout = {get_int_env_var}(_INFLIGHT_TIMEOUT_ENV, None)
-    if timeout is None:  # unset, or not a whole number of seconds
-        if {environ}.get(_INFLIGHT_TIMEOUT_ENV, "").strip():
-            logger.warning(
-                f"{{_INFLIGHT_TIMEOUT_ENV}}={{{environ}[_INFLIGHT_TIMEOUT_ENV]!r}} is not "
-                "a whole number of seconds; using the default, {default}"
-            )
-        timeout = {default}
-    return timeout
 """
 
 
@@ -94,10 +71,7 @@ def reader_setting(module: cst.Module) -> tuple[dict[str, str], list[ImportReque
     """The names the ``get_int_env_var`` reader is written with, and the imports it needs."""
     imports: list[ImportRequest] = []
     names: dict[str, str] = {}
-    for key, origin, attr in (
-        ("get_int_env_var", UTILS_MODULE, "get_int_env_var"),
-        ("lru_cache", "functools", "lru_cache"),
-    ):
+    for key, origin, attr in (("get_int_env_var", UTILS_MODULE, "get_int_env_var"),):
         existing = reference_to(module, origin, attr)
         if existing is None:
             if attr in top_level_bindings(module):
@@ -105,18 +79,7 @@ def reader_setting(module: cst.Module) -> tuple[dict[str, str], list[ImportReque
             existing = attr
             imports.append(ImportRequest(origin, attr))
         names[key] = existing
-    environ, os_import = spelling(module, "os", "environ")
-    names["environ"] = environ
-    if os_import is not None:
-        imports.append(os_import)
     return names, imports
-
-
-def reader_code(names: dict[str, str]) -> str:
-    """The module-level reader (``get_int_env_var`` convention)."""
-    return _READER.format(
-        marker=marker(FIX), env=ENV_VAR, reader=READER, default=DEFAULT_TIMEOUT, **names
-    )
 
 
 class InflightTimeoutEntryTransform(Transform):

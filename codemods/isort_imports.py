@@ -26,7 +26,7 @@ from pdguard.checks.bindings import bindings_in_force, imported_as
 from pdguard.checks.nodes import walk
 from pdguard.checks.project import parse_module
 
-from .anchors import AnchorError
+from .anchors import AnchorError, is_docstring
 from .command import Transform, commands, source_of
 from .holes import Scope
 from .insertion import Statement
@@ -97,20 +97,11 @@ def _import_statements(stmt: cst.CSTNode) -> list[cst.Import | cst.ImportFrom] |
     return imports if len(imports) == len(stmt.body) else None
 
 
-def _is_docstring(stmt: cst.CSTNode) -> bool:
-    return (
-        isinstance(stmt, cst.SimpleStatementLine)
-        and len(stmt.body) == 1
-        and isinstance(stmt.body[0], cst.Expr)
-        and isinstance(stmt.body[0].value, cst.SimpleString | cst.ConcatenatedString)
-    )
-
-
 def leading_import_block(module: cst.Module) -> list[int]:
     """Indices of the module's top-level import statements before the first other statement."""
     indices: list[int] = []
     for index, stmt in enumerate(module.body):
-        if index == 0 and _is_docstring(stmt):
+        if index == 0 and is_docstring(stmt):
             continue
         if _import_statements(stmt) is None:
             break
@@ -356,7 +347,7 @@ class AddIsortedImportsTransform(Transform):
             body[later[0]] = first.with_changes(leading_lines=[_blank()])
             body.insert(later[0], new_stmt.with_changes(leading_lines=first.leading_lines))
             return
-        at = earlier[-1] + 1 if earlier else 1 if body and _is_docstring(body[0]) else 0
+        at = earlier[-1] + 1 if earlier else 1 if body and is_docstring(body[0]) else 0
         lead = [_blank()] if at > 0 else []
         if at < len(body):
             following = body[at]

@@ -90,7 +90,27 @@ _REASON = """\
             " waiting for its KV cache"
         )
 """
-_LOG = '        logger.error(f"{{reason}} ({env})")\n'
+# Once, with the remediation hint, as upstream's receivers log it (0.4.9.post1+, 0.5.13+).
+_LOG = """\
+        logger.warning_once(
+            "Requests timed out waiting for their KV cache after "
+            "sending their KV indices to prefill. If a longer time "
+            "to first token is acceptable, raise the timeout: "
+            "'export {env}=600'."
+        )
+"""
+# Read once, in the manager's decode branch, as upstream reads it (Mooncake 0.4.9.post1,
+# NIXL 0.5.6).
+_MANAGER_SETTING = """\
+{marker}: seconds a receiver may wait
+# for its KV cache once it sent its KV indices.
+"""
+_LATCH_INIT = "{marker}: Failed once timed out.\nself.conclude_state = None\n"
+_LATCH_FIRST = """\
+{marker}: a timed-out receiver stays Failed.
+if self.conclude_state is not None:
+    return self.conclude_state
+"""
 _RECORD = "        self.kv_mgr.record_failure(self.bootstrap_room, reason)\n"
 
 _CONCLUDE = "        self.conclude_state = KVPoll.Failed\n"
@@ -166,6 +186,8 @@ class ReceiverWaitingTimeoutTransform(ClassTransform):
         arg_parser.add_argument("--no-record-failure", dest="record_failure", action="store_false")
         arg_parser.add_argument("--no-conclude-state", dest="conclude_state", action="store_false")
         arg_parser.add_argument("--no-log", dest="log", action="store_false")
+        arg_parser.add_argument("--manager-class", dest="manager_class", default=None)
+        arg_parser.add_argument("--latch", dest="latch", action="store_true")
         add_import_args(arg_parser)
 
     def __init__(
@@ -179,8 +201,14 @@ class ReceiverWaitingTimeoutTransform(ClassTransform):
         log: bool = True,
         imports: Sequence[ImportRequest | str] = (),
         isort_config: isort.Config | None = None,
+        manager_class: str | None = None,
+        latch: bool = False,
     ) -> None:
         self.class_name = class_name
+        # the timeout read once in this manager's decode branch (else in each receiver)
+        self.manager_class = manager_class
+        # the receiver has no concluded state: give it one, returned first by poll()
+        self.latch = latch
         self.check = check or "status"
         self.send_method = send_method
         self.timeout_setting = timeout_setting
@@ -194,11 +222,21 @@ class ReceiverWaitingTimeoutTransform(ClassTransform):
     def methods(self) -> tuple[str, ...]:
         return (*self.METHODS, self.send_method)
 
+    def scope(self, text: str) -> Scope:
+        scope = super().scope(text)
+        if self.manager_class is None:
+            return scope
+        return scope | Scope(members=frozenset({(self.manager_class, "__init__")}))
+
     def transform_module_impl(self, tree: cst.Module) -> cst.Module:
         # time.time(), as upstream's receivers measure it; the module's own spelling of it.
         self.clock, time_import = spelling(tree, "time", "time")
         imports = [*self.imports, *([time_import] if time_import else [])]
         edits = [self._init(tree), self._stamp(tree), self._poll(tree)]
+        if self.manager_class is not None:
+            edits.append(self._manager(tree))
+        if self.latch:
+            edits.append(self._latch_first(tree))
         tree = apply_edits(tree, edits)
         return AddIsortedImportsTransform(imports, self.isort_config).transform_module(tree)
 
@@ -208,16 +246,52 @@ class ReceiverWaitingTimeoutTransform(ClassTransform):
         new = parse_statements(
             _INIT.format(marker=marker(FIX), init_time=RECEIVER_INIT_TIME), config
         )
-        new += parse_statements(
-            black_assignment(
-                f"self.{WAITING_TIMEOUT_ATTR}", self.timeout_setting, 2 * len(tree.default_indent)
-            ),
-            config,
-        )
+        if self.manager_class is None:
+            new += parse_statements(
+                black_assignment(
+                    f"self.{WAITING_TIMEOUT_ATTR}",
+                    self.timeout_setting,
+                    2 * len(tree.default_indent),
+                ),
+                config,
+            )
+        if self.latch:
+            new += parse_statements(_LATCH_INIT.format(marker=marker(FIX)), config)
         body = list(init.body.body)
         if body and _is_docstring(body[0]):
             return body[0], StatementEdit(after=new)
         return body[0], StatementEdit(before=new)
+
+    def _manager(self, tree: cst.Module) -> tuple[cst.CSTNode, StatementEdit]:
+        """The timeout read at the end of the manager's decode branch
+        (``elif self.disaggregation_mode == DisaggregationMode.DECODE:``)."""
+        assert self.manager_class is not None
+        _, init = find_method(tree, "__init__", self.manager_class)
+        branch = next(
+            (
+                node
+                for node in find_all(init, cst.If)
+                if isinstance(node.test, cst.Comparison)
+                and isinstance(node.test.comparisons[0].comparator, cst.Attribute)
+                and node.test.comparisons[0].comparator.attr.value == "DECODE"
+            ),
+            None,
+        )
+        if branch is None:
+            raise AnchorError(f"{self.manager_class}.__init__ has no decode branch")
+        last = branch.body.body[-1]
+        level = (_level(init.body, last, 2) or 3) * len(tree.default_indent)
+        code = _MANAGER_SETTING.format(marker=marker(FIX)) + black_assignment(
+            f"self.{WAITING_TIMEOUT_ATTR}", self.timeout_setting, level
+        )
+        return last, StatementEdit(after=parse_statements(code, tree.config_for_parsing))
+
+    def _latch_first(self, tree: cst.Module) -> tuple[cst.CSTNode, StatementEdit]:
+        _, poll = find_method(tree, "poll", self.class_name)
+        body = list(poll.body.body)
+        first = body[1] if len(body) > 1 and _is_docstring(body[0]) else body[0]
+        new = parse_statements(_LATCH_FIRST.format(marker=marker(FIX)), tree.config_for_parsing)
+        return first, StatementEdit(before=new)
 
     def _stamp(self, tree: cst.Module) -> tuple[cst.CSTNode, StatementEdit]:
         config = tree.config_for_parsing
@@ -297,17 +371,19 @@ class ReceiverWaitingTimeoutTransform(ClassTransform):
         else:
             condition = flat
         body = (
-            (_REASON if self.log or self.record_failure else "")
+            (_REASON if self.record_failure else "")
             + (_LOG.format(env=WAITING_TIMEOUT_ENV) if self.log else "")
             + (_RECORD if self.record_failure else "")
-            + (_CONCLUDE if self.conclude_state else "")
+            + (_CONCLUDE if self.conclude_state or self.latch else "")
         )
         code = _CHECK.format(
             marker=marker(FIX),
             condition=condition,
             clock=self.clock,
             init_time=RECEIVER_INIT_TIME,
-            timeout=WAITING_TIMEOUT_ATTR,
+            timeout=f"kv_mgr.{WAITING_TIMEOUT_ATTR}"
+            if self.manager_class
+            else WAITING_TIMEOUT_ATTR,
             body=body,
         )
         return parse_statements(code, config)

@@ -29,7 +29,7 @@ import libcst as cst
 from pdguard.fix_names import SENDER_ABORT as FIX
 from pdguard.sglang_names import KVPOLL
 
-from .anchors import AnchorError, find_method, marker
+from .anchors import AnchorError, find_method, is_docstring, marker
 from .command import ClassTransform, commands
 from .insertion import StatementEdit, apply_edits, parse_method, parse_statements
 from .isort_imports import top_level_bindings
@@ -45,6 +45,19 @@ self.{CONCLUDE_STATE} = None
 _CHECK_FIRST = f"""\
 {{marker}}: once aborted, the transfer is over.
 if self.{CONCLUDE_STATE} is not None:
+    return self.{CONCLUDE_STATE}
+"""
+
+# NIXL's sender (up to 0.5.11) posts its transfers itself and polls their handles: once
+# aborted, Failed (upon which the scheduler frees the KV pages) waits until none of them still
+# runs, as upstream's deferred abort ack (0.5.20+) holds pages until the transfer drained.
+_CHECK_FIRST_DRAINED = f"""\
+{{marker}}: once aborted, the transfer is over; Failed
+# (the KV pages are freed then) once no transfer it posted reads them.
+if self.{CONCLUDE_STATE} is not None:
+    {{states}} = {{handle_states}}
+    if not all({{var}} in ({{ended}}) for {{var}} in {{states}}):
+        return {KVPOLL}.Transferring  # type: ignore
     return self.{CONCLUDE_STATE}
 """
 
@@ -71,13 +84,67 @@ if {FAILURE_REASON} is not None:
 """
 
 
-def _is_docstring(stmt: cst.CSTNode) -> bool:
-    return (
-        isinstance(stmt, cst.SimpleStatementLine)
-        and len(stmt.body) == 1
-        and isinstance(stmt.body[0], cst.Expr)
-        and isinstance(stmt.body[0].value, cst.SimpleString | cst.ConcatenatedString)
-    )
+def _code(node: cst.CSTNode) -> str:
+    return cst.Module(body=[]).code_for_node(node)
+
+
+def _posted_transfers(body: list[cst.CSTNode]) -> dict[str, str] | None:
+    """Where ``poll()`` reads the state of the transfers the sender posted (NIXL up to 0.5.11:
+    ``states = [self.kv_mgr.agent.check_xfer_state(x) for x in self.xfer_handles]``, then
+    ``all([x == "DONE" ...])`` and ``any([x == "ERR" ...])``): the names the drained check is
+    written with, else None."""
+    listcomp: cst.ListComp | None = None
+    states = ""
+    ended: list[str] = []
+    for stmt in body:
+        if not isinstance(stmt, cst.SimpleStatementLine) or len(stmt.body) != 1:
+            if isinstance(stmt, cst.If) and listcomp is not None:
+                ended.extend(_compared_strings(stmt.test, states))
+            continue
+        small = stmt.body[0]
+        if (
+            listcomp is None
+            and isinstance(small, cst.Assign)
+            and len(small.targets) == 1
+            and isinstance(small.targets[0].target, cst.Name)
+            and isinstance(small.value, cst.ListComp)
+            and isinstance(small.value.for_in.iter, cst.Attribute)
+            and isinstance(small.value.for_in.iter.value, cst.Name)
+            and small.value.for_in.iter.value.value == "self"
+        ):
+            listcomp, states = small.value, small.targets[0].target.value
+    if listcomp is None or len(ended) < 2:
+        return None
+    return {
+        "states": states,
+        "handle_states": _code(listcomp),
+        "var": "state",
+        "ended": ", ".join(ended),
+    }
+
+
+def _compared_strings(test: cst.BaseExpression, states: str) -> list[str]:
+    """The string literals ``all([x == "DONE" for x in states])``-like tests compare the
+    states with (``if all(...)``, ``if any(...)``)."""
+    if not (
+        isinstance(test, cst.Call)
+        and isinstance(test.func, cst.Name)
+        and test.func.value in ("all", "any")
+        and len(test.args) == 1
+        and isinstance(test.args[0].value, cst.ListComp | cst.GeneratorExp)
+    ):
+        return []
+    comp = test.args[0].value
+    iterated = comp.for_in.iter
+    elt = comp.elt
+    if not (isinstance(iterated, cst.Name) and iterated.value == states):
+        return []
+    if not (isinstance(elt, cst.Comparison) and len(elt.comparisons) == 1):
+        return []
+    right = elt.comparisons[0].comparator
+    if isinstance(elt.comparisons[0].operator, cst.Equal) and isinstance(right, cst.SimpleString):
+        return [right.value]
+    return []
 
 
 class SenderAbortTransform(ClassTransform):
@@ -152,12 +219,17 @@ class SenderAbortTransform(ClassTransform):
         self, tree: cst.Module, poll: cst.FunctionDef
     ) -> tuple[cst.CSTNode, StatementEdit]:
         body = list(poll.body.body)
-        if body and _is_docstring(body[0]):
+        if body and is_docstring(body[0]):
             body = body[1:]
         if not body:
             raise AnchorError(f"{self.class_name}.poll() has no statement to check before")
-        new = parse_statements(_CHECK_FIRST.format(marker=marker(FIX)), tree.config_for_parsing)
-        return body[0], StatementEdit(before=new)
+        drained = _posted_transfers(body)
+        code = (
+            _CHECK_FIRST_DRAINED.format(marker=marker(FIX), **drained)
+            if drained
+            else _CHECK_FIRST.format(marker=marker(FIX))
+        )
+        return body[0], StatementEdit(before=parse_statements(code, tree.config_for_parsing))
 
     def _abort(self, tree: cst.Module, poll: cst.FunctionDef) -> tuple[cst.CSTNode, StatementEdit]:
         if KVPOLL not in top_level_bindings(tree):
@@ -175,7 +247,7 @@ class SenderAbortTransform(ClassTransform):
         release's own earlier raises, 0.5.12's ``_send_error``/``exceptions``, keep precedence)."""
         _, method = find_method(tree, "failure_exception", self.class_name)
         body = list(method.body.body)
-        if body and _is_docstring(body[0]):
+        if body and is_docstring(body[0]):
             body = body[1:]
         last = body[-1] if body else None
         fixed = (

@@ -28,9 +28,23 @@ import libcst as cst
 
 from pdguard.checks.nodes import HOLDS_STATEMENTS, children, first_line, statement_walk, walk
 from pdguard.fix_names import SENDER_BOOTSTRAP_TIMEOUT as FIX
-from pdguard.sglang_names import MANAGER_CHECK_STATUS, MANAGER_UPDATE_STATUS, SENDER_INIT_TIME
+from pdguard.sglang_names import (
+    BOOTSTRAP_TIMEOUT_ENV,
+    MANAGER_CHECK_STATUS,
+    MANAGER_UPDATE_STATUS,
+    SENDER_INIT_TIME,
+)
 
-from .anchors import AnchorError, calls_named, find_all, find_method, is_attribute, is_name, marker
+from .anchors import (
+    AnchorError,
+    calls_named,
+    find_all,
+    find_method,
+    is_attribute,
+    is_docstring,
+    is_name,
+    marker,
+)
 from .command import ClassTransform, Transform, commands
 from .holes import Scope
 from .insertion import Statement, StatementEdit, apply_edits, parse_statements
@@ -83,13 +97,24 @@ _HELPER_CHECK = (
     "        return timeout_result\n"
 )
 
+# Latched (a late decode info must not turn Failed back into WaitingForInput), logged once with
+# the remediation hint, the reason recorded for the client where the manager keeps records:
+# the shape of upstream's _check_bootstrap_timeout (0.5.13+), in pdguard's words.
 _INLINE_CHECK = """\
 {marker}
 if {status} == KVPoll.Bootstrapping and self.init_time is not None:
     elapsed = {clock}() - self.init_time
     if elapsed >= {timeout}:
-{record}        return KVPoll.Failed
+        logger.warning_once(
+            "Requests timed out bootstrapping: decode never sent "
+            "this prefill instance their KV indices. If a longer "
+            "time to first token is acceptable, raise the timeout: "
+            "'export {env}=600'."
+        )
+{record}        {latch}
+        return KVPoll.Failed
 """
+LATCH = "self.conclude_state = KVPoll.Failed"  # what poll() returns first (sender-abort)
 
 _RECORD_FAILURE = """\
         self.kv_mgr.record_failure(
@@ -147,7 +172,7 @@ def _check_status_returns(poll: cst.FunctionDef) -> list[cst.SimpleStatementLine
 
 class SenderBootstrapTimeoutTransform(ClassTransform):
     DESCRIPTION: str = "Let a KV sender's bootstrap timeout fire while it reports Bootstrapping."
-    METHODS = ("__init__", "poll")
+    METHODS = ("__init__", "init", "poll")
 
     @staticmethod
     def add_args(arg_parser: argparse.ArgumentParser) -> None:
@@ -182,6 +207,7 @@ class SenderBootstrapTimeoutTransform(ClassTransform):
         self.imports = import_requests(imports)
         self.isort_config = isort_config
         self.clock = "time.time"
+        self.latch = LATCH
 
     def transform_module_impl(self, tree: cst.Module) -> cst.Module:
         # time.time(), as _check_bootstrap_timeout() and Mooncake measure it; reuse the
@@ -193,6 +219,7 @@ class SenderBootstrapTimeoutTransform(ClassTransform):
             edits.append(self._add_check(tree))
         if self.set_init_time:
             edits.append(self._set_init_time(tree))
+            edits.extend(self._restarts_in_init(tree))
         tree = apply_edits(tree, edits)
         return AddIsortedImportsTransform(imports, self.isort_config).transform_module(tree)
 
@@ -228,11 +255,32 @@ class SenderBootstrapTimeoutTransform(ClassTransform):
                 raise AnchorError(f"{self.class_name}.__init__ ends with a return")
         return anchor, StatementEdit(after=new)
 
+    def _restarts_in_init(self, tree: cst.Module) -> list[tuple[cst.CSTNode, StatementEdit]]:
+        """``self.init_time = ...`` in ``init()`` (Mooncake 0.4.7 - 0.4.8) goes: the clock
+        starts at construction and ``init()`` no longer restarts it, as in 0.4.8.post1."""
+        try:
+            _, init = find_method(tree, "init", self.class_name)
+        except AnchorError:
+            return []
+        if len(init.body.body) < 2:
+            return []
+        return [
+            (stmt, StatementEdit(replacement=None))
+            for stmt in init.body.body
+            if isinstance(stmt, cst.SimpleStatementLine)
+            and len(stmt.body) == 1
+            and isinstance(stmt.body[0], cst.Assign)
+            and len(stmt.body[0].targets) == 1
+            and is_attribute(stmt.body[0].targets[0].target, SENDER_INIT_TIME)
+            and is_name(stmt.body[0].targets[0].target.value, "self")
+        ]
+
     # -- poll -------------------------------------------------------------------------------
 
     def _add_check(self, tree: cst.Module) -> tuple[cst.CSTNode, StatementEdit]:
         config = tree.config_for_parsing
         _, poll = find_method(tree, "poll", self.class_name)
+        self.latch = self._latch(poll)
         assigned = [
             stmt
             for stmt in find_all(poll, cst.SimpleStatementLine)
@@ -277,9 +325,34 @@ class SenderBootstrapTimeoutTransform(ClassTransform):
                 status=status,
                 clock=self.clock,
                 timeout=self.timeout,
+                env=BOOTSTRAP_TIMEOUT_ENV,
                 record=_RECORD_FAILURE if self.record_failure else "",
+                latch=self.latch,
             )
         return parse_statements(code, config)
+
+    def _latch(self, poll: cst.FunctionDef) -> str:
+        """How the timeout stays Failed: the flag ``poll()`` first returns Failed on (``if
+        self._send_failed: return KVPoll.Failed``, NIXL 0.5.12), else the concluded state
+        ``poll()`` returns first (the release's, or the one sender-abort gives it)."""
+        body = list(poll.body.body)
+        first = body[1] if len(body) > 1 and is_docstring(body[0]) else body[0]
+        if (
+            isinstance(first, cst.If)
+            and first.orelse is None
+            and isinstance(first.test, cst.Attribute)
+            and is_name(first.test.value, "self")
+            and len(first.body.body) == 1
+        ):
+            line = first.body.body[0]
+            ret = line.body[0] if isinstance(line, cst.SimpleStatementLine) else None
+            if (
+                isinstance(ret, cst.Return)
+                and isinstance(ret.value, cst.Attribute)
+                and ret.value.attr.value == "Failed"
+            ):
+                return f"self.{first.test.attr.value} = True"
+        return LATCH
 
 
 _T = TypeVar("_T")
@@ -289,14 +362,14 @@ def _first(body: Sequence[_T], predicate: Callable[[_T], bool]) -> _T | None:
     return next((stmt for stmt in body if predicate(stmt)), None)
 
 
-# Upstream started the clock at construction in 0.4.8.post1 and, in the same change, raised the
-# bootstrap timeout's default from 30 s to this: a sender stays Bootstrapping while decode has
-# no free KV memory for its request.
-RAISED_DEFAULT = 120
+# Upstream started the clock at construction in 0.4.8.post1, raising the default from 30 s to
+# 120 s in the same change (a sender stays Bootstrapping while decode has no free KV memory for
+# its request), and to 300 s in 0.4.9.post1: the siblings' value, which pdguard writes.
+RAISED_DEFAULT = 300
 
 _RAISED_COMMENT = (
     "{marker}: the clock now starts when the sender is",
-    "# created, so allow what upstream allows from then on (0.4.8.post1).",
+    "# created (0.4.8.post1); 300 s, upstream's default from 0.4.9.post1 on.",
 )
 
 
@@ -332,8 +405,8 @@ def may_raise_default(module: ast.Module, env: str, text: str) -> bool:
 
 class RaiseBootstrapTimeoutDefaultTransform(Transform):
     DESCRIPTION: str = (
-        "Raise SGLANG_DISAGGREGATION_BOOTSTRAP_TIMEOUT's default below 120 s to 120 s (upstream's "
-        "when it started the clock at the sender's creation)."
+        "Raise SGLANG_DISAGGREGATION_BOOTSTRAP_TIMEOUT's default below 300 s to 300 s "
+        "(upstream's from 0.4.9.post1; the clock starts at the sender's creation)."
     )
 
     @staticmethod
@@ -389,9 +462,77 @@ class _DefaultRaiser(cst.CSTTransformer):
         return updated_node.with_changes(leading_lines=[*updated_node.leading_lines, *comments])
 
 
+# PP (0.5.2 - 0.5.6): a later stage pops only what the stage before it popped, and asserts that
+# its own poll of each is WaitingForInput or Failed. Each stage times a bootstrap out on its
+# own clock, so the stage before may have failed one this stage still polls Bootstrapping.
+_PP_BOOTSTRAPPING = """\
+{marker}: each PP stage times a bootstrap
+# out on its own clock; one the stage before ended fails here too.
+if {poll} == KVPoll.Bootstrapping:
+    {poll} = KVPoll.Failed
+"""
+
+
+def consensus_assert(function: cst.FunctionDef) -> tuple[cst.SimpleStatementLine, str] | None:
+    """The ``assert <poll> == KVPoll.WaitingForInput or <poll> == KVPoll.Failed`` of
+    ``pop_bootstrapped`` (under ``if rids_to_check is not None``), and the name it tests."""
+    for stmt in find_all(function, cst.SimpleStatementLine):
+        if len(stmt.body) != 1 or not isinstance(stmt.body[0], cst.Assert):
+            continue
+        test = stmt.body[0].test
+        if not isinstance(test, cst.BooleanOperation):
+            continue
+        sides = [test.left, test.right]
+        names = {
+            side.left.value
+            for side in sides
+            if isinstance(side, cst.Comparison)
+            and isinstance(side.left, cst.Name)
+            and len(side.comparisons) == 1
+            and isinstance(side.comparisons[0].operator, cst.Equal)
+        }
+        states = {
+            side.comparisons[0].comparator.attr.value
+            for side in sides
+            if isinstance(side, cst.Comparison)
+            and len(side.comparisons) == 1
+            and isinstance(side.comparisons[0].comparator, cst.Attribute)
+        }
+        if len(names) == 1 and states == {"WaitingForInput", "Failed"}:
+            return stmt, names.pop()
+    return None
+
+
+class PPBootstrapConsensusTransform(Transform):
+    DESCRIPTION: str = (
+        "PP: a later stage fails a request the stage before ended that it still polls "
+        "Bootstrapping, instead of asserting (pop_bootstrapped, 0.5.2 - 0.5.6)."
+    )
+
+    @staticmethod
+    def add_args(arg_parser: argparse.ArgumentParser) -> None:
+        pass
+
+    def scope(self, text: str) -> Scope:
+        return Scope(
+            mentions=frozenset({"pop_bootstrapped"}), functions=frozenset({"pop_bootstrapped"})
+        )
+
+    def transform_module_impl(self, tree: cst.Module) -> cst.Module:
+        _, function = find_method(tree, "pop_bootstrapped")
+        found = consensus_assert(function)
+        if found is None:
+            raise AnchorError("pop_bootstrapped() has no assert on the PP consensus' polls")
+        stmt, poll = found
+        code = _PP_BOOTSTRAPPING.format(marker=marker(FIX), poll=poll)
+        new = parse_statements(code, tree.config_for_parsing)
+        return apply_edits(tree, [(stmt, StatementEdit(before=new))])
+
+
 # The LibCST codemod commands (python -m libcst.tool codemod), built on first use: command.py
 __getattr__, __dir__ = commands(
     __name__,
     SenderBootstrapTimeout=SenderBootstrapTimeoutTransform,
     RaiseBootstrapTimeoutDefault=RaiseBootstrapTimeoutDefaultTransform,
+    PPBootstrapConsensus=PPBootstrapConsensusTransform,
 )

@@ -372,7 +372,8 @@ def abort_check_removed(texts: Texts) -> Texts | None:
 
     def change(source: _Source) -> bool:
         for node in source.nodes(ast.If):
-            if ABORT_MARKER in source.lines[node.lineno - 2] and any(
+            above = source.lines[max(node.lineno - 3, 0) : node.lineno - 1]  # its comment
+            if any(ABORT_MARKER in line for line in above) and any(
                 _self_attr(n, "conclude_state") for n in ast.walk(node.test)
             ):
                 source.remove(node, ABORT_MARKER)
@@ -415,7 +416,8 @@ def ignores_stage_poll(texts: Texts) -> Texts | None:
 
     def change(source: _Source) -> bool:
         helper = next(_function(source, DEADLINE_HELPER), None)
-        if helper is None:
+        # only where the helper takes the stages' consensus (a PP prefill loop passes it)
+        if helper is None or "rids_to_check" not in {a.arg for a in helper.args.args}:
             return False
         loop = next(n for n in source.nodes(ast.For) if _inside(n, helper))
         skips = [
@@ -860,13 +862,10 @@ def _inline_loop(texts: Texts) -> Texts | None:
             ]
         # fail the sender as pdguard does: abort(), which every sender's poll() honours;
         # under PP only while this stage still polls the transfer as unfinished
-        helper = next(_function(source, DEADLINE_HELPER), None)
-        if helper is not None and "rids_to_check" in {a.arg for a in helper.args.args}:
-            inline.append(f"{i}        stage_state = kv_sender.poll()\n")
-            inline.append(f"{i}        if stage_state != KVPoll.Success:\n")
-            inline.append(f"{i}            kv_sender.abort()\n")
-        else:
-            inline.append(f"{i}        kv_sender.abort()\n")
+        # and, on every path, only while this rank still polls the transfer as unfinished
+        inline.append(f"{i}        stage_state = kv_sender.poll()\n")
+        inline.append(f"{i}        if stage_state != KVPoll.Success:\n")
+        inline.append(f"{i}            kv_sender.abort()\n")
         source.replace(source.marked_start(calls[0], INFLIGHT_MARKER), _end(calls[0]), inline)
         return True
 

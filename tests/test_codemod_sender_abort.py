@@ -307,3 +307,56 @@ def test_the_release_own_errors_keep_precedence_and_the_record_is_still_popped()
     with pytest.raises(OSError, match="peer gone"):
         sender.failure_exception()
     assert manager.failure_records == {}
+
+
+# A sender that posts its transfers itself and polls their states (as NIXL's up to 0.5.11).
+POSTED = """\
+from relay.base import BaseKVSender, KVPoll
+
+
+class RelayKVSender(BaseKVSender):
+    def __init__(self, mgr, bootstrap_room):
+        self.kv_mgr, self.bootstrap_room = mgr, bootstrap_room
+        self.posted = []
+        self.handed_over = False
+
+    def poll(self) -> KVPoll:
+        if not self.handed_over:
+            return self.kv_mgr.check_status(self.bootstrap_room)
+        states = [self.kv_mgr.agent.state_of(h) for h in self.posted]
+        if all([s == "OVER" for s in states]):
+            return KVPoll.Success
+        if any([s == "BROKEN" for s in states]):
+            raise Exception("relay transfer broke")
+        return KVPoll.WaitingForInput
+"""
+
+
+def test_an_aborted_sender_reports_failed_only_once_its_posted_transfers_ended() -> None:
+    """No KV freed under a posted transfer: abort() during a transfer the sender posted
+    holds Failed (upon which the scheduler frees the pages) until no posted transfer still
+    runs (it ended, or broke); the check is written from the release's own poll()."""
+    out = _patch(POSTED, class_name="RelayKVSender")
+    assert 'if not all(state in ("OVER", "BROKEN") for state in states):' in out
+    kvpoll = types.SimpleNamespace(
+        Failed=0, Bootstrapping=1, WaitingForInput=2, Transferring=3, Success=4
+    )
+    namespace: dict[str, object] = {"BaseKVSender": object, "KVPoll": kvpoll}
+    exec(
+        compile(out.replace("from relay.base import BaseKVSender, KVPoll\n", ""), "r", "exec"),
+        namespace,
+    )
+    states = {"chunk-1": "OVER", "chunk-2": "RUNNING"}
+    agent = types.SimpleNamespace(state_of=lambda handle: states[handle])
+    manager = types.SimpleNamespace(check_status=lambda room: kvpoll.WaitingForInput, agent=agent)
+    sender = namespace["RelayKVSender"](manager, 7)  # type: ignore[operator]
+    sender.abort()  # before anything was posted: Failed at once
+    assert sender.poll() == kvpoll.Failed
+    sender = namespace["RelayKVSender"](manager, 8)  # type: ignore[operator]
+    sender.posted, sender.handed_over = ["chunk-1", "chunk-2"], True
+    sender.abort()
+    assert [sender.poll() for _ in range(3)] == [kvpoll.Transferring] * 3
+    states["chunk-2"] = "BROKEN"
+    assert sender.poll() == kvpoll.Failed
+    states["chunk-2"] = "OVER"
+    assert sender.poll() == kvpoll.Failed  # concluded: never Success after the abort

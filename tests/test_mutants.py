@@ -23,11 +23,13 @@ NEEDS_PARKED = "deadline counts parked time"  # 0.5.16+: the toy parks nothing
 # pdguard's sender-abort change in NIXL's poll() (up to 0.5.11): the toy has no sender
 ABORT_IGNORED = "poll() ignores abort() again"
 NEEDS_PP = "deadline ignores the PP stage's own poll"  # rids_to_check: the toy has no PP
+# the patch imports no os (get_int_env_var reads the timeout, as the release reads its siblings)
+NEEDS_OS = "import os removed"
 PREFILL_MUTANTS = [
     m
     for m in MUTANTS
     if m.expected not in ("PDG004", "PDG006", "PDG007", "PDG008")
-    and m.name not in (NEEDS_REQUEUE, NEEDS_PARKED, NEEDS_PP)
+    and m.name not in (NEEDS_REQUEUE, NEEDS_PARKED, NEEDS_PP, NEEDS_OS)
 ]
 REQUEUE = """
     def optimistic_release_and_requeue(self, req):
@@ -64,6 +66,7 @@ def test_sender_mutants_need_a_sender(toy: Path) -> None:
         ABORT_IGNORED,
         "init_time removed",
         "bootstrap check removed",
+        NEEDS_OS,
         # the toy has no decode side: tests/test_check_releases.py runs these on releases
         *(m.name for m in DECODE_MUTANTS),
     ]

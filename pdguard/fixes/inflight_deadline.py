@@ -4,6 +4,7 @@ the per-release choices, and the codemod to run (``codemods/inflight_deadline.py
 from __future__ import annotations
 
 import ast
+import re
 from typing import TYPE_CHECKING
 
 from pdguard.checks.classes import find_method
@@ -225,9 +226,20 @@ def _reads_timeout(helper: ast.FunctionDef | None, style: str) -> bool:
                 and func.value.attr == INFLIGHT_TIMEOUT_ENV
             ):
                 return True
-        elif isinstance(func, ast.Name) and func.id == READER:
-            return True
+        elif _reads_env(node) or (isinstance(func, ast.Name) and func.id == READER):
+            return True  # (READER: the module-level reader an earlier pdguard wrote)
     return False
+
+
+def _reads_env(call: ast.Call) -> bool:
+    """``get_int_env_var("SGLANG_DISAGGREGATION_INFLIGHT_TIMEOUT", ...)``."""
+    func = call.func
+    name = func.id if isinstance(func, ast.Name) else None
+    if isinstance(func, ast.Attribute):
+        name = func.attr
+    return name == fix_names.ENV_GET_INT and any(
+        isinstance(a, ast.Constant) and a.value == INFLIGHT_TIMEOUT_ENV for a in call.args
+    )
 
 
 def _missing_pieces(tree: ast.Module, environ: ast.Module | None) -> list[str]:
@@ -241,11 +253,8 @@ def _missing_pieces(tree: ast.Module, environ: ast.Module | None) -> list[str]:
             missing.append(f"the {INFLIGHT_TIMEOUT_ENV} entry in {ENVIRON_PATH}")
         if helper is not None and not _reads_timeout(helper, style):
             missing.append(f"the read of envs.{INFLIGHT_TIMEOUT_ENV} in {HELPER}()")
-    else:
-        if not any(isinstance(n, ast.FunctionDef) and n.name == READER for n in tree.body):
-            missing.append(f"{READER}(), which reads {INFLIGHT_TIMEOUT_ENV}")
-        if helper is not None and not _reads_timeout(helper, style):
-            missing.append(f"the {READER}() call in {HELPER}()")
+    elif helper is not None and not _reads_timeout(helper, style):
+        missing.append(f"the {fix_names.ENV_GET_INT}({INFLIGHT_TIMEOUT_ENV!r}, ...) in {HELPER}()")
     if _function(tree, HELPER) is None:
         missing.append(f"{HELPER}()")
     function = _function(tree, FUNCTION)
@@ -409,6 +418,7 @@ class InflightDeadline(Fix):
             record=reason == _RECORD,
             replace=reason == _REPLACE,
             parked=bool(model.parked_line),
+            pp=has_pp_prefill_loop(workspace),
         )
         prefill_before = workspace.text(PREFILL_PATH)
         try:
@@ -442,6 +452,28 @@ class InflightDeadline(Fix):
             f"{FUNCTION}(); overdue senders are failed with {how}; {INFLIGHT_TIMEOUT_ENV} is "
             f"read at first use through {read}",
         )
+
+
+# Where SGLang's PP prefill loops live: prefill.py (0.5.2 - 0.5.3), then the PP mixin (0.5.4+).
+PP_LOOP_PATHS = (PREFILL_PATH, "sglang/srt/managers/scheduler_pp_mixin.py")
+PP_LOOP = "event_loop_pp_disagg_prefill"
+SCHEDULER_PATH = "sglang/srt/managers/scheduler.py"
+PP_LOOP_SINCE = (0, 5, 2)
+
+
+def has_pp_prefill_loop(workspace: Workspace) -> bool:
+    """Does a PP prefill loop pass the stages' consensus to the inflight function? Read from
+    the loop's modules; a tree holding no scheduler (the disaggregation package alone) is told
+    by its version (the loop arrived in 0.5.2), and taken to have one if it says none."""
+    for rel in PP_LOOP_PATHS:
+        data = workspace.tree.read_bytes(rel)
+        if data is not None and PP_LOOP.encode() in data:
+            return True
+    if workspace.tree.read_bytes(SCHEDULER_PATH) is not None:
+        return False
+    version = workspace.tree.sglang_version()
+    numbers = tuple(int(part) for part in re.findall(r"\d+", version or "")[:3])
+    return not numbers or numbers >= PP_LOOP_SINCE
 
 
 def _environ(workspace: Workspace) -> ast.Module | None:

@@ -66,6 +66,8 @@ class _ClassEdit:
     timeout_setting: str = ""
     record_failure: bool = False
     conclude_state: bool = False
+    manager_class: str | None = None
+    latch: bool = False
     log: bool = False
     imports: tuple[ImportRequest, ...] = ()
     heartbeat_manager: str | None = None  # NIXL 0.5.3 - 0.5.5.post3: its weak heartbeat
@@ -311,6 +313,9 @@ class ReceiverWaitingTimeoutFix(Fix):
             owner = project.classes.classes.get(manager) if manager else None
             if owner is not None and owner.rel == info.rel and weak_heartbeat(owner):
                 edit.heartbeat_manager = owner.name
+            if owner is not None and owner.rel == info.rel and _decode_branch(owner.node):
+                edit.manager_class = owner.name  # read once there, as upstream does
+            edit.latch = not edit.conclude_state
             verdict = project.receivers.verdict(name)
             edit.timer = verdict.waits_forever or verdict.early_clock
             if not edit.timer and edit.heartbeat_manager is None:
@@ -368,6 +373,8 @@ class ReceiverWaitingTimeoutFix(Fix):
                         log=edit.log,
                         imports=edit.imports,
                         isort_config=workspace.isort_config(edit.rel),
+                        manager_class=edit.manager_class,
+                        latch=edit.latch,
                     )
                 )
             if edit.heartbeat_manager:
@@ -395,6 +402,20 @@ class ReceiverWaitingTimeoutFix(Fix):
         if fine:
             note += f"; already live or terminal: {', '.join(fine)}"
         return Outcome(Status.APPLIED, note)
+
+
+def _decode_branch(node: ast.ClassDef) -> bool:
+    """Its ``__init__`` has ``if ... == DisaggregationMode.DECODE:`` (or ``elif``)."""
+    init = next(
+        (n for n in node.body if isinstance(n, ast.FunctionDef) and n.name == "__init__"), None
+    )
+    return init is not None and any(
+        isinstance(n, ast.If)
+        and isinstance(n.test, ast.Compare)
+        and isinstance(n.test.comparators[0], ast.Attribute)
+        and n.test.comparators[0].attr == "DECODE"
+        for n in ast.walk(init)
+    )
 
 
 def _source(workspace: Workspace, rel: str, node: ast.ClassDef) -> str:

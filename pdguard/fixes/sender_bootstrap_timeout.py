@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 from pdguard.checks.kv_senders import BOOTSTRAP_TIMEOUT_ENV, ClassIndex, SenderFacts
 
 from .. import fix_names
-from ..sglang_names import DISAGGREGATION_DIR, MANAGER_RECORD_FAILURE
+from ..sglang_names import DISAGGREGATION_DIR, MANAGER_RECORD_FAILURE, PREFILL_PATH
 from .base import Fix, Outcome, Refused, Status, has_marker
 from .per_class import run_per_class
 from .sender_index import sender_index
@@ -49,6 +49,23 @@ def _class_source(workspace: Workspace, index: ClassIndex, name: str) -> str:
     info = index.classes[name]
     lines = workspace.text(info.rel).splitlines()
     return "\n".join(lines[info.node.lineno - 1 : info.node.end_lineno])
+
+
+POP_BOOTSTRAPPED = "pop_bootstrapped"
+
+
+def _is_consensus_assert(node: object) -> bool:
+    """``assert poll == KVPoll.WaitingForInput or poll == KVPoll.Failed``."""
+    import ast
+
+    if not (isinstance(node, ast.Assert) and isinstance(node.test, ast.BoolOp)):
+        return False
+    states = {
+        side.comparators[0].attr
+        for side in node.test.values
+        if isinstance(side, ast.Compare) and isinstance(side.comparators[0], ast.Attribute)
+    }
+    return states == {"WaitingForInput", "Failed"}
 
 
 def _raised(expression: str, minimum: int) -> str:
@@ -119,9 +136,17 @@ class SenderBootstrapTimeoutFix(Fix):
             edits = self._edits(workspace, index, broken)
             raised = self._raise_default(workspace, edits)
             self._run_codemods(workspace, edits)
+            pp_safe = self._pp_consensus(workspace, edits)
         except Refused as refused:
             return refused.outcome
-        return self._proved(workspace, index, bootstrapping, edits, raised)
+        outcome = self._proved(workspace, index, bootstrapping, edits, raised)
+        if pp_safe and outcome.status is Status.APPLIED:
+            outcome = Outcome(
+                outcome.status,
+                f"{outcome.note}; PP: {pp_safe}'s pop_bootstrapped fails a request the stage "
+                "before ended that this stage still polls Bootstrapping (was an assert)",
+            )
+        return outcome
 
     # -- the steps ------------------------------------------------------------------------
 
@@ -162,6 +187,31 @@ class SenderBootstrapTimeoutFix(Fix):
 
         run_per_class(workspace, edits.values(), transforms_for)
 
+    def _pp_consensus(self, workspace: Workspace, edits: dict[str, _ClassEdit]) -> str | None:
+        """Where pdguard writes a timeout of its own (inline) and a later PP stage asserts its
+        poll of what the stage before popped is WaitingForInput or Failed (0.5.2 - 0.5.6), the
+        stages' own clocks could reach that assert: the path changed, else None."""
+        import ast
+
+        if not any(e.add_check and e.check_style == "inline" for e in edits.values()):
+            return None
+        from .inflight_deadline import has_pp_prefill_loop
+
+        if workspace.tree.read_bytes(PREFILL_PATH) is None or not has_pp_prefill_loop(workspace):
+            return None
+        tree = workspace.ast(PREFILL_PATH)
+        if not any(
+            isinstance(node, ast.FunctionDef)
+            and node.name == POP_BOOTSTRAPPED
+            and any(_is_consensus_assert(n) for n in ast.walk(node))
+            for node in ast.walk(tree)
+        ):
+            return None
+        from pdguard.codemods.sender_bootstrap_timeout import PPBootstrapConsensusTransform
+
+        workspace.transform(PREFILL_PATH, [PPBootstrapConsensusTransform()])
+        return PREFILL_PATH
+
     def _raise_default(self, workspace: Workspace, edits: dict[str, _ClassEdit]) -> list[str]:
         """Where pdguard starts a sender's clock at its creation, a bootstrap-timeout default
         below upstream's for that change (30 s in 0.4.7 - 0.4.8) is raised to it, as upstream
@@ -198,6 +248,8 @@ class SenderBootstrapTimeoutFix(Fix):
         raised: list[str] | None = None,
     ) -> Outcome:
         """Re-check every sender on the new texts; the note says what was done."""
+        from pdguard.codemods.sender_bootstrap_timeout import RAISED_DEFAULT
+
         after = sender_index(workspace)
         still = [name for name in index.senders() if not after.facts(name).healthy]
         if still:
@@ -205,8 +257,8 @@ class SenderBootstrapTimeoutFix(Fix):
         note = "; ".join(edit.describe() for edit in edits.values())
         if raised:
             note += (
-                f"; {BOOTSTRAP_TIMEOUT_ENV}'s default raised to 120 s as upstream did when it "
-                f"started the clock at creation ({', '.join(raised)})"
+                f"; {BOOTSTRAP_TIMEOUT_ENV}'s default raised to {RAISED_DEFAULT} s, upstream's "
+                f"once the clock starts at creation ({', '.join(raised)})"
             )
         fine = [f.name for f in bootstrapping if f.healthy]
         if fine:

@@ -440,6 +440,57 @@ def _stages_agree(trace: Trace) -> Outcome:
     return Outcome("pass", f"every stage ends each request alike: {observed}", last)
 
 
+def _kv_kept_under_transfer(trace: Trace) -> Outcome:
+    """The request is aborted (by the inflight deadline) while the transfer its sender posted
+    runs: it ends on every rank with a client error, and no rank releases its KV pages (which
+    the pool then reuses) before that transfer ended."""
+    crash = _crash(trace)
+    if crash is not None:
+        return crash
+    if not trace.config.requests:  # left out by _without_unrunnable_nixl
+        return Outcome(
+            "n/a", f"this release's {names.NIXL_SENDER} cannot run on the scripted transport", 0
+        )
+    spec = trace.config.requests[0]
+    posted = [e for e in trace.events_of("kv_posted", spec.rid) if e.rank == 0]
+    if not posted:
+        return Outcome(
+            "n/a",
+            f"this release's {names.NIXL_SENDER} posts no transfer of its own (its manager's "
+            "threads do, 0.5.12+), or has no xfer_handles",
+            trace.end,
+        )
+    assert spec.transfer_s is not None
+    ended = posted[0].time + spec.transfer_s
+    aborted = [e.time for e in trace.events_of("sender_abort", spec.rid)]
+    released = [e for e in trace.events_of("kv_released", spec.rid)]
+    early = [e for e in released if e.time < ended - EPS]
+    if early:
+        return Outcome(
+            "fail",
+            f"KV released at {early[0].time:g} s on rank {early[0].rank}, while the transfer "
+            f"posted at {posted[0].time:g} s still ran (until {ended:g} s)",
+            early[0].time,
+        )
+    fates = [_fate(trace, spec.rid, r) for r in range(trace.config.ranks)]
+    if any(f.step is None or f.held for f in fates) or len(released) < trace.config.ranks:
+        return Outcome(
+            "fail",
+            f"not ended with its KV released on every rank after {trace.end:g} s "
+            f"({_where(trace, spec.rid)})",
+            trace.end,
+        )
+    at = max(f.time or 0.0 for f in fates)
+    how = "a client error" if all(f.aborted for f in fates) else "success"
+    when = f"aborted at {aborted[0]:g} s, " if aborted else ""
+    return Outcome(
+        "pass",
+        f"{when}the posted transfer ran until {ended:g} s; {how} on every rank at {at:g} s, "
+        "KV released only then",
+        at,
+    )
+
+
 # -- worlds ------------------------------------------------------------------------------------
 
 
@@ -460,6 +511,9 @@ def _spread(ranks: int, width: float) -> tuple[float, ...]:
     return tuple(width * r / (ranks - 1) for r in range(ranks)) if ranks > 1 else (0.0,)
 
 
+POSTED_TIMEOUT = 60.0
+POSTED_TRANSFER_S = 100.0
+STALL = (2.0, 2.0 + DEFAULT_TIMEOUT + 100.0)
 OPTIMISTIC_TIMEOUT = 60.0
 PARKED_BOOTSTRAP_S = 100.0
 MEMORY_WAIT_S = 90.0
@@ -628,6 +682,39 @@ SCENARIOS: tuple[Scenario, ...] = (
         ),
         _stages_agree,
         _pp_consensus,
+    ),
+    Scenario(
+        "stalled-queue",
+        f"the inflight queue goes unpolled from {STALL[0]:g} s to {STALL[1]:g} s (longer than "
+        "the 300 s deadline: a scheduler stall, an in-place pause_generation) while its 20 "
+        "transfers complete: none is failed",
+        lambda ranks: WorldConfig(
+            _healthy(20, seed=11), ranks, horizon=STALL[1] + 20, stalls=(STALL,)
+        ),
+        _never_failed,
+    ),
+    Scenario(
+        "abort-during-transfer",
+        f"{TIMEOUT_ENV}={POSTED_TIMEOUT:g}, a NIXL sender that posts its own transfer (0.5.3 "
+        f"- 0.5.11) whose transfer runs {POSTED_TRANSFER_S:g} s: the deadline aborts it "
+        "while the transfer runs; it ends on every rank, and no rank releases its KV pages "
+        "before the posted transfer ended",
+        lambda ranks: WorldConfig(
+            (
+                RequestSpec(
+                    "posted",
+                    transfer_s=POSTED_TRANSFER_S,
+                    backend="nixl",
+                    posts_transfer=True,
+                ),
+            ),
+            ranks,
+            horizon=POSTED_TRANSFER_S + 30,
+            env={TIMEOUT_ENV: f"{POSTED_TIMEOUT:g}"},
+        ),
+        _kv_kept_under_transfer,
+        _has_nixl,
+        _without_unrunnable_nixl,
     ),
     Scenario(
         "deadline-off",

@@ -21,3 +21,6 @@ class RequestSpec:
     # Taken out of the inflight queue and handed to the append site again this often while it
     # waits there (a re-queue, as SGLang's optimistic prefill does); None: never.
     requeue_every: float | None = None
+    # The release's NixlKVSender posts the transfer itself (its ``xfer_handles``, NIXL up to
+    # 0.5.11): the last chunk posts one handle, which the transport runs for ``transfer_s``
+    posts_transfer: bool = False

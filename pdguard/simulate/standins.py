@@ -685,6 +685,20 @@ class SimKVManager(Strict):
         self._created: dict[int, float] = {}
         self._sent: dict[int, float] = {}
 
+    @property
+    def agent(self) -> Config:
+        """NIXL's agent, for a sender that posted its transfer (``posts_transfer``): a posted
+        transfer runs ("PROC") for the request's ``transfer_s``, then is "DONE"."""
+        return Config("kv_mgr.agent", check_xfer_state=self._xfer_state)
+
+    def _xfer_state(self, room: int) -> str:
+        spec = self._ctx.spec_of_room(room)
+        sent = self._sent.get(room)
+        if spec is None or sent is None or spec.transfer_s is None:
+            return "PROC"
+        done = self._ctx.world_time() + 1e-9 >= sent + spec.transfer_s
+        return "DONE" if done else "PROC"
+
     def _advance(self, room: int) -> None:
         """Move ``room`` as decode and the transfer engine would have by now."""
         status = self.request_status.get(room)
@@ -855,6 +869,12 @@ class SchedulerStandIn(Strict):
             manager = getattr(sender, "kv_mgr", None)
             if isinstance(manager, SimKVManager):
                 manager.sim_sent(req.bootstrap_room)
+                spec = self._ctx.spec_of_room(req.bootstrap_room)
+                if spec is not None and spec.posts_transfer and hasattr(sender, "xfer_handles"):
+                    # what its send() does: post the transfer, keep its handle
+                    sender.xfer_handles.append(req.bootstrap_room)
+                    sender.has_sent = True
+                    self._ctx.record("kv_posted", req)
 
     def retire_unadmitted_request(self, req: SimReq) -> None:
         self._ctx.record("rejected", req)

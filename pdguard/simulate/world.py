@@ -77,6 +77,12 @@ class WorldConfig(LockstepConfig[RequestSpec]):
     # Pipeline parallelism: with 2 or more, each rank is a PP stage (a TP group of its own)
     # and the stages agree, as SGLang's PP mixin does, on which requests have transferred
     pp_stages: int = 1
+    # (start, end) simulated seconds while no rank polls the inflight queue (a scheduler
+    # stall, 0.5.12+'s in-place pause_generation); the transfers go on meanwhile
+    stalls: tuple[tuple[float, float], ...] = ()
+
+    def stalled(self, now: float) -> bool:
+        return any(start - EPS <= now < end - EPS for start, end in self.stalls)
 
     def lag_of(self, rank: int) -> float:
         return self.lag + (self.lag_spread * rank / (self.ranks - 1) if self.ranks > 1 else 0.0)
@@ -253,6 +259,8 @@ class Rank(LockstepRank["World"]):
             for req in self.scheduler.disagg_prefill_inflight_queue:
                 if id(req) not in before:
                     self.record("entered_inflight", req)
+        if self.world.config.stalled(now):
+            return
         if self.world.config.pp_stages > 1:
             self._pp_round()
         elif len(self.scheduler.disagg_prefill_inflight_queue) > 0:
