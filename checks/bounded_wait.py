@@ -42,6 +42,7 @@ __all__ = [
     "ComparisonKind",
     "Direction",
     "FailAction",
+    "LimitKind",
     "Reach",
     "Start",
     "StartKind",
@@ -50,6 +51,7 @@ __all__ = [
     "clock_aliases",
     "clock_of",
     "is_failed",
+    "limit_of",
     "never_runs",
     "overdue_branch",
     "read_test",
@@ -238,6 +240,7 @@ class Comparison:
     kind: ComparisonKind
     direction: Direction
     clock_sign: int  # the sign of the clock reading in (greater side - lesser side)
+    limit: tuple[ast.expr, ...] = ()  # the terms that are neither the clock nor the start
 
 
 _GREATER = (ast.Gt, ast.GtE)
@@ -309,13 +312,61 @@ def read_test(
         for node, sign, k in others
         if k is None and not (isinstance(node, ast.Constant) and node.value == 0)
     ]
-    if start != -clock:
-        return Comparison(kind, Direction.NEVER, clock)  # ``t + now``, or ``now`` on both sides
+    limits = tuple(node for node, _, k in others if k is None)
+    if start != -clock:  # ``t + now``, or ``now`` on both sides
+        return Comparison(kind, Direction.NEVER, clock, limits)
     # a stamp's limit stands against the elapsed time: (now - t) - L; a limit on the same
     # side as the clock (``now - t + L > 0``, ``t - now > L``) never lets it expire
     if kind is ComparisonKind.ELAPSED and limit and sum(limit) == clock:
-        return Comparison(kind, Direction.NEVER, clock)
-    return Comparison(kind, Direction.OVERDUE if clock > 0 else Direction.TIME_LEFT, clock)
+        return Comparison(kind, Direction.NEVER, clock, limits)
+    direction = Direction.OVERDUE if clock > 0 else Direction.TIME_LEFT
+    return Comparison(kind, direction, clock, limits)
+
+
+# -- the limit -----------------------------------------------------------------------------------
+
+
+class LimitKind(Enum):
+    FINITE = "finite"  # a number, a registry or environment read, or what pdguard cannot tell
+    INFINITE = "infinite"  # ``float("inf")``, ``math.inf``: the test never holds
+
+
+def _infinite(value: ast.expr) -> bool:
+    if isinstance(value, ast.Constant) and isinstance(value.value, float):
+        return value.value == float("inf")
+    if isinstance(value, ast.Attribute) and value.attr == "inf":
+        return True  # math.inf, numpy.inf
+    return (
+        isinstance(value, ast.Call)
+        and isinstance(value.func, ast.Name)
+        and value.func.id == "float"
+        and len(value.args) == 1
+        and isinstance(value.args[0], ast.Constant)
+        and str(value.args[0].value).strip().lower().lstrip("+") in ("inf", "infinity")
+    )
+
+
+def limit_of(limit: ast.expr, module: ast.Module) -> tuple[LimitKind, int]:
+    """What a limit term is where the wait is tested: a module-level name is what its last
+    module-level binding makes it (``TIMEOUT = float("inf")`` after the definition forces the
+    test never to hold); with the line of that binding (0 for the term itself)."""
+    if isinstance(limit, ast.Name):
+        last = None
+        for stmt in module.body:
+            targets = (
+                stmt.targets
+                if isinstance(stmt, ast.Assign)
+                else [stmt.target]
+                if isinstance(stmt, ast.AnnAssign | ast.AugAssign)
+                else []
+            )
+            if any(isinstance(t, ast.Name) and t.id == limit.id for t in targets):
+                last = stmt
+        value = getattr(last, "value", None)
+        if isinstance(last, ast.Assign | ast.AnnAssign) and value is not None and _infinite(value):
+            return LimitKind.INFINITE, last.lineno
+        return LimitKind.FINITE, 0
+    return (LimitKind.INFINITE if _infinite(limit) else LimitKind.FINITE), 0
 
 
 # -- reachability --------------------------------------------------------------------------------

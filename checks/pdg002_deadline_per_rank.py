@@ -41,7 +41,7 @@ from pdguard.fix_names import SENDER_ABORT
 from pdguard.sglang_names import PP_CONSENSUS_PARAM
 
 from .examples import CALL_HELPER, HELPER, PATCHED, PP_SIGNATURE, STAMP_ONCE, prefill
-from .inflight import FUNCTION
+from .inflight import FUNCTION, NEXT_STEP, unfailed_senders
 from .model import PREFILL, Finding, Invalid, Rule
 from .project import Project
 
@@ -212,13 +212,13 @@ class DeadlinePerRank(Rule):
             where = symbol if check.method == FUNCTION else f"{model.class_name}.{check.method}"
             if (
                 stages
-                and check.position == "before"
+                and check.each_step
                 and check.fails_sender
                 and not check.minds_ended_poll
                 and not check.skipped_under_pp  # PDG001 reports that one: no PP deadline
             ):
                 yield self.finding(PREFILL, check.line, check.col + 1, where, PP_MESSAGE)
-            if check.position == "before" and check.poll_set_at is not None:
+            if check.each_step and check.poll_set_at is not None:
                 line, col = check.poll_set_at
                 yield self.finding(
                     PREFILL,
@@ -249,6 +249,18 @@ class DeadlinePerRank(Rule):
                     f"inflight deadline fails the request's sender only where "
                     f"`{check.rank_gate}`: ranks act differently on the same request; fail it "
                     "on every rank before the poll all-reduce"
+                )
+            elif check.position == NEXT_STEP and check.drops:
+                message = (
+                    "inflight deadline takes the request out of the queue on this rank: ranks "
+                    "can disagree; fail it through its sender and keep it for the next reduce"
+                )
+            elif unfailed := unfailed_senders(check, index):
+                calls = ", ".join(f"{m}()" for m in sorted(check.sender_calls - {"poll"}))
+                message = (
+                    f"inflight deadline calls {calls} on the request's sender, which does not "
+                    f"make {', '.join(unfailed)}.poll() report Failed: the request stays, "
+                    "with no bound; call abort()"
                 )
             else:
                 continue
