@@ -443,8 +443,15 @@ def overdue_branch(
     node: ast.AST = compare
     negated = False
     parent = parents.get(node)
-    while isinstance(parent, ast.UnaryOp) and isinstance(parent.op, ast.Not):
-        negated = not negated
+    # through ``not`` (which flips it) and ``and``/``or``: once overdue, the comparison is
+    # true (or false) whatever the other operands are, so the branch it picks when they let
+    # it decide is the one that runs for an overdue request (``if t is None or now - t <
+    # limit: continue``: what follows the ``if``)
+    while isinstance(parent, ast.BoolOp) or (
+        isinstance(parent, ast.UnaryOp) and isinstance(parent.op, ast.Not)
+    ):
+        if isinstance(parent, ast.UnaryOp):
+            negated = not negated
         node, parent = parent, parents.get(parent)
     if not isinstance(parent, ast.If) or parent.test is not node:
         return None

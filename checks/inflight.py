@@ -520,7 +520,9 @@ def _checks_in(
         if not check.never and comparison is not None and comparison.direction is Direction.NEVER:
             check.never = "its comparison never holds for an overdue request"
         for limit in comparison.limit if comparison is not None and not check.never else ():
-            kind, line = limit_of(limit, index.module)
+            local = scope.values.get(limit.id) if isinstance(limit, ast.Name) else None
+            kind, line = limit_of(local or limit, index.module)
+            line = line or (local.lineno if local is not None and kind is LimitKind.INFINITE else 0)
             if kind is LimitKind.INFINITE:
                 check.never = f"its limit `{ast.unparse(limit)}` is infinite" + (
                     f" (line {line})" if line else ""
@@ -1671,14 +1673,16 @@ def _rebindings(module: ast.Module, model: InflightModel) -> Iterator[Unmodelled
                         f"{cls.name}.{target.id} is bound again in the class body: the method "
                         "that runs may not be the one pdguard reads",
                     )
+    # what a class can be named by here: the module's classes and what it imports
+    named = {c.name for c in classes} | imported_names(module)
     for node in walk(module):
         if isinstance(node, ast.Assign):
             for target in node.targets:
                 if (
                     isinstance(target, ast.Attribute)
                     and target.attr in relied
-                    and not (isinstance(target.value, ast.Name) and target.value.id == "self")
-                    and not _mentions_sender(target.value)
+                    and isinstance(target.value, ast.Name)
+                    and target.value.id in named
                 ):
                     yield Unmodelled(
                         node.lineno,
