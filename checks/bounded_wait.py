@@ -33,6 +33,9 @@ from typing import TypeGuard
 
 from pdguard.sglang_names import KVPoll
 
+from .classes import methods_of
+from .nodes import own_returns
+
 __all__ = [
     "CLOCK_FUNCTIONS",
     "CLOCK_KINDS",
@@ -128,29 +131,12 @@ def clock_aliases(module: ast.Module) -> dict[str, Clock]:
                     names[alias.asname or alias.name] = Clock(alias.name)
     for cls in module.body:
         if isinstance(cls, ast.ClassDef):
-            for method in cls.body:
-                if not isinstance(method, ast.FunctionDef):
-                    continue
-                returns = [
-                    n.value
-                    for n in ast.walk(method)
-                    if isinstance(n, ast.Return)
-                    and not any(n in ast.walk(inner) for inner in _nested(method))
-                ]
-                clocks = [clock_of(r, names) if r is not None else None for r in returns]
-                if clocks and all(c is not None for c in clocks):
-                    first = clocks[0]
-                    if first is not None and all(c == first for c in clocks):
-                        names[f"self.{method.name}"] = first
+            for method in methods_of(cls).values():
+                clocks = [clock_of(r.value, names) for r in own_returns(method)]
+                first = clocks[0] if clocks else None
+                if first is not None and all(c == first for c in clocks):
+                    names[f"self.{method.name}"] = first
     return names
-
-
-def _nested(function: ast.FunctionDef) -> Iterator[ast.AST]:
-    for node in ast.walk(function):
-        if node is not function and isinstance(
-            node, ast.FunctionDef | ast.AsyncFunctionDef | ast.Lambda
-        ):
-            yield node
 
 
 def clock_of(

@@ -1496,6 +1496,23 @@ def _keeps(entry: Entry, taken: set[str], kept: set[str]) -> bool:
     return isinstance(entry.requests, ast.Name) and entry.requests.id in kept
 
 
+# The nodes whose children the escapes read.
+_ESCAPE_HOLDERS = frozenset(
+    {
+        ast.Attribute,
+        ast.Call,
+        ast.Subscript,
+        ast.Starred,
+        ast.Tuple,
+        ast.List,
+        ast.Set,
+        ast.Assign,
+        ast.AnnAssign,
+        ast.NamedExpr,
+    }
+)
+
+
 def _escapes(module: ast.Module) -> Iterator[Unmodelled]:
     """Uses of the queue that pdguard cannot follow: bound to another name, passed to a
     function, or a method it does not know."""
@@ -1504,29 +1521,42 @@ def _escapes(module: ast.Module) -> Iterator[Unmodelled]:
     parents: dict[int, ast.AST] = {}
     loads: list[ast.Attribute] = []
     for holder in walk(module):
-        if isinstance(holder, ast.Attribute):
+        kind = type(holder)
+        if kind not in _ESCAPE_HOLDERS:
+            continue  # the most nodes: names, constants, operators
+        if kind is ast.Attribute:
+            assert isinstance(holder, ast.Attribute)
             if _is_queue(holder):
                 if isinstance(holder.ctx, ast.Load):
                     loads.append(holder)
             elif _is_queue(holder.value):
                 parents[id(holder.value)] = holder
-        elif isinstance(holder, ast.Assign | ast.AnnAssign | ast.NamedExpr):
-            if holder.value is not None and _is_queue(holder.value):
-                parents[id(holder.value)] = holder
-        elif isinstance(holder, ast.Call):
+        elif kind is ast.Call:
+            assert isinstance(holder, ast.Call)
             if isinstance(holder.func, ast.Attribute) and _is_queue(holder.func.value):
                 parents[id(holder.func)] = holder
             for arg in holder.args:
                 if _is_queue(arg):
                     parents[id(arg)] = holder
-            yield from _named_by_string(holder, holder.args)
-        elif isinstance(holder, ast.Subscript):
-            yield from _named_by_string(holder, [holder.slice])
+                elif isinstance(arg, ast.Constant) and arg.value == QUEUE:
+                    yield from _named_by_string(holder, [arg])
+        elif kind is ast.Subscript:
+            assert isinstance(holder, ast.Subscript)
+            if isinstance(holder.slice, ast.Constant) and holder.slice.value == QUEUE:
+                yield from _named_by_string(holder, [holder.slice])
+        elif kind is ast.Starred:
+            assert isinstance(holder, ast.Starred)
+            if _is_queue(holder.value):
+                parents[id(holder.value)] = holder
         elif isinstance(holder, ast.Tuple | ast.List | ast.Set):
             for element in holder.elts:
                 if _is_queue(element):
                     parents[id(element)] = holder
-        elif isinstance(holder, ast.Starred) and _is_queue(holder.value):
+        elif (
+            isinstance(holder, ast.Assign | ast.AnnAssign | ast.NamedExpr)
+            and holder.value is not None
+            and _is_queue(holder.value)
+        ):
             parents[id(holder.value)] = holder
     for node in loads:
         parent = parents.get(id(node))
@@ -1675,7 +1705,8 @@ def _rebindings(module: ast.Module, model: InflightModel) -> Iterator[Unmodelled
                     )
     # what a class can be named by here: the module's classes and what it imports
     named = {c.name for c in classes} | imported_names(module)
-    for node in walk(module):
+    for stmt in statement_walk(module):  # an assignment, or setattr() as a statement
+        node: ast.AST = stmt.value if isinstance(stmt, ast.Expr) else stmt
         if isinstance(node, ast.Assign):
             for target in node.targets:
                 if (
