@@ -478,7 +478,43 @@ _SEMANTICS: tuple[Case, ...] = (
         why="fail() calls abort(), which makes this backend's poll() report Failed",
         **{BACKEND_CONN: _CONCLUDING_SENDER},
     ),
+    _case(
+        "deadline-stored-on-wall-clock",
+        prefill(
+            stamp_before="            req.give_up_at = time.time() + INFLIGHT_TIMEOUT\n",
+            expire=False,
+        )
+        + (
+            "\n    def _expire_inflight(self):\n"
+            f"        for req in {_QUEUE}:\n"
+            "            if req.give_up_at - time.time() <= 0:\n" + _ABORT
+        ),
+        why="a wall-clock deadline read on the wall clock, as the time left",
+    ),
     # unsafe: a missing code is a false negative
+    _case(
+        "deadline-stored-mixed-clocks",
+        prefill(
+            stamp_before="            req.give_up_at = time.time() + INFLIGHT_TIMEOUT\n",
+            expire=False,
+        )
+        + (
+            "\n    def _expire_inflight(self):\n"
+            f"        for req in {_QUEUE}:\n"
+            "            if time.monotonic() > req.give_up_at:\n" + _ABORT
+        ),
+        "PDG003",
+        why="a time.time() deadline against time.monotonic(): never reached",
+    ),
+    _case(
+        "failed-at-end-of-step-and-dropped",
+        prefill(before="")
+        .replace(_REBUILT, _REBUILT + "        self._expire_inflight()\n")
+        .replace(f"        for req in {_QUEUE}:\n", f"        for req in list({_QUEUE}):\n")
+        .replace(_ABORT, _ABORT + f"                {_QUEUE}.remove(req)\n"),
+        "PDG002",
+        why="aborted, then dropped on this rank: the next reduce never sees it here",
+    ),
     _case(
         "mixed-clocks",
         prefill(stamp_before=STAMP_BEFORE.replace("monotonic", "time")),
