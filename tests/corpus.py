@@ -436,6 +436,14 @@ def _entering(body: str) -> str:
     )
 
 
+def _wall_deadline(test: str) -> str:
+    """A deadline stored at entry on the wall clock, and a sweep with its own ``test``."""
+    return prefill(
+        stamp_before="            req.give_up_at = time.time() + INFLIGHT_TIMEOUT\n",
+        expire=False,
+    ) + (f"\n    def _expire_inflight(self):\n        for req in {_QUEUE}:\n{test}" + _ABORT)
+
+
 _SEMANTICS: tuple[Case, ...] = (
     # correct: any finding is a false positive
     _case(
@@ -480,29 +488,13 @@ _SEMANTICS: tuple[Case, ...] = (
     ),
     _case(
         "deadline-stored-on-wall-clock",
-        prefill(
-            stamp_before="            req.give_up_at = time.time() + INFLIGHT_TIMEOUT\n",
-            expire=False,
-        )
-        + (
-            "\n    def _expire_inflight(self):\n"
-            f"        for req in {_QUEUE}:\n"
-            "            if req.give_up_at - time.time() <= 0:\n" + _ABORT
-        ),
+        _wall_deadline("            if req.give_up_at - time.time() <= 0:\n"),
         why="a wall-clock deadline read on the wall clock, as the time left",
     ),
     # unsafe: a missing code is a false negative
     _case(
         "deadline-stored-mixed-clocks",
-        prefill(
-            stamp_before="            req.give_up_at = time.time() + INFLIGHT_TIMEOUT\n",
-            expire=False,
-        )
-        + (
-            "\n    def _expire_inflight(self):\n"
-            f"        for req in {_QUEUE}:\n"
-            "            if time.monotonic() > req.give_up_at:\n" + _ABORT
-        ),
+        _wall_deadline("            if time.monotonic() > req.give_up_at:\n"),
         "PDG003",
         why="a time.time() deadline against time.monotonic(): never reached",
     ),
