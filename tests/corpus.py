@@ -389,24 +389,26 @@ from sglang.srt.disaggregation.base.conn import BaseKVSender, KVPoll
 
 class ForkKVSender(BaseKVSender):
     def __init__(self, mgr, bootstrap_addr, room):
-        self.kv_mgr = mgr
-        self.bootstrap_room = room
-        self.conclude_state = None
+        self.kv_mgr, self.bootstrap_room = mgr, room
+        self.conclude_state = None  # what poll() answers once concluded
 
-    def abort(self):
-        self.conclude_state = KVPoll.Failed
+    def poll(self):
+        "The concluded state first, then the status of the room."
+        if self.conclude_state is not None:
+            return self.conclude_state
+        answer = self.kv_mgr.check_status(self.bootstrap_room)
+        return answer
+
+    def release(self):
+        self.kv_mgr.free(self.bootstrap_room)
 
     def fail(self, reason):
         self.kv_mgr.note(self.bootstrap_room, reason)
         self.abort()
 
-    def release(self):
-        self.kv_mgr.free(self.bootstrap_room)
-
-    def poll(self):
-        if self.conclude_state is not None:
-            return self.conclude_state
-        return self.kv_mgr.check_status(self.bootstrap_room)
+    def abort(self):
+        # poll() answers Failed from now on
+        self.conclude_state = KVPoll.Failed
 """
 
 
