@@ -40,37 +40,24 @@ from pdguard.sglang_names import (
     REQ_RECEIVER,
     RETRACTED_QUEUE,
     SERVER_ARGS,
-    KVPoll,
 )
 
+from .bounded_wait import CLOCK_FUNCTIONS, call_name, is_failed
 from .kv_senders import ClassIndex, ClassInfo
 from .nodes import kept, own_nodes, own_parents, walk
 
 __all__ = ["DecodeQueueModel", "EarlyReturn", "Requeue"]
 
-CLOCKS = frozenset({"monotonic", "time", "perf_counter", "monotonic_ns", "time_ns"})
-
-
-def _call_name(call: ast.Call) -> str | None:
-    func = call.func
-    if isinstance(func, ast.Attribute):
-        return func.attr
-    if isinstance(func, ast.Name):
-        return func.id
-    return None
+CLOCKS = CLOCK_FUNCTIONS
 
 
 def _fails(node: ast.AST) -> bool:
     """Does ``node`` fail a request: ``abort()``, ``prepare_abort(...)``, or store
     ``KVPoll.Failed``?"""
     for sub in walk(node):
-        if isinstance(sub, ast.Call) and _call_name(sub) in (RECEIVER_ABORT, PREPARE_ABORT):
+        if isinstance(sub, ast.Call) and call_name(sub) in (RECEIVER_ABORT, PREPARE_ABORT):
             return True
-        if (
-            isinstance(sub, ast.Attribute)
-            and sub.attr == KVPoll.Failed.name
-            and getattr(sub.value, "id", getattr(sub.value, "attr", None)) == KVPOLL
-        ):
+        if is_failed(sub) and getattr(sub.value, "id", getattr(sub.value, "attr", None)) == KVPOLL:
             return True
     return False
 
@@ -81,14 +68,14 @@ def _clock_names(func: ast.AST) -> set[str]:
         if (
             isinstance(node, ast.Assign)
             and isinstance(node.value, ast.Call)
-            and _call_name(node.value) in CLOCKS
+            and call_name(node.value) in CLOCKS
         ):
             names |= {t.id for t in node.targets if isinstance(t, ast.Name)}
     return names
 
 
 def _is_clock(node: ast.AST, clocks: set[str]) -> bool:
-    return (isinstance(node, ast.Call) and _call_name(node) in CLOCKS) or (
+    return (isinstance(node, ast.Call) and call_name(node) in CLOCKS) or (
         isinstance(node, ast.Name) and node.id in clocks
     )
 
@@ -261,7 +248,7 @@ def _facts_of(func: ast.FunctionDef) -> _Facts:
     facts = _Facts()
     for node in own_nodes(func):
         if isinstance(node, ast.Call):
-            name = _call_name(node) or ""
+            name = call_name(node) or ""
             facts.reduces |= name.startswith(POLL_ALL_REDUCE_PREFIX)
             callee = node.func
             if not isinstance(callee, ast.Attribute):
@@ -673,7 +660,7 @@ def _only_probes_emptiness(test: ast.expr, targets: set[str]) -> bool:
                 if node.attr != DECODE_QUEUE_LIST:
                     return False
                 probed.add(base)
-        elif isinstance(node, ast.Call) and _call_name(node) == "len" and node.args:
+        elif isinstance(node, ast.Call) and call_name(node) == "len" and node.args:
             arg = ast.unparse(node.args[0])
             if arg in targets:
                 probed.add(arg)

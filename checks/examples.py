@@ -78,9 +78,10 @@ CALL_HELPER = """\
         self._expire_inflight()
 """
 
-# The same deadline, inline, with time.time() and other names.
+# The same deadline, inline, with other names (read on the stamp's clock: a time.time() now
+# against a time.monotonic() stamp never expires).
 INLINE_DEADLINE = """\
-        deadline_now = time.time()
+        deadline_now = time.monotonic()
         for pending in self.disagg_prefill_inflight_queue:
             waited = deadline_now - pending.entered_at
             if waited >= TIMEOUT:

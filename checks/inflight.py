@@ -16,7 +16,7 @@ helper method or an inline loop.
 from __future__ import annotations
 
 import ast
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from functools import cached_property, lru_cache
 
@@ -24,32 +24,34 @@ from pdguard.sglang_names import (
     BOOTSTRAP_QUEUE,
     POLL_ALL_REDUCE_PREFIX,
     PP_CONSENSUS_PARAM,
+    SENDER_ABORT,
     KVPoll,
 )
 from pdguard.sglang_names import INFLIGHT_FUNCTION as FUNCTION
 from pdguard.sglang_names import INFLIGHT_QUEUE as QUEUE
 from pdguard.sglang_names import REQ_SENDER as SENDER
 
+from .bounded_wait import (
+    CLOCK_FUNCTIONS,
+    Clock,
+    Comparison,
+    Direction,
+    FailAction,
+    LimitKind,
+    StartKind,
+    call_name,
+    clock_aliases,
+    clock_of,
+    fail_action,
+    limit_of,
+    never_runs,
+    overdue_branch,
+    read_test,
+    start_of,
+)
 from .classes import methods_of
-from .kv_senders import CLOCK_FUNCTIONS, is_self_attr
-from .nodes import first_line, kept, own_parents, own_returns, statement_walk, walk
-
-
-def clock_names(module: ast.Module) -> set[str]:
-    """Local names of clock functions imported by name (``from time import monotonic``), and
-    ``self.<name>`` for each method of the module's classes that only returns a clock reading
-    (``def _now(self): return time.monotonic()``): calling it reads the clock."""
-    names = set()
-    for node in module.body:  # module-level imports are the ones functions see
-        if isinstance(node, ast.ImportFrom) and node.module == "time":
-            names |= {a.asname or a.name for a in node.names if a.name in CLOCK_FUNCTIONS}
-    for cls in module.body:
-        if isinstance(cls, ast.ClassDef):
-            for method in methods_of(cls).values():
-                returns = [r.value for r in own_returns(method)]
-                if returns and all(r is not None and is_clock(r, names) for r in returns):
-                    names.add(f"self.{method.name}")
-    return names
+from .kv_senders import ClassIndex, is_self_attr
+from .nodes import first_line, kept, own_parents, statement_walk, walk
 
 
 def imported_names(module: ast.Module) -> set[str]:
@@ -63,27 +65,10 @@ def imported_names(module: ast.Module) -> set[str]:
 
 
 def is_clock(
-    node: ast.AST, clocks: set[str], clock_vars: set[str] | frozenset[str] = frozenset()
+    node: ast.AST, clocks: Mapping[str, Clock], clock_vars: Mapping[str, Clock] = {}
 ) -> bool:
-    """A clock reading: ``time.monotonic()``, ``_t.time()``, ``monotonic()``, a method that
-    returns one (``self._now()``, when ``clocks`` holds ``self._now``), a name holding one, or
-    ``x or time.monotonic()``."""
-    if isinstance(node, ast.Call):
-        func = node.func
-        if isinstance(func, ast.Attribute) and func.attr in CLOCK_FUNCTIONS:
-            return True
-        if (
-            isinstance(func, ast.Attribute)
-            and isinstance(func.value, ast.Name)
-            and func.value.id == "self"
-        ):
-            return f"self.{func.attr}" in clocks
-        return isinstance(func, ast.Name) and func.id in clocks
-    if isinstance(node, ast.Name):
-        return node.id in clock_vars
-    if isinstance(node, ast.BoolOp):
-        return any(is_clock(v, clocks, clock_vars) for v in node.values)
-    return False
+    """A clock reading (``bounded_wait.clock_of``)."""
+    return clock_of(node, clocks, clock_vars) is not None
 
 
 @dataclass
@@ -92,6 +77,8 @@ class Stamp:
     line: int
     col: int
     guarded: bool  # only set when not set yet (keeps the first stamp)
+    start: StartKind = StartKind.STAMP  # a stamp, or a stored deadline (a reading + the limit)
+    clock: Clock | None = None  # the clock it reads
 
 
 @dataclass
@@ -162,6 +149,29 @@ class DeadlineCheck:
     # The methods that call, one through the other, the one holding the check (``method``),
     # from the inflight function (excluded): they run the deadline too.
     callers: tuple[str, ...] = ()
+    # What the comparison tests (``bounded_wait.read_test``; None: a shape it does not read,
+    # taken as true once overdue) and the clock it reads now on.
+    comparison: Comparison | None = None
+    clock: Clock | None = None
+    # Why the check never fails an overdue request, if it does not: it never runs (after a
+    # ``return``, under ``if False``, in a lambda) or its comparison never holds then.
+    never: str = ""
+    # The loop around it takes the request out of the queue (on this rank only).
+    drops: bool = False
+
+    @property
+    def each_step(self) -> bool:
+        """Decided on every step and unanimous: before the poll all-reduce, or after it on the
+        requests kept for the next step's reduce (``bounded_wait.Unanimity``)."""
+        return self.position in (BEFORE, NEXT_STEP) and not (
+            self.position == NEXT_STEP and self.drops
+        )
+
+
+# Where a check runs, relative to the poll all-reduce: before it on every call, after it on
+# the requests kept for the next step (after the queue is rebuilt), after it on requests this
+# step may end, before it behind a condition.
+BEFORE, NEXT_STEP, AFTER, CONDITIONAL = "before", "next step", "after", "conditional"
 
 
 @dataclass
@@ -174,6 +184,7 @@ class InflightModel:
     unmodelled: list[Unmodelled] = field(default_factory=list)
     checks: list[DeadlineCheck] = field(default_factory=list)
     restamps: list[Stamp] = field(default_factory=list)  # stamps inside FUNCTION (on keep)
+    clears: list[Stamp] = field(default_factory=list)  # attributes cleared where kept
     assigned_attrs: set[str] = field(default_factory=set)  # attrs given a clock value anywhere
     send_backs: list[SendBack] = field(default_factory=list)
     # Where the inflight function keeps a parked request (``if req.pending_bootstrap:``, 0.5.16+:
@@ -190,18 +201,55 @@ class InflightModel:
             return set()
         return set.intersection(*({s.attr} for s in stamps if s is not None))
 
-    def valid_checks(self) -> list[DeadlineCheck]:
+    def stamp_clocks(self, attr: str) -> set[Clock]:
+        """The clocks the stamps of ``attr`` read at the entries."""
+        return {
+            s.clock
+            for s in self.stamps.values()
+            if s is not None and s.attr == attr and s.clock is not None
+        }
+
+    def mixed_clock(self, check: DeadlineCheck) -> Clock | None:
+        """The stamp's clock, where the check reads now on another (``Clock.agrees``)."""
+        if check.clock is None:
+            return None
+        return next((c for c in self.stamp_clocks(check.attr) if not c.agrees(check.clock)), None)
+
+    def valid_checks(self, classes: ClassIndex | None = None) -> list[DeadlineCheck]:
+        """The checks that bound every request's wait; with the tree's sender ``classes``,
+        also judged by what the overdue branch's calls do there (``unfailed_senders``)."""
         stamped = self.stamped_attrs()
         return [
             c
             for c in self.checks
-            if c.position == "before"
+            if c.each_step
             and c.fails_sender
             and not c.via_sender
             and c.attr in stamped
             and not c.reaches
             and not c.rank_gate
+            and not c.never
+            and self.mixed_clock(c) is None
+            and not (classes is not None and unfailed_senders(c, classes))
         ]
+
+
+# Calls on a sender that fail nothing themselves: a reading, a reason recorded beside abort().
+_NOT_FAIL_ACTIONS = frozenset({"poll", "record_failure", "failure_exception"})
+
+
+def unfailed_senders(check: DeadlineCheck, classes: ClassIndex) -> list[str]:
+    """The tree's concrete senders whose ``poll()`` does not report Failed after what the
+    check's overdue branch calls on the request's sender (``bounded_wait.fail_action``: a
+    ``release()`` that frees buffers fails nothing), where it calls no ``abort()`` (PDG008
+    judges that one) and sets no ``poll``."""
+    methods = sorted(check.sender_calls - _NOT_FAIL_ACTIONS)
+    if not methods or SENDER_ABORT in methods or check.poll_set_at is not None:
+        return []
+    senders = [s for s in classes.senders() if classes.is_concrete(s)]
+    if fail_action(senders, classes.abort_honoured, methods) is not FailAction.DOES_NOT_FAIL:
+        return []
+    return [s for s in senders if not any(classes.abort_honoured(s, m) for m in methods)]
 
 
 class _Scope:
@@ -210,13 +258,13 @@ class _Scope:
     def __init__(
         self,
         function: ast.FunctionDef,
-        clocks: set[str],
+        clocks: Mapping[str, Clock],
         imported: frozenset[str] = frozenset(),
-        clock_params: frozenset[str] = frozenset(),
+        clock_params: frozenset[tuple[str, Clock]] = frozenset(),
     ) -> None:
         self.clocks = clocks
         self.imported = imported
-        self.clock_vars: set[str] = set(clock_params)  # parameters given a clock reading
+        self.clock_vars: dict[str, Clock] = dict(clock_params)  # names holding a clock reading
         self.reads: dict[str, tuple[str, bool]] = {}  # name -> (attr, via_sender)
         self.senders: set[str] = set()
         self.values: dict[str, ast.expr] = {}  # name -> the expression last assigned to it
@@ -226,8 +274,9 @@ class _Scope:
                 if not isinstance(target, ast.Name):
                     continue
                 self.values[target.id] = node.value
-                if self.is_clock(node.value):
-                    self.clock_vars.add(target.id)
+                reading = self.clock(node.value)
+                if reading is not None:
+                    self.clock_vars[target.id] = reading
                 read = self.stamp_read(node.value)
                 if read is not None:
                     self.reads[target.id] = read
@@ -236,6 +285,9 @@ class _Scope:
 
     def is_clock(self, node: ast.AST) -> bool:
         return is_clock(node, self.clocks, self.clock_vars)
+
+    def clock(self, node: ast.AST) -> Clock | None:
+        return clock_of(node, self.clocks, self.clock_vars)
 
     def stamp_read(self, node: ast.AST) -> tuple[str, bool] | None:
         """``req.attr`` / ``getattr(req, "attr", ...)`` / a name holding one: (attr, via_sender);
@@ -312,14 +364,33 @@ def _deadline_compare(compare: ast.Compare, scope: _Scope) -> tuple[str, bool] |
     return None
 
 
+def _comparison(
+    compare: ast.Compare, scope: _Scope, starts: Mapping[str, StartKind]
+) -> tuple[Comparison | None, Clock | None]:
+    """What ``compare`` tests (``bounded_wait.read_test``), and the clock it reads now on."""
+
+    def start(node: ast.AST) -> StartKind | None:
+        read = scope.stamp_read(node)
+        if read is None or read[0] in CLOCK_FUNCTIONS:
+            return None
+        return starts.get(read[0], StartKind.STAMP)
+
+    def expand(name: ast.expr) -> ast.expr | None:
+        return scope.values.get(name.id) if isinstance(name, ast.Name) else None
+
+    nodes = _expanded([compare.left, *compare.comparators], scope)
+    clock = next((c for n in nodes if (c := scope.clock(n)) is not None), None)
+    return read_test(compare, scope.is_clock, start, expand), clock
+
+
 class _ModuleIndex:
     def __init__(self, module: ast.Module) -> None:
         self.module = module
-        self.clocks = clock_names(module)
+        self.clocks = clock_aliases(module)
         self.imported = frozenset(imported_names(module))
         self.methods: dict[str, ast.FunctionDef] = {}
         self.owner: dict[int, str] = {}
-        self._scopes: dict[tuple[int, frozenset[str]], _Scope] = {}
+        self._scopes: dict[tuple[int, frozenset[tuple[str, Clock]]], _Scope] = {}
         for cls in module.body:
             if isinstance(cls, ast.ClassDef):
                 for item in methods_of(cls).values():
@@ -327,7 +398,7 @@ class _ModuleIndex:
                     self.owner[id(item)] = cls.name
 
     def scope(
-        self, function: ast.FunctionDef, clock_params: frozenset[str] = frozenset()
+        self, function: ast.FunctionDef, clock_params: frozenset[tuple[str, Clock]] = frozenset()
     ) -> _Scope:
         """The function's names, analysed once however many statements ask; ``clock_params``:
         its parameters that the call reaching it gives a clock reading."""
@@ -335,6 +406,20 @@ class _ModuleIndex:
         if key not in self._scopes:
             self._scopes[key] = _Scope(function, self.clocks, self.imported, clock_params)
         return self._scopes[key]
+
+    @cached_property
+    def starts(self) -> dict[str, StartKind]:
+        """Attributes the module stores a deadline in (``req.deadline = now + limit``): their
+        reads are deadlines, not stamps."""
+        found: dict[str, StartKind] = {}
+        for node in statement_walk(self.module):
+            if isinstance(node, ast.Assign) and isinstance(node.value, ast.BinOp):
+                start = start_of(node.value, lambda n: clock_of(n, self.clocks))
+                if start is not None and start.kind is StartKind.DEADLINE:
+                    found |= {
+                        t.attr: start.kind for t in node.targets if isinstance(t, ast.Attribute)
+                    }
+        return found
 
     @cached_property
     def _blocks(self) -> tuple[dict[int, ast.AST], dict[int, tuple[list[ast.stmt], int]]]:
@@ -381,9 +466,10 @@ def _checks_in(
     pp_skipped: bool = False,
     outer: tuple[str, bool] | None = None,
     gated: str = "",
-    clock_params: frozenset[str] = frozenset(),
+    clock_params: frozenset[tuple[str, Clock]] = frozenset(),
     site: tuple[ast.AST, _Scope, ast.FunctionDef, frozenset[str]] | None = None,
     callers: tuple[str, ...] = (),
+    dead: str = "",
 ) -> list[DeadlineCheck]:
     """Deadline checks in ``region`` of ``function``, and in the methods it calls.
     ``pp_names``: the names that hold the PP consensus in ``function``; ``pp_skipped``: the
@@ -408,12 +494,40 @@ def _checks_in(
         if loop is region and site is not None and _reach(node, function, scope) is None:
             loop, at_scope, at, at_names = site
         later = _loops_over_collected(at, loop)
+        comparison, clock = _comparison(node, scope, index.starts)
+        parents = own_parents(function)
+        branch = (
+            overdue_branch(node, comparison.direction, parents) if comparison is not None else None
+        )
+        inside = None if branch is None else {id(n) for stmt in branch for n in walk(stmt)}
         actions = [
-            a for part in (loop, *later) for a in _failing_actions(index, part, at_scope, node)
+            a
+            for part in (loop, *later)
+            for a in _failing_actions(index, part, at_scope, node)
+            if inside is None or id(a) in inside or part is not loop
         ]
+        if inside is not None and not any(
+            isinstance(n, ast.Call) and call_name(n) == "append"
+            for n in walk(loop)
+            if id(n) in inside
+        ):
+            actions = [a for a in actions if any(a is n for n in walk(loop))]
         fails = bool(actions)
         check = DeadlineCheck(read[0], read[1], node.lineno, node.col_offset, function.name, fails)
         check.callers = callers
+        check.comparison, check.clock = comparison, clock
+        check.never = dead or never_runs(node, parents, function)
+        if not check.never and comparison is not None and comparison.direction is Direction.NEVER:
+            check.never = "its comparison never holds for an overdue request"
+        for limit in comparison.limit if comparison is not None and not check.never else ():
+            local = scope.values.get(limit.id) if isinstance(limit, ast.Name) else None
+            kind, line = limit_of(local or limit, index.module)
+            line = line or (local.lineno if local is not None and kind is LimitKind.INFINITE else 0)
+            if kind is LimitKind.INFINITE:
+                check.never = f"its limit `{ast.unparse(limit)}` is infinite" + (
+                    f" (line {line})" if line else ""
+                )
+        check.drops = _drops(loop)
         check.reaches, check.partial = (
             _reach(node, function, scope) or outer or ("no loop over the queue", False)
         )
@@ -438,7 +552,11 @@ def _checks_in(
         if callee.name not in seen:
             seen.add(callee.name)
             around = next((lp for lp in loops if any(n is call for n in walk(lp))), None)
-            clocks = frozenset(p for p, a in _arguments(call, callee).items() if scope.is_clock(a))
+            clocks = frozenset(
+                (p, reading)
+                for p, a in _arguments(call, callee).items()
+                if (reading := scope.clock(a)) is not None
+            )
             found += _checks_in(
                 index,
                 callee,
@@ -451,8 +569,27 @@ def _checks_in(
                 clocks,
                 (around, scope, function, pp_names) if around is not None else site,
                 callers if function.name == FUNCTION else (*callers, function.name),
+                dead or never_runs(call, own_parents(function), function),
             )
     return found
+
+
+def _drops(loop: ast.AST) -> bool:
+    """Does ``loop`` (around a deadline check) take requests out of the queue itself
+    (``queue.remove(req)``, ``.pop()``, ``del queue[i]``)?"""
+    for node in walk(loop):
+        if (
+            isinstance(node, ast.Call)
+            and isinstance(node.func, ast.Attribute)
+            and node.func.attr in ("remove", "pop", "popleft", "clear")
+            and _is_queue(node.func.value)
+        ):
+            return True
+        if isinstance(node, ast.Delete) and any(
+            isinstance(t, ast.Subscript) and _is_queue(t.value) for t in node.targets
+        ):
+            return True
+    return False
 
 
 def _loops_over_collected(function: ast.FunctionDef, loop: ast.AST) -> list[ast.For]:
@@ -980,34 +1117,47 @@ def _stamps_in(
     stmt: ast.stmt,
     req: str | ast.expr,
     depth: int = 0,
-    clock_vars: frozenset[str] = frozenset(),
+    clock_vars: Mapping[str, Clock] = {},  # read only
 ) -> Stamp | None:
     """The stamp ``stmt`` sets on ``req`` (a name, or an expression such as ``batch.urgent``),
     or on an object the request holds (``req.stats.entered``, named by its last attribute as
     its reads are), directly or through a helper method it passes the request to, by position
     or keyword; ``clock_vars``: the helper's parameters given a clock reading by that call
-    (``self._note(req, at=time.monotonic())``)."""
+    (``self._note(req, at=time.monotonic())``). A stored deadline (``req.deadline = now +
+    limit``) is a start too (``bounded_wait.start_of``)."""
+
+    def clock(node: ast.AST | None) -> Clock | None:
+        return clock_of(node, index.clocks, clock_vars)
+
     for node in walk(stmt):
         if isinstance(node, ast.Assign):
+            start = start_of(node.value, clock)
+            if start is None:
+                continue
             for target in node.targets:
-                if (
-                    isinstance(target, ast.Attribute)
-                    and _holds(target.value, req)
-                    and is_clock(node.value, index.clocks, clock_vars)
-                ):
+                if isinstance(target, ast.Attribute) and _holds(target.value, req):
                     guarded = _guarded(stmt, node, target.attr) or any(
                         (isinstance(n, ast.Attribute) and n.attr == target.attr)
                         or (isinstance(n, ast.Constant) and n.value == target.attr)
                         for n in walk(node.value)
                     )
-                    return Stamp(target.attr, node.lineno, node.col_offset, guarded)
+                    return Stamp(
+                        target.attr,
+                        node.lineno,
+                        node.col_offset,
+                        guarded,
+                        start.kind,
+                        start.clock,
+                    )
                 keyed = keyed_stamp(target, req)
-                if keyed is not None and is_clock(node.value, index.clocks, clock_vars):
+                if keyed is not None:
                     assert isinstance(target, ast.Subscript)  # keyed_stamp's shape
                     holder = target.value
                     assert isinstance(holder, ast.Attribute)
                     guarded = _guarded(stmt, node, holder.attr)
-                    return Stamp(keyed, node.lineno, node.col_offset, guarded)
+                    return Stamp(
+                        keyed, node.lineno, node.col_offset, guarded, start.kind, start.clock
+                    )
         if isinstance(node, ast.Call) and depth < 2 and isinstance(req, str):
             # A helper that stamps its argument: self._stamp(req), self._note(at=now, r=req)
             for callee in index.self_calls(node):
@@ -1017,9 +1167,7 @@ def _stamps_in(
                 )
                 if inner is None:
                     continue
-                clocks = frozenset(
-                    p for p, a in given.items() if is_clock(a, index.clocks, clock_vars)
-                )
+                clocks = {p: c for p, a in given.items() if (c := clock(a)) is not None}
                 for inner_stmt in callee.body:
                     found = _stamps_in(index, inner_stmt, inner, depth + 1, clocks)
                     if found is not None:
@@ -1348,6 +1496,23 @@ def _keeps(entry: Entry, taken: set[str], kept: set[str]) -> bool:
     return isinstance(entry.requests, ast.Name) and entry.requests.id in kept
 
 
+# The nodes whose children the escapes read.
+_ESCAPE_HOLDERS = frozenset(
+    {
+        ast.Attribute,
+        ast.Call,
+        ast.Subscript,
+        ast.Starred,
+        ast.Tuple,
+        ast.List,
+        ast.Set,
+        ast.Assign,
+        ast.AnnAssign,
+        ast.NamedExpr,
+    }
+)
+
+
 def _escapes(module: ast.Module) -> Iterator[Unmodelled]:
     """Uses of the queue that pdguard cannot follow: bound to another name, passed to a
     function, or a method it does not know."""
@@ -1356,25 +1521,66 @@ def _escapes(module: ast.Module) -> Iterator[Unmodelled]:
     parents: dict[int, ast.AST] = {}
     loads: list[ast.Attribute] = []
     for holder in walk(module):
-        if isinstance(holder, ast.Attribute):
+        kind = type(holder)
+        if kind not in _ESCAPE_HOLDERS:
+            continue  # the most nodes: names, constants, operators
+        if kind is ast.Attribute:
+            assert isinstance(holder, ast.Attribute)
             if _is_queue(holder):
                 if isinstance(holder.ctx, ast.Load):
                     loads.append(holder)
             elif _is_queue(holder.value):
                 parents[id(holder.value)] = holder
-        elif isinstance(holder, ast.Assign | ast.AnnAssign | ast.NamedExpr):
-            if holder.value is not None and _is_queue(holder.value):
-                parents[id(holder.value)] = holder
-        elif isinstance(holder, ast.Call):
+        elif kind is ast.Call:
+            assert isinstance(holder, ast.Call)
             if isinstance(holder.func, ast.Attribute) and _is_queue(holder.func.value):
                 parents[id(holder.func)] = holder
             for arg in holder.args:
                 if _is_queue(arg):
                     parents[id(arg)] = holder
+                elif isinstance(arg, ast.Constant) and arg.value == QUEUE:
+                    yield from _named_by_string(holder, [arg])
+        elif kind is ast.Subscript:
+            assert isinstance(holder, ast.Subscript)
+            if isinstance(holder.slice, ast.Constant) and holder.slice.value == QUEUE:
+                yield from _named_by_string(holder, [holder.slice])
+        elif kind is ast.Starred:
+            assert isinstance(holder, ast.Starred)
+            if _is_queue(holder.value):
+                parents[id(holder.value)] = holder
+        elif isinstance(holder, ast.Tuple | ast.List | ast.Set):
+            for element in holder.elts:
+                if _is_queue(element):
+                    parents[id(element)] = holder
+        elif (
+            isinstance(holder, ast.Assign | ast.AnnAssign | ast.NamedExpr)
+            and holder.value is not None
+            and _is_queue(holder.value)
+        ):
+            parents[id(holder.value)] = holder
     for node in loads:
         parent = parents.get(id(node))
+        if isinstance(parent, ast.Starred | ast.Tuple | ast.List | ast.Set):
+            what = "unpacked into" if isinstance(parent, ast.Starred) else "put in"
+            yield Unmodelled(
+                node.lineno,
+                node.col_offset + 1,
+                f"{QUEUE} is {what} a new {'collection' if what == 'put in' else 'list'} here: "
+                "pdguard cannot follow requests that enter the queue through it",
+            )
+            continue
         if isinstance(parent, ast.Attribute):
             call = parents.get(id(parent))
+            if not (isinstance(call, ast.Call) and call.func is parent) and (
+                parent.attr in _ENTRY_METHODS
+            ):
+                yield Unmodelled(
+                    node.lineno,
+                    node.col_offset + 1,
+                    f"{QUEUE}.{parent.attr} is taken as a bound method here: pdguard cannot "
+                    "follow the requests it adds where it is called",
+                )
+                continue
             if parent.attr in _QUEUE_METHODS or parent.attr in _ENTRY_METHODS:
                 continue
             if isinstance(call, ast.Call) and call.func is parent:
@@ -1403,6 +1609,198 @@ def _escapes(module: ast.Module) -> Iterator[Unmodelled]:
                 node.col_offset + 1,
                 f"{QUEUE} is passed to {called}(): pdguard cannot follow what it does with it",
             )
+
+
+def _named_by_string(holder: ast.AST, parts: list[ast.expr]) -> Iterator[Unmodelled]:
+    """The queue named by a string (``getattr(self, "<queue>")``, ``setattr``,
+    ``self.__dict__["<queue>"]``, ``vars(self)["<queue>"]``): a way in pdguard does not follow."""
+    for part in parts:
+        if isinstance(part, ast.Constant) and part.value == QUEUE:
+            how = ast.unparse(holder.func) + "()" if isinstance(holder, ast.Call) else "[...]"
+            yield Unmodelled(
+                part.lineno,
+                part.col_offset + 1,
+                f"{QUEUE} is reached by its name as a string ({how}): pdguard cannot follow "
+                "requests that enter the queue through it",
+            )
+
+
+# Decorators that leave a function as written.
+_INERT_DECORATORS = frozenset({"abstractmethod", "override", "staticmethod", "classmethod"})
+
+
+def _replaces(decorator: ast.expr, module: ast.Module) -> bool:
+    """Can ``decorator`` put another function in the place of the one it decorates? One
+    defined in the module is read: it keeps the function if it calls a function it is given
+    (a wrapper) or returns it; one the module imports is taken as a wrapper (SGLang's own, as
+    ``scheduler_stage_method``; pdguard does not read other files for it); any other is
+    followed by nothing."""
+    called = decorator.func if isinstance(decorator, ast.Call) else decorator
+    name = called.id if isinstance(called, ast.Name) else None
+    if name is None or name in _INERT_DECORATORS:
+        return name is None and not (
+            isinstance(called, ast.Attribute) and called.attr in _INERT_DECORATORS
+        )
+    if name in imported_names(module):
+        return False
+    definition = next(
+        (n for n in module.body if isinstance(n, ast.FunctionDef) and n.name == name), None
+    )
+    if definition is None:
+        return True
+    params = {
+        a.arg for f in ast.walk(definition) if isinstance(f, ast.FunctionDef) for a in f.args.args
+    }
+    for node in ast.walk(definition):
+        given = node.func if isinstance(node, ast.Call) else getattr(node, "value", None)
+        if (
+            isinstance(node, ast.Call | ast.Return)
+            and isinstance(given, ast.Name)
+            and given.id in params
+        ):
+            return False  # calls what it is given (a wrapper), or gives it back
+    return True
+
+
+def _rebindings(module: ast.Module, model: InflightModel) -> Iterator[Unmodelled]:
+    """Later bindings of what the proof reads: a decorator on the inflight function or a
+    method its deadline runs in, the name bound again in the class body or from outside
+    (``Cls.m = ...``, ``setattr(Cls, "m", ...)``), and the mixin class defined again."""
+    relied = {FUNCTION, SENDER_ABORT, "poll"}
+    relied |= {c.method for c in model.checks} | {m for c in model.checks for m in c.callers}
+    classes = [n for n in module.body if isinstance(n, ast.ClassDef)]
+    mixins = [c for c in classes if c.name == model.class_name]
+    for again in mixins[1:]:
+        yield Unmodelled(
+            again.lineno,
+            again.col_offset + 1,
+            f"{model.class_name} is defined again here (first on line {mixins[0].lineno}): the "
+            "later class is the one that runs, and pdguard reads the first",
+        )
+    for cls in classes:
+        for item in cls.body:
+            if isinstance(item, ast.FunctionDef) and item.name in relied - {"poll", SENDER_ABORT}:
+                for decorator in item.decorator_list:
+                    if _replaces(decorator, module):
+                        yield Unmodelled(
+                            decorator.lineno,
+                            decorator.col_offset + 1,
+                            f"{item.name}() is decorated with @{ast.unparse(decorator)}: the "
+                            "function that runs may not be the one pdguard reads",
+                        )
+            targets = (
+                item.targets
+                if isinstance(item, ast.Assign)
+                else [item.target]
+                if isinstance(item, ast.AnnAssign)
+                else []
+            )
+            for target in targets:
+                if isinstance(target, ast.Name) and target.id in relied:
+                    yield Unmodelled(
+                        item.lineno,
+                        item.col_offset + 1,
+                        f"{cls.name}.{target.id} is bound again in the class body: the method "
+                        "that runs may not be the one pdguard reads",
+                    )
+    # what a class can be named by here: the module's classes and what it imports
+    named = {c.name for c in classes} | imported_names(module)
+    for stmt in statement_walk(module):  # an assignment, or setattr() as a statement
+        node: ast.AST = stmt.value if isinstance(stmt, ast.Expr) else stmt
+        if isinstance(node, ast.Assign):
+            for target in node.targets:
+                if (
+                    isinstance(target, ast.Attribute)
+                    and target.attr in relied
+                    and isinstance(target.value, ast.Name)
+                    and target.value.id in named
+                ):
+                    yield Unmodelled(
+                        node.lineno,
+                        node.col_offset + 1,
+                        f"`{ast.unparse(target)}` is assigned here: the method that runs may "
+                        "not be the one pdguard reads",
+                    )
+        elif (
+            isinstance(node, ast.Call)
+            and isinstance(node.func, ast.Name)
+            and node.func.id in ("setattr", "delattr")
+            and len(node.args) >= 2
+            and isinstance(node.args[1], ast.Constant)
+            and node.args[1].value in relied
+        ):
+            yield Unmodelled(
+                node.lineno,
+                node.col_offset + 1,
+                f"{node.func.id}() binds `{node.args[1].value}` here: the method that runs may "
+                "not be the one pdguard reads",
+            )
+
+
+def _clears(function: ast.FunctionDef, keep_sites: list[ast.Call]) -> list[Stamp]:
+    """Attributes of a request set to None or deleted (also by ``setattr``/``delattr``, or
+    through ``__dict__``) in a block that keeps it for another step."""
+    kept_lines = {site.lineno for site in keep_sites}
+    found = []
+    for node in statement_walk(function):
+        block = next(
+            (
+                b
+                for b in _own_blocks(node)
+                if any(
+                    (s.end_lineno or s.lineno) >= line >= s.lineno for s in b for line in kept_lines
+                )
+            ),
+            None,
+        )
+        for stmt in block or ():
+            for attr in _cleared(stmt):
+                found.append(Stamp(attr, stmt.lineno, stmt.col_offset, False))
+    return found
+
+
+def _cleared(stmt: ast.stmt) -> Iterator[str]:
+    """The request attributes ``stmt`` itself clears."""
+    if isinstance(stmt, ast.Assign) and isinstance(stmt.value, ast.Constant):
+        for target in stmt.targets if stmt.value.value is None else ():
+            if isinstance(target, ast.Attribute) and not is_self_attr(target, target.attr):
+                yield target.attr
+            if (
+                isinstance(target, ast.Subscript)
+                and isinstance(target.value, ast.Attribute)
+                and target.value.attr == "__dict__"
+                and isinstance(target.slice, ast.Constant)
+            ):
+                yield str(target.slice.value)
+    if isinstance(stmt, ast.Delete):
+        for target in stmt.targets:
+            if isinstance(target, ast.Attribute):
+                yield target.attr
+            if isinstance(target, ast.Subscript) and isinstance(target.slice, ast.Constant):
+                yield str(target.slice.value)
+    if isinstance(stmt, ast.Expr) and isinstance(stmt.value, ast.Call):
+        call = stmt.value
+        name = call_name(call)
+        constant = next((a.value for a in call.args[1:2] if isinstance(a, ast.Constant)), None)
+        if name == "delattr" and isinstance(constant, str):
+            yield constant
+        if (
+            name == "setattr"
+            and isinstance(constant, str)
+            and len(call.args) == 3
+            and isinstance(call.args[2], ast.Constant)
+            and call.args[2].value is None
+        ):
+            yield constant
+        if name == "pop" and isinstance(call.func, ast.Attribute):
+            holder = call.func.value
+            first = call.args[0] if call.args else None
+            if (
+                isinstance(holder, ast.Attribute)
+                and holder.attr == "__dict__"
+                and isinstance(first, ast.Constant)
+            ):
+                yield str(first.value)
 
 
 @lru_cache(maxsize=16)  # by the tree's identity: check and the inflight fix read the same tree
@@ -1440,6 +1838,8 @@ def analyse(module: ast.Module) -> InflightModel | None:
         0,
     )
     model.checks = _positioned_checks(index, function, poll_position)
+    model.unmodelled += _rebindings(module, model)
+    model.clears = _clears(function, model.keep_sites)
     if not model.valid_checks():
         model.unmodelled += _unknown_reach(model)
     return model
@@ -1453,7 +1853,7 @@ def _unknown_reach(model: InflightModel) -> Iterator[Unmodelled]:
         if (
             check.reaches
             and not check.partial
-            and check.position == "before"
+            and check.each_step
             and check.fails_sender
             and not check.via_sender
             and check.attr in stamped
@@ -1634,9 +2034,23 @@ def _positioned_checks(
 ) -> list[DeadlineCheck]:
     """The deadline checks, each with where it runs relative to the poll all-reduce."""
     checks = []
+    # the statement that rebuilds the queue from the requests kept for the next step
+    rebuilt = next(
+        (
+            i
+            for i, stmt in enumerate(function.body)
+            if poll_position is not None
+            and i > poll_position
+            and isinstance(stmt, ast.Assign)
+            and any(_is_queue(t) for t in stmt.targets)
+        ),
+        None,
+    )
     for position, stmt in enumerate(function.body):
         for check in _checks_in(index, function, stmt, {FUNCTION}):
-            if poll_position is None or position >= poll_position:
+            if rebuilt is not None and position > rebuilt and not _conditional(stmt):
+                check.position = NEXT_STEP
+            elif poll_position is None or position >= poll_position:
                 check.position = "after"
             elif (
                 _conditional(stmt)

@@ -59,12 +59,13 @@ from pdguard.sglang_names import (
     KVPoll,
 )
 
+from .bounded_wait import CLOCK_FUNCTIONS
 from .kv_senders import ClassIndex, ClassInfo
 from .nodes import walk
 
 __all__ = ["PollVerdict", "ReceiverIndex", "is_abstract"]
 
-CLOCKS = frozenset({"monotonic", "time", "perf_counter", "monotonic_ns", "time_ns"})
+CLOCKS = CLOCK_FUNCTIONS
 UNKNOWN = "?"
 NONE, TRUE, FALSE = "None", "True", "False"
 # A clock reading is "clock:<function>"; a reading taken before the last index-sending method

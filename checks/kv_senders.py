@@ -20,9 +20,11 @@ from pdguard.sglang_names import (
     MANAGER_CHECK_STATUS,
     MANAGER_RECORD_FAILURE,
     MANAGER_UPDATE_STATUS,
+    SENDER_ABORT,
     SENDER_INIT_TIME,
 )
 
+from .bounded_wait import CLOCK_FUNCTIONS, call_name, is_failed
 from .classes import find_method, methods_of
 from .env_reads import env_reader, reads_env
 from .nodes import kept, own_nodes, own_parents, own_returns, walk
@@ -60,15 +62,6 @@ def is_self_attr(node: ast.AST, attr: str) -> TypeGuard[ast.Attribute]:
         and isinstance(node.value, ast.Name)
         and node.value.id == "self"
     )
-
-
-def _call_name(call: ast.Call) -> str | None:
-    func = call.func
-    if isinstance(func, ast.Attribute):
-        return func.attr
-    if isinstance(func, ast.Name):
-        return func.id
-    return None
 
 
 def _is_super_init(call: ast.Call) -> bool:
@@ -269,7 +262,7 @@ class ClassIndex:
         poll_nodes = list(self.reached(name, "poll"))
         init_nodes = list(self.reached(name, "__init__"))
         reads_status = any(
-            isinstance(n, ast.Call) and _call_name(n) == MANAGER_CHECK_STATUS for n in poll_nodes
+            isinstance(n, ast.Call) and call_name(n) == MANAGER_CHECK_STATUS for n in poll_nodes
         ) or any(
             # check_status passed as a callable: 0.5.22 _poll_with_status(kv_mgr.check_status)
             isinstance(n, ast.Attribute) and n.attr == MANAGER_CHECK_STATUS
@@ -281,7 +274,7 @@ class ClassIndex:
         ) or self._returns_held_bootstrapping(name, poll_nodes)
         sets_bootstrapping = any(
             isinstance(n, ast.Call)
-            and _call_name(n) == MANAGER_UPDATE_STATUS
+            and call_name(n) == MANAGER_UPDATE_STATUS
             and n.args
             and isinstance(n.args[-1], ast.Attribute)
             and n.args[-1].attr == "Bootstrapping"
@@ -428,8 +421,8 @@ class ClassIndex:
                 continue
             local = _local_values(function)
             for node in own_nodes(function):
-                if isinstance(node, ast.Call) and is_self_attr(node.func, _call_name(node) or ""):
-                    stack.append(_call_name(node) or "")
+                if isinstance(node, ast.Call) and is_self_attr(node.func, call_name(node) or ""):
+                    stack.append(call_name(node) or "")
                 if isinstance(node, ast.Return) and not _read(node.value, local, held, 3):
                     return owner, node
         return None
@@ -442,24 +435,26 @@ class ClassIndex:
         owner = self.resolve(name, "poll")
         return owner is not None and not _is_stub(owner.methods["poll"])
 
-    def abort_honoured(self, name: str) -> bool:
+    def abort_honoured(self, name: str, method: str = SENDER_ABORT) -> bool:
         """Does ``abort()`` make this sender's ``poll()`` return Failed from then on? Either
         ``abort()`` sets ``self.conclude_state = KVPoll.Failed`` (or to the status a
         notification of Failed concluded with: Failed, or a terminal status sent before) and
         ``poll()`` (or the helper
         it returns) starts by returning a set ``conclude_state``; or ``abort()`` sets the room's
         status to Failed and no return of ``poll()`` can skip a Failed status (NIXL up to
-        0.5.11 returns its transfer handles' state once it has sent: not honoured)."""
-        abort_owner = self.resolve(name, "abort")
+        0.5.11 returns its transfer handles' state once it has sent: not honoured).
+        ``method``: another method the deadline calls instead (``cleanup()``), judged the same
+        way, through what it calls (``bounded_wait.fail_action``)."""
+        abort_owner = self.resolve(name, method)
         poll = self._poll_body(name)
         if abort_owner is None or poll is None:
             return False
-        abort = list(self.reached(name, "abort"))
+        abort = list(self.reached(name, method))
         sets_status = any(
             isinstance(n, ast.Call)
-            and _call_name(n) == MANAGER_UPDATE_STATUS
+            and call_name(n) == MANAGER_UPDATE_STATUS
             and n.args
-            and _is_failed(n.args[-1])
+            and is_failed(n.args[-1])
             for n in abort
         )
         marks = {
@@ -470,7 +465,7 @@ class ClassIndex:
             if isinstance(target, ast.Attribute) and is_self_attr(target, target.attr)
         }
         return (
-            (self.abort_concludes(name) and _returns_conclude_first(poll))
+            (self.abort_concludes(name, method) and _returns_conclude_first(poll))
             or (sets_status and _status_failed_kept(poll))
             or _fails_first_on_mark(poll, marks)
         )
@@ -487,10 +482,10 @@ class ClassIndex:
             }
         )
 
-    def abort_concludes(self, name: str) -> bool:
-        """Does this sender's ``abort()`` set ``self.conclude_state`` to Failed (or to the
-        status a notification of Failed concluded with)?"""
-        abort = list(self.reached(name, "abort"))
+    def abort_concludes(self, name: str, method: str = SENDER_ABORT) -> bool:
+        """Does this sender's ``abort()`` (or ``method``) set ``self.conclude_state`` to Failed
+        (or to the status a notification of Failed concluded with)?"""
+        abort = list(self.reached(name, method))
         # names holding what a notification of Failed returns: the status it concluded with
         # (Mori 0.5.13+: ``sent_status, _ = self._notify_decode(KVPoll.Failed, reason)``)
         notified = {
@@ -498,7 +493,7 @@ class ClassIndex:
             for n in abort
             if isinstance(n, ast.Assign)
             and isinstance(n.value, ast.Call)
-            and any(_is_failed(a) for a in n.value.args)
+            and any(is_failed(a) for a in n.value.args)
             for t in n.targets
             for target in (t.elts[:1] if isinstance(t, ast.Tuple) else [t])
             if isinstance(target, ast.Name)
@@ -506,7 +501,7 @@ class ClassIndex:
         return any(
             isinstance(n, ast.Assign)
             and any(is_self_attr(t, CONCLUDE_STATE) for t in n.targets)
-            and (_is_failed(n.value) or (isinstance(n.value, ast.Name) and n.value.id in notified))
+            and (is_failed(n.value) or (isinstance(n.value, ast.Name) and n.value.id in notified))
             for n in abort
         )
 
@@ -559,11 +554,11 @@ class ClassIndex:
             len(body) == 1
             and isinstance(body[0], ast.Return)
             and isinstance(body[0].value, ast.Call)
-            and is_self_attr(body[0].value.func, _call_name(body[0].value) or "")
+            and is_self_attr(body[0].value.func, call_name(body[0].value) or "")
         ):
-            helper = self.resolve(name, _call_name(body[0].value) or "")
+            helper = self.resolve(name, call_name(body[0].value) or "")
             if helper is not None:
-                return _without_docstring(helper.methods[_call_name(body[0].value) or ""].body)
+                return _without_docstring(helper.methods[call_name(body[0].value) or ""].body)
         return body
 
     # -- what the release offers to build a check from --------------------------------------
@@ -614,10 +609,6 @@ _INERT_DECORATORS = frozenset({"abstractmethod", "override"})
 
 CONCLUDE_STATE = "conclude_state"
 FAILURE_RECORDS = "failure_records"
-
-
-def _is_failed(node: ast.AST | None) -> bool:
-    return isinstance(node, ast.Attribute) and node.attr == "Failed"
 
 
 def _without_docstring(body: list[ast.stmt]) -> list[ast.stmt]:
@@ -724,8 +715,8 @@ def _fails_first_on_mark(body: list[ast.stmt], marks: dict[str, ast.expr]) -> bo
     if not isinstance(answer, ast.Return):
         return False
     for attr, value in marks.items():
-        returns_failed = _is_failed(answer.value) or (
-            _is_failed(value) and answer.value is not None and is_self_attr(answer.value, attr)
+        returns_failed = is_failed(answer.value) or (
+            is_failed(value) and answer.value is not None and is_self_attr(answer.value, attr)
         )
         if returns_failed and _holds_for(first.test, attr, value):
             return True
@@ -765,8 +756,8 @@ def _match_fails(match: ast.Match, attr: str, value: ast.expr) -> bool:
             return False
         captured = case.pattern.name if isinstance(case.pattern, ast.MatchAs) else None
         returned = answer.value
-        return _is_failed(returned) or (
-            _is_failed(value)
+        return is_failed(returned) or (
+            is_failed(value)
             and (
                 is_self_attr(returned, attr)
                 or (isinstance(returned, ast.Name) and returned.id == captured)
@@ -809,13 +800,13 @@ def _status_failed_kept(body: list[ast.stmt]) -> bool:
     for node in ast.walk(ast.Module(body=body, type_ignores=[])):
         if isinstance(node, ast.Assign) and any(
             # ``check_status(room)``, or ``self.conclude_state or check_status(room)``
-            isinstance(n, ast.Call) and _call_name(n) == MANAGER_CHECK_STATUS
+            isinstance(n, ast.Call) and call_name(n) == MANAGER_CHECK_STATUS
             for n in ([node.value] if not isinstance(node.value, ast.BoolOp) else node.value.values)
         ):
             status_names |= {t.id for t in node.targets if isinstance(t, ast.Name)}
 
     def is_status(node: ast.AST | None) -> bool:
-        return (isinstance(node, ast.Call) and _call_name(node) == MANAGER_CHECK_STATUS) or (
+        return (isinstance(node, ast.Call) and call_name(node) == MANAGER_CHECK_STATUS) or (
             isinstance(node, ast.Name) and node.id in status_names
         )
 
@@ -827,13 +818,13 @@ def _status_failed_kept(body: list[ast.stmt]) -> bool:
             and is_status(test.left)
             and isinstance(test.ops[0], ast.Eq)
             and isinstance(test.comparators[0], ast.Attribute)
-            and not _is_failed(test.comparators[0])
+            and not is_failed(test.comparators[0])
         )
 
     def walk(stmts: list[ast.stmt], guarded: bool) -> bool:
         for stmt in stmts:
             if isinstance(stmt, ast.Return):
-                if not (guarded or _is_failed(stmt.value) or is_status(stmt.value)):
+                if not (guarded or is_failed(stmt.value) or is_status(stmt.value)):
                     return False
             elif isinstance(stmt, ast.If):
                 if not walk(stmt.body, guarded or excludes_failed(stmt.test)):
@@ -851,9 +842,6 @@ def _status_failed_kept(body: list[ast.stmt]) -> bool:
         return True
 
     return walk(body, False)
-
-
-CLOCK_FUNCTIONS = frozenset({"monotonic", "time", "perf_counter", "monotonic_ns", "time_ns"})
 
 
 def _is_clock_call(node: ast.AST, timers: frozenset[str] = frozenset()) -> bool:
@@ -920,8 +908,8 @@ def _is_elapsed(
                 return True
         if (
             isinstance(node, ast.Call)
-            and _call_name(node) in predicates
-            and is_self_attr(node.func, _call_name(node) or "")
+            and call_name(node) in predicates
+            and is_self_attr(node.func, call_name(node) or "")
         ):
             return True
     return False
@@ -934,12 +922,12 @@ def _reports_failed(nodes: list[ast.AST], failing: set[str]) -> bool:
     for node in nodes:
         if isinstance(node, ast.Return) and "Failed" in _poll_states(node.value, owner=None):
             return True
-        if isinstance(node, ast.Assign) and _is_failed(node.value):
+        if isinstance(node, ast.Assign) and is_failed(node.value):
             return True
         if isinstance(node, ast.Call):
-            if any(_is_failed(a) for a in node.args):
+            if any(is_failed(a) for a in node.args):
                 return True
-            if is_self_attr(node.func, _call_name(node) or "") and _call_name(node) in failing:
+            if is_self_attr(node.func, call_name(node) or "") and call_name(node) in failing:
                 return True
     return False
 
@@ -1064,9 +1052,9 @@ def _unchecked_return(
     line, that place's line), or (0, 0)."""
     called = {
         f.name: {
-            _call_name(n)
+            call_name(n)
             for n in walk(f)
-            if isinstance(n, ast.Call) and is_self_attr(n.func, _call_name(n) or "")
+            if isinstance(n, ast.Call) and is_self_attr(n.func, call_name(n) or "")
         }
         for f in functions
     }
@@ -1079,8 +1067,8 @@ def _unchecked_return(
         node.lineno
         for node in walk(poll)
         if isinstance(node, ast.Call)
-        and is_self_attr(node.func, _call_name(node) or "")
-        and _call_name(node) in reaches
+        and is_self_attr(node.func, call_name(node) or "")
+        and call_name(node) in reaches
         and not _behind_not_bootstrapping(node, parents)
     ]
     # none: the timeout is tested only behind a test of another state (0 in the answer)
@@ -1090,7 +1078,7 @@ def _unchecked_return(
         for n in walk(poll)
         if isinstance(n, ast.Assign)
         and isinstance(n.value, ast.Call)
-        and _call_name(n.value) == MANAGER_CHECK_STATUS
+        and call_name(n.value) == MANAGER_CHECK_STATUS
         for t in n.targets
         if isinstance(t, ast.Name)
     }
@@ -1105,7 +1093,7 @@ def _unchecked_return(
             parts.remove(p)
             parts += p.values if isinstance(p, ast.BoolOp) else [p.body, p.orelse]
         if any(
-            (isinstance(value, ast.Call) and _call_name(value) == MANAGER_CHECK_STATUS)
+            (isinstance(value, ast.Call) and call_name(value) == MANAGER_CHECK_STATUS)
             or (isinstance(value, ast.Name) and value.id in statuses)
             or "Bootstrapping" in _poll_states(value, None)
             for value in parts
@@ -1196,7 +1184,7 @@ def _read(
         return all(again(v) for v in value.values)
     if isinstance(value, ast.Call):
         func = value.func
-        name = _call_name(value)
+        name = call_name(value)
         if name == MANAGER_CHECK_STATUS or is_self_attr(func, name or ""):
             return True
         if isinstance(func, ast.Attribute) and isinstance(func.value, ast.Call):

@@ -62,6 +62,7 @@ from collections.abc import Iterator
 
 from pdguard.sglang_names import PP_CONSENSUS_PARAM
 
+from .bounded_wait import is_failed
 from .inflight import FUNCTION, QUEUE, InflightModel
 from .model import PREFILL, Finding, Invalid, Rule
 from .nodes import children, walk
@@ -114,7 +115,7 @@ class SchedulerDisaggregationPrefillMixin:
         self.disagg_prefill_inflight_queue = waiting
         return finished
 """,
-        # the same deadline inline, with time.time() and other names
+        # the same deadline inline, with other names (now read on the stamp's clock)
         """\
 import logging
 import time
@@ -136,7 +137,7 @@ class SchedulerDisaggregationPrefillMixin:
     def process_disagg_prefill_inflight_queue(self):
         if not self.disagg_prefill_inflight_queue:
             return []
-        deadline_now = time.time()
+        deadline_now = time.monotonic()
         for pending in self.disagg_prefill_inflight_queue:
             waited = deadline_now - pending.entered_at
             if waited >= TIMEOUT:
@@ -434,14 +435,26 @@ class SchedulerDisaggregationPrefillMixin:
         model = project.inflight
         if model is None:
             return
-        valid = model.valid_checks()
+        valid = model.valid_checks(project.classes)
         stages = PP_CONSENSUS_PARAM in {a.arg for a in model.function.args.args}
+        symbol = f"{model.class_name}.{FUNCTION}"
+        parents = _parents(model.function)
+        failed = [site for site in model.keep_sites if _kept_when_failed(site, parents)]
+        for site in failed:
+            yield self.finding(
+                PREFILL,
+                site.lineno,
+                site.col_offset + 1,
+                symbol,
+                "request kept in the inflight queue when poll is Failed: it is polled Failed, "
+                "and kept, on every step; no deadline ends it",
+            )
         if valid and not (stages and all(c.skipped_under_pp for c in valid)):
             return
         why = _why(model) if not valid else _PP_SKIPPED
-        symbol = f"{model.class_name}.{FUNCTION}"
-        parents = _parents(model.function)
         for site in model.keep_sites:
+            if site in failed:
+                continue
             where = keep_site(site, parents)
             yield self.finding(
                 PREFILL,
@@ -473,6 +486,20 @@ def _branches(site: ast.AST, parents: dict[int, ast.AST]) -> list[tuple[ast.If, 
             found.append((parent, node in parent.body))
         node = parent
     return found
+
+
+def _kept_when_failed(site: ast.AST, parents: dict[int, ast.AST]) -> bool:
+    """Is ``site`` in the body of the ``if`` that takes a poll of Failed (``state ==
+    KVPoll.Failed``, ``state in (..., KVPoll.Failed)``)?"""
+    branches = _branches(site, parents)
+    if not branches or not branches[0][1]:
+        return False
+    test = branches[0][0].test
+    if not (isinstance(test, ast.Compare) and len(test.ops) == 1):
+        return False
+    right = test.comparators[0]
+    items = right.elts if isinstance(right, ast.Tuple | ast.List | ast.Set) else [right]
+    return isinstance(test.ops[0], ast.Eq | ast.In) and any(is_failed(i) for i in items)
 
 
 def _states(node: ast.expr) -> list[str] | None:
@@ -549,9 +576,17 @@ def _why(model: InflightModel) -> str:
         # another attribute is stamped at entry (a metric): name the one the deadline reads
         measured = ", ".join(sorted({f"`{c.attr}`" for c in model.checks}))
         return f"the deadline measures {measured}, not stamped where requests enter {QUEUE}"
-    if not any(c.position == "before" for c in model.checks):
+    if all(c.never for c in model.checks):
+        return f"the deadline never fails an overdue request: {model.checks[0].never}"
+    mixed = next(((c, k) for c in model.checks if (k := model.mixed_clock(c))), None)
+    if mixed is not None and all(model.mixed_clock(c) for c in model.checks):
+        return (
+            f"the deadline reads now on {mixed[0].clock} against a {mixed[1]} stamp: the "
+            "difference is no elapsed time, so it never fires"
+        )
+    if not any(c.each_step for c in model.checks):
         return "the deadline does not run before the poll all-reduce on every call"
-    held = [c for c in model.checks if c.position == "before" and c.fails_sender]
+    held = [c for c in model.checks if c.each_step and c.fails_sender]
     partial = next((c for c in held if c.partial), None)
     if partial is not None:
         return f"the deadline skips requests of the queue: it loops over {partial.reaches}"
@@ -562,4 +597,7 @@ def _why(model: InflightModel) -> str:
         )
     if any(c.reaches for c in held):
         return "pdguard cannot tell that the deadline looks at every request (PDG000)"
+    live = [c for c in held if not c.never]
+    if held and not live:
+        return f"the deadline never fails an overdue request: {held[0].never}"
     return "the deadline does not fail the request's sender"

@@ -65,7 +65,7 @@ from collections.abc import Iterator
 from pdguard.fix_names import SENDER_ABORT
 from pdguard.sglang_names import PP_CONSENSUS_PARAM
 
-from .inflight import FUNCTION
+from .inflight import FUNCTION, NEXT_STEP, unfailed_senders
 from .model import PREFILL, Finding, Invalid, Rule
 from .project import Project
 
@@ -633,16 +633,18 @@ class SchedulerDisaggregationPrefillMixin:
         ]
         stages = PP_CONSENSUS_PARAM in {a.arg for a in model.function.args.args}
         for check in model.checks:
+            if check.never:
+                continue  # it fails no overdue request at all: PDG001 says why
             where = symbol if check.method == FUNCTION else f"{model.class_name}.{check.method}"
             if (
                 stages
-                and check.position == "before"
+                and check.each_step
                 and check.fails_sender
                 and not check.minds_ended_poll
                 and not check.skipped_under_pp  # PDG001 reports that one: no PP deadline
             ):
                 yield self.finding(PREFILL, check.line, check.col + 1, where, PP_MESSAGE)
-            if check.position == "before" and check.poll_set_at is not None:
+            if check.each_step and check.poll_set_at is not None:
                 line, col = check.poll_set_at
                 yield self.finding(
                     PREFILL,
@@ -673,6 +675,18 @@ class SchedulerDisaggregationPrefillMixin:
                     f"inflight deadline fails the request's sender only where "
                     f"`{check.rank_gate}`: ranks act differently on the same request; fail it "
                     "on every rank before the poll all-reduce"
+                )
+            elif check.position == NEXT_STEP and check.drops:
+                message = (
+                    "inflight deadline takes the request out of the queue on this rank: ranks "
+                    "can disagree; fail it through its sender and keep it for the next reduce"
+                )
+            elif unfailed := unfailed_senders(check, index):
+                calls = ", ".join(f"{m}()" for m in sorted(check.sender_calls - {"poll"}))
+                message = (
+                    f"inflight deadline calls {calls} on the request's sender, which does not "
+                    f"make {', '.join(unfailed)}.poll() report Failed: the request stays, "
+                    "with no bound; call abort()"
                 )
             else:
                 continue

@@ -532,6 +532,19 @@ class SchedulerDisaggregationPrefillMixin:
                     f"inflight deadline measured from {source} `{check.attr}`, set before the "
                     f"request entered {QUEUE}: it counts prefill time too",
                 )
+        for check in model.checks:
+            stamp_clock = model.mixed_clock(check)
+            if stamp_clock is not None and not check.never:
+                where = symbol if check.method == FUNCTION else f"{model.class_name}.{check.method}"
+                yield self.finding(
+                    PREFILL,
+                    check.line,
+                    check.col + 1,
+                    where,
+                    f"inflight deadline reads now on {check.clock} against `{check.attr}`, "
+                    f"stamped on {stamp_clock}: the two clocks share no origin, so the "
+                    "difference is no elapsed time and the deadline never fires",
+                )
         measured = {c.attr for c in model.checks}
         for entry in model.entries:
             stamp = model.stamps.get(id(entry.stmt))
@@ -551,7 +564,7 @@ class SchedulerDisaggregationPrefillMixin:
                 )
         if model.parked_line:
             for check in model.checks:
-                if check.position == "before" and not check.minds_parked:
+                if check.each_step and not check.minds_parked:
                     where = (
                         symbol if check.method == FUNCTION else f"{model.class_name}.{check.method}"
                     )
@@ -565,15 +578,25 @@ class SchedulerDisaggregationPrefillMixin:
                         "timeout bounds: skip parked requests and start their deadline when "
                         "they are unparked",
                     )
-        for stamp in model.restamps:
+        changed = [
+            (
+                stamp,
+                "is cleared where the request is kept in the inflight queue: the deadline "
+                "has no start to measure from",
+            )
+            for stamp in model.clears
+        ] + [
+            (
+                stamp,
+                "is rewritten while the request waits in the inflight queue: the deadline "
+                "restarts and never fires",
+            )
+            for stamp in model.restamps
+        ]
+        for stamp, what in changed:
             if stamp.attr in measured:
                 yield self.finding(
-                    PREFILL,
-                    stamp.line,
-                    stamp.col + 1,
-                    symbol,
-                    f"`{stamp.attr}` is rewritten while the request waits in the inflight "
-                    "queue: the deadline restarts and never fires",
+                    PREFILL, stamp.line, stamp.col + 1, symbol, f"`{stamp.attr}` {what}"
                 )
 
 

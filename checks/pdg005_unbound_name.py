@@ -538,7 +538,7 @@ class SchedulerDisaggregationPrefillMixin:
         methods = {m.name: m for m in walk(tree) if isinstance(m, ast.FunctionDef)}
         regions: dict[tuple[str, int], tuple[ast.FunctionDef, list[ast.stmt]]] = {}
         for check in model.checks:
-            if check.position != "before" or check.method not in methods:
+            if not check.each_step or check.method not in methods:
                 continue
             method = methods[check.method]
             if method.name == FUNCTION:

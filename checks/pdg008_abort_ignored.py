@@ -409,7 +409,7 @@ class QuillKVSender(SharedKVSender):
         aborting = [
             c
             for c in model.checks
-            if c.position == "before"
+            if c.each_step
             and c.fails_sender
             and c.poll_set_at is None
             and "abort" in c.sender_calls

@@ -59,6 +59,8 @@ BASE_RECEIVER = "BaseKVReceiver"
 # ``send_metadata(kv_indices, ...)`` from 0.5.10.
 RECEIVER_SEND_METHODS = ("init", "send_metadata")
 RECEIVER_ABORT = "abort"
+# What fails a KV sender: its poll() reports Failed from then on (where the class honours it).
+SENDER_ABORT = "abort"
 # ``DecodeRequest`` attribute holding the request's KV receiver.
 REQ_RECEIVER = "kv_receiver"
 # Scheduler attributes holding the decode queues (``SchedulerDisaggregationDecodeMixin``).

@@ -373,6 +373,299 @@ CASES: tuple[Case, ...] = (
     ),
 )
 
+# --- issue 20: one meaning of a bounded wait (ground truth written before the detectors) --------
+_QUEUE = "self.disagg_prefill_inflight_queue"
+_STAMP_LINE = "                req.entered_at = time.monotonic()\n"
+_KEEP = "                kept.append(req)\n"
+_OVERDUE = "            if now - req.entered_at > INFLIGHT_TIMEOUT:\n"
+_ABORT = "                req.disagg_kv_sender.abort()\n"
+_REBUILT = f"        {_QUEUE} = kept\n"
+
+# A backend whose abort() concludes Failed for poll(), with a fail() that aborts, and a
+# release() that frees buffers and leaves poll() as it was.
+_CONCLUDING_SENDER = """\
+from sglang.srt.disaggregation.base.conn import BaseKVSender, KVPoll
+
+
+class ForkKVSender(BaseKVSender):
+    def __init__(self, mgr, bootstrap_addr, room):
+        self.kv_mgr, self.bootstrap_room = mgr, room
+        self.conclude_state = None  # what poll() answers once concluded
+
+    def poll(self):
+        "The concluded state first, then the status of the room."
+        if self.conclude_state is not None:
+            return self.conclude_state
+        answer = self.kv_mgr.check_status(self.bootstrap_room)
+        return answer
+
+    def release(self):
+        self.kv_mgr.free(self.bootstrap_room)
+
+    def fail(self, reason):
+        self.kv_mgr.note(self.bootstrap_room, reason)
+        self.abort()
+
+    def abort(self):
+        # poll() answers Failed from now on
+        self.conclude_state = KVPoll.Failed
+"""
+
+
+def _expiring(line: str = _OVERDUE, body: str = _ABORT, head: str = "") -> str:
+    """``_expire_inflight`` with another test (``line``) and overdue branch (``body``)."""
+    return prefill(expire=False) + (
+        "\n    def _expire_inflight(self):\n"
+        "        now = time.monotonic()\n"
+        f"{head}        for req in {_QUEUE}:\n{line}{body}"
+    )
+
+
+def _entering(body: str) -> str:
+    """A correct tree whose entry point also puts ``batch.retried`` in, unstamped, by ``body``."""
+    return prefill(
+        enter=_enter(
+            textwrap.dedent(
+                """\
+            for req in batch.reqs:
+                if getattr(req, "entered_at", None) is None:
+                    req.entered_at = time.monotonic()
+                self.disagg_prefill_inflight_queue.append(req)
+                """
+            )
+            + textwrap.dedent(body)
+        )
+    )
+
+
+def _wall_deadline(test: str) -> str:
+    """A deadline stored at entry on the wall clock, and a sweep with its own ``test``."""
+    return prefill(
+        stamp_before="            req.give_up_at = time.time() + INFLIGHT_TIMEOUT\n",
+        expire=False,
+    ) + (f"\n    def _expire_inflight(self):\n        for req in {_QUEUE}:\n{test}" + _ABORT)
+
+
+_SEMANTICS: tuple[Case, ...] = (
+    # correct: any finding is a false positive
+    _case(
+        "deadline-stored-at-entry",
+        prefill(
+            stamp_before=(
+                "            req.inflight_deadline = time.monotonic() + INFLIGHT_TIMEOUT\n"
+            ),
+            expire=False,
+        )
+        + (
+            "\n    def _expire_inflight(self):\n        now = time.monotonic()\n"
+            f"        for req in {_QUEUE}:\n"
+            "            if now > req.inflight_deadline:\n" + _ABORT
+        ),
+        why="the entry stores when the wait must end; the sweep compares now with it",
+    ),
+    _case(
+        "failed-at-end-of-step",
+        prefill(before="").replace(_REBUILT, _REBUILT + "        self._expire_inflight()\n"),
+        why="kept requests aborted through their sender after the reduce: the next step's MIN "
+        "reduce makes the failure unanimous",
+    ),
+    _case(
+        "time-left-continue",
+        _expiring(
+            "            if now - req.entered_at < INFLIGHT_TIMEOUT:\n                continue\n",
+            _ABORT.replace("    ", "", 1),
+        ),
+        why="the kept path continues; the overdue one falls through to abort()",
+    ),
+    _case(
+        "deadline-time-left",
+        _expiring("            if INFLIGHT_TIMEOUT <= now - req.entered_at:\n"),
+        why="the limit on the left: the same test",
+    ),
+    _case(
+        "fail-method-that-aborts",
+        _expiring(body='                req.disagg_kv_sender.fail("inflight timeout")\n'),
+        why="fail() calls abort(), which makes this backend's poll() report Failed",
+        **{BACKEND_CONN: _CONCLUDING_SENDER},
+    ),
+    _case(
+        "deadline-stored-on-wall-clock",
+        _wall_deadline("            if req.give_up_at - time.time() <= 0:\n"),
+        why="a wall-clock deadline read on the wall clock, as the time left",
+    ),
+    # unsafe: a missing code is a false negative
+    _case(
+        "deadline-stored-mixed-clocks",
+        _wall_deadline("            if time.monotonic() > req.give_up_at:\n"),
+        "PDG003",
+        why="a time.time() deadline against time.monotonic(): never reached",
+    ),
+    _case(
+        "failed-at-end-of-step-and-dropped",
+        prefill(before="")
+        .replace(_REBUILT, _REBUILT + "        self._expire_inflight()\n")
+        .replace(f"        for req in {_QUEUE}:\n", f"        for req in list({_QUEUE}):\n")
+        .replace(_ABORT, _ABORT + f"                {_QUEUE}.remove(req)\n"),
+        "PDG002",
+        why="aborted, then dropped on this rank: the next reduce never sees it here",
+    ),
+    _case(
+        "mixed-clocks",
+        prefill(stamp_before=STAMP_BEFORE.replace("monotonic", "time")),
+        "PDG003",
+        why="a time.time() stamp read on time.monotonic(): the difference is hugely negative",
+    ),
+    _case(
+        "fail-action-that-does-not-fail",
+        _expiring(body="                req.disagg_kv_sender.release()\n"),
+        "PDG002",
+        why="release() frees buffers; ForkKVSender.poll() still says Transferring",
+        **{BACKEND_CONN: _CONCLUDING_SENDER},
+    ),
+    _case(
+        "flipped-comparison",
+        _expiring("            if now - req.entered_at < INFLIGHT_TIMEOUT:\n"),
+        "PDG001",
+        why="aborts the requests still within their time; never the overdue ones",
+    ),
+    _case(
+        "swapped-difference",
+        _expiring("            if req.entered_at - now > INFLIGHT_TIMEOUT:\n"),
+        "PDG001",
+        why="entry - now is never positive: never true",
+    ),
+    _case(
+        "return-first",
+        _expiring(head="        return\n"),
+        "PDG001",
+        why="the helper returns before its loop",
+    ),
+    _case(
+        "break-first",
+        _expiring("            break\n" + _OVERDUE),
+        "PDG001",
+        why="the loop breaks before the test",
+    ),
+    _case(
+        "if-false",
+        _expiring(head="        if False:\n").replace(
+            f"        for req in {_QUEUE}:\n{_OVERDUE}{_ABORT}",
+            f"            for req in {_QUEUE}:\n    {_OVERDUE}    {_ABORT}",
+        ),
+        "PDG001",
+    ),
+    _case(
+        "only-in-except-of-try-pass",
+        _expiring(head="        try:\n            pass\n        except Exception:\n").replace(
+            f"        for req in {_QUEUE}:\n{_OVERDUE}{_ABORT}",
+            f"            for req in {_QUEUE}:\n    {_OVERDUE}    {_ABORT}",
+        ),
+        "PDG001",
+    ),
+    _case(
+        "only-in-lambda",
+        _expiring(
+            "            late = lambda r: now - r.entered_at > INFLIGHT_TIMEOUT\n",
+            "            req.disagg_kv_sender.abort()\n",
+        ),
+        "PDG001",
+        why="the test is defined, never used: every request is aborted, or none bounded",
+    ),
+    _case(
+        "timeout-forced-to-inf",
+        prefill() + '\n\nINFLIGHT_TIMEOUT = float("inf")\n',
+        "PDG001",
+        why="the limit is rebound to infinity after the definition: the test never holds",
+    ),
+    _case(
+        "stamp-set-to-none-on-keep",
+        prefill().replace(_KEEP, "                req.entered_at = None\n" + _KEEP),
+        "PDG003",
+    ),
+    _case(
+        "stamp-deleted-on-keep",
+        prefill().replace(_KEEP, "                del req.entered_at\n" + _KEEP),
+        "PDG003",
+    ),
+    _case(
+        "stamp-setattr-none-on-keep",
+        prefill().replace(_KEEP, '                setattr(req, "entered_at", None)\n' + _KEEP),
+        "PDG003",
+    ),
+    _case(
+        "failed-branch-keeps",
+        prefill().replace(
+            "                req.disagg_kv_sender.abort()\n                ended.append(req)\n",
+            "                req.disagg_kv_sender.abort()\n" + _KEEP,
+        ),
+        "PDG001",
+        why="a Failed request is kept: it is re-polled Failed, and kept, every step",
+    ),
+    _case(
+        "entry-getattr",
+        _entering(f'getattr(self, "{_QUEUE[5:]}").extend(batch.retried)\n'),
+        "PDG000",
+    ),
+    _case(
+        "entry-bound-method",
+        _entering(f"add = {_QUEUE}.append\nfor r in batch.retried:\n    add(r)\n"),
+        "PDG000",
+    ),
+    _case("entry-starred", _entering(f"{_QUEUE} = [*{_QUEUE}, *batch.retried]\n"), "PDG000"),
+    _case(
+        "entry-setattr",
+        _entering(f'setattr(self, "{_QUEUE[5:]}", {_QUEUE} + batch.retried)\n'),
+        "PDG000",
+    ),
+    _case("entry-map", _entering(f"list(map({_QUEUE}.append, batch.retried))\n"), "PDG000"),
+    _case(
+        "entry-dict",
+        _entering(f'self.__dict__["{_QUEUE[5:]}"].extend(batch.retried)\n'),
+        "PDG000",
+    ),
+    _case("entry-vars", _entering(f'vars(self)["{_QUEUE[5:]}"].extend(batch.retried)\n'), "PDG000"),
+    _case(
+        "entry-tuple-alias",
+        _entering(f"q, n = {_QUEUE}, len(batch.retried)\nq.extend(batch.retried)\n"),
+        "PDG000",
+    ),
+    _case(
+        "decorated-inflight-function",
+        prefill(extra="\n\ndef _legacy(function):\n    return lambda self: []\n").replace(
+            "    def process_disagg_prefill_inflight_queue",
+            "    @_legacy\n    def process_disagg_prefill_inflight_queue",
+        ),
+        "PDG000",
+        why="the decorator replaces the function the proof reads",
+    ),
+    _case(
+        "class-attribute-after-def",
+        prefill(extra="\n    process_disagg_prefill_inflight_queue = _expire_inflight\n"),
+        "PDG000",
+    ),
+    _case(
+        "module-assignment-after-def",
+        prefill(
+            extra="\n\nSchedulerDisaggregationPrefillMixin._expire_inflight = lambda self: None\n"
+        ),
+        "PDG000",
+    ),
+    _case(
+        "setattr-abort",
+        prefill(extra='\n\nsetattr(BaseKVSender, "abort", lambda self: None)\n'),
+        "PDG000",
+    ),
+    _case(
+        "mixin-defined-again",
+        prefill(
+            extra="\n\nclass SchedulerDisaggregationPrefillMixin:\n"
+            "    def process_disagg_prefill_inflight_queue(self):\n        return []\n"
+        ),
+        "PDG000",
+    ),
+)
+CASES += _SEMANTICS
+
 
 def verdicts(case: Case) -> set[str]:
     """The rule codes ``pdguard check`` reports on ``case``."""

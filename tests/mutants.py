@@ -438,6 +438,166 @@ def ignores_stage_poll(texts: Texts) -> Texts | None:
     return _edit(texts, PREFILL, change)
 
 
+# -- hostile mutants (issue 20): code that reads like a deadline but bounds nothing --------------
+
+
+def _helper_body(source: _Source) -> list[ast.stmt] | None:
+    """The deadline helper's statements after its docstring."""
+    helper = next(_function(source, DEADLINE_HELPER), None)
+    if helper is None:
+        return None
+    body = helper.body
+    if isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant):
+        body = body[1:]
+    return body or None
+
+
+def _helper_returns_first(texts: Texts) -> Texts | None:
+    """A ``return`` before everything the deadline helper does."""
+
+    def change(source: _Source) -> bool:
+        body = _helper_body(source)
+        if body is None:
+            return False
+        source.insert(body[0].lineno, [f"{source.indent(body[0])}return\n"])
+        return True
+
+    return _edit(texts, PREFILL, change)
+
+
+def _deadline_comparison_flipped(texts: Texts) -> Texts | None:
+    """``now - entry_time < timeout`` (skip the requests with time left) turned into ``>``:
+    the requests that are overdue are skipped, those with time left aborted."""
+
+    def change(source: _Source) -> bool:
+        helper = next(_function(source, DEADLINE_HELPER), None)
+        compare = next(
+            (
+                n
+                for n in source.nodes(ast.Compare)
+                if helper is not None
+                and _inside(n, helper)  # type: ignore[arg-type]  # a Compare has line numbers
+                and isinstance(n.ops[0], ast.Lt)
+                and isinstance(n.left, ast.BinOp)
+            ),
+            None,
+        )
+        if compare is None:
+            return False
+        line = source.lines[compare.lineno - 1]
+        flipped = line.replace(" < ", " > ", 1)
+        source.replace(compare.lineno, compare.lineno, [flipped])
+        return flipped != line
+
+    return _edit(texts, PREFILL, change)
+
+
+def _timeout_forced_to_inf(texts: Texts) -> Texts | None:
+    """The helper's timeout rebound to infinity right after it is read."""
+
+    def change(source: _Source) -> bool:
+        body = _helper_body(source)
+        read = next(
+            (
+                s
+                for s in body or ()
+                if isinstance(s, ast.Assign)
+                and len(s.targets) == 1
+                and isinstance(s.targets[0], ast.Name)
+                and isinstance(s.value, ast.Call)
+            ),
+            None,
+        )
+        if read is None:
+            return False
+        name = ast.unparse(read.targets[0])
+        source.insert(_end(read) + 1, [f'{source.indent(read)}{name} = float("inf")\n'])
+        return True
+
+    return _edit(texts, PREFILL, change)
+
+
+def _stamp_cleared_on_keep(texts: Texts) -> Texts | None:
+    """The stamp set to None where the inflight function keeps a request for another step."""
+
+    def change(source: _Source) -> bool:
+        function = next(_function(source, INFLIGHT_FUNCTION), None)
+        keep = next(
+            (
+                n
+                for n in source.nodes(ast.Expr)
+                if function is not None
+                and _inside(n, function)
+                and isinstance(n.value, ast.Call)
+                and isinstance(n.value.func, ast.Attribute)
+                and n.value.func.attr == "append"
+                and isinstance(n.value.func.value, ast.Name)
+                and n.value.args
+                and isinstance(n.value.args[0], ast.Name)
+                and n.value.func.value.id.startswith("undone")
+            ),
+            None,
+        )
+        if keep is None:
+            return False
+        call = keep.value
+        assert isinstance(call, ast.Call)
+        request = ast.unparse(call.args[0])
+        source.insert(keep.lineno, [f"{source.indent(keep)}{request}.{STAMP_ATTR} = None\n"])
+        return True
+
+    return _edit(texts, PREFILL, change)
+
+
+def _stamp_on_wall_clock(texts: Texts) -> Texts | None:
+    """Every entry stamp taken with ``time.time()``, while the deadline reads
+    ``time.monotonic()``: the difference is no elapsed time."""
+
+    def change(source: _Source) -> bool:
+        stamps = _stamps(source)
+        for stamp in stamps:
+            line = source.lines[stamp.lineno - 1]
+            source.replace(stamp.lineno, stamp.lineno, [line.replace("monotonic()", "time()")])
+        return bool(stamps)
+
+    return _edit(texts, PREFILL, change)
+
+
+def _entry_through_getattr(texts: Texts) -> Texts | None:
+    """The first entry outside the inflight function made through ``getattr(self, "<queue>")``:
+    a way in the model does not follow (PDG000, never a clean check)."""
+
+    def change(source: _Source) -> bool:
+        skip = [*_function(source, INFLIGHT_FUNCTION), *_function(source, DEADLINE_HELPER)]
+        queue = "self.disagg_prefill_inflight_queue."
+        for node in source.nodes(ast.Expr):
+            line = source.lines[node.lineno - 1]
+            if queue in line and not any(_inside(node, f) for f in skip):
+                getter = 'getattr(self, "disagg_prefill_inflight_queue").'
+                source.replace(node.lineno, node.lineno, [line.replace(queue, getter, 1)])
+                return True
+        return False
+
+    return _edit(texts, PREFILL, change)
+
+
+def _helper_decorated(texts: Texts) -> Texts | None:
+    """The deadline helper replaced by a decorator defined at the end of the module."""
+
+    def change(source: _Source) -> bool:
+        helper = next(_function(source, DEADLINE_HELPER), None)
+        if helper is None:
+            return False
+        source.insert(helper.lineno, [f"{source.indent(helper)}@_replaced\n"])
+        source.insert(
+            len(source.lines) + 1,
+            ["\n\ndef _replaced(function):\n", "    return lambda self, *args, **kwargs: None\n"],
+        )
+        return True
+
+    return _edit(texts, PREFILL, change)
+
+
 def _remove_import(module: str) -> Callable[[Texts], Texts | None]:
     def mutate(texts: Texts) -> Texts | None:
         def change(source: _Source) -> bool:
@@ -800,6 +960,13 @@ MUTANTS = (
     Mutant("poll() ignores abort() again", "PDG008", abort_check_removed),
     Mutant("init_time removed", "PDG004", _remove_init_time),
     Mutant("bootstrap check removed", "PDG004", _remove_bootstrap_check),
+    Mutant("deadline helper returns first", "PDG001", _helper_returns_first),
+    Mutant("deadline comparison flipped", "PDG001", _deadline_comparison_flipped),
+    Mutant("timeout forced to infinity", "PDG001", _timeout_forced_to_inf),
+    Mutant("stamp cleared where kept", "PDG003", _stamp_cleared_on_keep),
+    Mutant("stamp on the wall clock", "PDG003", _stamp_on_wall_clock),
+    Mutant("entry through getattr", "PDG000", _entry_through_getattr),
+    Mutant("deadline helper replaced by a decorator", "PDG000", _helper_decorated),
     Mutant("import time removed", "PDG005", _remove_import("time")),
     Mutant("import os removed", "PDG005", _remove_import("os")),
     *DECODE_MUTANTS,

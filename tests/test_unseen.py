@@ -219,6 +219,25 @@ def test_apply_fixes_fork_shapes_and_check_agrees(
     assert [f for f in check_tree(open_tree(root)).findings if f.code in prefill_codes] == []
 
 
+_HOSTILE_ENTRIES = [c.name for c in CASES if c.name.startswith("entry-")]
+
+
+@pytest.mark.parametrize("case", _HOSTILE_ENTRIES)
+def test_apply_refuses_where_requests_enter_in_a_way_it_does_not_follow(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], case: str
+) -> None:
+    """A way into the queue the model does not follow (getattr, a bound method, ``[*q, r]``,
+    ``setattr``, ``map``, ``__dict__``/``vars()``, a tuple-unpacked alias): apply must not claim
+    the stamp is at every entry; it refuses, naming PDG000, and writes nothing."""
+    root = _write(tmp_path, _unpatched(case))
+    before = {p: p.read_bytes() for p in root.rglob("*.py")}
+    code, fixes, err = _apply(capsys, root)
+    assert code == 2
+    assert fixes["inflight-deadline"] == "refused"
+    assert "check still reports PDG000" in err
+    assert {p: p.read_bytes() for p in root.rglob("*.py")} == before
+
+
 def test_a_sender_pdguard_cannot_fix_is_refused_and_can_be_left_out(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -110,8 +110,8 @@ def check_project(
     tree: SourceTree, project: Project, codes: Iterable[str] = checks.CODES
 ) -> CheckResult:
     """The findings of the rules ``codes`` on ``project`` that no comment suppresses (and the
-    warnings of malformed suppressions): what ``pdguard check`` reports, also for ``apply``'s
-    re-check."""
+    warnings of malformed suppressions): the one verdict on a tree. ``pdguard check`` reports
+    it, ``apply``'s re-check refuses a fix by it, ``verify`` calls a fix drifted by it."""
     try:
         found = checks.run(project, codes)
     except SyntaxError as exc:

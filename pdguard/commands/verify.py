@@ -21,7 +21,7 @@ from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from pdguard import cache, checks
+from pdguard import cache
 from pdguard.checks.project import Project
 
 from ..errors import ConfigError, PdguardError, TargetError, UsageError
@@ -45,7 +45,7 @@ from .base import (
     github_escape,
     positive,
 )
-from .check import check_tree, finding_json
+from .check import check_project, check_tree, finding_json
 
 NAME = "verify"
 HELP = "say, per upstream ref or release, whether each fix is carried, upstream, ..."
@@ -163,8 +163,9 @@ def _plan_fixes(tree: SourceTree, workspace: Workspace, report: RefReport) -> li
 
 def _recheck(tree: SourceTree, patched: Project, applied: list[Fix], report: RefReport) -> None:
     """A fix whose rules still report on the patched texts has drifted: apply anchors, but
-    the property does not hold."""
-    left = checks.run(patched, [code for fix in applied for code in fix.rules])
+    the property does not hold. The verdict is check's and apply's re-check's own
+    (``check.check_project``: the same rules, the same suppressions)."""
+    left = check_project(tree, patched, [code for fix in applied for code in fix.rules]).findings
     for fix in applied:
         mine = [f for f in left if f.code in fix.rules]
         if mine:

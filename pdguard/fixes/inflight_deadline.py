@@ -278,7 +278,9 @@ class InflightDeadline(Fix):
 
     def plan(self, workspace: Workspace) -> Outcome:
         tree = workspace.ast(PREFILL_PATH)
-        outcome = self._present(workspace, tree) or self._upstream(tree) or self._refused(tree)
+        outcome = (
+            self._present(workspace, tree) or self._upstream(workspace, tree) or self._refused(tree)
+        )
         if outcome is not None:
             return outcome
         return self._apply(workspace)
@@ -306,12 +308,13 @@ class InflightDeadline(Fix):
             )
         return Outcome(Status.PRESENT, f"marker and deadline found in {PREFILL_PATH}")
 
-    def _upstream(self, tree: ast.Module) -> Outcome | None:
-        """A deadline that the PDG001 model proves is already there (written by hand)."""
+    def _upstream(self, workspace: Workspace, tree: ast.Module) -> Outcome | None:
+        """A deadline that the PDG001 model proves is already there (written by hand), judged
+        as PDG001 judges it: with what its fail action does in this tree's sender classes."""
         if _function(tree, FUNCTION) is None:
             return None  # refused by the next step
         model = analyse(tree)
-        valid = model.valid_checks() if model is not None else []
+        valid = model.valid_checks(sender_index(workspace)) if model is not None else []
         if not valid:
             return None
         check = valid[0]

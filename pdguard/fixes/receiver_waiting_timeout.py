@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from pdguard.checks.bindings import bindings_in_force
+from pdguard.checks.bounded_wait import is_failed
 from pdguard.checks.env_reads import env_reader as checks_env_reader
 from pdguard.checks.nodes import statements, walk
 from pdguard.checks.project import Project
@@ -107,8 +108,7 @@ def failed_poll_raises(workspace: Workspace) -> int | None:
         and isinstance(node.test, ast.Compare)
         and len(node.test.ops) == 1
         and isinstance(node.test.ops[0], ast.Eq | ast.Is)
-        and isinstance(node.test.comparators[0], ast.Attribute)
-        and node.test.comparators[0].attr == KVPoll.Failed.name
+        and is_failed(node.test.comparators[0])
         and node.body
         and isinstance(node.body[0], ast.Raise)
     ]
