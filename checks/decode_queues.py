@@ -12,8 +12,11 @@ Read-only analysis on ``ast``, over the modules that name a decode queue or a re
   queues it skips are empty.
 - A *pending list* is a queue attribute that a method rebuilds from a local list
   (``self.pending_reqs = remaining``) while handing the other entries' receivers their
-  ``init()``/``send_metadata()``: the entries it keeps are waiting before their receiver's own
-  waiting clock starts. Each ``append``/``extend`` into that list (also inside a helper whose
+  ``init()``/``send_metadata()``, or any list the method rebuilds from its own entries while
+  admitting the others into a list the queue polls (whatever the entries are: a fork's bare
+  requests, whose receivers are created later): the entries it keeps are waiting before any
+  receiver clock of theirs runs. ``entries()`` says what they are (their classes, the
+  attributes the queue reads on them), for a fix to write only what they have. Each ``append``/``extend`` into that list (also inside a helper whose
   returned list it is) is a *re-queue*. A re-queue is *bounded* when the loop around it also
   fails requests under a retry counter or an elapsed-time comparison, or when the class
   enforces a deadline on its entries (a loop over a queue attribute that compares an
@@ -43,10 +46,10 @@ from pdguard.sglang_names import (
     KVPoll,
 )
 
-from .kv_senders import ClassIndex, ClassInfo
+from .kv_senders import ClassIndex, ClassInfo, is_self_attr
 from .nodes import kept, own_nodes, own_parents, walk
 
-__all__ = ["DecodeQueueModel", "EarlyReturn", "Requeue"]
+__all__ = ["DecodeQueueModel", "EarlyReturn", "Entries", "Requeue", "paths_read", "type_names"]
 
 CLOCKS = frozenset({"monotonic", "time", "perf_counter", "monotonic_ns", "time_ns"})
 
@@ -180,6 +183,14 @@ class Requeue:
     inert: bool = False
 
 
+@dataclass(frozen=True)
+class Entries:
+    """The entries of a pending list, as the tree shows them."""
+
+    types: tuple[str, ...]  # the classes it is filled with (``DecodeRequest``, ``Req``)
+    read: frozenset[str]  # attribute paths the queue reads on an entry: "req.rid", "kv_receiver"
+
+
 @dataclass
 class _Facts:
     """What one function does, from one walk of its own nodes."""
@@ -190,6 +201,7 @@ class _Facts:
     queue_calls: list[ast.Call] = field(default_factory=list)  # self.<queue>.<m>()
     returns: list[ast.Return] = field(default_factory=list)
     rebuilt: list[tuple[str, str]] = field(default_factory=list)  # self.<attr> = <local>
+    reads: set[str] = field(default_factory=set)  # self.<attr> read (loaded)
 
 
 def _from_self(node: ast.AST, derived: set[str]) -> bool:
@@ -282,7 +294,14 @@ def _facts_of(func: ast.FunctionDef) -> _Facts:
                     facts.queue_calls.append(node)
         elif isinstance(node, ast.Return):
             facts.returns.append(node)
-        elif isinstance(node, ast.Assign) and isinstance(node.value, ast.Name):
+        elif (
+            isinstance(node, ast.Attribute)
+            and isinstance(node.ctx, ast.Load)
+            and isinstance(node.value, ast.Name)
+            and node.value.id == "self"
+        ):
+            facts.reads.add(node.attr)
+        if isinstance(node, ast.Assign) and isinstance(node.value, ast.Name):
             for target in node.targets:
                 if isinstance(target, ast.Attribute) and getattr(target.value, "id", "") == "self":
                     facts.rebuilt.append((target.attr, node.value.id))
@@ -507,7 +526,7 @@ class DecodeQueueModel:
             info = self.index.classes[cls]
             for method, func in info.methods.items():
                 for attr, local in self.facts(func).rebuilt:
-                    if not any(self.facts(f).hands_on for f in self.reached(cls, method)):
+                    if not self._pending(cls, method, func, attr, local):
                         continue
                     if self._deadline_on_entries(cls):
                         continue
@@ -517,6 +536,122 @@ class DecodeQueueModel:
                         if not bounded:
                             inert = bounded is None
                             yield Requeue(info, site_func, site, attr, method, inert)
+
+    def _pending(self, cls: str, method: str, func: ast.FunctionDef, attr: str, local: str) -> bool:
+        """Is ``self.<attr>``, rebuilt by ``method`` from ``<local>``, a pending list: its
+        entries wait before any receiver clock of theirs runs? Either the method hands the
+        other entries' receivers on (``init()``/``send_metadata()``), or it is a list the
+        method rebuilds from its own entries (it reads ``self.<attr>`` and puts entries back
+        into ``<local>``) and admits the others into a list the queue polls (``self.queue.
+        append(DecodeRequest(req, receiver))``), while the queue's polls do not reduce its own
+        entries' receivers: whatever the entries are (bare requests with no receiver yet
+        included), nothing else bounds their wait. A list of entries that are done and only
+        wait to be released (``_deferred_releases``) admits nothing: it is not one."""
+        reached = self.reached(cls, method)
+        if any(self.facts(f).hands_on for f in reached):
+            return True
+        polled = self._polled_lists(cls)
+        if attr not in self.facts(func).reads or attr in polled:
+            return False
+        admits = any(
+            isinstance(c.func, ast.Attribute)
+            and c.func.attr in ("append", "extend", "insert")
+            and isinstance(c.func.value, ast.Attribute)
+            and is_self_attr(c.func.value, c.func.value.attr)
+            and c.func.value.attr in polled
+            for f in reached
+            for c in self.facts(f).queue_calls
+        )
+        return admits and any(True for _ in self._sites(cls, func, local))
+
+    def _polled_lists(self, cls: str) -> set[str]:
+        """The attributes whose entries' receivers the poll methods of ``cls`` read (``[r.
+        kv_receiver for r in self.queue]``): their wait is bounded by the receivers' own
+        clocks (PDG006), not by the queue."""
+        found: set[str] = set()
+        for method in self.queues()[cls]:
+            for f in self.reached(cls, method):
+                found |= kept(f, "_pdguard_decode_polled", _receiver_lists)
+        return found
+
+    def entries(self, requeue: Requeue) -> Entries:
+        """What the entries of ``requeue``'s pending list are, as the tree shows them: the
+        classes it is filled with, and the attributes the queue's code reads on them."""
+        types: set[str] = set()
+        read: set[str] = set()
+        attr = requeue.attr
+        for info in self.index.mro(requeue.owner.name):
+            for func in info.methods.values():
+                params = {
+                    a.arg: a.annotation
+                    for a in (*func.args.posonlyargs, *func.args.args, *func.args.kwonlyargs)
+                }
+                values = _local_values(func)
+                items = _items_of(func, attr)
+                if func is requeue.func:
+                    item = requeue.node.args[0] if requeue.node.args else None
+                    if isinstance(item, ast.Name):
+                        items.add(item.id)
+                for node in own_nodes(func):
+                    if isinstance(node, ast.AnnAssign) and is_self_attr(node.target, attr):
+                        types |= _element_names(node.annotation)
+                    if not (
+                        isinstance(node, ast.Call)
+                        and isinstance(node.func, ast.Attribute)
+                        and node.func.attr in ("append", "insert")
+                        and is_self_attr(node.func.value, attr)
+                        and node.args
+                    ):
+                        continue
+                    added = node.args[-1]
+                    if isinstance(added, ast.Name):
+                        items.add(added.id)
+                    types |= self._made(requeue.owner.name, func, added, params, values)
+                read |= paths_read(func, items)
+        return Entries(tuple(sorted(types)), frozenset(read))
+
+    def _made(
+        self,
+        cls: str,
+        func: ast.FunctionDef,
+        value: ast.expr,
+        params: dict[str, ast.expr | None],
+        values: dict[str, list[ast.expr]],
+        depth: int = 0,
+    ) -> set[str]:
+        """The classes ``value`` (in ``func``) can be an instance of: a parameter's annotation,
+        a constructor call (a capitalised name), or what a ``self.<helper>()`` it is returned
+        by returns; "?" for anything else."""
+        if isinstance(value, ast.Name):
+            if params.get(value.id) is not None:
+                return type_names(params[value.id]) or {"?"}
+            assigned = values.get(value.id, [])
+            if not assigned:
+                return {"?"}
+            return set().union(*(self._made(cls, func, v, params, {}, depth) for v in assigned))
+        if isinstance(value, ast.Call):
+            callee = value.func
+            if is_self_attr(callee, getattr(callee, "attr", "")) and depth < 3:
+                assert isinstance(callee, ast.Attribute)
+                owner = self.index.resolve(cls, callee.attr)
+                if owner is None:
+                    return {"?"}
+                helper = owner.methods[callee.attr]
+                returned = [
+                    n.value for n in own_nodes(helper) if isinstance(n, ast.Return) and n.value
+                ]
+                helper_params = {a.arg: a.annotation for a in helper.args.args}
+                helper_values = _local_values(helper)
+                return set().union(
+                    *(
+                        self._made(cls, helper, v, helper_params, helper_values, depth + 1)
+                        for v in returned
+                    )
+                ) or {"?"}
+            names = type_names(callee)
+            if names and all(name[:1].isupper() for name in names):
+                return names
+        return {"?"}
 
     def _sites(
         self, cls: str, func: ast.FunctionDef, local: str
@@ -579,16 +714,111 @@ class DecodeQueueModel:
         return False
 
 
+def _receiver_lists(func: ast.FunctionDef) -> set[str]:
+    """``self.<attr>`` lists ``func`` iterates (a loop or a comprehension) reading an item's
+    ``kv_receiver``."""
+    found = set()
+    for node, target, iterated in _loops(func):
+        if isinstance(iterated, ast.Attribute) and getattr(iterated.value, "id", "") == "self":
+            items = {n.id for n in walk(target) if isinstance(n, ast.Name)}
+            if any(
+                isinstance(n, ast.Attribute)
+                and n.attr == REQ_RECEIVER
+                and getattr(n.value, "id", None) in items
+                for n in walk(node)
+            ):
+                found.add(iterated.attr)
+    return found
+
+
+def _loops(func: ast.FunctionDef) -> Iterator[tuple[ast.AST, ast.expr, ast.expr]]:
+    """Each loop and comprehension generator of ``func``: (the node, its target, what it
+    iterates)."""
+    for node in own_nodes(func):
+        if isinstance(node, ast.For):
+            yield node, node.target, node.iter
+        elif isinstance(node, ast.ListComp | ast.SetComp | ast.GeneratorExp | ast.DictComp):
+            for g in node.generators:
+                yield node, g.target, g.iter
+
+
+def _items_of(func: ast.FunctionDef, attr: str) -> set[str]:
+    """The names ``func`` binds to entries of ``self.<attr>`` (a loop or comprehension over it)."""
+    return {
+        target.id
+        for _, target, iterated in _loops(func)
+        if is_self_attr(iterated, attr) and isinstance(target, ast.Name)
+    }
+
+
+def paths_read(func: ast.FunctionDef, items: set[str]) -> set[str]:
+    """The attribute paths ``func`` reads on the names in ``items``: ``x.req.rid`` gives
+    "req" and "req.rid"."""
+    found = set()
+    for node in own_nodes(func):
+        chain: list[str] = []
+        sub: ast.AST = node
+        while isinstance(sub, ast.Attribute):
+            chain.append(sub.attr)
+            sub = sub.value
+        if chain and isinstance(sub, ast.Name) and sub.id in items:
+            path = ".".join(reversed(chain))
+            parts = path.split(".")
+            found |= {".".join(parts[: i + 1]) for i in range(len(parts))}
+    return found
+
+
+def type_names(expr: ast.expr | None) -> set[str]:
+    """The class an annotation or a constructor call names (``Req``, ``"Req"``,
+    ``Optional[Req]``, ``module.Req``)."""
+    if expr is None:
+        return set()
+    if isinstance(expr, ast.Constant) and isinstance(expr.value, str):
+        try:
+            expr = ast.parse(expr.value, mode="eval").body
+        except SyntaxError:
+            return set()
+    if isinstance(expr, ast.Name):
+        return {expr.id}
+    if isinstance(expr, ast.Attribute):
+        return {expr.attr}
+    if isinstance(expr, ast.Subscript) and type_names(expr.value) & {"Optional"}:
+        return type_names(expr.slice)
+    if isinstance(expr, ast.BinOp) and isinstance(expr.op, ast.BitOr):  # X | None
+        return (type_names(expr.left) | type_names(expr.right)) - {"None"}
+    return set()
+
+
+def _element_names(annotation: ast.expr) -> set[str]:
+    """The element class of a list annotation: ``List[DecodeRequest]``, ``list[Req]``."""
+    if isinstance(annotation, ast.Subscript):
+        return type_names(annotation.slice)
+    return set()
+
+
 def _advanced_every_call(func: ast.FunctionDef) -> set[str]:
-    """``self.<attr>`` names ``func`` assigns in a statement of its own body (not under a
-    condition): a test on them changes from one call to the next."""
+    """``self.<attr>`` names ``func`` assigns in a statement that runs on every call (its own
+    body, and the body and ``finally`` of a ``try`` or the body of a ``with`` there; not under
+    a condition or a loop): a test on them changes from one call to the next."""
     return {
         target.attr
-        for stmt in func.body
+        for stmt in _every_call(func.body)
         if isinstance(stmt, ast.Assign | ast.AugAssign)
         for target in (stmt.targets if isinstance(stmt, ast.Assign) else [stmt.target])
         if isinstance(target, ast.Attribute) and getattr(target.value, "id", "") == "self"
     }
+
+
+def _every_call(body: list[ast.stmt]) -> Iterator[ast.stmt]:
+    """The statements of ``body`` that run whenever it runs to its end: its own, and those of
+    the ``try`` bodies, ``finally`` blocks and ``with`` bodies among them (recursively)."""
+    for stmt in body:
+        yield stmt
+        if isinstance(stmt, ast.Try | ast.TryStar):
+            yield from _every_call(stmt.body)
+            yield from _every_call(stmt.finalbody)
+        elif isinstance(stmt, ast.With | ast.AsyncWith):
+            yield from _every_call(stmt.body)
 
 
 def _local_values(func: ast.FunctionDef) -> dict[str, list[ast.expr]]:
@@ -800,8 +1030,28 @@ def _bounded_in_loop(
         if not bound:
             continue
         inert = None
-        for branch in (node.body, node.orelse):
+        for branch in _paths_of(node, parents):
             holds_site = any(site is n for stmt in branch for n in walk(stmt))
             if not holds_site and any(_fails(stmt) for stmt in branch):
                 return True
     return inert
+
+
+_JUMPS = (ast.Continue, ast.Break, ast.Return, ast.Raise)
+
+
+def _paths_of(node: ast.If, parents: dict[ast.AST, ast.AST]) -> tuple[list[ast.stmt], ...]:
+    """The statements each way out of ``node`` runs in its loop pass: its body and its
+    ``else``, each followed by the statements after the ``if`` unless it ends in a jump
+    (``continue``, ``break``, ``return``, ``raise``). ``if waited <= limit: keep; continue``
+    then ``abort()`` is the ``else`` form written with an early ``continue``."""
+    after: list[ast.stmt] = []
+    parent = parents.get(node)
+    for name in ("body", "orelse", "finalbody"):
+        block = getattr(parent, name, None)
+        if isinstance(block, list) and any(s is node for s in block):
+            after = block[[id(s) for s in block].index(id(node)) + 1 :]
+    return tuple(
+        branch if branch and isinstance(branch[-1], _JUMPS) else [*branch, *after]
+        for branch in (node.body, node.orelse)
+    )
