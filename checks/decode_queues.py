@@ -16,7 +16,8 @@ Read-only analysis on ``ast``, over the modules that name a decode queue or a re
   admitting the others into a list the queue polls (whatever the entries are: a fork's bare
   requests, whose receivers are created later): the entries it keeps are waiting before any
   receiver clock of theirs runs. ``entries()`` says what they are (their classes, the
-  attributes the queue reads on them), for a fix to write only what they have. Each ``append``/``extend`` into that list (also inside a helper whose
+  attributes the queue reads on them), for a fix to write only what they have. Each
+  ``append``/``extend`` into that list (also inside a helper whose
   returned list it is) is a *re-queue*. A re-queue is *bounded* when the loop around it also
   fails requests under a retry counter or an elapsed-time comparison, or when the class
   enforces a deadline on its entries (a loop over a queue attribute that compares an

@@ -26,7 +26,8 @@ What it does
       an ``if`` whose condition need not come true again (``if not <retracted requests>:``
       around both polls). Not reported: a condition that only probes the skipped queues'
       emptiness, a throttle (it reads an attribute the function reassigns on every call,
-      ``self.polling_count``, also inside a ``try``/``finally`` or ``with``), the configuration (no scheduler state but ``server_args``),
+      ``self.polling_count``, also inside a ``try``/``finally`` or
+      ``with``), the configuration (no scheduler state but ``server_args``),
       or the retraction gate over admissions only (also through a local flag).
       ``decode-queue-bound`` does not rewrite such a hand-written gate: it refuses.
 

@@ -104,3 +104,110 @@ def test_bound_logs_only_the_request_id_its_entries_have(
         assert "prefill DP rank not resolved in" in generated
     else:
         assert "{" + log + "}" in generated, generated
+
+
+# -- the env registry: an entry the tree does not define (PDG005) ------------------------------
+
+_REGISTRY = """\
+class EnvInt:
+    def __init__(self, default):
+        self.default = default
+
+
+class Envs:
+    SGLANG_DISAGGREGATION_WAITING_TIMEOUT = EnvInt(300)
+{entry}
+
+envs = Envs()
+"""
+_READER = """\
+from sglang.srt.environ import envs
+
+
+def read_limits():
+    return envs.SGLANG_DISAGGREGATION_WAITING_TIMEOUT.get(), envs.{name}.get()
+"""
+
+
+@pytest.mark.parametrize(
+    ("entry", "module_level", "found"),
+    [
+        ("SGLANG_DISAGGREGATION_INFLIGHT_TIMEOUT = EnvInt(300)", "", False),
+        ("SGLANG_DISAGGREGATION_INFLIGHT_TIMEOUT: EnvInt = EnvInt(300)", "", False),
+        ("", "", True),  # removed
+        ("SGLANG_DISAGGREGATION_INFLGHT_TIMEOUT = EnvInt(300)", "", True),  # misspelt
+        ("", "SGLANG_DISAGGREGATION_INFLIGHT_TIMEOUT = EnvInt(300)\n", True),  # not on Envs
+    ],
+)
+def test_pdg005_reports_a_registry_read_the_tree_does_not_define(
+    entry: str, module_level: str, found: bool
+) -> None:
+    from pdguard.checks import Project, run
+    from pdguard.sglang_names import ENVIRON_PATH, INFLIGHT_TIMEOUT_ENV
+
+    texts = {
+        DECODE_PATH: _READER.format(name=INFLIGHT_TIMEOUT_ENV),
+        ENVIRON_PATH: _REGISTRY.format(entry="    " + entry if entry else "") + module_level,
+    }
+    findings = [(f.code, f.line) for f in run(Project(texts), ["PDG005"])]
+    assert findings == ([("PDG005", 5)] if found else []), findings
+
+
+def test_pdg005_registry_entry_inherited_or_unknown_shape() -> None:
+    from pdguard.checks import Project, run
+    from pdguard.sglang_names import ENVIRON_PATH
+
+    inherited = (
+        "class Base:\n    SGLANG_X = 1\n\n\nclass Envs(Base):\n    pass\n\n\nenvs = Envs()\n"
+    )
+    dynamic = "class Envs:\n    def __getattr__(self, name):\n        return 1\n\n\nenvs = Envs()\n"
+    for registry in (inherited, dynamic):
+        texts = {DECODE_PATH: _READER.format(name="SGLANG_X"), ENVIRON_PATH: registry}
+        texts[DECODE_PATH] = texts[DECODE_PATH].replace(
+            "envs.SGLANG_DISAGGREGATION_WAITING_TIMEOUT.get(), ", ""
+        )
+        assert not list(run(Project(texts), ["PDG005"]))
+
+
+@pytest.mark.releases
+@pytest.mark.parametrize("edit", ["remove", "misspell"])
+def test_check_and_apply_agree_on_a_broken_registry_entry(
+    tmp_path: Path, edit: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A patched release whose inflight timeout entry was removed or misspelt: the read
+    raises at run time; check reports it as apply --check refuses it."""
+    from pdguard.sglang_names import ENVIRON_PATH, INFLIGHT_TIMEOUT_ENV
+    from tests.helpers import patched_copy, run_main
+
+    root = patched_copy("0.5.21", tmp_path / "tree")
+    environ = root / ENVIRON_PATH
+    text = environ.read_text()
+    entry = next(line for line in text.splitlines() if INFLIGHT_TIMEOUT_ENV in line)
+    new = "" if edit == "remove" else entry.replace("INFLIGHT", "INFLGHT")
+    environ.write_text(text.replace(entry + "\n", new + "\n" if new else ""))
+    code, out, _ = run_main(capsys, "check", root)
+    assert code == 1 and "PDG005" in out and f"envs.{INFLIGHT_TIMEOUT_ENV}" in out, out
+    code, _, err = run_main(capsys, "apply", "--check", root)
+    assert code != 0 and INFLIGHT_TIMEOUT_ENV in err
+
+
+# -- the pre-commit hooks run on every file a fix or rule reads -------------------------------
+
+
+def test_precommit_hooks_cover_every_file_the_fixes_read() -> None:
+    import re
+
+    from pdguard.fixes import FIXES
+    from pdguard.sglang_names import READ_DIRS, READ_FILES
+
+    hooks = (Path(__file__).resolve().parents[1] / ".pre-commit-hooks.yaml").read_text()
+    patterns = re.findall(r"^  files: (.+)$", hooks, re.M)
+    assert len(patterns) == hooks.count("\n- id: ") + hooks.startswith("- id: ") > 0
+    reads = {path for fix in FIXES for path in fix.reads}
+    assert reads <= {*READ_DIRS, *READ_FILES}  # verify's cache key holds them too
+    for path in sorted(reads | {*READ_DIRS, *READ_FILES}):
+        sample = path if path.endswith(".py") else f"{path}/any_module.py"
+        for prefix in ("", "python/"):  # a wheel's layout, upstream's checkout
+            for pattern in patterns:
+                assert re.search(pattern, prefix + sample), (pattern, prefix + sample)
+    assert not any(re.search(p, "python/sglang/srt/layers/linear.py") for p in patterns)

@@ -29,6 +29,7 @@ from ..sglang_names import (
     DISAGGREGATION_DIR,
     ENVIRON_MODULE,
     ENVIRON_OBJECT,
+    MANAGERS_DIR,
     POP_PREALLOCATED,
     POP_TRANSFERRED,
     REQ_RECEIVER,
@@ -45,7 +46,6 @@ if TYPE_CHECKING:
     from ..workspace import Workspace
 
 FIX = fix_names.DECODE_QUEUE_BOUND
-SRT_DIR = DISAGGREGATION_DIR.rpartition("/")[0]  # where a request's classes are defined
 # pdguard's own names in the code it writes.
 PENDING_STAMP = fix_names.DECODE_PENDING_STAMP
 GATE_FLAG = fix_names.DECODE_GATE_FLAG
@@ -67,6 +67,7 @@ class DecodeQueueBoundFix(Fix):
     name = FIX
     summary = "a bound on the decode queues' pending re-queue and retraction gate (0.4.7.post1+)"
     rules = ("PDG007",)
+    reads = (DISAGGREGATION_DIR, MANAGERS_DIR)
 
     def plan(self, workspace: Workspace) -> Outcome:
         model = decode_project(workspace).decode_queues
@@ -267,7 +268,8 @@ def _class_fields(workspace: Workspace, name: str) -> dict[str, set[str]] | None
     needle = f"class {name}"
     found = [
         node
-        for rel in workspace.files_containing(SRT_DIR, needle)
+        for folder in DecodeQueueBoundFix.reads  # DecodeRequest, and the scheduler's Req
+        for rel in workspace.files_containing(folder, needle)
         for node in workspace.ast(rel).body
         if isinstance(node, ast.ClassDef) and node.name == name
     ]

@@ -12,6 +12,7 @@ from pdguard.checks.inflight import analyse
 from .. import fix_names
 from ..sglang_names import (
     BOOTSTRAP_TIMEOUT_ENV,
+    DISAGGREGATION_DIR,
     ENVIRON_PATH,
     INFLIGHT_TIMEOUT_ENV,
     KVPOLL,
@@ -266,6 +267,7 @@ class InflightDeadline(Fix):
     name = FIX
     summary = "a deadline for requests waiting in the prefill inflight queue (prefill.py)"
     rules = ("PDG000", "PDG001", "PDG002", "PDG003", "PDG005")
+    reads = (DISAGGREGATION_DIR, ENVIRON_PATH)
 
     def plan(self, workspace: Workspace) -> Outcome:
         tree = workspace.ast(PREFILL_PATH)
