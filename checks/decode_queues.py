@@ -29,7 +29,7 @@ Read-only analysis on ``ast``, over the modules that name a decode queue or a re
 from __future__ import annotations
 
 import ast
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from functools import cached_property, partial
 
@@ -79,27 +79,73 @@ def _fails(node: ast.AST) -> bool:
     return False
 
 
-def _clock_names(func: ast.AST) -> set[str]:
-    names = set()
+def _clock_names(func: ast.AST) -> dict[str, str]:
+    """Locals ``func`` assigns a clock reading: name -> the clock function."""
+    names: dict[str, str] = {}
     for node in own_nodes(func):
         if (
             isinstance(node, ast.Assign)
             and isinstance(node.value, ast.Call)
-            and _call_name(node.value) in CLOCKS
+            and (clock := _call_name(node.value)) in CLOCKS
         ):
-            names |= {t.id for t in node.targets if isinstance(t, ast.Name)}
+            names |= {t.id: clock for t in node.targets if isinstance(t, ast.Name)}
     return names
 
 
-def _is_clock(node: ast.AST, clocks: set[str]) -> bool:
+def _clock_of(node: ast.AST, clocks: Mapping[str, str]) -> str | None:
+    """The clock function a reading ``node`` comes from (a call, or a local holding one)."""
+    if isinstance(node, ast.Call) and (name := _call_name(node)) in CLOCKS:
+        return name
+    if isinstance(node, ast.Name):
+        return clocks.get(node.id)
+    return None
+
+
+def _stamp_key(stamp: ast.AST) -> str | None:
+    """What names a stamp wherever it is written: ``x.entered_at`` -> "entered_at",
+    ``self.since[rid]`` -> "since"."""
+    if isinstance(stamp, ast.Subscript):
+        stamp = stamp.value
+    return stamp.attr if isinstance(stamp, ast.Attribute) else None
+
+
+def stamp_clocks(modules: Iterable[ast.Module]) -> dict[str, frozenset[str]]:
+    """The clocks each stamp (by ``_stamp_key``) is written with, over ``modules``: an
+    elapsed time is one clock's reading minus a stamp of the same clock; ``time.monotonic()``
+    minus a ``time.time()`` stamp is far below any limit (the deadline never fires)."""
+    found: dict[str, set[str]] = {}
+    for tree in modules:
+        for func in walk(tree):
+            if not isinstance(func, ast.FunctionDef | ast.AsyncFunctionDef):
+                continue
+            local = _clock_names(func)
+            for node in own_nodes(func):
+                if isinstance(node, ast.Assign):
+                    clock = _clock_of(node.value, local)
+                    for target in node.targets:
+                        key = _stamp_key(target)
+                        if key is not None:
+                            found.setdefault(key, set()).add(clock or "?")
+    return {key: frozenset(clocks) for key, clocks in found.items()}
+
+
+def _same_clock(stamp: ast.AST, clock: str | None, stamps: Mapping[str, frozenset[str]]) -> bool:
+    """Can ``stamp`` be a reading of ``clock``? Unless every write of it the tree shows is a
+    reading of another clock."""
+    key = _stamp_key(stamp)
+    written = stamps.get(key) if key is not None else None
+    return clock is None or not written or "?" in written or clock in written
+
+
+def _is_clock(node: ast.AST, clocks: Mapping[str, str]) -> bool:
     return (isinstance(node, ast.Call) and _call_name(node) in CLOCKS) or (
         isinstance(node, ast.Name) and node.id in clocks
     )
 
 
-def _elapsed_locals(func: ast.AST, clocks: set[str]) -> dict[str, ast.expr]:
-    """Locals assigned ``<clock> - <stamp>`` in ``func``: name -> stamp."""
-    found = {}
+def _elapsed_locals(func: ast.AST, clocks: Mapping[str, str]) -> dict[str, ast.expr]:
+    """Locals assigned ``<clock> - <stamp>`` in ``func``: name -> that difference."""
+    found: dict[str, ast.expr] = {}
     for node in own_nodes(func):
         if isinstance(node, ast.Assign) and len(node.targets) == 1:
             target, value = node.targets[0], node.value
@@ -109,26 +155,31 @@ def _elapsed_locals(func: ast.AST, clocks: set[str]) -> dict[str, ast.expr]:
                 and isinstance(value.op, ast.Sub)
                 and _is_clock(value.left, clocks)
             ):
-                found[target.id] = value.right
+                found[target.id] = value
     return found
 
 
 def _elapsed_operands(
-    test: ast.AST, clocks: set[str], elapsed: dict[str, ast.expr] | None = None
+    test: ast.AST,
+    clocks: Mapping[str, str],
+    elapsed: dict[str, ast.expr] | None = None,
+    stamps: Mapping[str, frozenset[str]] | None = None,
 ) -> list[ast.expr]:
     """The stamps of the elapsed times ``test`` reads: ``<clock> - <stamp>`` inline, or a
-    local in ``elapsed`` (see ``_elapsed_locals``)."""
-    stamps = []
+    local in ``elapsed`` (see ``_elapsed_locals``); not those the tree writes only with
+    another clock than the one read (``stamps``: ``stamp_clocks``)."""
+    found = []
     for node in walk(test):
+        if isinstance(node, ast.Name) and elapsed and node.id in elapsed:
+            node = elapsed[node.id]
         if (
             isinstance(node, ast.BinOp)
             and isinstance(node.op, ast.Sub)
             and _is_clock(node.left, clocks)
+            and _same_clock(node.right, _clock_of(node.left, clocks), stamps or {})
         ):
-            stamps.append(node.right)
-        elif isinstance(node, ast.Name) and elapsed and node.id in elapsed:
-            stamps.append(elapsed[node.id])
-    return stamps
+            found.append(node.right)
+    return found
 
 
 def _counters(func: ast.AST) -> set[str]:
@@ -533,7 +584,7 @@ class DecodeQueueModel:
                         continue
                     for site_func, site in self._sites(cls, func, local):
                         helper = partial(self._helper, cls)
-                        bounded = _bounded_in_loop(site_func, site, helper)
+                        bounded = _bounded_in_loop(site_func, site, helper, self._stamps)
                         if not bounded:
                             inert = bounded is None
                             yield Requeue(info, site_func, site, attr, method, inert)
@@ -681,6 +732,11 @@ class DecodeQueueModel:
         owner = self.index.resolve(cls, name)
         return None if owner is None else owner.methods[name]
 
+    @cached_property
+    def _stamps(self) -> dict[str, frozenset[str]]:
+        """The clocks each stamp is written with in the queues' modules (``stamp_clocks``)."""
+        return stamp_clocks(self.index.modules.values())
+
     def _deadline_on_entries(self, cls: str) -> bool:
         """A loop over a queue attribute, reached from a poll method, that fails an entry
         once the time since its stamp exceeds a limit."""
@@ -704,7 +760,7 @@ class DecodeQueueModel:
                 for test_if in (n for n in walk(loop) if isinstance(n, ast.If)):
                     stamps = [
                         stamp
-                        for stamp in _elapsed_operands(test_if.test, clocks, elapsed)
+                        for stamp in _elapsed_operands(test_if.test, clocks, elapsed, self._stamps)
                         if not _restamped_before(loop, stamp, test_if, clocks)
                     ]
                     on_entry = any(
@@ -945,7 +1001,9 @@ def _returned_names(helper: ast.FunctionDef, position: int) -> set[str]:
     return names
 
 
-def _restamped_before(loop: ast.AST, stamp: ast.expr, test_if: ast.AST, clocks: set[str]) -> bool:
+def _restamped_before(
+    loop: ast.AST, stamp: ast.expr, test_if: ast.AST, clocks: Mapping[str, str]
+) -> bool:
     """Is ``stamp`` set to a fresh clock reading on every pass of ``loop`` before ``test_if``
     reads it (an assignment of a clock call, or of a local holding one, in a statement list
     that leads to ``test_if``)? Then the elapsed time is measured from this pass, and never
@@ -968,7 +1026,13 @@ def _restamped_before(loop: ast.AST, stamp: ast.expr, test_if: ast.AST, clocks: 
     return False
 
 
-def _bounding_test(func: ast.AST, test: ast.expr, loop: ast.AST, clocks: set[str]) -> bool:
+def _bounding_test(
+    func: ast.AST,
+    test: ast.expr,
+    loop: ast.AST,
+    clocks: Mapping[str, str],
+    stamps: Mapping[str, frozenset[str]] | None = None,
+) -> bool:
     """Does ``test`` (in ``func``, within ``loop``) compare a retry counter ``func``
     increments, or an elapsed time whose stamp is not taken afresh on each pass?"""
     counters, elapsed = _counters(func), _elapsed_locals(func, clocks)
@@ -981,18 +1045,20 @@ def _bounding_test(func: ast.AST, test: ast.expr, loop: ast.AST, clocks: set[str
     ) or any(
         not _restamped_before(loop, stamp, test, clocks)
         for compare in compares
-        for stamp in _elapsed_operands(compare, clocks, elapsed)
+        for stamp in _elapsed_operands(compare, clocks, elapsed, stamps)
     )
 
 
-def _helper_bounds(helper: ast.FunctionDef) -> bool:
+def _helper_bounds(
+    helper: ast.FunctionDef, stamps: Mapping[str, frozenset[str]] | None = None
+) -> bool:
     """A helper whose returned value is such a test (``return waited > limit``): calling it
     in a condition tests the bound."""
     clocks = _clock_names(helper)
     return any(
         isinstance(node, ast.Return)
         and node.value is not None
-        and _bounding_test(helper, node.value, helper, clocks)
+        and _bounding_test(helper, node.value, helper, clocks, stamps)
         for node in own_nodes(helper)
     )
 
@@ -1001,6 +1067,7 @@ def _bounded_in_loop(
     func: ast.FunctionDef,
     site: ast.Call,
     helper: Callable[[str], ast.FunctionDef | None] = lambda _: None,
+    stamps: Mapping[str, frozenset[str]] | None = None,
 ) -> bool | None:
     """True if the innermost loop around ``site`` also fails requests under a retry counter
     or an elapsed-time comparison (inline, or returned by the ``self.<helper>()`` its
@@ -1025,8 +1092,8 @@ def _bounded_in_loop(
             and getattr(call.func.value, "id", "") == "self"
             and (found := helper(call.func.attr)) is not None
         ]
-        bound = _bounding_test(func, node.test, loop, clocks) or any(
-            _helper_bounds(h) for h in called
+        bound = _bounding_test(func, node.test, loop, clocks, stamps) or any(
+            _helper_bounds(h, stamps) for h in called
         )
         if not bound:
             continue

@@ -9,7 +9,14 @@ at run time, where a request waits. ``python -m tests.corpus_decode`` prints the
 
 from __future__ import annotations
 
-from pdguard.checks.pdg007_decode_queue_waits_forever import _INDENT, decode
+from pdguard.checks.pdg007_decode_queue_waits_forever import (
+    _INDENT,
+    CALL_HELPER,
+    HELPER,
+    TIMED,
+    UNBOUNDED,
+    decode,
+)
 from pdguard.sglang_names import DECODE_PATH
 from tests.corpus import Case, verdicts
 
@@ -182,6 +189,30 @@ CASES: tuple[Case, ...] = (
         "PDG007",
         why="the overdue path falls through to a print(): the request is dropped from "
         "pending_reqs but stays in the queue with a receiver that never sees init()",
+    ),
+    _case(
+        "pending-mixed-clocks",
+        {
+            DECODE_PATH: decode(requeue=TIMED)[DECODE_PATH].replace(
+                "decode_req.entered_at = time.monotonic()", "decode_req.entered_at = time.time()"
+            )
+        },
+        "PDG007",
+        why="stamped with time.time() (about 1.7e9) and read on time.monotonic() (seconds "
+        "since boot): the difference is far below zero, the limit is never exceeded",
+    ),
+    _case(
+        "entry-deadline-mixed-clocks",
+        {
+            DECODE_PATH: decode(requeue=UNBOUNDED, helper=HELPER, call_helper=CALL_HELPER)[
+                DECODE_PATH
+            ].replace(
+                "decode_req.entered_at = time.monotonic()", "decode_req.entered_at = time.time()"
+            )
+        },
+        "PDG007",
+        why="the queue's deadline on its entries compares a monotonic now with a wall stamp: "
+        "it never fires",
     ),
     _case(
         "gate-in-try-finally",

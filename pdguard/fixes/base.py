@@ -61,6 +61,8 @@ class Fix:
     # what of a tree it reads or writes: directories (their .py files) and single files; the
     # pre-commit hooks' ``files`` cover them all (tests/test_decode_corpus.py)
     reads: ClassVar[tuple[str, ...]] = (DISAGGREGATION_DIR,)
+    # whether single classes can be left out of it (``--ignore FIX:Class``)
+    per_class: ClassVar[bool] = False
 
     @property
     def marker(self) -> str:
