@@ -40,9 +40,8 @@ class CudaIpcKVSender(BaseKVSender):
         pass
 
     def poll(self):
-        if not self.handles:
-            return self.kv_mgr.check_status(self.bootstrap_room)
-        return KVPoll.Success
+        state = self.kv_mgr.check_status(self.bootstrap_room)
+        return KVPoll.Success if self.handles else state
 
     def abort(self):
         self.handles = [None]
