@@ -12,8 +12,12 @@ Read-only analysis on ``ast``, over the modules that name a decode queue or a re
   queues it skips are empty.
 - A *pending list* is a queue attribute that a method rebuilds from a local list
   (``self.pending_reqs = remaining``) while handing the other entries' receivers their
-  ``init()``/``send_metadata()``: the entries it keeps are waiting before their receiver's own
-  waiting clock starts. Each ``append``/``extend`` into that list (also inside a helper whose
+  ``init()``/``send_metadata()``, or any list the method rebuilds from its own entries while
+  admitting the others into a list the queue polls (whatever the entries are: a fork's bare
+  requests, whose receivers are created later): the entries it keeps are waiting before any
+  receiver clock of theirs runs. ``entries()`` says what they are (their classes, the
+  attributes the queue reads on them), for a fix to write only what they have. Each
+  ``append``/``extend`` into that list (also inside a helper whose
   returned list it is) is a *re-queue*. A re-queue is *bounded* when the loop around it also
   fails requests under a retry counter or an elapsed-time comparison, or when the class
   enforces a deadline on its entries (a loop over a queue attribute that compares an
@@ -25,7 +29,7 @@ Read-only analysis on ``ast``, over the modules that name a decode queue or a re
 from __future__ import annotations
 
 import ast
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from functools import cached_property, partial
 
@@ -43,10 +47,10 @@ from pdguard.sglang_names import (
 )
 
 from .bounded_wait import CLOCK_FUNCTIONS, call_name, is_failed
-from .kv_senders import ClassIndex, ClassInfo
+from .kv_senders import ClassIndex, ClassInfo, is_self_attr
 from .nodes import kept, own_nodes, own_parents, walk
 
-__all__ = ["DecodeQueueModel", "EarlyReturn", "Requeue"]
+__all__ = ["DecodeQueueModel", "EarlyReturn", "Entries", "Requeue", "paths_read", "type_names"]
 
 CLOCKS = CLOCK_FUNCTIONS
 
@@ -62,27 +66,73 @@ def _fails(node: ast.AST) -> bool:
     return False
 
 
-def _clock_names(func: ast.AST) -> set[str]:
-    names = set()
+def _clock_names(func: ast.AST) -> dict[str, str]:
+    """Locals ``func`` assigns a clock reading: name -> the clock function."""
+    names: dict[str, str] = {}
     for node in own_nodes(func):
         if (
             isinstance(node, ast.Assign)
             and isinstance(node.value, ast.Call)
-            and call_name(node.value) in CLOCKS
+            and (clock := call_name(node.value)) in CLOCKS
         ):
-            names |= {t.id for t in node.targets if isinstance(t, ast.Name)}
+            names |= {t.id: clock for t in node.targets if isinstance(t, ast.Name)}
     return names
 
 
-def _is_clock(node: ast.AST, clocks: set[str]) -> bool:
+def _clock_of(node: ast.AST, clocks: Mapping[str, str]) -> str | None:
+    """The clock function a reading ``node`` comes from (a call, or a local holding one)."""
+    if isinstance(node, ast.Call) and (name := call_name(node)) in CLOCKS:
+        return name
+    if isinstance(node, ast.Name):
+        return clocks.get(node.id)
+    return None
+
+
+def _stamp_key(stamp: ast.AST) -> str | None:
+    """What names a stamp wherever it is written: ``x.entered_at`` -> "entered_at",
+    ``self.since[rid]`` -> "since"."""
+    if isinstance(stamp, ast.Subscript):
+        stamp = stamp.value
+    return stamp.attr if isinstance(stamp, ast.Attribute) else None
+
+
+def stamp_clocks(modules: Iterable[ast.Module]) -> dict[str, frozenset[str]]:
+    """The clocks each stamp (by ``_stamp_key``) is written with, over ``modules``: an
+    elapsed time is one clock's reading minus a stamp of the same clock; ``time.monotonic()``
+    minus a ``time.time()`` stamp is far below any limit (the deadline never fires)."""
+    found: dict[str, set[str]] = {}
+    for tree in modules:
+        for func in walk(tree):
+            if not isinstance(func, ast.FunctionDef | ast.AsyncFunctionDef):
+                continue
+            local = _clock_names(func)
+            for node in own_nodes(func):
+                if isinstance(node, ast.Assign):
+                    clock = _clock_of(node.value, local)
+                    for target in node.targets:
+                        key = _stamp_key(target)
+                        if key is not None:
+                            found.setdefault(key, set()).add(clock or "?")
+    return {key: frozenset(clocks) for key, clocks in found.items()}
+
+
+def _same_clock(stamp: ast.AST, clock: str | None, stamps: Mapping[str, frozenset[str]]) -> bool:
+    """Can ``stamp`` be a reading of ``clock``? Unless every write of it the tree shows is a
+    reading of another clock."""
+    key = _stamp_key(stamp)
+    written = stamps.get(key) if key is not None else None
+    return clock is None or not written or "?" in written or clock in written
+
+
+def _is_clock(node: ast.AST, clocks: Mapping[str, str]) -> bool:
     return (isinstance(node, ast.Call) and call_name(node) in CLOCKS) or (
         isinstance(node, ast.Name) and node.id in clocks
     )
 
 
-def _elapsed_locals(func: ast.AST, clocks: set[str]) -> dict[str, ast.expr]:
-    """Locals assigned ``<clock> - <stamp>`` in ``func``: name -> stamp."""
-    found = {}
+def _elapsed_locals(func: ast.AST, clocks: Mapping[str, str]) -> dict[str, ast.expr]:
+    """Locals assigned ``<clock> - <stamp>`` in ``func``: name -> that difference."""
+    found: dict[str, ast.expr] = {}
     for node in own_nodes(func):
         if isinstance(node, ast.Assign) and len(node.targets) == 1:
             target, value = node.targets[0], node.value
@@ -92,26 +142,31 @@ def _elapsed_locals(func: ast.AST, clocks: set[str]) -> dict[str, ast.expr]:
                 and isinstance(value.op, ast.Sub)
                 and _is_clock(value.left, clocks)
             ):
-                found[target.id] = value.right
+                found[target.id] = value
     return found
 
 
 def _elapsed_operands(
-    test: ast.AST, clocks: set[str], elapsed: dict[str, ast.expr] | None = None
+    test: ast.AST,
+    clocks: Mapping[str, str],
+    elapsed: dict[str, ast.expr] | None = None,
+    stamps: Mapping[str, frozenset[str]] | None = None,
 ) -> list[ast.expr]:
     """The stamps of the elapsed times ``test`` reads: ``<clock> - <stamp>`` inline, or a
-    local in ``elapsed`` (see ``_elapsed_locals``)."""
-    stamps = []
+    local in ``elapsed`` (see ``_elapsed_locals``); not those the tree writes only with
+    another clock than the one read (``stamps``: ``stamp_clocks``)."""
+    found = []
     for node in walk(test):
+        if isinstance(node, ast.Name) and elapsed and node.id in elapsed:
+            node = elapsed[node.id]
         if (
             isinstance(node, ast.BinOp)
             and isinstance(node.op, ast.Sub)
             and _is_clock(node.left, clocks)
+            and _same_clock(node.right, _clock_of(node.left, clocks), stamps or {})
         ):
-            stamps.append(node.right)
-        elif isinstance(node, ast.Name) and elapsed and node.id in elapsed:
-            stamps.append(elapsed[node.id])
-    return stamps
+            found.append(node.right)
+    return found
 
 
 def _counters(func: ast.AST) -> set[str]:
@@ -167,6 +222,14 @@ class Requeue:
     inert: bool = False
 
 
+@dataclass(frozen=True)
+class Entries:
+    """The entries of a pending list, as the tree shows them."""
+
+    types: tuple[str, ...]  # the classes it is filled with (``DecodeRequest``, ``Req``)
+    read: frozenset[str]  # attribute paths the queue reads on an entry: "req.rid", "kv_receiver"
+
+
 @dataclass
 class _Facts:
     """What one function does, from one walk of its own nodes."""
@@ -177,6 +240,7 @@ class _Facts:
     queue_calls: list[ast.Call] = field(default_factory=list)  # self.<queue>.<m>()
     returns: list[ast.Return] = field(default_factory=list)
     rebuilt: list[tuple[str, str]] = field(default_factory=list)  # self.<attr> = <local>
+    reads: set[str] = field(default_factory=set)  # self.<attr> read (loaded)
 
 
 def _from_self(node: ast.AST, derived: set[str]) -> bool:
@@ -269,7 +333,14 @@ def _facts_of(func: ast.FunctionDef) -> _Facts:
                     facts.queue_calls.append(node)
         elif isinstance(node, ast.Return):
             facts.returns.append(node)
-        elif isinstance(node, ast.Assign) and isinstance(node.value, ast.Name):
+        elif (
+            isinstance(node, ast.Attribute)
+            and isinstance(node.ctx, ast.Load)
+            and isinstance(node.value, ast.Name)
+            and node.value.id == "self"
+        ):
+            facts.reads.add(node.attr)
+        if isinstance(node, ast.Assign) and isinstance(node.value, ast.Name):
             for target in node.targets:
                 if isinstance(target, ast.Attribute) and getattr(target.value, "id", "") == "self":
                     facts.rebuilt.append((target.attr, node.value.id))
@@ -494,16 +565,132 @@ class DecodeQueueModel:
             info = self.index.classes[cls]
             for method, func in info.methods.items():
                 for attr, local in self.facts(func).rebuilt:
-                    if not any(self.facts(f).hands_on for f in self.reached(cls, method)):
+                    if not self._pending(cls, method, func, attr, local):
                         continue
                     if self._deadline_on_entries(cls):
                         continue
                     for site_func, site in self._sites(cls, func, local):
                         helper = partial(self._helper, cls)
-                        bounded = _bounded_in_loop(site_func, site, helper)
+                        bounded = _bounded_in_loop(site_func, site, helper, self._stamps)
                         if not bounded:
                             inert = bounded is None
                             yield Requeue(info, site_func, site, attr, method, inert)
+
+    def _pending(self, cls: str, method: str, func: ast.FunctionDef, attr: str, local: str) -> bool:
+        """Is ``self.<attr>``, rebuilt by ``method`` from ``<local>``, a pending list: its
+        entries wait before any receiver clock of theirs runs? Either the method hands the
+        other entries' receivers on (``init()``/``send_metadata()``), or it is a list the
+        method rebuilds from its own entries (it reads ``self.<attr>`` and puts entries back
+        into ``<local>``) and admits the others into a list the queue polls (``self.queue.
+        append(DecodeRequest(req, receiver))``), while the queue's polls do not reduce its own
+        entries' receivers: whatever the entries are (bare requests with no receiver yet
+        included), nothing else bounds their wait. A list of entries that are done and only
+        wait to be released (``_deferred_releases``) admits nothing: it is not one."""
+        reached = self.reached(cls, method)
+        if any(self.facts(f).hands_on for f in reached):
+            return True
+        polled = self._polled_lists(cls)
+        if attr not in self.facts(func).reads or attr in polled:
+            return False
+        admits = any(
+            isinstance(c.func, ast.Attribute)
+            and c.func.attr in ("append", "extend", "insert")
+            and isinstance(c.func.value, ast.Attribute)
+            and is_self_attr(c.func.value, c.func.value.attr)
+            and c.func.value.attr in polled
+            for f in reached
+            for c in self.facts(f).queue_calls
+        )
+        return admits and any(True for _ in self._sites(cls, func, local))
+
+    def _polled_lists(self, cls: str) -> set[str]:
+        """The attributes whose entries' receivers the poll methods of ``cls`` read (``[r.
+        kv_receiver for r in self.queue]``): their wait is bounded by the receivers' own
+        clocks (PDG006), not by the queue."""
+        found: set[str] = set()
+        for method in self.queues()[cls]:
+            for f in self.reached(cls, method):
+                found |= kept(f, "_pdguard_decode_polled", _receiver_lists)
+        return found
+
+    def entries(self, requeue: Requeue) -> Entries:
+        """What the entries of ``requeue``'s pending list are, as the tree shows them: the
+        classes it is filled with, and the attributes the queue's code reads on them."""
+        types: set[str] = set()
+        read: set[str] = set()
+        attr = requeue.attr
+        for info in self.index.mro(requeue.owner.name):
+            for func in info.methods.values():
+                params = {
+                    a.arg: a.annotation
+                    for a in (*func.args.posonlyargs, *func.args.args, *func.args.kwonlyargs)
+                }
+                values = _local_values(func)
+                items = _items_of(func, attr)
+                if func is requeue.func:
+                    item = requeue.node.args[0] if requeue.node.args else None
+                    if isinstance(item, ast.Name):
+                        items.add(item.id)
+                for node in own_nodes(func):
+                    if isinstance(node, ast.AnnAssign) and is_self_attr(node.target, attr):
+                        types |= _element_names(node.annotation)
+                    if not (
+                        isinstance(node, ast.Call)
+                        and isinstance(node.func, ast.Attribute)
+                        and node.func.attr in ("append", "insert")
+                        and is_self_attr(node.func.value, attr)
+                        and node.args
+                    ):
+                        continue
+                    added = node.args[-1]
+                    if isinstance(added, ast.Name):
+                        items.add(added.id)
+                    types |= self._made(requeue.owner.name, func, added, params, values)
+                read |= paths_read(func, items)
+        return Entries(tuple(sorted(types)), frozenset(read))
+
+    def _made(
+        self,
+        cls: str,
+        func: ast.FunctionDef,
+        value: ast.expr,
+        params: dict[str, ast.expr | None],
+        values: dict[str, list[ast.expr]],
+        depth: int = 0,
+    ) -> set[str]:
+        """The classes ``value`` (in ``func``) can be an instance of: a parameter's annotation,
+        a constructor call (a capitalised name), or what a ``self.<helper>()`` it is returned
+        by returns; "?" for anything else."""
+        if isinstance(value, ast.Name):
+            if params.get(value.id) is not None:
+                return type_names(params[value.id]) or {"?"}
+            assigned = values.get(value.id, [])
+            if not assigned:
+                return {"?"}
+            return set().union(*(self._made(cls, func, v, params, {}, depth) for v in assigned))
+        if isinstance(value, ast.Call):
+            callee = value.func
+            if is_self_attr(callee, getattr(callee, "attr", "")) and depth < 3:
+                assert isinstance(callee, ast.Attribute)
+                owner = self.index.resolve(cls, callee.attr)
+                if owner is None:
+                    return {"?"}
+                helper = owner.methods[callee.attr]
+                returned = [
+                    n.value for n in own_nodes(helper) if isinstance(n, ast.Return) and n.value
+                ]
+                helper_params = {a.arg: a.annotation for a in helper.args.args}
+                helper_values = _local_values(helper)
+                return set().union(
+                    *(
+                        self._made(cls, helper, v, helper_params, helper_values, depth + 1)
+                        for v in returned
+                    )
+                ) or {"?"}
+            names = type_names(callee)
+            if names and all(name[:1].isupper() for name in names):
+                return names
+        return {"?"}
 
     def _sites(
         self, cls: str, func: ast.FunctionDef, local: str
@@ -532,6 +719,11 @@ class DecodeQueueModel:
         owner = self.index.resolve(cls, name)
         return None if owner is None else owner.methods[name]
 
+    @cached_property
+    def _stamps(self) -> dict[str, frozenset[str]]:
+        """The clocks each stamp is written with in the queues' modules (``stamp_clocks``)."""
+        return stamp_clocks(self.index.modules.values())
+
     def _deadline_on_entries(self, cls: str) -> bool:
         """A loop over a queue attribute, reached from a poll method, that fails an entry
         once the time since its stamp exceeds a limit."""
@@ -555,7 +747,7 @@ class DecodeQueueModel:
                 for test_if in (n for n in walk(loop) if isinstance(n, ast.If)):
                     stamps = [
                         stamp
-                        for stamp in _elapsed_operands(test_if.test, clocks, elapsed)
+                        for stamp in _elapsed_operands(test_if.test, clocks, elapsed, self._stamps)
                         if not _restamped_before(loop, stamp, test_if, clocks)
                     ]
                     on_entry = any(
@@ -566,16 +758,111 @@ class DecodeQueueModel:
         return False
 
 
+def _receiver_lists(func: ast.FunctionDef) -> set[str]:
+    """``self.<attr>`` lists ``func`` iterates (a loop or a comprehension) reading an item's
+    ``kv_receiver``."""
+    found = set()
+    for node, target, iterated in _loops(func):
+        if isinstance(iterated, ast.Attribute) and getattr(iterated.value, "id", "") == "self":
+            items = {n.id for n in walk(target) if isinstance(n, ast.Name)}
+            if any(
+                isinstance(n, ast.Attribute)
+                and n.attr == REQ_RECEIVER
+                and getattr(n.value, "id", None) in items
+                for n in walk(node)
+            ):
+                found.add(iterated.attr)
+    return found
+
+
+def _loops(func: ast.FunctionDef) -> Iterator[tuple[ast.AST, ast.expr, ast.expr]]:
+    """Each loop and comprehension generator of ``func``: (the node, its target, what it
+    iterates)."""
+    for node in own_nodes(func):
+        if isinstance(node, ast.For):
+            yield node, node.target, node.iter
+        elif isinstance(node, ast.ListComp | ast.SetComp | ast.GeneratorExp | ast.DictComp):
+            for g in node.generators:
+                yield node, g.target, g.iter
+
+
+def _items_of(func: ast.FunctionDef, attr: str) -> set[str]:
+    """The names ``func`` binds to entries of ``self.<attr>`` (a loop or comprehension over it)."""
+    return {
+        target.id
+        for _, target, iterated in _loops(func)
+        if is_self_attr(iterated, attr) and isinstance(target, ast.Name)
+    }
+
+
+def paths_read(func: ast.FunctionDef, items: set[str]) -> set[str]:
+    """The attribute paths ``func`` reads on the names in ``items``: ``x.req.rid`` gives
+    "req" and "req.rid"."""
+    found = set()
+    for node in own_nodes(func):
+        chain: list[str] = []
+        sub: ast.AST = node
+        while isinstance(sub, ast.Attribute):
+            chain.append(sub.attr)
+            sub = sub.value
+        if chain and isinstance(sub, ast.Name) and sub.id in items:
+            path = ".".join(reversed(chain))
+            parts = path.split(".")
+            found |= {".".join(parts[: i + 1]) for i in range(len(parts))}
+    return found
+
+
+def type_names(expr: ast.expr | None) -> set[str]:
+    """The class an annotation or a constructor call names (``Req``, ``"Req"``,
+    ``Optional[Req]``, ``module.Req``)."""
+    if expr is None:
+        return set()
+    if isinstance(expr, ast.Constant) and isinstance(expr.value, str):
+        try:
+            expr = ast.parse(expr.value, mode="eval").body
+        except SyntaxError:
+            return set()
+    if isinstance(expr, ast.Name):
+        return {expr.id}
+    if isinstance(expr, ast.Attribute):
+        return {expr.attr}
+    if isinstance(expr, ast.Subscript) and type_names(expr.value) & {"Optional"}:
+        return type_names(expr.slice)
+    if isinstance(expr, ast.BinOp) and isinstance(expr.op, ast.BitOr):  # X | None
+        return (type_names(expr.left) | type_names(expr.right)) - {"None"}
+    return set()
+
+
+def _element_names(annotation: ast.expr) -> set[str]:
+    """The element class of a list annotation: ``List[DecodeRequest]``, ``list[Req]``."""
+    if isinstance(annotation, ast.Subscript):
+        return type_names(annotation.slice)
+    return set()
+
+
 def _advanced_every_call(func: ast.FunctionDef) -> set[str]:
-    """``self.<attr>`` names ``func`` assigns in a statement of its own body (not under a
-    condition): a test on them changes from one call to the next."""
+    """``self.<attr>`` names ``func`` assigns in a statement that runs on every call (its own
+    body, and the body and ``finally`` of a ``try`` or the body of a ``with`` there; not under
+    a condition or a loop): a test on them changes from one call to the next."""
     return {
         target.attr
-        for stmt in func.body
+        for stmt in _every_call(func.body)
         if isinstance(stmt, ast.Assign | ast.AugAssign)
         for target in (stmt.targets if isinstance(stmt, ast.Assign) else [stmt.target])
         if isinstance(target, ast.Attribute) and getattr(target.value, "id", "") == "self"
     }
+
+
+def _every_call(body: list[ast.stmt]) -> Iterator[ast.stmt]:
+    """The statements of ``body`` that run whenever it runs to its end: its own, and those of
+    the ``try`` bodies, ``finally`` blocks and ``with`` bodies among them (recursively)."""
+    for stmt in body:
+        yield stmt
+        if isinstance(stmt, ast.Try | ast.TryStar):
+            yield from _every_call(stmt.body)
+            yield from _every_call(stmt.finalbody)
+        elif isinstance(stmt, ast.With | ast.AsyncWith):
+            yield from _every_call(stmt.body)
 
 
 def _local_values(func: ast.FunctionDef) -> dict[str, list[ast.expr]]:
@@ -701,7 +988,9 @@ def _returned_names(helper: ast.FunctionDef, position: int) -> set[str]:
     return names
 
 
-def _restamped_before(loop: ast.AST, stamp: ast.expr, test_if: ast.AST, clocks: set[str]) -> bool:
+def _restamped_before(
+    loop: ast.AST, stamp: ast.expr, test_if: ast.AST, clocks: Mapping[str, str]
+) -> bool:
     """Is ``stamp`` set to a fresh clock reading on every pass of ``loop`` before ``test_if``
     reads it (an assignment of a clock call, or of a local holding one, in a statement list
     that leads to ``test_if``)? Then the elapsed time is measured from this pass, and never
@@ -724,7 +1013,13 @@ def _restamped_before(loop: ast.AST, stamp: ast.expr, test_if: ast.AST, clocks: 
     return False
 
 
-def _bounding_test(func: ast.AST, test: ast.expr, loop: ast.AST, clocks: set[str]) -> bool:
+def _bounding_test(
+    func: ast.AST,
+    test: ast.expr,
+    loop: ast.AST,
+    clocks: Mapping[str, str],
+    stamps: Mapping[str, frozenset[str]] | None = None,
+) -> bool:
     """Does ``test`` (in ``func``, within ``loop``) compare a retry counter ``func``
     increments, or an elapsed time whose stamp is not taken afresh on each pass?"""
     counters, elapsed = _counters(func), _elapsed_locals(func, clocks)
@@ -737,18 +1032,20 @@ def _bounding_test(func: ast.AST, test: ast.expr, loop: ast.AST, clocks: set[str
     ) or any(
         not _restamped_before(loop, stamp, test, clocks)
         for compare in compares
-        for stamp in _elapsed_operands(compare, clocks, elapsed)
+        for stamp in _elapsed_operands(compare, clocks, elapsed, stamps)
     )
 
 
-def _helper_bounds(helper: ast.FunctionDef) -> bool:
+def _helper_bounds(
+    helper: ast.FunctionDef, stamps: Mapping[str, frozenset[str]] | None = None
+) -> bool:
     """A helper whose returned value is such a test (``return waited > limit``): calling it
     in a condition tests the bound."""
     clocks = _clock_names(helper)
     return any(
         isinstance(node, ast.Return)
         and node.value is not None
-        and _bounding_test(helper, node.value, helper, clocks)
+        and _bounding_test(helper, node.value, helper, clocks, stamps)
         for node in own_nodes(helper)
     )
 
@@ -757,6 +1054,7 @@ def _bounded_in_loop(
     func: ast.FunctionDef,
     site: ast.Call,
     helper: Callable[[str], ast.FunctionDef | None] = lambda _: None,
+    stamps: Mapping[str, frozenset[str]] | None = None,
 ) -> bool | None:
     """True if the innermost loop around ``site`` also fails requests under a retry counter
     or an elapsed-time comparison (inline, or returned by the ``self.<helper>()`` its
@@ -781,14 +1079,34 @@ def _bounded_in_loop(
             and getattr(call.func.value, "id", "") == "self"
             and (found := helper(call.func.attr)) is not None
         ]
-        bound = _bounding_test(func, node.test, loop, clocks) or any(
-            _helper_bounds(h) for h in called
+        bound = _bounding_test(func, node.test, loop, clocks, stamps) or any(
+            _helper_bounds(h, stamps) for h in called
         )
         if not bound:
             continue
         inert = None
-        for branch in (node.body, node.orelse):
+        for branch in _paths_of(node, parents):
             holds_site = any(site is n for stmt in branch for n in walk(stmt))
             if not holds_site and any(_fails(stmt) for stmt in branch):
                 return True
     return inert
+
+
+_JUMPS = (ast.Continue, ast.Break, ast.Return, ast.Raise)
+
+
+def _paths_of(node: ast.If, parents: dict[ast.AST, ast.AST]) -> tuple[list[ast.stmt], ...]:
+    """The statements each way out of ``node`` runs in its loop pass: its body and its
+    ``else``, each followed by the statements after the ``if`` unless it ends in a jump
+    (``continue``, ``break``, ``return``, ``raise``). ``if waited <= limit: keep; continue``
+    then ``abort()`` is the ``else`` form written with an early ``continue``."""
+    after: list[ast.stmt] = []
+    parent = parents.get(node)
+    for name in ("body", "orelse", "finalbody"):
+        block = getattr(parent, name, None)
+        if isinstance(block, list) and any(s is node for s in block):
+            after = block[[id(s) for s in block].index(id(node)) + 1 :]
+    return tuple(
+        branch if branch and isinstance(branch[-1], _JUMPS) else [*branch, *after]
+        for branch in (node.body, node.orelse)
+    )

@@ -145,12 +145,14 @@ class ClassIndex:
         self.texts: dict[str, str] = {}
         self._mro: dict[str, list[ClassInfo]] = {}
         self._facts: dict[str, SenderFacts] = {}  # facts() by sender, for the index's modules
+        self._dead: frozenset[str] | None = None
 
     def add_module(self, rel: str, tree: ast.Module, text: str) -> None:
         self.modules[rel] = tree
         self.texts[rel] = text
         self._mro.clear()
         self._facts.clear()
+        self._dead = None
         for node in tree.body:
             if isinstance(node, ast.ClassDef) and node.name not in self.classes:
                 bases = [_base_name(b) for b in node.bases]
@@ -194,11 +196,29 @@ class ClassIndex:
         return found[0] if found is not None else None
 
     def senders(self) -> list[str]:
+        """The sender classes the tree can run (not the dead ones: ``dead_senders``)."""
+        dead = self.dead_senders()
+        return [name for name in self._all_senders() if name not in dead]
+
+    def _all_senders(self) -> list[str]:
         return sorted(
             name
             for name in self.classes
             if name != BASE_SENDER and any(c.name == BASE_SENDER for c in self.mro(name)[1:])
         )
+
+    def dead_senders(self) -> frozenset[str]:
+        """Sender classes the tree never uses (``checks.backends``): nothing live names them,
+        and the tree has a registration function (``get_kv_class``) that does not."""
+        if self._dead is None:
+            from .backends import dead_classes
+
+            self._dead = dead_classes(
+                self.modules.values(),
+                self._all_senders(),
+                {name: info.bases for name, info in self.classes.items()},
+            )
+        return self._dead
 
     # -- what a method reaches ----------------------------------------------------------
 

@@ -47,8 +47,11 @@ import symtable
 from collections.abc import Iterator
 from functools import lru_cache
 
+from pdguard.sglang_names import ENVIRON_MODULE, ENVIRON_OBJECT, ENVIRON_PATH
+
 from .bindings import bindings_in_force as _bindings_in_force
 from .bindings import type_checking as _type_checking
+from .env_reads import registry_misses
 from .inflight import CLOCK_FUNCTIONS, FUNCTION
 from .model import PREFILL, Finding, Invalid, Rule
 from .nodes import children, walk
@@ -523,6 +526,43 @@ class SchedulerDisaggregationPrefillMixin:
                             f"`{name}` is used but not imported (NameError when this runs)",
                         )
         yield from self._deadline_names(project)
+        yield from self._registry_names(project)
+
+    def _registry_names(self, project: Project) -> Iterator[Finding]:
+        """A read of the env registry (``envs.NAME``, ``envs`` imported from
+        ``sglang.srt.environ``) whose name the tree's ``environ.py`` does not define: an entry
+        removed or misspelt. The read raises ``AttributeError`` where it runs (the inflight
+        deadline reads its timeout on every step, outside its helper's ``try``)."""
+        environ = project.texts.get(ENVIRON_PATH)
+        if environ is None:
+            return
+        needle = f"{ENVIRON_OBJECT}."
+        for rel in sorted(project.texts):
+            text = project.texts[rel]
+            if rel == ENVIRON_PATH or needle not in text:
+                continue
+            tree = project.tree(rel)
+            if tree is None or not _imports_registry(tree):
+                continue
+            reads = [
+                node
+                for node in walk(tree)
+                if isinstance(node, ast.Attribute)
+                and isinstance(node.value, ast.Name)
+                and node.value.id == ENVIRON_OBJECT
+                and isinstance(node.ctx, ast.Load)
+            ]
+            missing = registry_misses(environ, ENVIRON_OBJECT, {n.attr for n in reads})
+            for node in reads:
+                if missing and node.attr in missing:
+                    yield self.finding(
+                        rel,
+                        node.lineno,
+                        node.col_offset + 1,
+                        f"{ENVIRON_OBJECT}.{node.attr}",
+                        f"`{ENVIRON_OBJECT}.{node.attr}` is not an entry of the env registry "
+                        f"in {ENVIRON_PATH} (AttributeError when this runs)",
+                    )
 
     def _deadline_names(self, project: Project) -> Iterator[Finding]:
         """Any other name the inflight deadline reads that nothing binds: not the module (its
@@ -590,3 +630,16 @@ def _locals(function: ast.FunctionDef) -> set[str]:
         elif isinstance(node, ast.Global | ast.Nonlocal):
             names |= set(node.names)
     return names
+
+
+def _imports_registry(tree: ast.Module) -> bool:
+    """Does the module bind ``envs`` to the env registry (``from sglang.srt.environ import
+    envs``) at module level?"""
+    return any(
+        isinstance(stmt, ast.ImportFrom)
+        and stmt.module == ENVIRON_MODULE
+        and any(
+            (a.asname or a.name) == ENVIRON_OBJECT and a.name == ENVIRON_OBJECT for a in stmt.names
+        )
+        for stmt in tree.body
+    )

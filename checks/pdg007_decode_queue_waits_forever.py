@@ -6,10 +6,13 @@ What it does
 
     - a *re-queue without a bound*: a queue method rebuilds a list of requests whose receiver
       it has not handed on yet (``self.pending_reqs = remaining``, while it calls
-      ``kv_receiver.init()`` for the others), and puts an entry back into it (``append`` or
+      ``kv_receiver.init()`` for the others; or any list it rebuilds from its own entries while
+      admitting the others into a list it polls, whatever the entries are: a fork's bare
+      requests with no receiver yet), and puts an entry back into it (``append`` or
       ``extend``, also in a helper whose returned list it is) where nothing bounds the wait:
       neither the loop around it (a retry counter or an elapsed-time comparison whose other
-      branch fails the request) nor a deadline the queue enforces on its entries (a loop over
+      way out fails the request: its ``else``, or the statements after it when the kept path
+      ends in ``continue``) nor a deadline the queue enforces on its entries (a loop over
       the queue, reached from its poll methods, that fails an entry once the time since its
       stamp exceeds a limit);
     - an *early return that skips polling*: a function that polls the decode queues
@@ -23,7 +26,8 @@ What it does
       an ``if`` whose condition need not come true again (``if not <retracted requests>:``
       around both polls). Not reported: a condition that only probes the skipped queues'
       emptiness, a throttle (it reads an attribute the function reassigns on every call,
-      ``self.polling_count``), the configuration (no scheduler state but ``server_args``),
+      ``self.polling_count``, also inside a ``try``/``finally`` or
+      ``with``), the configuration (no scheduler state but ``server_args``),
       or the retraction gate over admissions only (also through a local flag).
       ``decode-queue-bound`` does not rewrite such a hand-written gate: it refuses.
 

@@ -11,6 +11,7 @@ from typing import Generic, TypeVar
 from pdguard.sglang_names import (
     DECODE_NEEDLES,
     DISAGGREGATION_DIR,
+    ENVIRON_PATH,
     MANAGERS_DIR,
     NEEDLES,
     RECEIVER_NEEDLES,
@@ -25,6 +26,9 @@ from .inflight import InflightModel, analyse
 from .kv_receivers import ReceiverIndex
 from .kv_senders import ClassIndex
 from .nodes import first_line
+
+# Files the rules read as text only (never parsed, never a module of the models).
+TEXT_ONLY = frozenset({ENVIRON_PATH})
 
 
 def wanted(rel: str, text: str) -> bool:
@@ -131,7 +135,9 @@ class Project:
     def _selected(self, test: Callable[[str], bool]) -> tuple[tuple[str, int], ...]:
         """The files whose text passes ``test``, by path: (path, the identity of its tree)."""
         return tuple(
-            (rel, id(self._parsed(rel))) for rel in sorted(self.texts) if test(self.texts[rel])
+            (rel, id(self._parsed(rel)))
+            for rel in sorted(self.texts)
+            if rel not in TEXT_ONLY and test(self.texts[rel])
         )
 
     def _index(self, files: tuple[tuple[str, int], ...]) -> ClassIndex:

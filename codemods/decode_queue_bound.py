@@ -59,8 +59,14 @@ else:
 
 _LOG = """\
     logger.error(
-        f"Request {{{item}.req.rid}}: prefill DP rank"
+        f"Request {{{item}.{rid}}}: prefill DP rank"
         f" not resolved in {{pending_waited:.0f}}s"
+    )
+"""
+# entries with no request id in the tree: the log names none
+_LOG_NO_RID = """\
+    logger.error(
+        f"Request: prefill DP rank not resolved in {{pending_waited:.0f}}s"
     )
 """
 
@@ -115,6 +121,13 @@ class DecodeQueueBoundTransform(Transform):
             help="Class.method:local:item of a re-queue to bound",
         )
         arg_parser.add_argument(
+            "--rid",
+            dest="rids",
+            action="append",
+            default=[],
+            help="an entry's request id path for each --pending (req.rid, rid, or '' for none)",
+        )
+        arg_parser.add_argument(
             "--gate", default=None, help="[Class.]function holding the retraction gate"
         )
         arg_parser.add_argument(
@@ -126,6 +139,7 @@ class DecodeQueueBoundTransform(Transform):
     def __init__(
         self,
         pending: Sequence[str] = (),
+        rids: Sequence[str | None] = (),
         gate: str | None = None,
         timeout: str = "envs.SGLANG_DISAGGREGATION_WAITING_TIMEOUT.get()",
         log: bool = True,
@@ -133,6 +147,10 @@ class DecodeQueueBoundTransform(Transform):
         isort_config: isort.Config | None = None,
     ) -> None:
         self.pending = list(pending)
+        # each re-queue's entries' request id, as an attribute path on the entry (only paths
+        # the entries have in the tree: the fix checks them); "req.rid" unless told
+        given = [rid or None for rid in rids]
+        self.rids = given + ["req.rid"] * (len(self.pending) - len(given))
         self.gate = gate
         self.timeout = timeout
         self.log = log
@@ -154,8 +172,8 @@ class DecodeQueueBoundTransform(Transform):
             clock, time_import = spelling(tree, "time", "monotonic")
             if time_import is not None:
                 imports.append(time_import)
-            for spec in self.pending:
-                edits.append(self._bound_pending(tree, spec, clock))
+            for spec, rid in zip(self.pending, self.rids, strict=True):
+                edits.append(self._bound_pending(tree, spec, clock, rid))
         if self.gate:
             edits.extend(self._open_gate(tree, self.gate))
         tree = apply_edits(tree, edits)
@@ -164,7 +182,7 @@ class DecodeQueueBoundTransform(Transform):
     # -- the pending re-queue -----------------------------------------------------------
 
     def _bound_pending(
-        self, tree: cst.Module, spec: str, clock: str
+        self, tree: cst.Module, spec: str, clock: str, rid: str | None
     ) -> tuple[cst.CSTNode, StatementEdit]:
         where, local, item = spec.split(":")
         class_name, method = where.rsplit(".", 1)
@@ -181,7 +199,9 @@ class DecodeQueueBoundTransform(Transform):
             stamp=PENDING_STAMP,
             clock=clock,
             timeout=self.timeout,
-            log=_LOG.format(item=item) if self.log else "",
+            log=(_LOG.format(item=item, rid=rid) if rid else _LOG_NO_RID.format())
+            if self.log
+            else "",
             receiver=REQ_RECEIVER,
             abort=RECEIVER_ABORT,
             local=local,

@@ -42,6 +42,8 @@ POLL_ALL_REDUCE_PREFIX = "poll_and_all_reduce"
 
 # --- KV senders and their managers (``*/conn.py``) ----------------------------------------
 BASE_SENDER = "BaseKVSender"
+# The registration function that picks a transfer backend's classes (disaggregation/utils.py)
+GET_KV_CLASS = "get_kv_class"
 NIXL_SENDER = "NixlKVSender"
 SENDER_METHODS = ("__init__", "poll", "init", "failure_exception", "clear", "abort")
 SENDER_INIT_TIME = "init_time"

@@ -112,6 +112,9 @@ class Workspace:
         self.markers = markers
         self.originals: dict[str, SourceFile] = {}
         self.current: dict[str, str] = {}
+        # classes the user left out of a fix (``--ignore FIX:Class``), by fix name: that fix
+        # leaves them as they are, and the fixes that rely on it do not require them fixed
+        self.left_out: dict[str, frozenset[str]] = {}
 
     def _load(self, rel: str) -> SourceFile | None:
         if rel not in self.originals:

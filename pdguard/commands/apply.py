@@ -6,16 +6,22 @@ from __future__ import annotations
 import argparse
 import difflib
 import json
+import re
 import sys
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from ..errors import RefusedError, UsageError
 from ..fixes import FIXES, Fix, Outcome, Status
 from ..sglang_names import DISAGGREGATION_DIR, INFLIGHT_TIMEOUT_ENV
 from ..source_file import SourceFile
 from ..tree import DirectoryTree, SourceTree, installed_tree, open_tree
+
+if TYPE_CHECKING:
+    from ..checks import Finding
+
 from .base import EXIT_CHANGES, EXIT_OK, add_format, add_output_file, emit, relative
 
 NAME = "apply"
@@ -97,20 +103,29 @@ class ApplyResult:
         return "".join(chunks)
 
 
-def plan(tree: SourceTree, fixes: tuple[Fix, ...] = FIXES, *, markers: bool = True) -> ApplyResult:
+def plan(
+    tree: SourceTree,
+    fixes: tuple[Fix, ...] = FIXES,
+    left_out: Mapping[str, frozenset[str]] | None = None,
+    *,
+    markers: bool = True,
+) -> ApplyResult:
     """Every fix's outcome and every file's new content; nothing is written. ``markers``: whether
     the new code carries the fixes' marker comments (``Workspace``).
 
     Fixes not in ``fixes`` are ``skipped``. A fix reports ``applied`` or ``present`` only when
     the rules that prove it, run as ``pdguard check`` runs them, pass on the result; otherwise
     it is refused and its note names what check still reports. A refusal of any fix keeps
-    every file as it is (``changes`` is then empty)."""
+    every file as it is (``changes`` is then empty). ``left_out``: classes left out of a fix
+    (``--ignore FIX:Class``); check's findings on them are not held against the fixes."""
     from ..checks.project import parse_module
     from ..workspace import Workspace
 
     workspace = Workspace(tree, markers=markers)
+    workspace.left_out = dict(left_out or {})
+    chosen = {fix.name for fix in fixes}
     outcomes = {
-        fix.name: fix.plan(workspace) if fix in fixes else Outcome(Status.SKIPPED, _LEFT_OUT)
+        fix.name: fix.plan(workspace) if fix.name in chosen else Outcome(Status.SKIPPED, _LEFT_OUT)
         for fix in FIXES
     }
     result = ApplyResult(tree, tree.sglang_version(), outcomes, dict(workspace.originals))
@@ -126,7 +141,9 @@ def plan(tree: SourceTree, fixes: tuple[Fix, ...] = FIXES, *, markers: bool = Tr
                 Status.REFUSED, f"internal error: the patched file does not compile: {exc}", rel
             )
             return result
-    _recheck(tree, changes, [f for f in fixes if outcomes[f.name].status in _PROVEN], outcomes)
+    proven = [f for f in fixes if outcomes[f.name].status in _PROVEN]
+    excused = frozenset().union(*workspace.left_out.values())
+    _recheck(tree, changes, proven, outcomes, excused)
     if not result.refused:
         result.changes = changes
     return result
@@ -142,9 +159,12 @@ def _recheck(
     changes: dict[str, SourceFile],
     fixes: list[Fix],
     outcomes: dict[str, Outcome],
+    excused: frozenset[str] = frozenset(),
 ) -> None:
     """Run each fix's rules on the result, through check's own code path; a fix whose rules
-    still report something is refused, naming the first finding."""
+    still report something is refused, naming the first finding. A finding on a class the
+    user left out (``excused``: its symbol's class, or a class its message names) is check's
+    to report, not held against the fixes."""
     if not fixes:
         return
     from .check import check_project, load_project
@@ -157,7 +177,7 @@ def _recheck(
     codes = sorted({code for fix in fixes for code in fix.rules})
     findings = check_project(tree, project, codes).findings
     for fix in fixes:
-        mine = [f for f in findings if f.code in fix.rules]
+        mine = [f for f in findings if f.code in fix.rules and not _names(f, excused)]
         if not mine:
             continue
         first = mine[0]
@@ -170,12 +190,49 @@ def _recheck(
         )
 
 
+def _names(finding: Finding, classes: frozenset[str]) -> bool:
+    """Is ``finding`` about one of ``classes`` (its symbol's class, or named in its message)?"""
+    if not classes:
+        return False
+    if finding.symbol.split(".")[0] in classes:
+        return True
+    words = set(re.findall(r"\w+", finding.message))
+    return bool(words & classes)
+
+
+def left_out_classes(ignore: Sequence[str] | None) -> dict[str, frozenset[str]]:
+    """The classes ``--ignore FIX:Class`` leaves out of a fix, by fix name."""
+    by_name = {fix.name: fix for fix in FIXES}
+    found: dict[str, set[str]] = {}
+    for value in ignore or ():
+        for entry in (n.strip() for n in value.split(",")):
+            name, colon, cls = entry.partition(":")
+            if not colon:
+                continue
+            fix = by_name.get(name)
+            if fix is None:
+                raise UsageError(f"unknown fix {name!r} (the fixes: {', '.join(by_name)})")
+            if not fix.per_class:
+                per_class = ", ".join(f.name for f in FIXES if f.per_class)
+                raise UsageError(
+                    f"{name} cannot leave out single classes ({entry!r}); those that can: "
+                    f"{per_class}"
+                )
+            if not cls.isidentifier():
+                raise UsageError(f"--ignore {entry!r}: {cls!r} is not a class name")
+            found.setdefault(name, set()).add(cls)
+    return {name: frozenset(classes) for name, classes in found.items()}
+
+
 def select_fixes(select: Sequence[str] | None, ignore: Sequence[str] | None) -> tuple[Fix, ...]:
-    """The fixes to run, from --select/--ignore (comma-separated fix names)."""
+    """The fixes to run, from --select/--ignore (comma-separated fix names; ``FIX:Class`` in
+    --ignore leaves a class out of a fix, not the fix: ``left_out_classes``)."""
     by_name = {fix.name: fix for fix in FIXES}
 
     def names(values: Sequence[str]) -> set[str]:
-        found = {n.strip() for value in values for n in value.split(",") if n.strip()}
+        found = {
+            n.strip() for value in values for n in value.split(",") if n.strip() and ":" not in n
+        }
         unknown = sorted(found - set(by_name))
         if unknown:
             raise UsageError(f"unknown fix {unknown[0]!r} (the fixes: {', '.join(by_name)})")
@@ -282,7 +339,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="FIXES",
         help=f"apply only these fixes (comma-separated; of: {names})",
     )
-    parser.add_argument("--ignore", action="append", metavar="FIXES", help="leave these fixes out")
+    parser.add_argument(
+        "--ignore",
+        action="append",
+        metavar="FIXES",
+        help="leave these fixes out; FIX:Class leaves one class out of a fix (sender-abort)",
+    )
     parser.add_argument(
         "--no-markers",
         dest="markers",
@@ -317,7 +379,12 @@ def run(args: argparse.Namespace) -> int:
     tree = installed_tree() if args.installed else open_tree(args.target)
     render = FORMATS[args.format]
     _recover(tree)
-    result = plan(tree, select_fixes(args.select, args.ignore), markers=args.markers)
+    result = plan(
+        tree,
+        select_fixes(args.select, args.ignore),
+        left_out_classes(args.ignore),
+        markers=args.markers,
+    )
     if result.refused:
         _report(args, render(result, written=False))
         raise RefusedError(result.refusal())

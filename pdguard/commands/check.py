@@ -15,11 +15,11 @@ from urllib.parse import quote
 
 from pdguard import HOMEPAGE, __version__, cache, checks
 from pdguard.checks import Finding, Project
-from pdguard.checks.project import wanted
+from pdguard.checks.project import TEXT_ONLY, wanted
 from pdguard.docs import rule_url
 
 from ..errors import TargetError, UsageError, does_not_parse
-from ..sglang_names import DISAGGREGATION_DIR, MANAGERS_DIR
+from ..sglang_names import DISAGGREGATION_DIR, ENVIRON_PATH, MANAGERS_DIR
 from ..source_file import SourceFile
 from ..suppressions import SuppressionWarning
 from ..suppressions import parse as parse_suppressions
@@ -87,6 +87,9 @@ def load_project(tree: SourceTree) -> Project:
         text = SourceFile.decode(rel, data).text  # or a ParseError
         if rel == PREFILL_PATH or wanted(rel, text):
             texts[rel] = text
+    data = tree.read_bytes(ENVIRON_PATH)  # the env registry, read as text (PDG005)
+    if data is not None:
+        texts[ENVIRON_PATH] = SourceFile.decode(ENVIRON_PATH, data).text
     return Project(texts)
 
 
@@ -94,6 +97,8 @@ def _parse_all(tree: SourceTree, project: Project) -> None:
     """Parse every file the rules may read, so that one that does not parse is an error
     whatever rules are selected (and names its own file and line)."""
     for rel, text in sorted(project.texts.items()):
+        if rel in TEXT_ONLY:
+            continue
         try:
             project.tree(rel)
         except (SyntaxError, ValueError) as exc:  # ValueError: a NUL byte, before 3.11.4

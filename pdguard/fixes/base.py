@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, ClassVar
 
 from ..errors import refusal
 from ..fix_names import MARKER_PREFIX, has_marker, marker
+from ..sglang_names import DISAGGREGATION_DIR
 
 if TYPE_CHECKING:
     from ..tree import SourceTree
@@ -57,6 +58,11 @@ class Fix:
     name: ClassVar[str]  # e.g. "inflight-deadline": statuses, reports, the marker
     summary: ClassVar[str]  # one line for the command line's help
     rules: ClassVar[tuple[str, ...]]  # the rule codes (checks.RULES) that prove it
+    # what of a tree it reads or writes: directories (their .py files) and single files; the
+    # pre-commit hooks' ``files`` cover them all (tests/test_decode_corpus.py)
+    reads: ClassVar[tuple[str, ...]] = (DISAGGREGATION_DIR,)
+    # whether single classes can be left out of it (``--ignore FIX:Class``)
+    per_class: ClassVar[bool] = False
 
     @property
     def marker(self) -> str:

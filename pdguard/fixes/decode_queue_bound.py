@@ -18,6 +18,7 @@ from __future__ import annotations
 import ast
 from collections import defaultdict
 from dataclasses import dataclass, field
+from functools import partial
 from typing import TYPE_CHECKING
 
 from pdguard.checks.bindings import bindings_in_force
@@ -25,10 +26,13 @@ from pdguard.checks.bindings import bindings_in_force
 from .. import fix_names
 from ..sglang_names import (
     DECODE_PATH,
+    DISAGGREGATION_DIR,
     ENVIRON_MODULE,
     ENVIRON_OBJECT,
+    MANAGERS_DIR,
     POP_PREALLOCATED,
     POP_TRANSFERRED,
+    REQ_RECEIVER,
     RETRACTED_QUEUE,
     WAITING_TIMEOUT_ENV,
 )
@@ -36,7 +40,7 @@ from .base import Fix, Outcome, Refused, Status, has_marker
 from .receiver_waiting_timeout import decode_project, env_reader, failed_poll_raises
 
 if TYPE_CHECKING:
-    from pdguard.checks.decode_queues import DecodeQueueModel, EarlyReturn, Requeue
+    from pdguard.checks.decode_queues import DecodeQueueModel, EarlyReturn, Entries, Requeue
     from pdguard.codemods.isort_imports import ImportRequest
 
     from ..workspace import Workspace
@@ -52,6 +56,7 @@ class _FilePlan:
     """What the codemod does in one file."""
 
     pending: list[str] = field(default_factory=list)  # "Class.method:local:item"
+    rids: list[str | None] = field(default_factory=list)  # each entry's rid path, if it has one
     gate: str | None = None  # "[Class.]function" holding the retraction gate
     timeout: str = ""
     log: bool = True
@@ -62,6 +67,7 @@ class DecodeQueueBoundFix(Fix):
     name = FIX
     summary = "a bound on the decode queues' pending re-queue and retraction gate (0.4.7.post1+)"
     rules = ("PDG007",)
+    reads = (DISAGGREGATION_DIR, MANAGERS_DIR)
 
     def plan(self, workspace: Workspace) -> Outcome:
         model = decode_project(workspace).decode_queues
@@ -141,7 +147,9 @@ class DecodeQueueBoundFix(Fix):
                     "`<list>.append(<request>)`",
                     f"{rel}:{call.lineno}",
                 )
+            rid = self._entry_attrs(workspace, model, requeue, rel)
             plans[rel].pending.append(f"{owner.name}.{requeue.func.name}:{local}:{item.id}")
+            plans[rel].rids.append(rid)
             self._timeout(workspace, rel, plans[rel])
         for gate in gates:
             rel = gate.rel
@@ -161,6 +169,30 @@ class DecodeQueueBoundFix(Fix):
                 raise Refused(f"{rel}: two functions return early before polling", rel)
             plans[rel].gate = where
         return plans
+
+    def _entry_attrs(
+        self, workspace: Workspace, model: DecodeQueueModel, requeue: Requeue, rel: str
+    ) -> str | None:
+        """The path of an entry's request id (``req.rid``, ``rid``, or None when the entries
+        have neither in this tree); refused when the entries have no ``kv_receiver`` to fail
+        them through (a list of bare requests whose receivers are created later)."""
+        entries = model.entries(requeue)
+        has = partial(_has_path, workspace, model, entries)
+        where = f"{requeue.owner.name}.{requeue.func.name}"
+        if not has(REQ_RECEIVER):
+            known = [kind for kind in entries.types if kind != "?"]
+            kinds = (
+                ", ".join(known)
+                if known and len(known) == len(entries.types)
+                else ("of a type pdguard cannot tell")
+            )
+            raise Refused(
+                f"{where}: the entries of self.{requeue.attr} are {kinds}, with no "
+                f"{REQ_RECEIVER} in this tree: the bound would have no receiver to fail them "
+                "through (and would raise when it fires); bound this list by hand",
+                f"{rel}:{requeue.node.lineno}",
+            )
+        return next((path for path in ("req.rid", "rid") if has(path)), None)
 
     def _timeout(self, workspace: Workspace, rel: str, plan: _FilePlan) -> None:
         """``SGLANG_DISAGGREGATION_WAITING_TIMEOUT`` as the release reads it."""
@@ -192,6 +224,7 @@ class DecodeQueueBoundFix(Fix):
             plan.log = "logger" in bindings_in_force(workspace.ast(rel).body)
             transform = DecodeQueueBoundTransform(
                 pending=plan.pending,
+                rids=plan.rids,
                 gate=plan.gate,
                 timeout=plan.timeout,
                 log=plan.log,
@@ -223,3 +256,98 @@ class DecodeQueueBoundFix(Fix):
             for g in gates
         ]
         return Outcome(Status.APPLIED, "; ".join(done))
+
+
+def _class_fields(workspace: Workspace, name: str) -> dict[str, set[str]] | None:
+    """The attributes instances of class ``name`` have in the tree (class-body names, methods,
+    ``self.<x> = ...`` in its methods, its bases' too) -> the classes their annotations name;
+    None if the tree defines no such class, or more than one."""
+    from pdguard.checks.decode_queues import type_names
+    from pdguard.checks.kv_senders import is_self_attr
+
+    needle = f"class {name}"
+    found = [
+        node
+        for folder in DecodeQueueBoundFix.reads  # DecodeRequest, and the scheduler's Req
+        for rel in workspace.files_containing(folder, needle)
+        for node in workspace.ast(rel).body
+        if isinstance(node, ast.ClassDef) and node.name == name
+    ]
+    if len(found) != 1:
+        return None
+    fields: dict[str, set[str]] = {}
+    cls = found[0]
+    for stmt in cls.body:
+        if isinstance(stmt, ast.AnnAssign) and isinstance(stmt.target, ast.Name):
+            fields.setdefault(stmt.target.id, set()).update(type_names(stmt.annotation))
+        elif isinstance(stmt, ast.Assign):
+            for target in stmt.targets:
+                if isinstance(target, ast.Name):
+                    fields.setdefault(target.id, set())
+        elif isinstance(stmt, ast.FunctionDef | ast.AsyncFunctionDef):
+            fields.setdefault(stmt.name, set())
+            params = {a.arg: a.annotation for a in stmt.args.args}
+            for node in ast.walk(stmt):
+                targets = (
+                    node.targets
+                    if isinstance(node, ast.Assign)
+                    else [node.target]
+                    if isinstance(node, ast.AnnAssign)
+                    else []
+                )
+                for target in targets:
+                    if is_self_attr(target, getattr(target, "attr", "")):
+                        assert isinstance(target, ast.Attribute)
+                        kinds = fields.setdefault(target.attr, set())
+                        if isinstance(node, ast.AnnAssign):
+                            kinds |= type_names(node.annotation)
+                        elif isinstance(node, ast.Assign) and isinstance(node.value, ast.Name):
+                            kinds |= type_names(params.get(node.value.id))
+    for base in cls.bases:
+        for base_name in type_names(base):
+            inherited = _class_fields(workspace, base_name) if base_name != name else None
+            for attr, kinds in (inherited or {}).items():
+                fields.setdefault(attr, set()).update(kinds)
+    return fields
+
+
+def _annotated_reads(model: DecodeQueueModel, name: str) -> set[str]:
+    """The attributes the decode modules read on a parameter annotated ``name`` (``req: Req``
+    then ``req.rid``): what the tree's own code relies on instances of a class it does not
+    define (a partial tree) having."""
+    from pdguard.checks.decode_queues import paths_read, type_names
+
+    found = set()
+    for tree in model.index.modules.values():
+        for func in ast.walk(tree):
+            if not isinstance(func, ast.FunctionDef):
+                continue
+            params = {
+                a.arg
+                for a in (*func.args.posonlyargs, *func.args.args, *func.args.kwonlyargs)
+                if name in type_names(a.annotation)
+            }
+            found |= {path for path in paths_read(func, params) if "." not in path}
+    return found
+
+
+def _has_path(workspace: Workspace, model: DecodeQueueModel, entries: Entries, path: str) -> bool:
+    """Does every entry have the attribute path ``path``: the queue's own code reads it on
+    them, or the entries' one class defines it (through annotated fields for a nested path;
+    a class the tree does not define, by what its code reads on parameters of that class)?"""
+    if path in entries.read:
+        return True
+    if len(entries.types) != 1:
+        return False
+    kinds: set[str] = set(entries.types)
+    for part in path.split("."):
+        if len(kinds) != 1:
+            return False
+        kind = next(iter(kinds))
+        fields = _class_fields(workspace, kind)
+        if fields is None:
+            return part in _annotated_reads(model, kind) and part == path.rsplit(".", 1)[-1]
+        if part not in fields:
+            return False
+        kinds = fields[part]
+    return True

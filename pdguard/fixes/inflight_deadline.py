@@ -13,6 +13,7 @@ from pdguard.checks.inflight import analyse
 from .. import fix_names
 from ..sglang_names import (
     BOOTSTRAP_TIMEOUT_ENV,
+    DISAGGREGATION_DIR,
     ENVIRON_PATH,
     INFLIGHT_TIMEOUT_ENV,
     KVPOLL,
@@ -275,6 +276,7 @@ class InflightDeadline(Fix):
     name = FIX
     summary = "a deadline for requests waiting in the prefill inflight queue (prefill.py)"
     rules = ("PDG000", "PDG001", "PDG002", "PDG003", "PDG005")
+    reads = (DISAGGREGATION_DIR, ENVIRON_PATH)
 
     def plan(self, workspace: Workspace) -> Outcome:
         tree = workspace.ast(PREFILL_PATH)
@@ -363,7 +365,8 @@ class InflightDeadline(Fix):
         ``poll()`` does not report Failed once aborted (the deadline fails senders with
         ``abort()`` only: ``sender-abort`` fixes their classes)."""
         index = sender_index(workspace)
-        concrete = [s for s in index.senders() if index.is_concrete(s)]
+        left = workspace.left_out.get(SENDER_ABORT, frozenset())
+        concrete = [s for s in index.senders() if index.is_concrete(s) and s not in left]
         ignoring = [s for s in concrete if not index.abort_honoured(s)]
         if ignoring:
             # the file only: an earlier fix's pending change may have moved its lines
@@ -373,7 +376,8 @@ class InflightDeadline(Fix):
                 Status.REFUSED,
                 f"{', '.join(ignoring)}: poll() does not report Failed once abort() is called, "
                 f"and the deadline fails overdue senders with abort(); the {SENDER_ABORT} fix "
-                "changes those classes (apply it too)",
+                "changes those classes (apply it too, or leave a class out of both with "
+                f"--ignore {SENDER_ABORT}:{ignoring[0]})",
                 where,
             )
         keeping = [

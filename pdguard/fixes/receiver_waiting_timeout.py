@@ -218,6 +218,7 @@ class ReceiverWaitingTimeoutFix(Fix):
     name = FIX
     summary = "a waiting timeout in every *KVReceiver (Mooncake 0.4.6 - 0.4.9, NIXL - 0.5.5)"
     rules = ("PDG006",)
+    reads = (DISAGGREGATION_DIR, MANAGERS_DIR)
 
     def plan(self, workspace: Workspace) -> Outcome:
         project = decode_project(workspace)

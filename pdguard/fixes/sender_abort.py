@@ -73,33 +73,57 @@ def unread_senders(index: ClassIndex) -> list[str]:
     ]
 
 
+def leave_out(name: str) -> str:
+    """What a refusal about sender class ``name`` says the user can do."""
+    return f" (leave the class out with --ignore {FIX}:{name} to apply every other fix)"
+
+
+def _aside(index: ClassIndex, left: frozenset[str]) -> str:
+    """The classes the outcome left alone: dead ones, and those the user left out."""
+    note = ""
+    dead = sorted(index.dead_senders())
+    if dead:
+        note += (
+            f"; dead code, left alone: {', '.join(dead)} (nothing the tree runs names it, "
+            "not get_kv_class)"
+        )
+    if left:
+        note += f"; left out by --ignore, still reported by check: {', '.join(sorted(left))}"
+    return note
+
+
 class SenderAbortFix(Fix):
     name = FIX
     summary = "every KV sender's poll() reports Failed once aborted (NIXL <= 0.5.11, ...)"
     rules = ("PDG008",)
+    per_class = True
 
     def plan(self, workspace: Workspace) -> Outcome:
         index = sender_index(workspace)
         concrete = [s for s in index.senders() if index.is_concrete(s)]
         if not concrete:
             return Outcome(Status.NOT_APPLICABLE, "no KV sender with a poll() found")
-        ignoring = ignoring_senders(index)
-        unread = unread_senders(index)
+        left = workspace.left_out.get(FIX, frozenset())
+        ignoring = [s for s in ignoring_senders(index) if s not in left]
+        unread = [s for s in unread_senders(index) if s not in left]
         if not ignoring and not unread:
-            return self._already_honoured(workspace, index, concrete)
+            kept = [s for s in concrete if s not in left]
+            outcome = self._already_honoured(workspace, index, kept)
+            note = (outcome.note or "") + _aside(index, left)
+            return Outcome(outcome.status, note, outcome.where)
         try:
             edits = self._edits(index, ignoring, unread)
             self._run_codemods(workspace, edits)
         except Refused as refused:
             return refused.outcome
         after = sender_index(workspace)
-        still = ignoring_senders(after)
+        still = [s for s in ignoring_senders(after) if s not in left]
         if still:
             return Outcome(
                 Status.REFUSED,
                 f"the change did not make {', '.join(still)}.poll() report Failed once aborted",
             )
-        still = unread_senders(after)
+        still = [s for s in unread_senders(after) if s not in left]
         if still:
             return Outcome(
                 Status.REFUSED,
@@ -107,10 +131,10 @@ class SenderAbortFix(Fix):
                 "room's failure record",
             )
         note = "; ".join(edits[name].describe() for name in sorted(edits))
-        fine = [s for s in concrete if s not in ignoring and s not in unread]
+        fine = [s for s in concrete if s not in ignoring and s not in unread and s not in left]
         if fine:
             note += f"; already honoured: {', '.join(fine)}"
-        return Outcome(Status.APPLIED, note)
+        return Outcome(Status.APPLIED, note + _aside(index, left))
 
     def _already_honoured(
         self, workspace: Workspace, index: ClassIndex, concrete: list[str]
@@ -153,7 +177,7 @@ class SenderAbortFix(Fix):
                 where = abort_owner.name if abort_owner else name
                 raise Refused(
                     f"{where}.abort() does not conclude {name} as Failed, and pdguard does not "
-                    "rewrite an abort() that does something else",
+                    f"rewrite an abort() that does something else{leave_out(name)}",
                     poll_owner.rel,
                 )
             if no_abort or no_check:
@@ -163,12 +187,18 @@ class SenderAbortFix(Fix):
             if no_state:
                 init_owner = index.resolve(name, "__init__")
                 if init_owner is None or init_owner.rel not in index.texts:
-                    raise Refused(f"{name} has no __init__ in the tree to set conclude_state in")
+                    raise Refused(
+                        f"{name} has no __init__ in the tree to set conclude_state in"
+                        + leave_out(name)
+                    )
                 edit_for(init_owner.name).init_state = True
         for name in unread:
             owner = index.resolve(name, "failure_exception")
             if owner is None or owner.rel not in index.texts:
-                raise Refused(f"{name} has no failure_exception() in the tree to read records in")
+                raise Refused(
+                    f"{name} has no failure_exception() in the tree to read records in"
+                    + leave_out(name)
+                )
             edit_for(owner.name).read_record = True
         return edits
 
