@@ -188,7 +188,7 @@ def _verify_git_ref(repo_path: str, ref: str) -> RefReport:
         return verify_tree(tree, ref, commit)
     except PdguardError as exc:
         return RefReport.errored(ref, commit, str(exc))
-    except (git.GitError, ValueError) as exc:  # GitPython on a broken or partial repository
+    except (git.GitError, ValueError, OSError) as exc:  # GitPython on a broken repository
         return RefReport.errored(ref, commit, f"{ref}: cannot read from git: {exc}")
 
 
