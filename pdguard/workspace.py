@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, TypeVar
 from pdguard.checks.project import parse_module
 
 from .errors import TargetError, does_not_parse
+from .runtime import deep_call
 from .source_file import SourceFile
 from .tree import SourceTree
 
@@ -159,7 +160,8 @@ class Workspace:
         known = _TRANSFORMED.get(key)
         if known is None:
             self.ast(rel)  # a clear error (file:line:col) for code that does not parse
-            known = _keep(_TRANSFORMED, key, _transformed(text, transforms, keys))
+            made = deep_call(self.tree.display(rel), lambda: _transformed(text, transforms, keys))
+            known = _keep(_TRANSFORMED, key, made)
         else:
             _TRANSFORMED.move_to_end(key)
         done, result = known
