@@ -10,6 +10,7 @@ and not writable by group or others (``private_dir``).
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
 import secrets
 import stat
@@ -67,9 +68,16 @@ def _create(path: Path, data: bytes) -> None:
     fsynced."""
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
     try:
-        os.write(fd, data)
+        if os.write(fd, data) != len(data):
+            raise OSError(errno.EIO, "short write (a full disk or a file-size limit)", str(path))
         os.fsync(fd)
-    finally:
+    except OSError as exc:
+        os.close(fd)
+        os.unlink(path)
+        if exc.filename:
+            raise
+        raise OSError(exc.errno, exc.strerror, os.fsdecode(path)) from exc
+    else:
         os.close(fd)
 
 

@@ -152,12 +152,24 @@ def _lock(fd: int) -> bool:
     return True
 
 
-def _error(exc: BaseException, outcome: str) -> WriteError:
+def _error(exc: BaseException, outcome: str, where: Path | None = None) -> WriteError:
+    """One line for a failed write, naming the file: the one the OSError names, else ``where``
+    (a full disk or a file-size limit is raised by a write(), which names no file)."""
     if isinstance(exc, WriteError):
         return exc
     if isinstance(exc, OSError):
-        return WriteError(f"{exc.filename or ''}: {exc.strerror or exc}; {outcome}")
+        return WriteError(f"{exc.filename or where or '?'}: {exc.strerror or exc}; {outcome}")
     return WriteError(f"{exc}; {outcome}")
+
+
+def _naming(exc: OSError, path: Path, doing: str) -> OSError:
+    """``exc`` with ``path`` as its file name if it names none (ENOSPC, EFBIG, EIO from a
+    write or fsync), and what was being done."""
+    if exc.filename:
+        return exc
+    named = OSError(exc.errno, f"{exc.strerror or exc} ({doing})", os.fsdecode(path))
+    named.__cause__ = exc
+    return named
 
 
 # ---------------------------------------------------------------------------------------------
@@ -210,6 +222,9 @@ def _create(path: Path, data: bytes, like: os.stat_result, target: Path) -> None
                     ) from exc
             os.fchmod(handle.fileno(), stat.S_IMODE(like.st_mode))  # after chown: it clears setuid
             os.fsync(handle.fileno())
+    except OSError as exc:
+        _unlink(path)
+        raise _naming(exc, target, f"writing {path.name}") from exc
     except BaseException:
         _unlink(path)
         raise
@@ -279,10 +294,16 @@ class _Journal:
             raise
         try:
             _lock(self.fd)
-            os.write(self.fd, data)
+            if os.write(self.fd, data) != len(data):
+                raise OSError(errno.EIO, "short write (a full disk or a file-size limit)")
             os.fsync(self.fd)
             os.rename(part, self.path)  # complete before it can be seen under its real name
             _fsync_dir(directory)
+        except OSError as exc:
+            _unlink(part)
+            _unlink(self.record)
+            os.close(self.fd)
+            raise _naming(exc, part, "writing the journal") from exc
         except BaseException:
             _unlink(part)
             _unlink(self.record)
@@ -584,7 +605,7 @@ def _write(changes: Sequence[FileChange], journal_dir: Path) -> None:
     try:
         journal = _Journal(journal_dir, run, entries)
     except OSError as exc:
-        raise _error(exc, "cannot write the journal; nothing written") from exc
+        raise _error(exc, "cannot write the journal; nothing written", journal_dir) from exc
     try:
         for change, entry in zip(changes, entries, strict=True):
             _stage(change, entry)
