@@ -345,11 +345,17 @@ def verify_refs_cached(
     reports: dict[str, RefReport] = {}
     # key -> [(ref, commit, display prefix, version)]
     pending: dict[str, list[tuple[str, str, str, str | None]]] = {}
+    by_tree: dict[str, tuple[str, str, str | None, object]] = {}  # what a tree id gives
     for ref in refs:
         tree = open_git_tree(repo, ref)
-        key = ref_key(store, tree)
-        seen = (ref, tree.commit.hexsha, tree.display(""), tree.sglang_version())
-        hit = _report_from(store.get(key), *seen, report)
+        known = by_tree.get(tree.commit.tree.hexsha)
+        if known is None:  # 1,000 tags on one commit cost one key and one read of the cache
+            key = ref_key(store, tree)
+            known = (key, tree.display(""), tree.sglang_version(), store.get(key))
+            by_tree[tree.commit.tree.hexsha] = known
+        key, shown, version, value = known
+        seen = (ref, tree.commit.hexsha, shown, version)
+        hit = _report_from(value, *seen, report)
         if hit is not None:
             reports[ref] = hit
         else:
