@@ -16,7 +16,7 @@ from git.objects.fun import tree_entries_from_data
 from .errors import TargetError
 from .sglang_names import CHECKOUT_PREFIXES as PREFIXES
 from .sglang_names import DISAGGREGATION_DIR
-from .tree import CONFIG_SOURCES, SourceTree
+from .tree import CONFIG_SOURCES, SOURCE_LIMIT, SourceTree, too_large
 
 # Git objects are immutable: a tree's entries and a blob's bytes, by object id, serve every ref
 # of the process (``verify`` reads neighbouring releases, which share most of them).
@@ -125,7 +125,10 @@ class GitTree(SourceTree):
             return None
         if not _is_blob(found[0]):
             raise self._not_followed(self.prefix + rel, found[0])
-        return self._blob(found[1], f"{self.prefix}{rel}")
+        data = self._blob(found[1], f"{self.prefix}{rel}")
+        if len(data) > SOURCE_LIMIT:
+            raise too_large(f"{self.ref}:{self.prefix}{rel}", len(data))
+        return data
 
     def _not_followed(self, path: str, mode: int) -> TargetError:
         """A symlink or a submodule where pdguard reads: git trees are read from objects, so
