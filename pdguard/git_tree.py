@@ -13,7 +13,7 @@ from pathlib import PurePosixPath
 import git
 from git.objects.fun import tree_entries_from_data
 
-from .errors import TargetError
+from .errors import ConfigError, TargetError
 from .sglang_names import CHECKOUT_PREFIXES as PREFIXES
 from .sglang_names import DISAGGREGATION_DIR
 from .tree import CONFIG_SOURCES, SOURCE_LIMIT, SourceTree, too_large
@@ -181,7 +181,7 @@ class GitTree(SourceTree):
                 if found is None or found[0] == _TREE_MODE:
                     continue
                 if not _is_blob(found[0]):  # isort would read it in a checkout
-                    raise self._not_followed(path, found[0])
+                    raise ConfigError(str(self._not_followed(path, found[0])))
                 yield name, self._blob(found[1], path), f"{self.ref}:{path}"
             if str(here) in (".", ""):
                 return

@@ -53,14 +53,14 @@ def _why(exc: BaseException) -> str:
         where = f" at line {numbers[0]}" if numbers else where
     if isinstance(exc, configparser.Error):
         return f"{kind}: not valid INI syntax{where}"
-    text = " ".join(str(exc).split())
     if type(exc).__module__.startswith("tomllib") or kind == "TOMLDecodeError":
-        return f"{kind}: {text[:120]}"  # "Invalid value (at line 3, column 9)": no content
-    # a bad value ("invalid literal for int(): 'x'", "Profile 'x' not found"): the quoted
-    # parts are the file's, left out
-    text = re.sub(r"(['\"]).*?\1", "<value>", text)
-    text = re.sub(r"(['\"]).*", "<value>", text)  # an unterminated quote: the rest is content
-    return f"{kind}{where}: {text[:120]}" if text else f"{kind}{where}"
+        text = " ".join(str(exc).split())  # "Invalid value (at line 3, column 9)": no content
+        return f"{kind}: {text[:120]}"
+    if kind == "ProfileDoesNotExist":
+        return f"{kind}: its profile is not one isort knows"
+    # any other message may quote the file ("invalid literal for int(): 'x'", an unquoted
+    # value): only the kind of error is said
+    return f"{kind}{where}: a setting has a value isort does not accept"
 
 
 @cache
