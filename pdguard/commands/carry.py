@@ -73,7 +73,13 @@ def carry(repo_path: str, onto: str, branch: str, *, force: bool = False) -> Car
     if exists and not force:
         raise TargetError(f"branch {branch} exists (use --force to move it)")
     if exists:
-        where = _checked_out(repo).get(head_name)
+        try:
+            where = _checked_out(repo).get(head_name)
+        except git.GitCommandError as exc:  # an older git, a broken worktree list: refuse
+            raise TargetError(
+                f"branch {branch}: cannot tell whether a worktree has it checked out "
+                f"(git worktree list failed); not moved"
+            ) from exc
         if where is not None:  # as `git branch -f` refuses: that worktree would show reverts
             raise TargetError(
                 f"branch {branch} is checked out at {where}; carry never moves a branch "
@@ -120,6 +126,9 @@ def carry(repo_path: str, onto: str, branch: str, *, force: bool = False) -> Car
         stderr = str(exc.stderr or "").strip().removeprefix("stderr: '").removesuffix("'")
         detail = stderr.splitlines()[-1] if stderr else f"exit status {exc.status}"
         raise TargetError(f"git {exc.command[1]} failed: {detail}") from exc
+    except (OSError, ValueError, git.GitError) as exc:  # a git process that died (a broken pipe)
+        why = " ".join(f"{type(exc).__name__}: {exc}".split())[:200]
+        raise TargetError(f"{onto}: writing the carried commit into git failed: {why}") from exc
     return CarryResult(result, branch, new_commit)
 
 
