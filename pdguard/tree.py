@@ -72,8 +72,8 @@ def read_regular(path: str | os.PathLike[str], limit: int | None = None) -> byte
 CONFIG_SOURCES = (".isort.cfg", "pyproject.toml", "setup.cfg", "tox.ini", ".editorconfig")
 CONFIG_LIMIT = 16 << 20  # a settings file (or METADATA) larger than this is refused, never read
 # A source file larger than this is refused with one line (docs/security.md): SGLang's largest
-# is ~0.2 MB; at 4 MB of prefill.py, check takes ~14 s and apply ~35 s (both grow linearly).
-SOURCE_LIMIT = 4 << 20
+# is ~0.2 MB; at 2 MB of prefill.py every command ends within a minute (docs/security.md).
+SOURCE_LIMIT = 2 << 20
 
 
 def too_large(where: str, size: int) -> TargetError:

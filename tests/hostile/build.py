@@ -93,7 +93,7 @@ def _deep(terms: int) -> Callable[[Path, Path], None]:
 
 def _oversize(tree: Path, outside: Path) -> None:
     with (tree / PREFILL_PATH).open("a") as handle:
-        handle.write("\n" + "# padding\n" * 500_000)  # 5 MB: over pdguard's 4 MB bound
+        handle.write("\n" + "# padding\n" * 500_000)  # 5 MB: over pdguard's 2 MB bound
 
 
 def forge_journal(tree: Path, outside: Path) -> None:
