@@ -14,8 +14,8 @@ from typing import TYPE_CHECKING, TypeVar
 
 from pdguard.checks.project import parse_module
 
+from .deep import deep_call
 from .errors import TargetError, does_not_parse
-from .runtime import deep_call
 from .source_file import SourceFile
 from .tree import SourceTree
 

@@ -63,7 +63,15 @@ from pathlib import Path
 from typing import NoReturn
 
 from .errors import WriteError
-from .state import UntrustedState, private_dir, read_private, state_dir, trusted, write_private
+from .state import (
+    STATE_ENV,
+    UntrustedState,
+    private_dir,
+    read_private,
+    state_dir,
+    trusted,
+    write_private,
+)
 
 try:
     import fcntl
@@ -283,8 +291,14 @@ class _Journal:
         data = json.dumps(record, indent=1).encode()
         # the run's record in the user's state directory, written first: a journal (or its
         # .part) is acted on only if its record is there and names it and its exact bytes
-        self.record = _record_path(run)
-        write_private(self.record, _record(self.path, data))
+        try:
+            self.record = _record_path(run)
+            write_private(self.record, _record(self.path, data))
+        except OSError as exc:
+            raise WriteError(
+                f"{state_dir()}: cannot record the journal there ({exc.strerror or exc}); set "
+                f"{STATE_ENV} to a directory only you can write; nothing written"
+            ) from exc
         try:
             self.fd = os.open(
                 part, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0), 0o600
