@@ -167,8 +167,10 @@ def test_recovers_an_interrupted_write_before_planning(
     notes = ["pdguard: repaired an interrupted write in somewhere: rolled back"]
     seen: list[Path] = []
     monkeypatch.setattr(writer, "recover", lambda d: seen.append(Path(d)) or notes)
-    code, _, err = run_main(capsys, "apply", "--check", tree)
-    assert code == 1
+    code, _, err = run_main(capsys, "apply", "--check", tree)  # a dry run repairs nothing
+    assert (code, seen, err) == (1, [], "")
+    code, _, err = run_main(capsys, "apply", tree)
+    assert code == 0
     assert seen == [tree]
     assert err == notes[0] + "\n"
 
