@@ -54,6 +54,11 @@ def parse_module(text: str, rel: str) -> ast.Module:
             tree = _parse_after(text, _LAST.get(rel))
         except (SyntaxError, ValueError):
             return ast.parse(text, filename=rel)  # raises again, naming the file
+        except RecursionError as exc:  # CPython's own limit ("during ast construction")
+            # code Python itself cannot compile: a does-not-parse error like any other
+            error = SyntaxError(f"nested too deeply for Python's parser ({exc})")
+            error.filename, error.lineno, error.offset = rel, 0, 0
+            raise error from exc
         _BY_TEXT[text] = tree
         while len(_BY_TEXT) > _KEPT_TREES:
             _BY_TEXT.popitem(last=False)

@@ -21,18 +21,27 @@ edited checkout of it) never reads another's results. Where the cache lives:
 turns it off. Writes are atomic (a temporary file in the same directory, renamed), and an entry
 that cannot be read, does not decode or does not carry its own key is a miss, never an error;
 so is a cache directory that cannot be written.
+
+Integrity: an entry is believed only if the cache directory and the entry's subdirectory are
+owned by the user and writable by nobody else, and the entry carries the HMAC-SHA256 of its key
+and value under the user's random key (``pdguard.state.secret_key``, in the state directory,
+not beside the cache): an entry forged by someone who can write the cache, or copied from
+another user's cache, is a miss.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
+import stat
 from collections.abc import Callable, Iterable, Sequence
 from functools import cache
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from .errors import PdguardError
 from .tree import CONFIG_SOURCES
 
 if TYPE_CHECKING:
@@ -46,7 +55,8 @@ CheckResult = Any
 RefReport = Any
 
 NO_CACHE_ENV = "PDGUARD_NO_CACHE"
-FORMAT = 1  # the layout of an entry; bump it when it changes
+FORMAT = 2  # the layout of an entry; bump it when it changes (2: entries carry a keyed hash)
+_ENTRY_LIMIT = 64 << 20  # an entry larger than this is not read
 _TREE = "\x00tree\x00"  # stands for a ref's display prefix ("v0.5.23:python/") in a stored note
 
 
@@ -118,13 +128,53 @@ class ResultCache:
     def _path(self, key: str) -> Path:
         return self.root / key[:2] / f"{key}.json"
 
-    def get(self, key: str) -> Any | None:
-        """The value stored under ``key``; None when there is none or it cannot be used."""
+    def _trusted(self, path: Path) -> bool:
+        """Whether the entry at ``path`` may be believed at all: the cache directory and the
+        entry's own are this user's and nobody else may write them, and the entry is this
+        user's regular file (anyone who can write there could plant a pass)."""
+        from .state import trusted
+
         try:
-            entry = json.loads(self._path(key).read_bytes())
-        except (OSError, ValueError):  # missing, unreadable, not JSON, not UTF-8
+            return all(trusted(os.stat(d)) for d in (self.root, path.parent)) and (
+                trusted(os.lstat(path)) and stat.S_ISREG(os.lstat(path).st_mode)
+            )
+        except OSError:
+            return False
+
+    @staticmethod
+    def _mac(key: str, value: object) -> str | None:
+        """The entry's keyed hash (HMAC-SHA256 with the user's key, ``state.secret_key``);
+        None when there is no usable key (then nothing is read or written)."""
+        import hashlib
+        import hmac
+
+        from .state import secret_key
+
+        try:
+            secret = secret_key()
+        except OSError:
+            return None
+        data = json.dumps({"key": key, "value": value}, sort_keys=True, separators=(",", ":"))
+        return hmac.new(secret, data.encode("utf-8", "surrogatepass"), hashlib.sha256).hexdigest()
+
+    def get(self, key: str) -> Any | None:
+        """The value stored under ``key``; None when there is none or it cannot be used (also:
+        the cache directory is not this user's alone, or the entry's keyed hash is wrong)."""
+        import hmac
+
+        path = self._path(key)
+        if not self._trusted(path):
+            return None
+        try:
+            from .tree import read_regular
+
+            entry = json.loads(read_regular(path, _ENTRY_LIMIT))
+        except (OSError, ValueError, PdguardError):  # missing, unreadable, not JSON, not UTF-8
             return None
         if not isinstance(entry, dict) or entry.get("key") != key or "value" not in entry:
+            return None
+        mac = self._mac(key, entry["value"])
+        if mac is None or not hmac.compare_digest(str(entry.get("mac", "")), mac):
             return None
         return entry["value"]
 
@@ -133,9 +183,15 @@ class ResultCache:
         import tempfile
 
         path = self._path(key)
-        data = json.dumps({"key": key, "value": value}, separators=(",", ":")).encode()
+        mac = self._mac(key, value)
+        if mac is None:
+            return
+        entry = {"key": key, "value": value, "mac": mac}
+        data = json.dumps(entry, separators=(",", ":")).encode()
         try:
-            path.parent.mkdir(parents=True, exist_ok=True)
+            for directory in (self.root, path.parent):  # made private: see _trusted
+                with contextlib.suppress(FileExistsError):
+                    directory.mkdir(parents=True, mode=0o700)
             fd, tmp = tempfile.mkstemp(prefix=f".{key[:16]}-", suffix=".tmp", dir=path.parent)
             try:
                 with os.fdopen(fd, "wb") as handle:
@@ -289,11 +345,17 @@ def verify_refs_cached(
     reports: dict[str, RefReport] = {}
     # key -> [(ref, commit, display prefix, version)]
     pending: dict[str, list[tuple[str, str, str, str | None]]] = {}
+    by_tree: dict[str, tuple[str, str, str | None, object]] = {}  # what a tree id gives
     for ref in refs:
         tree = open_git_tree(repo, ref)
-        key = ref_key(store, tree)
-        seen = (ref, tree.commit.hexsha, tree.display(""), tree.sglang_version())
-        hit = _report_from(store.get(key), *seen, report)
+        known = by_tree.get(tree.commit.tree.hexsha)
+        if known is None:  # 1,000 tags on one commit cost one key and one read of the cache
+            key = ref_key(store, tree)
+            known = (key, tree.display(""), tree.sglang_version(), store.get(key))
+            by_tree[tree.commit.tree.hexsha] = known
+        key, shown, version, value = known
+        seen = (ref, tree.commit.hexsha, shown, version)
+        hit = _report_from(value, *seen, report)
         if hit is not None:
             reports[ref] = hit
         else:

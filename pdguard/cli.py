@@ -95,6 +95,20 @@ def _debug(argv: Sequence[str] | None, args: argparse.Namespace | None) -> bool:
     return "--debug" in (sys.argv[1:] if argv is None else argv)
 
 
+def _stdout_closed() -> bool:
+    """Whether stdout's reader went away (poll reports an error on the pipe's write end);
+    True where that cannot be told (no real file behind stdout)."""
+    import select
+
+    try:
+        poller = select.poll()
+        poller.register(sys.stdout.fileno(), select.POLLOUT)
+        events = poller.poll(0)
+    except (OSError, ValueError, AttributeError):
+        return True
+    return any(mask & (select.POLLERR | select.POLLHUP) for _, mask in events)
+
+
 def _stdout_gone() -> None:
     """stdout's reader went away: send what is still buffered nowhere, so that the interpreter's
     final flush does not fail again."""
@@ -131,7 +145,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         return EXIT_ERROR
     except KeyboardInterrupt:
         return EXIT_INTERRUPTED
-    except BrokenPipeError:
+    except BrokenPipeError as exc:
+        if not _stdout_closed():  # a pipe to a child process (git) broke: an error, not 141
+            print(f"pdguard: error: {bug_line(exc)}", file=sys.stderr)
+            return EXIT_ERROR
         _stdout_gone()
         return EXIT_BROKEN_PIPE
     except Exception as exc:  # a bug in pdguard

@@ -5,6 +5,7 @@ HEAD, the index, the working tree and the stash of the repository are never touc
 
 from __future__ import annotations
 
+import hashlib
 from collections import OrderedDict
 from collections.abc import Iterator
 from pathlib import PurePosixPath
@@ -12,10 +13,10 @@ from pathlib import PurePosixPath
 import git
 from git.objects.fun import tree_entries_from_data
 
-from .errors import TargetError
+from .errors import ConfigError, TargetError
 from .sglang_names import CHECKOUT_PREFIXES as PREFIXES
 from .sglang_names import DISAGGREGATION_DIR
-from .tree import CONFIG_SOURCES, SourceTree
+from .tree import CONFIG_SOURCES, SOURCE_LIMIT, SourceTree, too_large
 
 # Git objects are immutable: a tree's entries and a blob's bytes, by object id, serve every ref
 # of the process (``verify`` reads neighbouring releases, which share most of them).
@@ -25,6 +26,20 @@ _BLOB_BYTES = 64 << 20  # kept blobs, at most (least recently used go first)
 _blob_bytes = 0
 _TREE_MODE = 0o040000
 _SUBMODULE_MODE = 0o160000
+_SYMLINK_MODE = 0o120000
+_KIND = {_SUBMODULE_MODE: "a submodule (gitlink)", _SYMLINK_MODE: "a symlink"}
+
+
+def _abandon(stream: object) -> None:
+    """Let GitPython drop a half-read object stream without reading the rest of it from a
+    ``git cat-file`` that is about to be closed (its finaliser would fail, or wait)."""
+    inner = getattr(stream, "stream", None)
+    if inner is not None and hasattr(inner, "_nbr") and hasattr(inner, "_size"):
+        inner._nbr = inner._size
+
+
+def _is_blob(mode: int) -> bool:
+    return mode not in (_TREE_MODE, _SUBMODULE_MODE, _SYMLINK_MODE)
 
 
 class GitTree(SourceTree):
@@ -47,16 +62,44 @@ class GitTree(SourceTree):
         that reports and annotations map to files in the repository."""
         return f"{self.prefix}{rel}"
 
-    def _entries(self, binsha: bytes) -> dict[str, tuple[int, bytes]]:
+    def _entries(self, binsha: bytes, path: str = "") -> dict[str, tuple[int, bytes]]:
         entries = _TREES.get(binsha)
         if entries is None:
-            data = self._read(binsha)
-            entries = {name: (mode, sha) for sha, mode, name in tree_entries_from_data(data)}
+            data = self._read(binsha, path)
+            try:
+                entries = {name: (mode, sha) for sha, mode, name in tree_entries_from_data(data)}
+            except (ValueError, IndexError, UnicodeDecodeError) as exc:
+                raise self._broken(binsha, path, f"not a valid tree object ({exc})") from exc
             _TREES[binsha] = entries
         return entries
 
-    def _read(self, binsha: bytes) -> bytes:
-        return bytes(self.repo.odb.stream(binsha).read())
+    def _read(self, binsha: bytes, path: str) -> bytes:
+        """An object's bytes; any failure of git (a missing or corrupt object, a git process
+        that died: a broken pipe to ``git cat-file`` is not pdguard's stdout closing) is a
+        ``TargetError`` naming the ref, the path and the object."""
+        stream = None
+        try:
+            stream = self.repo.odb.stream(binsha)
+            data = bytes(stream.read())
+            kind = stream.type if isinstance(stream.type, bytes) else str(stream.type).encode()
+            # what git hands back is checked against its id: a corrupt object (a short read, a
+            # wrong header) is this object's error, not the next read's
+            actual = hashlib.sha1(b"%s %d\0" % (kind, len(data)) + data).digest()
+            if actual != binsha:
+                raise ValueError(f"its content hashes to {actual.hex()} ({len(data)} bytes)")
+            return data
+        except (ValueError, OSError, git.GitError, AssertionError) as exc:
+            _abandon(stream)
+            # the persistent cat-file processes may be out of step after a failure: the next
+            # read must not get this object's leftovers (another file's error, or its bytes)
+            self.repo.git.clear_cache()
+            missing = isinstance(exc, ValueError) and "could not be resolved" in str(exc)
+            why = "is missing (a shallow or partial clone?)" if missing else "cannot be read"
+            detail = " ".join(f"{type(exc).__name__}: {exc}".split())[:200]
+            raise self._broken(binsha, path, f"{why}: {detail}") from exc
+
+    def _broken(self, binsha: bytes, path: str, why: str) -> TargetError:
+        return TargetError(f"{self.ref}:{path or '.'}: git object {binsha.hex()} {why}")
 
     def entry(self, path: str) -> tuple[int, bytes] | None:
         """(mode, object id) of ``path`` (from the repository root) at this commit; None where
@@ -69,7 +112,7 @@ class GitTree(SourceTree):
             parent, _, name = path.rpartition("/")
             above = self.entry(parent)
             found = (
-                self._entries(above[1]).get(name)
+                self._entries(above[1], parent).get(name)
                 if above is not None and above[0] == _TREE_MODE
                 else None
             )
@@ -78,9 +121,22 @@ class GitTree(SourceTree):
 
     def read_bytes(self, rel: str) -> bytes | None:
         found = self.entry(self.prefix + rel)
-        if found is None or found[0] in (_TREE_MODE, _SUBMODULE_MODE):
+        if found is None or found[0] == _TREE_MODE:
             return None
-        return self._blob(found[1], f"{self.prefix}{rel}")
+        if not _is_blob(found[0]):
+            raise self._not_followed(self.prefix + rel, found[0])
+        data = self._blob(found[1], f"{self.prefix}{rel}")
+        if len(data) > SOURCE_LIMIT:
+            raise too_large(f"{self.ref}:{self.prefix}{rel}", len(data))
+        return data
+
+    def _not_followed(self, path: str, mode: int) -> TargetError:
+        """A symlink or a submodule where pdguard reads: git trees are read from objects, so
+        neither can be followed; the ref is an error, never a pass."""
+        return TargetError(
+            f"{self.ref}:{path}: is {_KIND[mode]} in git; pdguard reads only files and "
+            "directories of the commit's tree, so it cannot verify this ref"
+        )
 
     def _blob(self, binsha: bytes, path: str) -> bytes:
         global _blob_bytes
@@ -88,13 +144,7 @@ class GitTree(SourceTree):
         if data is not None:
             _BLOBS.move_to_end(binsha)
             return data
-        try:
-            data = self._read(binsha)
-        except ValueError as exc:  # GitPython: "SHA ... could not be resolved": not in the odb
-            raise TargetError(
-                f"{self.ref}:{path}: git object {binsha.hex()[:12]} is missing "
-                "(a shallow or partial clone?)"
-            ) from exc
+        data = self._read(binsha, path)
         _BLOBS[binsha] = data
         _blob_bytes += len(data)
         while _blob_bytes > _BLOB_BYTES and len(_BLOBS) > 1:
@@ -106,15 +156,20 @@ class GitTree(SourceTree):
         if top is None or top[0] != _TREE_MODE:
             return []
         base = f"{rel_dir.rstrip('/')}/" if rel_dir.rstrip("/") else ""
-        return sorted(base + path for path in self._files(top[1]) if path.endswith(".py"))
+        top_path = self.prefix + rel_dir.rstrip("/")
+        return sorted(base + path for path in self._files(top[1], top_path) if path.endswith(".py"))
 
-    def _files(self, binsha: bytes) -> Iterator[str]:
-        """The paths of the blobs below a tree, relative to it (submodules are not blobs)."""
-        for name, (mode, sha) in self._entries(binsha).items():
+    def _files(self, binsha: bytes, path: str) -> Iterator[str]:
+        """The paths of the blobs below a tree, relative to it. A submodule, or a symlink that
+        may stand for a Python file or a directory (a name ending ``.py`` or with no suffix),
+        is refused (``TargetError``): its files would count for the verdict on disk."""
+        for name, (mode, sha) in self._entries(binsha, path).items():
             if mode == _TREE_MODE:
-                yield from (f"{name}/{path}" for path in self._files(sha))
-            elif mode != _SUBMODULE_MODE:
+                yield from (f"{name}/{sub}" for sub in self._files(sha, f"{path}/{name}"))
+            elif _is_blob(mode):
                 yield name
+            elif mode == _SUBMODULE_MODE or name.endswith(".py") or "." not in name:
+                raise self._not_followed(f"{path}/{name}", mode)
 
     def config_files(self, rel: str) -> Iterator[tuple[str, bytes, str]]:
         """From ``rel``'s directory up to the repository root, nearest first."""
@@ -123,8 +178,11 @@ class GitTree(SourceTree):
             for name in CONFIG_SOURCES:
                 path = str(here / name) if str(here) != "." else name
                 found = self.entry(path)
-                if found is not None and found[0] not in (_TREE_MODE, _SUBMODULE_MODE):
-                    yield name, self._blob(found[1], path), f"{self.ref}:{path}"
+                if found is None or found[0] == _TREE_MODE:
+                    continue
+                if not _is_blob(found[0]):  # isort would read it in a checkout
+                    raise ConfigError(str(self._not_followed(path, found[0])))
+                yield name, self._blob(found[1], path), f"{self.ref}:{path}"
             if str(here) in (".", ""):
                 return
             here = here.parent

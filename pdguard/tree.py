@@ -9,20 +9,79 @@ import ast
 import importlib.machinery
 import os
 import re
+import stat
 import sys
 from abc import ABC, abstractmethod
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from .errors import TargetError
+from .errors import ConfigError, TargetError
 from .sglang_names import DISAGGREGATION_DIR, PREFILL_PATH, VERSION_PATHS
 
-__all__ = ["DISAGGREGATION_DIR", "PREFILL_PATH", "DirectoryTree", "SourceTree"]
+__all__ = ["DISAGGREGATION_DIR", "PREFILL_PATH", "DirectoryTree", "SourceTree", "read_regular"]
+
+_KINDS = (
+    (stat.S_ISFIFO, "a FIFO"),
+    (stat.S_ISCHR, "a character device"),
+    (stat.S_ISBLK, "a block device"),
+    (stat.S_ISSOCK, "a socket"),
+    (stat.S_ISDIR, "a directory"),
+)
+
+
+def file_kind(mode: int) -> str:
+    """What a non-regular file is, as messages name it."""
+    return next((name for test, name in _KINDS if test(mode)), "not a regular file")
+
+
+def read_regular(path: str | os.PathLike[str], limit: int | None = None) -> bytes:
+    """The bytes of ``path`` if it is a regular file; ``TargetError`` naming it otherwise.
+
+    Opened with ``O_NONBLOCK`` (a FIFO or a terminal never blocks the open) and checked with
+    ``fstat`` on the open descriptor (no window between the check and the read); symlinks are
+    followed, callers check where they lead. FileNotFoundError passes through. ``limit``: a file
+    larger than that many bytes is refused (``TargetError``), never read."""
+    flags = os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_NOCTTY", 0)
+    try:
+        fd = os.open(path, flags | getattr(os, "O_CLOEXEC", 0))
+    except FileNotFoundError:
+        raise
+    except OSError as exc:
+        raise TargetError(f"{path}: cannot read: {exc.strerror or exc}") from exc
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise TargetError(
+                f"{path}: is {file_kind(st.st_mode)}; pdguard reads only regular files"
+            )
+        if limit is not None and st.st_size > limit:
+            if limit == SOURCE_LIMIT:
+                raise too_large(str(path), st.st_size)
+            raise TargetError(f"{path}: {st.st_size} bytes, more than pdguard reads ({limit})")
+        with os.fdopen(fd, "rb", closefd=False) as handle:
+            return handle.read()
+    except OSError as exc:
+        raise TargetError(f"{path}: cannot read: {exc.strerror or exc}") from exc
+    finally:
+        os.close(fd)
+
 
 # The files isort reads its settings from (``isort.settings.CONFIG_SOURCES``, which a test
 # compares with this): naming them here lets a tree without any be read without importing isort.
 CONFIG_SOURCES = (".isort.cfg", "pyproject.toml", "setup.cfg", "tox.ini", ".editorconfig")
+CONFIG_LIMIT = 16 << 20  # a settings file (or METADATA) larger than this is refused, never read
+# A source file larger than this is refused with one line (docs/security.md): SGLang's largest
+# is ~0.2 MB; at 2 MB of prefill.py every command ends within a minute (docs/security.md).
+SOURCE_LIMIT = 2 << 20
+
+
+def too_large(where: str, size: int) -> TargetError:
+    """The one error for a source file over ``SOURCE_LIMIT``."""
+    return TargetError(
+        f"{where}: {size} bytes, more than pdguard reads in a source file ({SOURCE_LIMIT}); "
+        "refused, nothing changed"
+    )
 
 
 class SourceTree(ABC):
@@ -92,32 +151,71 @@ class DirectoryTree(SourceTree):
         return candidate
 
     def read_bytes(self, rel: str) -> bytes | None:
+        """The file's bytes (a regular file only: a FIFO, device or socket is refused, never
+        opened for reading in a way that blocks), None if it does not exist."""
         path = self.path(rel)
         try:
-            return path.read_bytes()
+            return read_regular(path, SOURCE_LIMIT)
         except FileNotFoundError:
             return None
-        except OSError as exc:  # a directory, no permission, ...: exit 2, not a traceback
-            raise TargetError(f"{path}: cannot read: {exc.strerror or exc}") from exc
 
     def python_files(self, rel_dir: str) -> list[str]:
-        """Relative paths of the ``.py`` files below ``rel_dir``, sorted."""
+        """Relative paths of the ``.py`` files below ``rel_dir``, sorted.
+
+        A symlinked directory is followed when it resolves inside the tree (its files count for
+        the verdict, by their path through the link), and refused (``TargetError``) when it
+        leads out of the tree or back into a directory already walked (a loop); never skipped.
+        """
         top = self.base / rel_dir
+        root = self.root.resolve()
         found = []
-        for dirpath, dirnames, filenames in os.walk(top):
+        walked: set[Path] = set()
+        for dirpath, dirnames, filenames in os.walk(top, followlinks=True):
+            here = Path(dirpath)
+            resolved = here.resolve()
+            if not resolved.is_relative_to(root):
+                raise TargetError(
+                    f"{here}: a symlinked directory that leads to {resolved}, outside {self.root}"
+                )
+            if resolved in walked:
+                raise TargetError(
+                    f"{here}: a symlinked directory that leads back to {resolved} "
+                    "(a loop, or the same directory twice)"
+                )
+            walked.add(resolved)
             dirnames[:] = sorted(d for d in dirnames if d != "__pycache__")
             for name in filenames:
                 if name.endswith(".py"):
-                    found.append(Path(dirpath, name).relative_to(self.base).as_posix())
+                    found.append((here / name).relative_to(self.base).as_posix())
         return sorted(found)
 
     def config_files(self, rel: str) -> Iterator[tuple[str, bytes, str]]:
+        """isort's settings files from ``rel``'s directory up to ``root``. One that is a symlink
+        leading out of the tree, or is not a regular file, is refused (``ConfigError``): isort
+        would read it, so pdguard must not pretend it is not there."""
         here = self.path(rel).parent
         root = self.root.resolve()
         while True:
             for name in CONFIG_SOURCES:
-                if (here / name).is_file():
-                    yield name, (here / name).read_bytes(), str(here / name)
+                candidate = here / name
+                if not os.path.lexists(candidate):
+                    continue
+                try:
+                    resolved = candidate.resolve()
+                except (OSError, RuntimeError) as exc:
+                    raise ConfigError(f"{candidate}: cannot resolve: {exc}") from exc
+                if not resolved.is_relative_to(root):
+                    raise ConfigError(
+                        f"{candidate}: a symlink that leads out of the tree; pdguard reads "
+                        "settings only from inside it"
+                    )
+                try:
+                    data = read_regular(candidate, CONFIG_LIMIT)
+                except FileNotFoundError:
+                    raise ConfigError(f"{candidate}: a dangling symlink") from None
+                except TargetError as exc:
+                    raise ConfigError(str(exc)) from exc
+                yield name, data, str(candidate)
             if here.resolve() == root or here.parent == here:
                 return
             here = here.parent
@@ -128,7 +226,11 @@ class DirectoryTree(SourceTree):
         if version is not None:
             return version
         for metadata in sorted(self.base.glob("sglang-*.dist-info/METADATA")):
-            match = re.search(r"^Version: (\S+)$", metadata.read_text("utf-8", "replace"), re.M)
+            try:
+                text = read_regular(metadata, CONFIG_LIMIT).decode("utf-8", "replace")
+            except (FileNotFoundError, TargetError):
+                continue  # not the version's source: the version stays unknown
+            match = re.search(r"^Version: (\S+)$", text, re.M)
             if match:
                 return match.group(1)
         return None

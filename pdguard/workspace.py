@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, TypeVar
 
 from pdguard.checks.project import parse_module
 
+from .deep import deep_call
 from .errors import TargetError, does_not_parse
 from .fix_names import unmark
 from .source_file import SourceFile
@@ -169,7 +170,8 @@ class Workspace:
         known = _TRANSFORMED.get(key)
         if known is None:
             self.ast(rel)  # a clear error (file:line:col) for code that does not parse
-            known = _keep(_TRANSFORMED, key, _transformed(text, transforms, keys))
+            made = deep_call(self.tree.display(rel), lambda: _transformed(text, transforms, keys))
+            known = _keep(_TRANSFORMED, key, made)
         else:
             _TRANSFORMED.move_to_end(key)
         done, result = known

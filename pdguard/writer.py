@@ -28,8 +28,12 @@ Guarantees:
   finds it and repairs the tree: if every rename had happened, it finishes the write (removes
   the backups); otherwise it rolls back (puts every replaced file's original back) and removes
   all temporary files. A journal is only acted on if it is owned by the current user, not
-  writable by group or others, and lists paths of the expected shape below its own directory.
-  A journal that another live process holds (``flock``) is never touched.
+  writable by group or others, lists paths of the expected shape below its own directory, and
+  matches the record its run wrote first in the user's state directory (``pdguard.state``: the
+  journal's path, the sha256 of its bytes, the host name). A journal committed to a tree (a
+  checkout makes it the user's) has no record and is ignored. A journal that another live
+  process holds (``flock``) is never touched. ``pending`` lists journals without touching
+  them: a dry run reports them instead of repairing.
 
 Permission rule: a file is refused, even for root (whom the kernel would let write anything),
 when its **owner** has no write permission (``chmod a-w``, mode 0o444, 0o555, ...): the user
@@ -45,11 +49,13 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import hashlib
 import json
 import logging
 import os
 import secrets
 import signal
+import socket
 import stat
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
@@ -57,6 +63,15 @@ from pathlib import Path
 from typing import NoReturn
 
 from .errors import WriteError
+from .state import (
+    STATE_ENV,
+    UntrustedState,
+    private_dir,
+    read_private,
+    state_dir,
+    trusted,
+    write_private,
+)
 
 try:
     import fcntl
@@ -69,6 +84,7 @@ JOURNAL_PREFIX = ".pdguard-journal-"
 JOURNAL_SUFFIX = ".json"
 _PART = ".part"
 _SUFFIX = ".pdguard"  # every temporary file and backup ends with it
+_JOURNAL_LIMIT = 16 << 20  # a journal larger than this is not one pdguard wrote
 _DEFERRED_SIGNALS = frozenset(
     getattr(signal, name)
     for name in ("SIGINT", "SIGTERM", "SIGHUP", "SIGQUIT")
@@ -144,12 +160,24 @@ def _lock(fd: int) -> bool:
     return True
 
 
-def _error(exc: BaseException, outcome: str) -> WriteError:
+def _error(exc: BaseException, outcome: str, where: Path | None = None) -> WriteError:
+    """One line for a failed write, naming the file: the one the OSError names, else ``where``
+    (a full disk or a file-size limit is raised by a write(), which names no file)."""
     if isinstance(exc, WriteError):
         return exc
     if isinstance(exc, OSError):
-        return WriteError(f"{exc.filename or ''}: {exc.strerror or exc}; {outcome}")
+        return WriteError(f"{exc.filename or where or '?'}: {exc.strerror or exc}; {outcome}")
     return WriteError(f"{exc}; {outcome}")
+
+
+def _naming(exc: OSError, path: Path, doing: str) -> OSError:
+    """``exc`` with ``path`` as its file name if it names none (ENOSPC, EFBIG, EIO from a
+    write or fsync), and what was being done."""
+    if exc.filename:
+        return exc
+    named = OSError(exc.errno, f"{exc.strerror or exc} ({doing})", os.fsdecode(path))
+    named.__cause__ = exc
+    return named
 
 
 # ---------------------------------------------------------------------------------------------
@@ -202,6 +230,9 @@ def _create(path: Path, data: bytes, like: os.stat_result, target: Path) -> None
                     ) from exc
             os.fchmod(handle.fileno(), stat.S_IMODE(like.st_mode))  # after chown: it clears setuid
             os.fsync(handle.fileno())
+    except OSError as exc:
+        _unlink(path)
+        raise _naming(exc, target, f"writing {path.name}") from exc
     except BaseException:
         _unlink(path)
         raise
@@ -257,23 +288,46 @@ class _Journal:
                 for e in entries
             ],
         }
-        self.fd = os.open(
-            part, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0), 0o600
-        )
+        data = json.dumps(record, indent=1).encode()
+        # the run's record in the user's state directory, written first: a journal (or its
+        # .part) is acted on only if its record is there and names it and its exact bytes
+        try:
+            self.record = _record_path(run)
+            write_private(self.record, _record(self.path, data))
+        except OSError as exc:
+            raise WriteError(
+                f"{state_dir()}: cannot record the journal there ({exc.strerror or exc}); set "
+                f"{STATE_ENV} to a directory only you can write; nothing written"
+            ) from exc
+        try:
+            self.fd = os.open(
+                part, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0), 0o600
+            )
+        except BaseException:
+            _unlink(self.record)
+            raise
         try:
             _lock(self.fd)
-            os.write(self.fd, json.dumps(record, indent=1).encode())
+            if os.write(self.fd, data) != len(data):
+                raise OSError(errno.EIO, "short write (a full disk or a file-size limit)")
             os.fsync(self.fd)
             os.rename(part, self.path)  # complete before it can be seen under its real name
             _fsync_dir(directory)
+        except OSError as exc:
+            _unlink(part)
+            _unlink(self.record)
+            os.close(self.fd)
+            raise _naming(exc, part, "writing the journal") from exc
         except BaseException:
             _unlink(part)
+            _unlink(self.record)
             os.close(self.fd)
             raise
 
     def remove(self) -> None:
         _unlink(self.path)
         _fsync_dir(self.path.parent)
+        _unlink(self.record)
         os.close(self.fd)
 
     def release(self) -> None:
@@ -281,12 +335,63 @@ class _Journal:
         os.close(self.fd)
 
 
-def _load(path: Path, st: os.stat_result) -> list[_Entry] | str:
+def _run_of(path: Path) -> str:
+    """The run id in a journal's name (``.pdguard-journal-<run>.json[.part]``)."""
+    return path.name.removeprefix(JOURNAL_PREFIX).removesuffix(_PART).removesuffix(JOURNAL_SUFFIX)
+
+
+def _record_path(run: str) -> Path:
+    """Where the run's record is kept (``UntrustedState``, an OSError, if that directory is
+    not this user's alone)."""
+    if not run or "/" in run or run.startswith("."):
+        raise UntrustedState(f"{run!r}: not a run id pdguard makes")
+    return private_dir(state_dir() / "journals") / f"{run}.json"
+
+
+def _record(journal: Path, data: bytes) -> bytes:
+    return json.dumps(
+        {
+            "journal": os.fsdecode(journal),
+            "sha256": hashlib.sha256(data).hexdigest(),
+            "host": socket.gethostname(),
+        }
+    ).encode()
+
+
+def _unrecorded(path: Path, data: bytes | None) -> str | None:
+    """Why the journal at ``path`` (holding ``data``; None: a .part, any content) is not one
+    this user's pdguard wrote on this machine, or None if it is."""
+    try:
+        record = json.loads(read_private(_record_path(_run_of(path))))
+    except FileNotFoundError:
+        return f"not written by pdguard for this user on this machine (no record in {state_dir()})"
+    except (OSError, ValueError) as exc:
+        return f"its record in {state_dir()} cannot be trusted ({exc})"
+    final = path.with_name(path.name.removesuffix(_PART))
+    if not isinstance(record, dict) or record.get("journal") != os.fsdecode(final):
+        return f"its record in {state_dir()} names another journal"
+    if record.get("host") != socket.gethostname():
+        return f"written on another machine ({record.get('host')})"
+    if data is not None and record.get("sha256") != hashlib.sha256(data).hexdigest():
+        return "changed since pdguard wrote it"
+    return None
+
+
+def _load(path: Path, st: os.stat_result, fd: int) -> list[_Entry] | str:
     """The journal's entries, or why it cannot be trusted."""
     if st.st_uid != os.geteuid() or st.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
         return "not created by this user"
+    if not stat.S_ISREG(st.st_mode) or st.st_size > _JOURNAL_LIMIT:
+        return "not a journal pdguard writes"
     try:
-        record = json.loads(path.read_bytes())
+        data = os.pread(fd, _JOURNAL_LIMIT, 0)
+    except OSError as exc:
+        return f"unreadable ({exc.strerror or exc})"
+    why = _unrecorded(path, data)
+    if why is not None:
+        return why
+    try:
+        record = json.loads(data)
         files = record["files"]
         entries = [_Entry(Path(f["target"]), Path(f["temp"]), Path(f["backup"])) for f in files]
     except (OSError, ValueError, KeyError, TypeError) as exc:
@@ -370,7 +475,7 @@ def _journals(directory: Path) -> list[Path]:
 def _recover_one(path: Path) -> tuple[str | None, list[Path], bool]:
     """Repair after one journal: (note, restored files, whether a live process holds it)."""
     try:
-        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0))
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_NOFOLLOW", 0))
     except FileNotFoundError:  # its run just finished
         return None, [], False
     except OSError as exc:
@@ -380,15 +485,17 @@ def _recover_one(path: Path) -> tuple[str | None, list[Path], bool]:
             return None, [], True
         st = os.fstat(fd)
         if path.name.endswith(_PART):  # killed while writing the journal: nothing staged yet
-            if st.st_uid == os.geteuid():
+            why = _unrecorded(path, None) if trusted(st) else "not created by this user"
+            if why is None and stat.S_ISREG(st.st_mode):
                 _unlink(path)
+                _forget(path)
                 return (
                     f"pdguard: removed an incomplete journal {path} (nothing was written)",
                     [],
                     False,
                 )
-            return None, [], False
-        loaded = _load(path, st)
+            return f"pdguard: journal {path} ignored: {why}", [], False
+        loaded = _load(path, st, fd)
         if isinstance(loaded, str):
             return f"pdguard: journal {path} ignored: {loaded}", [], False
         action, restored, failures = _repair(loaded)
@@ -402,9 +509,16 @@ def _recover_one(path: Path) -> tuple[str | None, list[Path], bool]:
             )
         _unlink(path)
         _fsync_dir(path.parent)
+        _forget(path)
         return f"pdguard: an interrupted write (journal {path}) was {action}", restored, False
     finally:
         os.close(fd)
+
+
+def _forget(journal: Path) -> None:
+    """Remove the record of a journal that is gone."""
+    with contextlib.suppress(OSError):
+        _unlink(_record_path(_run_of(journal)))
 
 
 def _recover_in(directories: Iterable[Path]) -> tuple[list[str], list[Path], list[Path]]:
@@ -430,6 +544,25 @@ def _ancestors(directories: Iterable[Path]) -> list[Path]:
     return list(seen)
 
 
+def _searched(directory: Path) -> list[Path]:
+    """The directories ``recover`` looks for journals in: ``directory``, its parents and every
+    directory below it (version-control and cache directories left out)."""
+    root = Path(os.path.abspath(directory))
+    below: list[Path] = []
+    for current, dirs, _ in os.walk(root):
+        dirs[:] = [
+            d for d in dirs if d not in {".git", ".hg", ".svn", "__pycache__", "node_modules"}
+        ]
+        below.append(Path(current))
+    return _ancestors([root]) + below[1:]
+
+
+def pending(directory: Path) -> list[Path]:
+    """Every journal ``recover(directory)`` would look at (pdguard's or not), without opening,
+    changing or removing anything: what a dry run reports instead of repairing."""
+    return [path for d in _searched(directory) for path in _journals(d)]
+
+
 def recover(directory: Path) -> list[str]:
     """Repair every interrupted write whose journal is in ``directory``, below it or above it.
 
@@ -438,15 +571,8 @@ def recover(directory: Path) -> list[str]:
     reading the tree, so that a plan is never made from a half-written tree. Journals held by a
     live pdguard run are left alone (and noted).
     """
-    root = Path(os.path.abspath(directory))
-    below: list[Path] = []
-    for current, dirs, _ in os.walk(root):
-        dirs[:] = [
-            d for d in dirs if d not in {".git", ".hg", ".svn", "__pycache__", "node_modules"}
-        ]
-        below.append(Path(current))
     with _signals_deferred():
-        notes, _, busy = _recover_in(_ancestors([root]) + below[1:])
+        notes, _, busy = _recover_in(_searched(directory))
     notes.extend(
         f"pdguard: journal {path} is held by a running pdguard; left alone" for path in busy
     )
@@ -493,7 +619,7 @@ def _write(changes: Sequence[FileChange], journal_dir: Path) -> None:
     try:
         journal = _Journal(journal_dir, run, entries)
     except OSError as exc:
-        raise _error(exc, "cannot write the journal; nothing written") from exc
+        raise _error(exc, "cannot write the journal; nothing written", journal_dir) from exc
     try:
         for change, entry in zip(changes, entries, strict=True):
             _stage(change, entry)

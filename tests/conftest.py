@@ -7,6 +7,8 @@ test that breaks pdguard on purpose must not be served an earlier run's result.
 
 from __future__ import annotations
 
+import os
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -41,3 +43,17 @@ def patched_release(request: pytest.FixtureRequest, tmp_path: Path):
 @pytest.fixture(autouse=True)
 def _no_result_cache(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("PDGUARD_NO_CACHE", "1")
+
+
+@pytest.fixture(autouse=True)
+def _own_state_dir(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+    """pdguard's per-user state (journal records, the cache key: ``pdguard.state``) in a
+    directory of the test's own, never the user's (set outside ``monkeypatch``: a test that
+    calls ``monkeypatch.undo()`` keeps it)."""
+    before = os.environ.get("PDGUARD_STATE")
+    os.environ["PDGUARD_STATE"] = str(tmp_path_factory.mktemp("state"))
+    yield
+    if before is None:
+        del os.environ["PDGUARD_STATE"]
+    else:
+        os.environ["PDGUARD_STATE"] = before

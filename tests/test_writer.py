@@ -572,11 +572,27 @@ def test_journal_killed_while_being_written_is_removed(tmp_path: Path) -> None:
     specs = _files(tmp_path)
     part = tmp_path / ".pdguard-journal-x.json.part"
     part.write_text('{"files": [{"tar')
+    record = writer._record_path("x")  # what the killed run wrote first, in the state dir
+    writer.write_private(record, writer._record(tmp_path / ".pdguard-journal-x.json", b""))
     (note,) = recover(tmp_path)
     assert "incomplete journal" in note
     for path, old, _ in specs:
         assert path.read_bytes() == old
     assert _leftovers(tmp_path) == []
+    assert not record.exists()
+
+
+def test_a_journal_with_no_record_in_the_state_dir_is_ignored(tmp_path: Path) -> None:
+    """A journal (or .part) that this user owns but that no pdguard run of this user recorded
+    (one committed to the tree, a checkout gives it to the user) is never acted on."""
+    specs = _files(tmp_path)
+    part = tmp_path / ".pdguard-journal-y.json.part"
+    part.write_text("{}")
+    (note,) = recover(tmp_path)
+    assert "ignored: not written by pdguard" in note
+    assert part.exists()
+    for path, old, _ in specs:
+        assert path.read_bytes() == old
 
 
 def test_pdguard_apply_killed_mid_write_is_repaired_by_the_next_apply(tmp_path: Path) -> None:

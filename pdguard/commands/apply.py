@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from ..errors import RefusedError, UsageError
+from ..errors import RefusedError, TargetError, UsageError
 from ..fixes import FIXES, Fix, Outcome, Status
 from ..sglang_names import DISAGGREGATION_DIR, INFLIGHT_TIMEOUT_ENV
 from ..source_file import SourceFile
@@ -356,12 +356,21 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_output_file(parser, "apply.json")
 
 
-def _recover(tree: SourceTree) -> None:
-    """Repair what a run killed mid-write left in the tree before reading it; say so."""
+def _recover(tree: SourceTree, *, dry_run: bool) -> None:
+    """Repair what a run killed mid-write left in the tree before reading it; say so. A dry
+    run writes nothing, not even a repair: a journal there is an error (exit 2) naming it."""
     if not isinstance(tree, DirectoryTree):
         return
-    from ..writer import recover
+    from ..writer import pending, recover
 
+    if dry_run:
+        for journal in pending(tree.base):
+            raise TargetError(
+                f"{journal}: a pdguard journal (an interrupted write) is pending; a dry run "
+                "repairs nothing: run `pdguard apply` without --check/--diff to repair it, or "
+                "remove the file if pdguard did not write it"
+            )
+        return
     for note in recover(tree.base):
         print(note, file=sys.stderr)
 
@@ -378,7 +387,8 @@ def _report(args: argparse.Namespace, report: str) -> None:
 def run(args: argparse.Namespace) -> int:
     tree = installed_tree() if args.installed else open_tree(args.target)
     render = FORMATS[args.format]
-    _recover(tree)
+    dry_run = args.diff or args.check
+    _recover(tree, dry_run=dry_run)
     result = plan(
         tree,
         select_fixes(args.select, args.ignore),
@@ -388,7 +398,6 @@ def run(args: argparse.Namespace) -> int:
     if result.refused:
         _report(args, render(result, written=False))
         raise RefusedError(result.refusal())
-    dry_run = args.diff or args.check
     if not dry_run and result.changes:
         write(result)
     report = render(result, written=not dry_run, diff=result.diff() if args.diff else None)

@@ -72,8 +72,20 @@ def carry(repo_path: str, onto: str, branch: str, *, force: bool = False) -> Car
     exists = branch in repo.heads
     if exists and not force:
         raise TargetError(f"branch {branch} exists (use --force to move it)")
-    if exists and not repo.head.is_detached and repo.head.ref.name == branch:
-        raise TargetError(f"branch {branch} is checked out; carry never moves the current branch")
+    if exists:
+        try:
+            where = _checked_out(repo).get(head_name)
+        except git.GitCommandError as exc:  # an older git, a broken worktree list: refuse
+            raise TargetError(
+                f"branch {branch}: cannot tell whether a worktree has it checked out "
+                f"(git worktree list failed); not moved"
+            ) from exc
+        if where is not None:  # as `git branch -f` refuses: that worktree would show reverts
+            raise TargetError(
+                f"branch {branch} is checked out at {where}; carry never moves a branch "
+                "that a worktree has checked out"
+            )
+    old = repo.git.rev_parse("--verify", "--quiet", head_name) if exists else ""
     result = plan(tree)
     if result.refused:
         raise RefusedError(result.refusal())
@@ -89,7 +101,8 @@ def carry(repo_path: str, onto: str, branch: str, *, force: bool = False) -> Car
             entries = []
             for rel, new in result.changes.items():
                 path = tree.prefix + rel
-                mode = (tree.commit.tree / path).mode
+                found = tree.entry(path)
+                mode = found[0] if found is not None else 0o100644
                 data = new.encode()
                 stored = repo.odb.store(IStream("blob", len(data), io.BytesIO(data)))
                 entries.append(f"{mode:o} {stored.hexsha.decode()}\t{path}\n")
@@ -107,12 +120,29 @@ def carry(repo_path: str, onto: str, branch: str, *, force: bool = False) -> Car
                 _message(result, onto, tree.prefix),
                 env=env,
             )
-        repo.git.update_ref(head_name, new_commit)
+        # with the value it had when checked: a branch moved meanwhile is not overwritten
+        repo.git.update_ref(head_name, new_commit, old or "0" * 40)
     except git.GitCommandError as exc:  # no identity git accepts, a read-only repo, ...
         stderr = str(exc.stderr or "").strip().removeprefix("stderr: '").removesuffix("'")
         detail = stderr.splitlines()[-1] if stderr else f"exit status {exc.status}"
         raise TargetError(f"git {exc.command[1]} failed: {detail}") from exc
+    except (OSError, ValueError, git.GitError) as exc:  # a git process that died (a broken pipe)
+        why = " ".join(f"{type(exc).__name__}: {exc}".split())[:200]
+        raise TargetError(f"{onto}: writing the carried commit into git failed: {why}") from exc
     return CarryResult(result, branch, new_commit)
+
+
+def _checked_out(repo: git.Repo) -> dict[str, str]:
+    """The branches (``refs/heads/...``) that a worktree of ``repo`` has checked out, and where:
+    ``git worktree list --porcelain`` (the main worktree and every linked one)."""
+    checked: dict[str, str] = {}
+    where = ""
+    for line in repo.git.worktree("list", "--porcelain").splitlines():
+        if line.startswith("worktree "):
+            where = line.removeprefix("worktree ")
+        elif line.startswith("branch "):
+            checked[line.removeprefix("branch ")] = where
+    return checked
 
 
 def check_branch_name(repo: git.Repo, branch: str) -> None:

@@ -18,7 +18,7 @@ import os
 import sys
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 from pdguard import cache
@@ -189,7 +189,7 @@ def _verify_git_ref(repo_path: str, ref: str) -> RefReport:
         return verify_tree(tree, ref, commit)
     except PdguardError as exc:
         return RefReport.errored(ref, commit, str(exc))
-    except (git.GitError, ValueError) as exc:  # GitPython on a broken or partial repository
+    except (git.GitError, ValueError, OSError) as exc:  # GitPython on a broken repository
         return RefReport.errored(ref, commit, f"{ref}: cannot read from git: {exc}")
 
 
@@ -303,7 +303,7 @@ class Workers:
     import LibCST and the codemods while it still reads the other refs' cache keys."""
 
     def __init__(self, processes: int | None) -> None:
-        self.size = processes or os.cpu_count() or 1
+        self.size = min(processes or os.cpu_count() or 1, MAX_JOBS)
         self._pool: ProcessPoolExecutor | None = None
         self._shared: Any = None
 
@@ -448,8 +448,44 @@ def verify_git(
 ) -> list[RefReport]:
     from ..git_tree import open_repo
 
-    open_repo(repo_path)  # not a git repository: exit 2 before any worker starts
-    return run_parallel(_verify_git_ref, [(repo_path, ref) for ref in refs], processes, workers)
+    repo = open_repo(repo_path)  # not a git repository: exit 2 before any worker starts
+    # refs whose commits have the same tree (1,000 tags on one commit, a tag and the branch at
+    # it, a release re-tagged) are verified once: the report is a function of the tree
+    trees: dict[str, list[tuple[str, str]]] = {}
+    alone: list[str] = []
+    for ref in refs:
+        peeled = _tree_of(repo, ref)
+        if peeled is None:
+            alone.append(ref)  # unknown, not a commit, objects missing: its own error row
+        else:
+            trees.setdefault(peeled[0], []).append((ref, peeled[1]))
+    firsts = [same[0][0] for same in trees.values()] + alone
+    done = run_parallel(_verify_git_ref, [(repo_path, ref) for ref in firsts], processes, workers)
+    by_ref = {report.ref: report for report in done}
+    for same in trees.values():
+        first = by_ref[same[0][0]]
+        for ref, commit in same[1:]:
+            if first.error is None:
+                by_ref[ref] = replace(first, ref=ref, commit=commit)
+            else:  # the error names the first ref: each ref gets its own
+                by_ref[ref] = _verify_git_ref(repo_path, ref)
+    return [by_ref[ref] for ref in refs]
+
+
+def _tree_of(repo: git.Repo, ref: str) -> tuple[str, str] | None:
+    """(tree id, commit id) of the commit ``ref`` names; None if it names none (the worker
+    then reports why)."""
+    import git
+
+    try:
+        target = repo.rev_parse(ref)
+        while isinstance(target, git.TagObject):
+            target = target.object
+        if not isinstance(target, git.Commit):
+            return None
+        return target.tree.hexsha, target.hexsha
+    except Exception:  # BadName, a missing object, ...: the worker reports why
+        return None
 
 
 def verify_pypi(versions: Sequence[str], processes: int | None = None) -> list[RefReport]:
@@ -533,9 +569,23 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_output_file(parser, "verify.json")
     add_exit_zero(parser, "a fix is applicable or drifted")
     parser.add_argument(
-        "--jobs", type=positive, default=None, help="worker processes (default: CPUs)"
+        "--jobs",
+        type=jobs,
+        default=None,
+        help=f"worker processes, 1 to {MAX_JOBS} (default: CPUs, at most {MAX_JOBS})",
     )
     cache.add_argument(parser)
+
+
+MAX_JOBS = 64  # each worker holds its own parsed trees (~150 MB on a release); more never helps
+
+
+def jobs(value: str) -> int:
+    """An argparse type: ``--jobs``, 1 to ``MAX_JOBS``."""
+    number = positive(value)
+    if number > MAX_JOBS:
+        raise argparse.ArgumentTypeError(f"at most {MAX_JOBS} worker processes, got {value!r}")
+    return number
 
 
 def run(args: argparse.Namespace) -> int:

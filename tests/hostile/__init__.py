@@ -1,0 +1,1 @@
+"""The hostile corpus (build.py)."""
