@@ -346,7 +346,7 @@ def _warm_up() -> None:
     import isort  # noqa: F401  (the import fixes place their imports with it)
     import libcst  # noqa: F401
 
-    from pdguard import codemods
+    import pdguard.codemods as codemods
 
     for module in pkgutil.iter_modules(codemods.__path__, "pdguard.codemods."):
         importlib.import_module(module.name)
