@@ -186,3 +186,31 @@ def installed_tree() -> DirectoryTree:
         raise TargetError("--installed: no 'sglang' package is importable from " + sys.executable)
     package_dir = Path(next(iter(spec.submodule_search_locations)))
     return open_tree(package_dir)
+
+
+def find_tree(target: str | os.PathLike[str]) -> DirectoryTree:
+    """The SGLang tree at ``target`` (as ``open_tree``), or the one ``target`` lies inside: a
+    subdirectory of a checkout (``python/sglang/srt``) finds the checkout, as ruff finds its
+    project from any subdirectory. Of the directories above ``target`` that hold the same
+    tree, the outermost is its root (so that configuration is read as from that root)."""
+    start = Path(target)
+    try:
+        return open_tree(start)
+    except TargetError as exc:
+        if not start.is_dir():
+            raise
+        error = exc
+    found: DirectoryTree | None = None
+    for parent in start.resolve().parents:
+        try:
+            tree = open_tree(parent)
+        except TargetError:
+            if found is not None:
+                break
+            continue
+        if found is not None and tree.base.resolve() != found.base.resolve():
+            break
+        found = tree
+    if found is None:
+        raise error
+    return found

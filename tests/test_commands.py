@@ -103,9 +103,11 @@ def test_simulate_list(capsys) -> None:
     ]
 
 
-def test_simulate_needs_a_path_without_list(capsys) -> None:
+def test_simulate_defaults_to_the_tree_here(capsys, tmp_path, monkeypatch) -> None:
+    """Like check and apply: TARGET defaults to ., or the tree . lies in."""
+    monkeypatch.chdir(tmp_path)
     assert main(["simulate"]) == 2
-    assert "PATH" in capsys.readouterr().err
+    assert ".: not an SGLang tree" in capsys.readouterr().err
 
 
 # --- demo ------------------------------------------------------------------------------------
