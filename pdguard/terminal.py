@@ -9,6 +9,9 @@ import os
 import shutil
 import sys
 import textwrap
+from collections.abc import Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
 from typing import TextIO
 
 # Text reports wrap here when no terminal says otherwise (``COLUMNS`` is honoured).
@@ -59,8 +62,24 @@ def wrap(first: str, message: str, columns: int | None = None) -> list[str]:
     return lines or [first.rstrip()]
 
 
-def progress_wanted(quiet: bool = False) -> bool:
-    """A progress line is drawn on stderr when stderr is a terminal (whatever stdout is)."""
-    if quiet:
-        return False
-    return is_tty(sys.stderr)
+_QUIET: ContextVar[bool] = ContextVar("pdguard_quiet", default=False)
+
+
+@contextmanager
+def quiet(enabled: bool = True) -> Iterator[None]:
+    """No progress while this runs (``-q``)."""
+    token = _QUIET.set(enabled)
+    try:
+        yield
+    finally:
+        _QUIET.reset(token)
+
+
+def quiet_now() -> bool:
+    return _QUIET.get()
+
+
+def progress_wanted() -> bool:
+    """A progress line is drawn on stderr when stderr is a terminal (whatever stdout is: a
+    report piped or redirected still shows its progress), unless ``-q``."""
+    return not _QUIET.get() and is_tty(sys.stderr)

@@ -131,6 +131,18 @@ class DirectoryTree(SourceTree):
             match = re.search(r"^Version: (\S+)$", metadata.read_text("utf-8", "replace"), re.M)
             if match:
                 return match.group(1)
+        return self._checkout_version()
+
+    def _checkout_version(self) -> str | None:
+        """An SGLang git checkout's (``base`` is its top or its ``python/``): from its tags,
+        as setuptools-scm names it (``git_version``). A copy vendored deeper inside another
+        repository gets none: that repository's tags are not SGLang's."""
+        tops = [self.base, self.base.parent] if self.base.name == "python" else [self.base]
+        for top in tops:
+            if (top / ".git").exists():
+                from .git_version import tag_version
+
+                return tag_version(top)
         return None
 
 
