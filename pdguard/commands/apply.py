@@ -7,6 +7,7 @@ import argparse
 import difflib
 import json
 import os
+import shlex
 import sys
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
@@ -310,6 +311,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--ignore", action="append", metavar="FIXES", help="leave these fixes out")
     add_format(parser, FORMATS)
     add_output_file(parser, "apply.json")
+    parser.add_argument(
+        "--repair",
+        action="store_true",
+        help="a fix that was partly removed: take the files with its marker back to their "
+        "pristine copy (the last commit, or the release's wheel) and apply it again; refused "
+        "if that would lose a change that is not pdguard's",
+    )
     add_quiet(parser, "report (unless a fix is refused)")
     config.add_arguments(parser)
 
@@ -368,6 +376,16 @@ def fix_before_check(args: argparse.Namespace) -> int:
     return applied
 
 
+def _way_forward(args: argparse.Namespace, result: ApplyResult) -> str:
+    """For a fix that was partly removed: the exact command that restores it."""
+    from ..repair import partly_removed
+
+    if args.repair or not partly_removed(result):
+        return ""
+    target = "--installed" if args.installed else shlex.quote(args.target or ".")
+    return f"; the fix was partly removed: `pdguard apply --repair {target}` restores it"
+
+
 def run(args: argparse.Namespace) -> int:
     tree = target_tree(args)
     settings = config.load(args, None if args.installed else args.target or ".")
@@ -375,9 +393,15 @@ def run(args: argparse.Namespace) -> int:
     recover_journal(tree)
     fixes = select_fixes(args.select, args.ignore, settings.disabled_fixes)
     result = plan(tree, fixes)
+    if result.refused and args.repair and isinstance(tree, DirectoryTree):
+        from ..repair import repair
+
+        result, notes = repair(tree, fixes, result)
+        for note in notes:
+            print(note, file=sys.stderr)
     if result.refused:
         _report(args, render(result, written=False))
-        raise RefusedError(result.refusal())
+        raise RefusedError(result.refusal() + _way_forward(args, result))
     dry_run = args.diff or args.check
     if not dry_run and result.changes:
         write(result)
