@@ -35,13 +35,15 @@ from __future__ import annotations
 import ast
 from collections.abc import Iterator
 
+from pdguard.sglang_names import BASE_CONN_PATH, DISAGGREGATION_DIR
+
 from .examples import PATCHED
 from .inflight import FUNCTION, QUEUE
 from .model import PREFILL, Finding, Invalid, Rule
 from .project import Project
 
-_SENDER_BASE = "sglang/srt/disaggregation/base/conn.py"
-_SENDER_FORK = "sglang/srt/disaggregation/lark/conn.py"
+_SENDER_BASE = BASE_CONN_PATH
+_SENDER_FORK = f"{DISAGGREGATION_DIR}/lark/conn.py"  # a fork's own backend
 # a fork sender whose state lives in an object pdguard knows nothing of
 _OPAQUE_SENDER = """\
 from sglang.srt.disaggregation.base.conn import BaseKVSender

@@ -38,7 +38,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 from pdguard.fix_names import SENDER_ABORT
-from pdguard.sglang_names import PP_CONSENSUS_PARAM
+from pdguard.sglang_names import BASE_CONN_PATH, PP_CONSENSUS_PARAM
 
 from .examples import CALL_HELPER, HELPER, PATCHED, PP_SIGNATURE, STAMP_ONCE, prefill
 from .inflight import FUNCTION
@@ -71,7 +71,7 @@ class SpoolKVSender(BaseKVSender):
         return KVPoll.Success if done else KVPoll.Transferring
 """
 )
-CONN = "sglang/srt/disaggregation/base/conn.py"
+CONN = BASE_CONN_PATH
 PIN_POLL = HELPER.replace(
     "req.disagg_kv_sender.abort()", "req.disagg_kv_sender.poll = lambda: KVPoll.Failed"
 )

@@ -29,6 +29,8 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
+from pdguard.sglang_names import BASE_CONN_PATH, NIXL_CONN_PATH
+
 from .model import Finding, Invalid, Rule
 from .project import Project
 
@@ -65,12 +67,12 @@ _CHECK = """\
 _LATE_INIT = "\n    def init(self, n):\n        self.init_time = time.time()\n"
 # a test of the elapsed time that only logs: nothing fails the sender
 _LOGS_ONLY = _CHECK.replace("return KVPoll.Failed", 'print("still bootstrapping")')
-_NIXL = "sglang/srt/disaggregation/nixl/conn.py"
+_NIXL = NIXL_CONN_PATH
 
 
 def _tree(sender: str) -> dict[str, str]:
     return {
-        "sglang/srt/disaggregation/base/conn.py": _BASE,
+        BASE_CONN_PATH: _BASE,
         _NIXL: sender,
     }
 

@@ -49,7 +49,12 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-from pdguard.sglang_names import HANDLE_NODE_FAILURE
+from pdguard.sglang_names import (
+    BASE_CONN_PATH,
+    DISAGGREGATION_DIR,
+    HANDLE_NODE_FAILURE,
+    NIXL_CONN_PATH,
+)
 
 from .model import Finding, Invalid, Rule
 from .project import Project
@@ -163,8 +168,8 @@ class NixlKVReceiver(BaseKVReceiver):
 
 def _tree(receiver: str, rel: str = "nixl/conn.py") -> dict[str, str]:
     return {
-        "sglang/srt/disaggregation/base/conn.py": _BASE,
-        f"sglang/srt/disaggregation/{rel}": receiver,
+        BASE_CONN_PATH: _BASE,
+        f"{DISAGGREGATION_DIR}/{rel}": receiver,
     }
 
 
@@ -178,7 +183,7 @@ def _waits_forever(line: int, more: str = "") -> list[tuple[int, int, str, str]]
         "NixlKVReceiver can wait forever after its KV indices were sent to the prefill: "
         "poll() can return WaitingForInput with no waiting timeout that can fire" + more
     )
-    return [(line, 5, message, "sglang/srt/disaggregation/nixl/conn.py")]
+    return [(line, 5, message, NIXL_CONN_PATH)]
 
 
 class ReceiverWaitsForever(Rule):
@@ -232,7 +237,7 @@ class ReceiverWaitsForever(Rule):
                         "waiting timeout counts from before the indices were sent, so it also "
                         "fails requests that only wait for decode memory"
                     ),
-                    "sglang/srt/disaggregation/nixl/conn.py",
+                    NIXL_CONN_PATH,
                 )
             ],
         ),

@@ -232,7 +232,7 @@ class DecodeQueueWaitsForever(Rule):
                         "retry counter or deadline: if the prefill never answers for it, it "
                         "waits forever"
                     ),
-                    "sglang/srt/disaggregation/decode.py",
+                    DECODE_PATH,
                 )
             ],
         ),
@@ -248,7 +248,7 @@ class DecodeQueueWaitsForever(Rule):
                         "retry counter or deadline: if the prefill never answers for it, it "
                         "waits forever"
                     ),
-                    "sglang/srt/disaggregation/decode.py",
+                    DECODE_PATH,
                 )
             ],
         ),  # the deadline is never called
@@ -266,7 +266,7 @@ class DecodeQueueWaitsForever(Rule):
                         "prepare_abort(), no KVPoll.Failed): if the prefill never answers for "
                         "it, it waits forever"
                     ),
-                    "sglang/srt/disaggregation/decode.py",
+                    DECODE_PATH,
                 )
             ],
         ),
@@ -283,7 +283,7 @@ class DecodeQueueWaitsForever(Rule):
                         "retry counter or deadline: if the prefill never answers for it, it "
                         "waits forever"
                     ),
-                    "sglang/srt/disaggregation/decode.py",
+                    DECODE_PATH,
                 )
             ],
         ),
@@ -302,7 +302,7 @@ class DecodeQueueWaitsForever(Rule):
                         "queues are not acted on, and their KV is not freed, until the "
                         "condition clears"
                     ),
-                    "sglang/srt/disaggregation/decode.py",
+                    DECODE_PATH,
                 )
             ],
         ),
@@ -321,7 +321,7 @@ class DecodeQueueWaitsForever(Rule):
                         "not hold, waiting timeouts, heartbeat failures and aborts of the "
                         "requests in those queues are not acted on, and their KV is not freed"
                     ),
-                    "sglang/srt/disaggregation/decode.py",
+                    DECODE_PATH,
                 )
             ],
         ),

@@ -24,6 +24,8 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
+from pdguard.sglang_names import COMMON_CONN_PATH, DISAGGREGATION_DIR
+
 from .examples import CALL_HELPER, PATCHED, STAMP_ONCE, prefill
 from .model import PREFILL, Finding, Invalid, Rule
 from .project import Project
@@ -59,11 +61,11 @@ _FIRST = """\
         if self.conclude_state is not None:
             return self.conclude_state
 """
-_COMMON = "sglang/srt/disaggregation/common/conn.py"
+_COMMON = COMMON_CONN_PATH
 # What a deadline may call on a sender besides abort() without failing it another way:
 # record_failure adds a reason, poll() reads the state (PP: is the transfer still unfinished).
 ABORT_ONLY = frozenset({"abort", "record_failure", "poll"})
-_QUILL_PATH = "sglang/srt/disaggregation/quill/conn.py"
+_QUILL_PATH = f"{DISAGGREGATION_DIR}/quill/conn.py"
 
 
 # A deadline that first reads the sender's poll() (under PP: leave a transfer it already polls

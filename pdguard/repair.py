@@ -1,26 +1,22 @@
-"""``apply --repair``: a fix that was partly removed (its marker is still there, some of its
-pieces are not) is restored. The files that carry its marker are taken back to a pristine copy
-(the last commit's, when it has no pdguard marker, else the release's own file from its
-sha256-checked wheel), the fixes are planned on that, and the result replaces the files, but
-only when every line in which a file differs from the pristine copy is a line of pdguard's
-fix: a change of the user's own is never lost (refused instead, naming the line)."""
+"""What ``apply --repair`` is made of (``commands.apply.repair`` runs it). A fix that was
+partly removed (its marker is still there, some of its pieces are not) is restored: the files
+that carry its marker are taken back to a pristine copy (the last commit's, when it has no
+pdguard marker, else the release's own file from its sha256-checked wheel), the fixes are
+planned on that, and the result replaces the files, but only when every line in which a file
+differs from the pristine copy is a line of pdguard's fix: a change of the user's own is never
+lost (refused instead, naming the line)."""
 
 from __future__ import annotations
 
 import subprocess
 from collections import Counter
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
 
 from .errors import PdguardError, RefusedError
 from .fix_names import MARKER_PREFIX, has_marker
 from .source_file import SourceFile
 from .tree import DirectoryTree
-
-if TYPE_CHECKING:
-    from .commands.apply import ApplyResult
-    from .fixes import Fix
 
 
 @dataclass(frozen=True)
@@ -35,11 +31,13 @@ class RestoredTree(DirectoryTree):
         return super().read_bytes(rel)
 
 
-def partly_removed(result: ApplyResult) -> dict[str, list[str]]:
-    """The refused fixes whose marker is still in a file the plan read: name -> those files."""
+def partly_removed(
+    refused: Iterable[str], originals: Mapping[str, SourceFile]
+) -> dict[str, list[str]]:
+    """The refused fixes whose marker is still in a file a plan read: name -> those files."""
     found: dict[str, list[str]] = {}
-    for name in result.refused:
-        files = sorted(rel for rel, f in result.originals.items() if has_marker(f.text, name))
+    for name in refused:
+        files = sorted(rel for rel, f in originals.items() if has_marker(f.text, name))
         if files:
             found[name] = files
     return found
@@ -95,7 +93,7 @@ def pristine(tree: DirectoryTree, rel: str) -> tuple[bytes, str]:
     )
 
 
-def _foreign_line(current: str, base: str, fixed: str) -> str | None:
+def foreign_line(current: str, base: str, fixed: str) -> str | None:
     """A line in which ``current`` differs from ``base`` that is not pdguard's change of
     ``base`` into ``fixed``; None when there is none. Lines are compared as multisets, blank
     lines left out (a blank line more or less loses nothing)."""
@@ -108,46 +106,3 @@ def _foreign_line(current: str, base: str, fixed: str) -> str | None:
     fix_removed = base_lines - fixed_lines
     extra = (added - fix_added) or (removed - fix_removed)
     return next(iter(extra), None) if extra else None
-
-
-def repair(
-    tree: DirectoryTree, fixes: tuple[Fix, ...], result: ApplyResult
-) -> tuple[ApplyResult, list[str]]:
-    """The plan that restores the partly removed fixes of ``result`` (a refused plan), and one
-    note per restored file; a RefusedError when it cannot be done safely."""
-    from .commands.apply import ApplyResult, plan
-
-    partial = partly_removed(result)
-    if not partial:
-        raise RefusedError(f"--repair: no fix is partly removed; {result.refusal()}")
-    files = sorted({rel for rels in partial.values() for rel in rels})
-    sources = {rel: pristine(tree, rel) for rel in files}
-    restored = RestoredTree(tree.root, tree.base, {rel: d for rel, (d, _) in sources.items()})
-    again = plan(restored, fixes)
-    if again.refused:
-        raise RefusedError(f"--repair: {again.refusal()}")
-    originals = {}
-    changes = {}
-    for rel in sorted({*files, *again.changes}):
-        current = result.originals.get(rel)
-        if current is None:
-            data = tree.read_bytes(rel)
-            current = SourceFile.decode(rel, data or b"")
-        base = again.originals[rel].text if rel in again.originals else current.text
-        fixed = again.changes[rel].text if rel in again.changes else base
-        foreign = _foreign_line(current.text, base, fixed) if rel in files else None
-        if foreign is not None:
-            raise RefusedError(
-                f"{tree.display(rel)}: --repair would lose a change that is not pdguard's "
-                f"({foreign.strip()!r}): restore the file by hand, then run `pdguard apply`"
-            )
-        if fixed != current.text:
-            originals[rel] = current
-            changes[rel] = current.with_text(fixed)
-    notes = [
-        f"pdguard: --repair: {tree.display(rel)}: restored from {sources[rel][1]}, "
-        f"{' and '.join(n for n, rels in partial.items() if rel in rels)} applied again"
-        for rel in files
-    ]
-    repaired = ApplyResult(tree, again.sglang_version, again.outcomes, originals, changes)
-    return repaired, notes

@@ -119,3 +119,32 @@ def test_the_package_dir_mapping_installs_every_folder_with_no_symlink() -> None
     assert sorted(config["packages"]) == sorted(on_disk)
     links = [p for top in FOLDERS.values() for p in top.rglob("*") if p.is_symlink()]
     assert links == []
+
+
+def test_sglang_paths_and_env_names_come_from_sglang_names() -> None:
+    """No string in pdguard's code that is a path, a name or a pattern (no whitespace: not a
+    docstring, a comment or a help text) spells an SGLang path or the bootstrap timeout's env
+    name: pdguard.sglang_names is their one home."""
+    from pdguard.sglang_names import BOOTSTRAP_TIMEOUT_ENV, DISAGGREGATION_DIR
+
+    spelled = []
+    for name, path in _modules().items():
+        if name == "pdguard.sglang_names":
+            continue
+        tree = ast.parse(path.read_text(), str(path))
+        docstrings = {
+            id(node.value)
+            for node in ast.walk(tree)
+            if isinstance(node, ast.Expr) and isinstance(node.value, ast.Constant)
+        }
+        for node in ast.walk(tree):
+            if (
+                isinstance(node, ast.Constant)
+                and isinstance(node.value, str)
+                and id(node) not in docstrings
+                and not any(c.isspace() for c in node.value)
+                and ("sglang/srt/" in node.value or BOOTSTRAP_TIMEOUT_ENV in node.value)
+            ):
+                spelled.append(f"{path.relative_to(ROOT)}:{node.lineno}")
+    assert DISAGGREGATION_DIR.startswith("sglang/srt/")
+    assert spelled == []

@@ -29,19 +29,19 @@ from pathlib import Path
 from urllib.parse import unquote
 
 from pdguard.errors import PdguardError
+from pdguard.sglang_names import DISAGGREGATION_DIR, ENVIRON_PATH, PACKAGE, VERSION_PATHS
 from pdguard.vendor_sglang.manifest import Release, UnknownReleaseError, get_release
 
 # Members extracted from a wheel: a trailing "/" means the whole directory.  Members that a
 # wheel lacks (old releases have no environ.py) are simply skipped.
 EXTRACT_PATTERNS: tuple[str, ...] = (
-    "sglang/srt/disaggregation/",
-    "sglang/srt/environ.py",
-    "sglang/version.py",
-    "sglang/_version.py",
+    f"{DISAGGREGATION_DIR}/",
+    ENVIRON_PATH,
+    *reversed(VERSION_PATHS),
 )
-_REQUIRED_DIR = "sglang/srt/disaggregation/"
+_REQUIRED_DIR = f"{DISAGGREGATION_DIR}/"
 # ``fetch_release(version, full=True)``: the whole package, into its own cache directory.
-FULL_PATTERNS: tuple[str, ...] = ("sglang/",)
+FULL_PATTERNS: tuple[str, ...] = (f"{PACKAGE}/",)
 
 COMPLETE_MARKER = ".complete"
 PIP_TIMEOUT_SECONDS = 900

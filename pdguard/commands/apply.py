@@ -376,11 +376,54 @@ def fix_before_check(args: argparse.Namespace) -> int:
     return applied
 
 
+def repair(
+    tree: DirectoryTree, fixes: tuple[Fix, ...], result: ApplyResult
+) -> tuple[ApplyResult, list[str]]:
+    """The plan that restores the partly removed fixes of ``result`` (a refused plan), and one
+    note per restored file; a RefusedError when it cannot be done safely."""
+    from ..repair import RestoredTree, foreign_line, partly_removed, pristine
+
+    partial = partly_removed(result.refused, result.originals)
+    if not partial:
+        raise RefusedError(f"--repair: no fix is partly removed; {result.refusal()}")
+    files = sorted({rel for rels in partial.values() for rel in rels})
+    sources = {rel: pristine(tree, rel) for rel in files}
+    restored = RestoredTree(tree.root, tree.base, {rel: d for rel, (d, _) in sources.items()})
+    again = plan(restored, fixes)
+    if again.refused:
+        raise RefusedError(f"--repair: {again.refusal()}")
+    originals = {}
+    changes = {}
+    for rel in sorted({*files, *again.changes}):
+        current = result.originals.get(rel)
+        if current is None:
+            data = tree.read_bytes(rel)
+            current = SourceFile.decode(rel, data or b"")
+        base = again.originals[rel].text if rel in again.originals else current.text
+        fixed = again.changes[rel].text if rel in again.changes else base
+        foreign = foreign_line(current.text, base, fixed) if rel in files else None
+        if foreign is not None:
+            raise RefusedError(
+                f"{tree.display(rel)}: --repair would lose a change that is not pdguard's "
+                f"({foreign.strip()!r}): restore the file by hand, then run `pdguard apply`"
+            )
+        if fixed != current.text:
+            originals[rel] = current
+            changes[rel] = current.with_text(fixed)
+    notes = [
+        f"pdguard: --repair: {tree.display(rel)}: restored from {sources[rel][1]}, "
+        f"{' and '.join(n for n, rels in partial.items() if rel in rels)} applied again"
+        for rel in files
+    ]
+    repaired = ApplyResult(tree, again.sglang_version, again.outcomes, originals, changes)
+    return repaired, notes
+
+
 def _way_forward(args: argparse.Namespace, result: ApplyResult) -> str:
     """For a fix that was partly removed: the exact command that restores it."""
     from ..repair import partly_removed
 
-    if args.repair or not partly_removed(result):
+    if args.repair or not partly_removed(result.refused, result.originals):
         return ""
     target = "--installed" if args.installed else shlex.quote(args.target or ".")
     return f"; the fix was partly removed: `pdguard apply --repair {target}` restores it"
@@ -394,8 +437,6 @@ def run(args: argparse.Namespace) -> int:
     fixes = select_fixes(args.select, args.ignore, settings.disabled_fixes)
     result = plan(tree, fixes)
     if result.refused and args.repair and isinstance(tree, DirectoryTree):
-        from ..repair import repair
-
         result, notes = repair(tree, fixes, result)
         for note in notes:
             print(note, file=sys.stderr)
