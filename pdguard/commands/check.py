@@ -59,9 +59,13 @@ rules:
 {rules}
 
 A finding on a line that carries `# pdguard: ignore[PDG001]` (or a bare
-`# pdguard: ignore`) is suppressed. Only those exact forms suppress: a malformed
-comment or an unknown code suppresses nothing and prints a warning on stderr,
-`path:line:col: warning: ...`.
+`# pdguard: ignore`), optionally followed by a reason (`-- why`), is suppressed.
+Only those exact forms suppress: a malformed comment or an unknown code suppresses
+nothing and prints a warning on stderr, `path:line:col: warning: ...`.
+
+Settings: [tool.pdguard] in the nearest pyproject.toml (select, ignore,
+[tool.pdguard.fix.NAME] enabled), or --config FILE; --isolated reads none.
+--fix applies the fixes first (as `pdguard apply`), then checks. docs/cli.md.
 
 `pdguard rule CODE` prints a rule's documentation; `pdguard rule --all` all of them.
 
