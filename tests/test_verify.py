@@ -245,7 +245,9 @@ def test_verify_json_shape(upstream: Upstream, verified: Verified) -> None:
             "notes",
             "findings",
             "error",
+            "wheel",  # --pypi's wheel; None for a git ref
         }
+        assert report["wheel"] is None
         assert report["error"] is None
         assert report["commit"] == upstream.sha(report["ref"])
         assert tuple(report["fixes"]) == ALL_FIXES  # the decode fixes too (issue 11)
