@@ -45,6 +45,8 @@ from __future__ import annotations
 import ast
 from collections.abc import Iterator
 
+from pdguard.sglang_names import BASE_CONN_PATH, DISAGGREGATION_DIR
+
 from .inflight import FUNCTION, QUEUE
 from .model import PREFILL, Finding, Invalid, Rule
 from .project import Project
@@ -222,11 +224,11 @@ class SchedulerDisaggregationPrefillMixin:
         # a sender whose poll() returns what pdguard cannot trace
         Invalid(
             {
-                "sglang/srt/disaggregation/base/conn.py": """\
+                BASE_CONN_PATH: """\
 class BaseKVSender:
     def poll(self): ...
 """,
-                "sglang/srt/disaggregation/lark/conn.py": _OPAQUE_SENDER,
+                f"{DISAGGREGATION_DIR}/lark/conn.py": _OPAQUE_SENDER,
             },
             [
                 (
@@ -238,7 +240,7 @@ class BaseKVSender:
                         "report Bootstrapping, so nothing proves that its bootstrap is bounded "
                         "(PDG004)"
                     ),
-                    "sglang/srt/disaggregation/lark/conn.py",
+                    f"{DISAGGREGATION_DIR}/lark/conn.py",
                 ),
             ],
         ),

@@ -63,7 +63,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 from pdguard.fix_names import SENDER_ABORT
-from pdguard.sglang_names import PP_CONSENSUS_PARAM
+from pdguard.sglang_names import BASE_CONN_PATH, PP_CONSENSUS_PARAM
 
 from .inflight import FUNCTION, NEXT_STEP, unfailed_senders
 from .model import PREFILL, Finding, Invalid, Rule
@@ -179,7 +179,7 @@ class SchedulerDisaggregationPrefillMixin:
         self.disagg_prefill_inflight_queue = waiting
         return finished
 """,
-            "sglang/srt/disaggregation/base/conn.py": HONOURING_SENDERS,
+            BASE_CONN_PATH: HONOURING_SENDERS,
         },
         # PP: only a transfer this stage still polls as unfinished is failed
         """\
@@ -416,7 +416,7 @@ class SchedulerDisaggregationPrefillMixin:
         self.disagg_prefill_inflight_queue = waiting
         return finished
 """,
-                "sglang/srt/disaggregation/base/conn.py": HONOURING_SENDERS,
+                BASE_CONN_PATH: HONOURING_SENDERS,
             },
             [
                 (
@@ -474,7 +474,7 @@ class SchedulerDisaggregationPrefillMixin:
         self.disagg_prefill_inflight_queue = waiting
         return finished
 """,
-                "sglang/srt/disaggregation/base/conn.py": """\
+                BASE_CONN_PATH: """\
 class BaseKVSender:
     def abort(self):
         # an aborted sender answers Failed from then on

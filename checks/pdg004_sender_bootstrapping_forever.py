@@ -58,6 +58,8 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
+from pdguard.sglang_names import BASE_CONN_PATH, NIXL_CONN_PATH
+
 from .model import Finding, Invalid, Rule
 from .project import Project
 
@@ -78,8 +80,8 @@ class SenderBootstrappingForever(Rule):
     VALID = (
         # init_time set at construction, checked while Bootstrapping
         {
-            "sglang/srt/disaggregation/base/conn.py": _BASE,
-            "sglang/srt/disaggregation/nixl/conn.py": """\
+            BASE_CONN_PATH: _BASE,
+            NIXL_CONN_PATH: """\
 import time
 
 from sglang.srt.disaggregation.base.conn import BaseKVSender, KVPoll
@@ -101,8 +103,8 @@ class NixlKVSender(BaseKVSender):
         },
         # never reports Bootstrapping: nothing to time out
         {
-            "sglang/srt/disaggregation/base/conn.py": _BASE,
-            "sglang/srt/disaggregation/nixl/conn.py": """\
+            BASE_CONN_PATH: _BASE,
+            NIXL_CONN_PATH: """\
 import time
 
 from sglang.srt.disaggregation.base.conn import BaseKVSender, KVPoll
@@ -123,8 +125,8 @@ class NixlKVSender(BaseKVSender):
         # no init_time and no check
         Invalid(
             {
-                "sglang/srt/disaggregation/base/conn.py": _BASE,
-                "sglang/srt/disaggregation/nixl/conn.py": """\
+                BASE_CONN_PATH: _BASE,
+                NIXL_CONN_PATH: """\
 import time
 
 from sglang.srt.disaggregation.base.conn import BaseKVSender, KVPoll
@@ -149,15 +151,15 @@ class NixlKVSender(BaseKVSender):
                         "to a time before or during Bootstrapping; poll() never compares the "
                         "time since init_time with a bootstrap timeout"
                     ),
-                    "sglang/srt/disaggregation/nixl/conn.py",
+                    NIXL_CONN_PATH,
                 ),
             ],
         ),
         # init_time never set
         Invalid(
             {
-                "sglang/srt/disaggregation/base/conn.py": _BASE,
-                "sglang/srt/disaggregation/nixl/conn.py": """\
+                BASE_CONN_PATH: _BASE,
+                NIXL_CONN_PATH: """\
 import time
 
 from sglang.srt.disaggregation.base.conn import BaseKVSender, KVPoll
@@ -184,15 +186,15 @@ class NixlKVSender(BaseKVSender):
                         "NixlKVSender can stay in Bootstrapping forever: init_time is never set "
                         "to a time before or during Bootstrapping"
                     ),
-                    "sglang/srt/disaggregation/nixl/conn.py",
+                    NIXL_CONN_PATH,
                 ),
             ],
         ),
         # check never reached
         Invalid(
             {
-                "sglang/srt/disaggregation/base/conn.py": _BASE,
-                "sglang/srt/disaggregation/nixl/conn.py": """\
+                BASE_CONN_PATH: _BASE,
+                NIXL_CONN_PATH: """\
 import time
 
 from sglang.srt.disaggregation.base.conn import BaseKVSender, KVPoll
@@ -217,15 +219,15 @@ class NixlKVSender(BaseKVSender):
                         "NixlKVSender can stay in Bootstrapping forever: poll() never compares "
                         "the time since init_time with a bootstrap timeout"
                     ),
-                    "sglang/srt/disaggregation/nixl/conn.py",
+                    NIXL_CONN_PATH,
                 ),
             ],
         ),
         # init_time set only in init(), after Bootstrapping
         Invalid(
             {
-                "sglang/srt/disaggregation/base/conn.py": _BASE,
-                "sglang/srt/disaggregation/nixl/conn.py": """\
+                BASE_CONN_PATH: _BASE,
+                NIXL_CONN_PATH: """\
 import time
 
 from sglang.srt.disaggregation.base.conn import BaseKVSender, KVPoll
@@ -256,15 +258,15 @@ class NixlKVSender(BaseKVSender):
                         "NixlKVSender can stay in Bootstrapping forever: init_time is None while "
                         "Bootstrapping (set only later, if at all)"
                     ),
-                    "sglang/srt/disaggregation/nixl/conn.py",
+                    NIXL_CONN_PATH,
                 ),
             ],
         ),
         # the timeout only logs: nothing fails the sender
         Invalid(
             {
-                "sglang/srt/disaggregation/base/conn.py": _BASE,
-                "sglang/srt/disaggregation/nixl/conn.py": """\
+                BASE_CONN_PATH: _BASE,
+                NIXL_CONN_PATH: """\
 import time
 
 from sglang.srt.disaggregation.base.conn import BaseKVSender, KVPoll
@@ -293,7 +295,7 @@ class NixlKVSender(BaseKVSender):
                         "time since init_time (line 15) reports no Failed when the timeout "
                         "expires"
                     ),
-                    "sglang/srt/disaggregation/nixl/conn.py",
+                    NIXL_CONN_PATH,
                 ),
             ],
         ),

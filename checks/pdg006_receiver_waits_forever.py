@@ -79,7 +79,12 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-from pdguard.sglang_names import HANDLE_NODE_FAILURE
+from pdguard.sglang_names import (
+    BASE_CONN_PATH,
+    DISAGGREGATION_DIR,
+    HANDLE_NODE_FAILURE,
+    NIXL_CONN_PATH,
+)
 
 from .model import Finding, Invalid, Rule
 from .project import Project
@@ -141,8 +146,8 @@ class ReceiverWaitsForever(Rule):
     VALID = (
         # stamped when the indices are sent, failed once the timeout passed
         {
-            "sglang/srt/disaggregation/base/conn.py": _BASE,
-            "sglang/srt/disaggregation/nixl/conn.py": """\
+            BASE_CONN_PATH: _BASE,
+            NIXL_CONN_PATH: """\
 import time
 
 from sglang.srt.disaggregation.base.conn import BaseKVReceiver, KVPoll
@@ -178,8 +183,8 @@ class NixlKVReceiver(BaseKVReceiver):
         },
         # the same check in a helper, with other names and a monotonic clock
         {
-            "sglang/srt/disaggregation/base/conn.py": _BASE,
-            "sglang/srt/disaggregation/nixl/conn.py": """\
+            BASE_CONN_PATH: _BASE,
+            NIXL_CONN_PATH: """\
 import time
 
 from sglang.srt.disaggregation.base.conn import BaseKVReceiver, KVPoll
@@ -227,16 +232,16 @@ class NixlKVReceiver(BaseKVReceiver):
         },
         # always terminal once init() ran
         {
-            "sglang/srt/disaggregation/base/conn.py": _BASE,
-            "sglang/srt/disaggregation/fake/conn.py": _FAKE,
+            BASE_CONN_PATH: _BASE,
+            f"{DISAGGREGATION_DIR}/fake/conn.py": _FAKE,
         },
     )
     INVALID = (
         # no waiting timeout
         Invalid(
             {
-                "sglang/srt/disaggregation/base/conn.py": _BASE,
-                "sglang/srt/disaggregation/nixl/conn.py": """\
+                BASE_CONN_PATH: _BASE,
+                NIXL_CONN_PATH: """\
 import time
 
 from sglang.srt.disaggregation.base.conn import BaseKVReceiver, KVPoll
@@ -275,15 +280,15 @@ class NixlKVReceiver(BaseKVReceiver):
                         "prefill: poll() can return WaitingForInput with no waiting timeout that "
                         "can fire"
                     ),
-                    "sglang/srt/disaggregation/nixl/conn.py",
+                    NIXL_CONN_PATH,
                 ),
             ],
         ),
         # init_time stays None: the check never fires
         Invalid(
             {
-                "sglang/srt/disaggregation/base/conn.py": _BASE,
-                "sglang/srt/disaggregation/nixl/conn.py": """\
+                BASE_CONN_PATH: _BASE,
+                NIXL_CONN_PATH: """\
 import time
 
 from sglang.srt.disaggregation.base.conn import BaseKVReceiver, KVPoll
@@ -325,15 +330,15 @@ class NixlKVReceiver(BaseKVReceiver):
                         "prefill: poll() can return WaitingForInput with no waiting timeout that "
                         "can fire"
                     ),
-                    "sglang/srt/disaggregation/nixl/conn.py",
+                    NIXL_CONN_PATH,
                 ),
             ],
         ),
         # expired, but nothing fails
         Invalid(
             {
-                "sglang/srt/disaggregation/base/conn.py": _BASE,
-                "sglang/srt/disaggregation/nixl/conn.py": """\
+                BASE_CONN_PATH: _BASE,
+                NIXL_CONN_PATH: """\
 import time
 
 from sglang.srt.disaggregation.base.conn import BaseKVReceiver, KVPoll
@@ -375,15 +380,15 @@ class NixlKVReceiver(BaseKVReceiver):
                         "prefill: poll() can return WaitingForInput with no waiting timeout that "
                         "can fire"
                     ),
-                    "sglang/srt/disaggregation/nixl/conn.py",
+                    NIXL_CONN_PATH,
                 ),
             ],
         ),
         # a helper whose test is inverted: it fails nothing once expired
         Invalid(
             {
-                "sglang/srt/disaggregation/base/conn.py": _BASE,
-                "sglang/srt/disaggregation/nixl/conn.py": """\
+                BASE_CONN_PATH: _BASE,
+                NIXL_CONN_PATH: """\
 import time
 
 from sglang.srt.disaggregation.base.conn import BaseKVReceiver, KVPoll
@@ -438,15 +443,15 @@ class NixlKVReceiver(BaseKVReceiver):
                         "prefill: poll() can return WaitingForInput with no waiting timeout that "
                         "can fire"
                     ),
-                    "sglang/srt/disaggregation/nixl/conn.py",
+                    NIXL_CONN_PATH,
                 ),
             ],
         ),
         # a time.time() stamp read on time.monotonic(): no elapsed time, nothing fires
         Invalid(
             {
-                "sglang/srt/disaggregation/base/conn.py": _BASE,
-                "sglang/srt/disaggregation/nixl/conn.py": """\
+                BASE_CONN_PATH: _BASE,
+                NIXL_CONN_PATH: """\
 import time
 
 from sglang.srt.disaggregation.base.conn import BaseKVReceiver, KVPoll
@@ -501,15 +506,15 @@ class NixlKVReceiver(BaseKVReceiver):
                         "prefill: poll() can return WaitingForInput with no waiting timeout that "
                         "can fire"
                     ),
-                    "sglang/srt/disaggregation/nixl/conn.py",
+                    NIXL_CONN_PATH,
                 ),
             ],
         ),
         # the clock started in the constructor: it also counts the wait for decode memory
         Invalid(
             {
-                "sglang/srt/disaggregation/base/conn.py": _BASE,
-                "sglang/srt/disaggregation/nixl/conn.py": """\
+                BASE_CONN_PATH: _BASE,
+                NIXL_CONN_PATH: """\
 import time
 
 from sglang.srt.disaggregation.base.conn import BaseKVReceiver, KVPoll
@@ -551,15 +556,15 @@ class NixlKVReceiver(BaseKVReceiver):
                         "waiting timeout counts from before the indices were sent, so it also "
                         "fails requests that only wait for decode memory"
                     ),
-                    "sglang/srt/disaggregation/nixl/conn.py",
+                    NIXL_CONN_PATH,
                 ),
             ],
         ),
         # NIXL as in 0.4.8.post1 - 0.5.2: no clock, no Failed path
         Invalid(
             {
-                "sglang/srt/disaggregation/base/conn.py": _BASE,
-                "sglang/srt/disaggregation/nixl/conn.py": _NO_FAILED,
+                BASE_CONN_PATH: _BASE,
+                NIXL_CONN_PATH: _NO_FAILED,
             },
             [
                 (
@@ -570,7 +575,7 @@ class NixlKVReceiver(BaseKVReceiver):
                         "prefill: poll() can return WaitingForInput with no waiting timeout that "
                         "can fire; poll() never returns Failed"
                     ),
-                    "sglang/srt/disaggregation/nixl/conn.py",
+                    NIXL_CONN_PATH,
                 ),
             ],
         ),

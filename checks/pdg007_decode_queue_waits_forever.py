@@ -215,7 +215,7 @@ class DecodeQueueWaitsForever(Rule):
     VALID = (
         # the re-queue bounded by a retry counter that aborts the receiver
         {
-            "sglang/srt/disaggregation/decode.py": """\
+            DECODE_PATH: """\
 import time
 
 from sglang.srt.disaggregation.base.conn import KVPoll
@@ -289,7 +289,7 @@ class SchedulerDisaggregationDecodeMixin:
         },
         # bounded by the time since the request's stamp
         {
-            "sglang/srt/disaggregation/decode.py": """\
+            DECODE_PATH: """\
 import time
 
 from sglang.srt.disaggregation.base.conn import KVPoll
@@ -361,7 +361,7 @@ class SchedulerDisaggregationDecodeMixin:
         },
         # a deadline the queue enforces on its entries, called from its poll
         {
-            "sglang/srt/disaggregation/decode.py": """\
+            DECODE_PATH: """\
 import time
 
 from sglang.srt.disaggregation.base.conn import KVPoll
@@ -437,7 +437,7 @@ class SchedulerDisaggregationDecodeMixin:
         },
         # an early return only when both queues are empty
         {
-            "sglang/srt/disaggregation/decode.py": """\
+            DECODE_PATH: """\
 import time
 
 from sglang.srt.disaggregation.base.conn import KVPoll
@@ -515,7 +515,7 @@ class SchedulerDisaggregationDecodeMixin:
         },
         # the gate comes after both polls
         {
-            "sglang/srt/disaggregation/decode.py": """\
+            DECODE_PATH: """\
 import time
 
 from sglang.srt.disaggregation.base.conn import KVPoll
@@ -595,7 +595,7 @@ class SchedulerDisaggregationDecodeMixin:
         # re-queued with no counter and no deadline
         Invalid(
             {
-                "sglang/srt/disaggregation/decode.py": """\
+                DECODE_PATH: """\
 import time
 
 from sglang.srt.disaggregation.base.conn import KVPoll
@@ -672,14 +672,14 @@ class SchedulerDisaggregationDecodeMixin:
                         "retry counter or deadline: if the prefill never answers for it, it "
                         "waits forever"
                     ),
-                    "sglang/srt/disaggregation/decode.py",
+                    DECODE_PATH,
                 ),
             ],
         ),
         # the deadline is never called
         Invalid(
             {
-                "sglang/srt/disaggregation/decode.py": """\
+                DECODE_PATH: """\
 import time
 
 from sglang.srt.disaggregation.base.conn import KVPoll
@@ -762,14 +762,14 @@ class SchedulerDisaggregationDecodeMixin:
                         "retry counter or deadline: if the prefill never answers for it, it "
                         "waits forever"
                     ),
-                    "sglang/srt/disaggregation/decode.py",
+                    DECODE_PATH,
                 ),
             ],
         ),
         # counted, but reaching the limit fails nothing
         Invalid(
             {
-                "sglang/srt/disaggregation/decode.py": """\
+                DECODE_PATH: """\
 import time
 
 from sglang.srt.disaggregation.base.conn import KVPoll
@@ -852,14 +852,14 @@ class SchedulerDisaggregationDecodeMixin:
                         "prepare_abort(), no KVPoll.Failed): if the prefill never answers for "
                         "it, it waits forever"
                     ),
-                    "sglang/srt/disaggregation/decode.py",
+                    DECODE_PATH,
                 ),
             ],
         ),
         # timed, but the stamp is written again on every pass: the wait never grows
         Invalid(
             {
-                "sglang/srt/disaggregation/decode.py": """\
+                DECODE_PATH: """\
 import time
 
 from sglang.srt.disaggregation.base.conn import KVPoll
@@ -940,14 +940,14 @@ class SchedulerDisaggregationDecodeMixin:
                         "retry counter or deadline: if the prefill never answers for it, it "
                         "waits forever"
                     ),
-                    "sglang/srt/disaggregation/decode.py",
+                    DECODE_PATH,
                 ),
             ],
         ),
         # the retraction gate: a return before either queue is polled
         Invalid(
             {
-                "sglang/srt/disaggregation/decode.py": """\
+                DECODE_PATH: """\
 import time
 
 from sglang.srt.disaggregation.base.conn import KVPoll
@@ -1033,14 +1033,14 @@ class SchedulerDisaggregationDecodeMixin:
                         "timeouts, heartbeat failures and aborts of the requests in those queues "
                         "are not acted on, and their KV is not freed, until the condition clears"
                     ),
-                    "sglang/srt/disaggregation/decode.py",
+                    DECODE_PATH,
                 ),
             ],
         ),
         # no early return: both polls held under an `if` on the retracted requests
         Invalid(
             {
-                "sglang/srt/disaggregation/decode.py": """\
+                DECODE_PATH: """\
 import time
 
 from sglang.srt.disaggregation.base.conn import KVPoll
@@ -1125,7 +1125,7 @@ class SchedulerDisaggregationDecodeMixin:
                         "hold, waiting timeouts, heartbeat failures and aborts of the requests "
                         "in those queues are not acted on, and their KV is not freed"
                     ),
-                    "sglang/srt/disaggregation/decode.py",
+                    DECODE_PATH,
                 ),
             ],
         ),

@@ -49,6 +49,8 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
+from pdguard.sglang_names import COMMON_CONN_PATH, DISAGGREGATION_DIR
+
 from .model import PREFILL, Finding, Invalid, Rule
 from .project import Project
 
@@ -114,8 +116,8 @@ class SchedulerDisaggregationPrefillMixin:
         self.disagg_prefill_inflight_queue = waiting
         return finished
 """,
-            "sglang/srt/disaggregation/common/conn.py": _BASE,
-            "sglang/srt/disaggregation/quill/conn.py": """\
+            COMMON_CONN_PATH: _BASE,
+            f"{DISAGGREGATION_DIR}/quill/conn.py": """\
 from sglang.srt.disaggregation.base.conn import KVPoll
 from sglang.srt.disaggregation.common.conn import SharedKVSender
 
@@ -137,8 +139,8 @@ class QuillKVSender(SharedKVSender):
         },
         # no deadline that aborts senders: nothing counts on abort()
         {
-            "sglang/srt/disaggregation/common/conn.py": _BASE,
-            "sglang/srt/disaggregation/quill/conn.py": """\
+            COMMON_CONN_PATH: _BASE,
+            f"{DISAGGREGATION_DIR}/quill/conn.py": """\
 from sglang.srt.disaggregation.base.conn import KVPoll
 from sglang.srt.disaggregation.common.conn import SharedKVSender
 
@@ -201,8 +203,8 @@ class SchedulerDisaggregationPrefillMixin:
         self.disagg_prefill_inflight_queue = waiting
         return finished
 """,
-                "sglang/srt/disaggregation/common/conn.py": _BASE,
-                "sglang/srt/disaggregation/quill/conn.py": """\
+                COMMON_CONN_PATH: _BASE,
+                f"{DISAGGREGATION_DIR}/quill/conn.py": """\
 from sglang.srt.disaggregation.base.conn import KVPoll
 from sglang.srt.disaggregation.common.conn import SharedKVSender
 
@@ -230,7 +232,7 @@ class QuillKVSender(SharedKVSender):
                         "inflight deadline fails senders with abort() (line 21): its requests "
                         "can wait forever"
                     ),
-                    "sglang/srt/disaggregation/quill/conn.py",
+                    f"{DISAGGREGATION_DIR}/quill/conn.py",
                 ),
             ],
         ),
@@ -278,7 +280,7 @@ class SchedulerDisaggregationPrefillMixin:
         self.disagg_prefill_inflight_queue = waiting
         return finished
 """,
-                "sglang/srt/disaggregation/common/conn.py": """\
+                COMMON_CONN_PATH: """\
 class BaseKVSender:
     pass
 
@@ -286,7 +288,7 @@ class BaseKVSender:
 class SharedKVSender(BaseKVSender):
     pass
 """,
-                "sglang/srt/disaggregation/quill/conn.py": """\
+                f"{DISAGGREGATION_DIR}/quill/conn.py": """\
 from sglang.srt.disaggregation.base.conn import KVPoll
 from sglang.srt.disaggregation.common.conn import SharedKVSender
 
@@ -315,7 +317,7 @@ class QuillKVSender(SharedKVSender):
                         "has no abort()), and the inflight deadline fails senders with abort() "
                         "(line 21): its requests can wait forever"
                     ),
-                    "sglang/srt/disaggregation/quill/conn.py",
+                    f"{DISAGGREGATION_DIR}/quill/conn.py",
                 ),
             ],
         ),
@@ -365,8 +367,8 @@ class SchedulerDisaggregationPrefillMixin:
         self.disagg_prefill_inflight_queue = waiting
         return finished
 """,
-                "sglang/srt/disaggregation/common/conn.py": _BASE,
-                "sglang/srt/disaggregation/quill/conn.py": """\
+                COMMON_CONN_PATH: _BASE,
+                f"{DISAGGREGATION_DIR}/quill/conn.py": """\
 from sglang.srt.disaggregation.base.conn import KVPoll
 from sglang.srt.disaggregation.common.conn import SharedKVSender
 
@@ -394,7 +396,7 @@ class QuillKVSender(SharedKVSender):
                         "inflight deadline fails senders with abort() (line 21): its requests "
                         "can wait forever"
                     ),
-                    "sglang/srt/disaggregation/quill/conn.py",
+                    f"{DISAGGREGATION_DIR}/quill/conn.py",
                 ),
             ],
         ),

@@ -92,15 +92,18 @@ def _source_hash() -> str:
     """A hash of pdguard's own ``.py`` files (rules, fixes, codemods included)."""
     import hashlib
 
-    package = Path(__file__).resolve().parent
+    from .layout import source_dirs
+
     digest = hashlib.sha256()
-    for dirpath, dirnames, filenames in os.walk(package, followlinks=True):
-        dirnames[:] = sorted(d for d in dirnames if d != "__pycache__")
-        for name in sorted(filenames):
-            if name.endswith(".py"):
-                path = Path(dirpath, name)
-                digest.update(path.relative_to(package).as_posix().encode() + b"\0")
-                digest.update(path.read_bytes() + b"\0")
+    for package, top in source_dirs().items():
+        for dirpath, dirnames, filenames in os.walk(top):
+            dirnames[:] = sorted(d for d in dirnames if d != "__pycache__")
+            for name in sorted(filenames):
+                if name.endswith(".py"):
+                    path = Path(dirpath, name)
+                    rel = path.relative_to(top).as_posix()
+                    digest.update(f"{package}/{rel}".encode() + b"\0")
+                    digest.update(path.read_bytes() + b"\0")
     return digest.hexdigest()
 
 

@@ -53,7 +53,12 @@ exit codes (every command):
 
 class _Parser(argparse.ArgumentParser):
     def error(self, message: str) -> NoReturn:
-        self.exit(EXIT_ERROR, f"{self.prog}: error: {message}\n")
+        """A usage error in the one documented shape, ``pdguard: error: [COMMAND: ]what``,
+        on one line, exit 2 (argparse's own is ``pdguard check: error:`` after the usage)."""
+        command = self.prog.removeprefix("pdguard").strip()
+        where = f"{command}: " if command else ""
+        what = " ".join(message.split())
+        self.exit(EXIT_ERROR, f"pdguard: error: {where}{what} (see `{self.prog} --help`)\n")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -137,6 +142,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         args = build_parser().parse_args(argv)
         with collector_paused():
+            if args.command == "check" and args.fix:  # ruff's `check --fix`: apply, then check
+                from .commands.apply import fix_before_check
+
+                args.fixed = fix_before_check(args)
             code = int(args.func(args))
         sys.stdout.flush()  # a closed pipe shows here, not in the interpreter's final flush
         return code

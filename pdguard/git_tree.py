@@ -57,6 +57,18 @@ class GitTree(SourceTree):
     def label(self) -> str:
         return f"{self.ref} ({self.commit.hexsha[:12]})"
 
+    def sglang_version(self) -> str | None:
+        """As for any tree, or, when the commit holds no version file (setuptools-scm's
+        ``_version.py`` is written only into a build), from its tags (``git_version``)."""
+        version = super().sglang_version()
+        if version is not None:
+            return version
+        from pathlib import Path
+
+        from .git_version import tag_version
+
+        return tag_version(Path(self.repo.git_dir), self.commit.hexsha)
+
     def display(self, rel: str) -> str:
         """Relative to the repository root (``python/sglang/srt/...``), as a checkout has it, so
         that reports and annotations map to files in the repository."""

@@ -17,6 +17,9 @@ DISAGGREGATION_DIR = "sglang/srt/disaggregation"
 PREFILL_PATH = f"{DISAGGREGATION_DIR}/prefill.py"
 NIXL_CONN_PATH = f"{DISAGGREGATION_DIR}/nixl/conn.py"
 BASE_CONN_PATH = f"{DISAGGREGATION_DIR}/base/conn.py"
+COMMON_CONN_PATH = f"{DISAGGREGATION_DIR}/common/conn.py"
+MOONCAKE_CONN_PATH = f"{DISAGGREGATION_DIR}/mooncake/conn.py"
+UTILS_PATH = f"{DISAGGREGATION_DIR}/utils.py"
 # setuptools-scm's ``_version.py`` (0.5.9+), then the older hand-kept ``version.py``.
 VERSION_PATHS = ("sglang/_version.py", "sglang/version.py")
 # Where a checkout keeps the package: ``python/sglang`` (SGLang's repository), or at its root.

@@ -1,4 +1,5 @@
-"""Inline suppressions: ``# pdguard: ignore[PDG001, PDG004]`` or a bare ``# pdguard: ignore``.
+"""Inline suppressions: ``# pdguard: ignore[PDG001, PDG004]`` or a bare ``# pdguard: ignore``,
+either followed by a reason after ``--`` (``# pdguard: ignore[PDG004] -- never deployed``).
 
 Only the exact form suppresses. A comment that starts like a suppression but is not one
 (``ignore[PDG001`` unclosed, ``ignore(PDG001)``, ``ignore=PDG001``, ``ignore: PDG001``,
@@ -27,9 +28,10 @@ _PREFIX = re.compile(r"#\s*pdguard:\s*", re.I)
 _SEGMENT = re.compile(r"#\s*pdguard:", re.I)
 _IGNORE = re.compile(r"ignore(?P<tail>.*)$", re.I | re.S)
 _CODES = re.compile(r"\[\s*(?P<codes>[A-Za-z]+\d+(?:\s*,\s*[A-Za-z]+\d+)*)\s*\]")
-# What may follow a suppression: nothing, or another comment after whitespace.
-_END = re.compile(r"\s*$|\s+#")
-EXACT_FORMS = "`# pdguard: ignore[CODE, ...]` or `# pdguard: ignore`"
+# What may follow a suppression: nothing, another comment after whitespace, or a reason after
+# ` -- ` (``# pdguard: ignore[PDG004] -- the backend is never deployed``, as ruff allows).
+_END = re.compile(r"\s*$|\s+#|\s+--\s+\S")
+EXACT_FORMS = "`# pdguard: ignore[CODE, ...]` or `# pdguard: ignore`, optionally `-- reason`"
 
 
 @dataclass(frozen=True)

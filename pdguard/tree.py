@@ -233,6 +233,18 @@ class DirectoryTree(SourceTree):
             match = re.search(r"^Version: (\S+)$", text, re.M)
             if match:
                 return match.group(1)
+        return self._checkout_version()
+
+    def _checkout_version(self) -> str | None:
+        """An SGLang git checkout's (``base`` is its top or its ``python/``): from its tags,
+        as setuptools-scm names it (``git_version``). A copy vendored deeper inside another
+        repository gets none: that repository's tags are not SGLang's."""
+        tops = [self.base, self.base.parent] if self.base.name == "python" else [self.base]
+        for top in tops:
+            if (top / ".git").exists():
+                from .git_version import tag_version
+
+                return tag_version(top)
         return None
 
 
@@ -288,3 +300,31 @@ def installed_tree() -> DirectoryTree:
         raise TargetError("--installed: no 'sglang' package is importable from " + sys.executable)
     package_dir = Path(next(iter(spec.submodule_search_locations)))
     return open_tree(package_dir)
+
+
+def find_tree(target: str | os.PathLike[str]) -> DirectoryTree:
+    """The SGLang tree at ``target`` (as ``open_tree``), or the one ``target`` lies inside: a
+    subdirectory of a checkout (``python/sglang/srt``) finds the checkout, as ruff finds its
+    project from any subdirectory. Of the directories above ``target`` that hold the same
+    tree, the outermost is its root (so that configuration is read as from that root)."""
+    start = Path(target)
+    try:
+        return open_tree(start)
+    except TargetError as exc:
+        if not start.is_dir():
+            raise
+        error = exc
+    found: DirectoryTree | None = None
+    for parent in start.resolve().parents:
+        try:
+            tree = open_tree(parent)
+        except TargetError:
+            if found is not None:
+                break
+            continue
+        if found is not None and tree.base.resolve() != found.base.resolve():
+            break
+        found = tree
+    if found is None:
+        raise error
+    return found

@@ -4,23 +4,29 @@ from __future__ import annotations
 
 import ast
 import os
+import tomllib
 from pathlib import Path
 
-PACKAGE = Path(__file__).resolve().parent.parent / "pdguard"
+from pdguard.layout import MAPPED
+
+ROOT = Path(__file__).resolve().parent.parent
+# Dotted package -> its folder in the checkout (pyproject.toml's package-dir mapping).
+FOLDERS = {"pdguard": ROOT / "pdguard", **{f"pdguard.{name}": ROOT / name for name in MAPPED}}
 
 
 def _modules() -> dict[str, Path]:
-    """Dotted name -> file, for every module of pdguard (through the linked checks/ etc.)."""
+    """Dotted name -> file, for every module of pdguard (the mapped checks/ etc. included)."""
     found = {}
-    for folder, dirs, files in os.walk(PACKAGE, followlinks=True):
-        dirs[:] = [d for d in dirs if d != "__pycache__"]
-        for file in files:
-            if file.endswith(".py"):
-                path = Path(folder) / file
-                parts = list(path.relative_to(PACKAGE.parent).with_suffix("").parts)
-                if parts[-1] == "__init__":
-                    parts.pop()
-                found[".".join(parts)] = path
+    for package, top in FOLDERS.items():
+        for folder, dirs, files in os.walk(top):
+            dirs[:] = [d for d in dirs if d != "__pycache__"]
+            for file in files:
+                if file.endswith(".py"):
+                    path = Path(folder) / file
+                    parts = [*package.split("."), *path.relative_to(top).with_suffix("").parts]
+                    if parts[-1] == "__init__":
+                        parts.pop()
+                    found[".".join(parts)] = path
     return found
 
 
@@ -97,3 +103,48 @@ def test_no_import_cycles_in_pdguard():
         + "; ".join(f"{m} -> {sorted(graph[m] & set(cycle))}" for m in cycle)
         for cycle in cycles
     )
+
+
+def test_the_package_dir_mapping_installs_every_folder_with_no_symlink() -> None:
+    """pyproject.toml lists every package (each folder with an __init__.py under pdguard/ and
+    the mapped folders) and maps exactly pdguard.layout.MAPPED; nothing is a symlink."""
+    config = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]
+    assert config["package-dir"] == {f"pdguard.{name}": name for name in MAPPED}
+    on_disk = {
+        ".".join([*package.split("."), *Path(folder).relative_to(top).parts])
+        for package, top in FOLDERS.items()
+        for folder, _, files in os.walk(top)
+        if "__init__.py" in files
+    }
+    assert sorted(config["packages"]) == sorted(on_disk)
+    links = [p for top in FOLDERS.values() for p in top.rglob("*") if p.is_symlink()]
+    assert links == []
+
+
+def test_sglang_paths_and_env_names_come_from_sglang_names() -> None:
+    """No string in pdguard's code that is a path, a name or a pattern (no whitespace: not a
+    docstring, a comment or a help text) spells an SGLang path or the bootstrap timeout's env
+    name: pdguard.sglang_names is their one home."""
+    from pdguard.sglang_names import BOOTSTRAP_TIMEOUT_ENV, DISAGGREGATION_DIR
+
+    spelled = []
+    for name, path in _modules().items():
+        if name == "pdguard.sglang_names":
+            continue
+        tree = ast.parse(path.read_text(), str(path))
+        docstrings = {
+            id(node.value)
+            for node in ast.walk(tree)
+            if isinstance(node, ast.Expr) and isinstance(node.value, ast.Constant)
+        }
+        for node in ast.walk(tree):
+            if (
+                isinstance(node, ast.Constant)
+                and isinstance(node.value, str)
+                and id(node) not in docstrings
+                and not any(c.isspace() for c in node.value)
+                and ("sglang/srt/" in node.value or BOOTSTRAP_TIMEOUT_ENV in node.value)
+            ):
+                spelled.append(f"{path.relative_to(ROOT)}:{node.lineno}")
+    assert DISAGGREGATION_DIR.startswith("sglang/srt/")
+    assert spelled == []

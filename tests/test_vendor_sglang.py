@@ -350,12 +350,38 @@ def test_fetch_unpinned_falls_back_to_platform_wheel(
             raise FetchError("pip download failed: ERROR: No matching distribution found")
         (dest / "sglang-0.0.2-cp311-cp311-manylinux_2_34_x86_64.whl").write_bytes(good_wheel)
 
+    def index(requirement: str, flags: Sequence[str]) -> tuple[str, str]:
+        if not flags:
+            raise FetchError("pip cannot find sglang==0.0.2: no matching distribution")
+        return "sglang-0.0.2-cp311-cp311-manylinux_2_34_x86_64.whl", hashlib.sha256(
+            good_wheel
+        ).hexdigest()
+
     monkeypatch.setattr(fetch, "_pip_download", fake)
+    monkeypatch.setattr(fetch, "_pip_index_wheel", index)
     tree = fetch_unpinned("0.0.2")
     assert tree == cache / "trees" / "0.0.2"
     assert "sglang/srt/disaggregation/prefill.py" in files_under(tree)
-    assert calls[0] == []
-    assert calls[1] == fetch.pip_target_flags("sglang-0.0.2-cp311-cp311-manylinux_2_34_x86_64.whl")
+    assert calls == [fetch.pip_target_flags("sglang-0.0.2-cp311-cp311-manylinux_2_34_x86_64.whl")]
+    assert fetch.wheel_of(tree) == (
+        "sglang-0.0.2-cp311-cp311-manylinux_2_34_x86_64.whl",
+        hashlib.sha256(good_wheel).hexdigest(),
+    )
+
+
+def test_fetch_unpinned_refuses_a_wheel_the_index_gives_another_sha256(
+    monkeypatch: pytest.MonkeyPatch, cache: Path, good_wheel: bytes
+) -> None:
+    name = "sglang-0.0.3-py3-none-any.whl"
+    monkeypatch.setattr(fetch, "_pip_index_wheel", lambda requirement, flags: (name, "0" * 64))
+    monkeypatch.setattr(
+        fetch,
+        "_pip_download",
+        lambda requirement, dest, flags: (dest / name).write_bytes(good_wheel),
+    )
+    with pytest.raises(WheelHashMismatch, match="the index gives sha256 0000"):
+        fetch_unpinned("0.0.3")
+    assert not (cache / "trees" / "0.0.3").exists()
 
 
 def test_fetch_unpinned_rejects_path_like_versions(cache: Path) -> None:
@@ -426,3 +452,12 @@ def test_fetch_real_release_0_4_6(cache: Path) -> None:
         }, name
     wheel = cache / "wheels" / "sglang-0.4.6-py3-none-any.whl"
     assert hashlib.sha256(wheel.read_bytes()).hexdigest() == get_release("0.4.6").sha256
+
+
+@pytest.mark.releases
+def test_the_index_gives_the_pinned_wheel_and_sha256() -> None:
+    """What fetch_unpinned checks a download against is the index's hash: for a pinned release
+    (a platform wheel, through the fallback flags) it is releases.toml's."""
+    release = get_release("0.5.23")
+    flags = fetch._target_flags(*fetch._FALLBACK_TAGS)
+    assert fetch._pip_index_wheel("sglang==0.5.23", flags) == (release.wheel, release.sha256)

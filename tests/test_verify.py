@@ -38,7 +38,7 @@ from pdguard.commands import verify as verifying
 from pdguard.commands.check import check_tree
 from pdguard.fixes import FIXES as FIX_UNITS
 from pdguard.tree import open_tree
-from pdguard.vendor_sglang import fetch_release
+from pdguard.vendor_sglang import UnknownReleaseError, fetch_release, get_release
 from tests.helpers import (
     APPLY_STATUSES,
     FIXES,
@@ -245,7 +245,9 @@ def test_verify_json_shape(upstream: Upstream, verified: Verified) -> None:
             "notes",
             "findings",
             "error",
+            "wheel",  # --pypi's wheel; None for a git ref
         }
+        assert report["wheel"] is None
         assert report["error"] is None
         assert report["commit"] == upstream.sha(report["ref"])
         assert tuple(report["fixes"]) == ALL_FIXES  # the decode fixes too (issue 11)
@@ -351,15 +353,15 @@ def test_verify_exit_codes_and_formats(upstream: Upstream, capsys) -> None:
     )
 
 
-def test_verify_progress_bar_only_when_stdout_is_a_terminal(upstream: Upstream) -> None:
-    refs = ["--ref", "v0.4.6", "--ref", "moved"]
+def _on_a_terminal(argv: list[str]) -> tuple[int, bytes, str]:
+    """``pdguard ARGV`` with stderr a terminal and stdout a pipe: (exit code, what the terminal
+    got, stdout)."""
     leader, follower = pty.openpty()
     try:
-        proc = subprocess.run(
-            [sys.executable, "-m", "pdguard", "verify", "--repo", str(upstream.path), *refs],
-            stdout=follower,
-            stderr=follower,
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "pdguard", *argv], stdout=subprocess.PIPE, stderr=follower
         )
+        out, _ = proc.communicate()
         os.close(follower)
         follower = -1
         written = b""
@@ -375,10 +377,18 @@ def test_verify_progress_bar_only_when_stdout_is_a_terminal(upstream: Upstream) 
         if follower != -1:
             os.close(follower)
         os.close(leader)
-    assert proc.returncode == 1
-    assert b"verify [" in written and b"2/2" in written
-    assert b"REF" in written  # the table, after the bar
-    # with stdout not a terminal (the `verified` run and pdguard() below): nothing on stderr
+    return proc.returncode, written, out.decode()
+
+
+def test_verify_progress_bar_whenever_stderr_is_a_terminal(upstream: Upstream) -> None:
+    refs = ["--repo", str(upstream.path), "--ref", "v0.4.6", "--ref", "moved"]
+    code, written, out = _on_a_terminal(["verify", *refs])
+    assert code == 1
+    assert b"verify [" in written and b"2/2" in written  # stdout is a pipe: still drawn
+    assert out.startswith("REF")  # the table, on stdout
+    code, written, _ = _on_a_terminal(["verify", *refs, "-q"])
+    assert code == 1 and b"verify [" not in written
+    # with stderr not a terminal (the `verified` run and pdguard() below): nothing on stderr
     quiet = pdguard("verify", "--repo", str(upstream.path), "--ref", "fork")
     assert quiet.returncode == 0 and quiet.stderr == ""
 
@@ -389,6 +399,8 @@ def test_verify_pypi_agrees_with_the_tag(verified: Verified, capsys) -> None:
     [report] = json.loads(capsys.readouterr().out)
     tag = verified.reports[f"v{version}"]
     assert report["ref"] == version and report["commit"] is None
+    assert report["wheel"]["checked_against"] == "pin"  # the wheel verified, recorded
+    assert report["wheel"]["sha256"] == get_release(version).sha256
     assert report["fixes"] == tag["fixes"]
     # a wheel's paths are relative to its root (sglang/...), a tag's to the repository's
     assert [f | {"path": f"python/{f['path']}"} for f in report["findings"]] == tag["findings"]
@@ -748,3 +760,22 @@ def test_segments_give_each_pair_of_workers_a_stretch() -> None:
     assert verifying._segments(62, 3) == [(0, 40, True), (41, 61, False)]
     assert verifying._segments(10, 4) == [(0, 4, True), (5, 9, True)]
     assert verifying._segments(3, 3) == [(0, 1, True), (2, 2, False)]
+
+
+@pytest.mark.releases
+def test_verify_pypi_any_published_release(capsys) -> None:
+    """A version releases.toml does not pin: its wheel's sha256 is checked against the index's
+    and recorded (text and JSON)."""
+    version = "0.4.5.post3"
+    with pytest.raises(UnknownReleaseError):
+        get_release(version)
+    code = main(["verify", "--pypi", version, "--format", "json"])
+    [report] = json.loads(capsys.readouterr().out)
+    assert code in (0, 1, 2)  # 2: pdguard cannot read this release (the report says why)
+    assert report["ref"] == version
+    wheel = report["wheel"]
+    assert wheel["checked_against"] == "index" and re.fullmatch("[0-9a-f]{64}", wheel["sha256"])
+    assert wheel["file"].startswith(f"sglang-{version}-") and wheel["file"].endswith(".whl")
+    main(["verify", "--pypi", version])
+    out = capsys.readouterr().out
+    assert f"{version}: {wheel['file']} sha256 {wheel['sha256']} (the index)" in out

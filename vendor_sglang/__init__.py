@@ -24,6 +24,8 @@ from pdguard.vendor_sglang.fetch import (
     fetch_release,
     fetch_unpinned,
     fetch_wheel,
+    is_cached,
+    wheel_of,
 )
 from pdguard.vendor_sglang.manifest import (
     ManifestError,
@@ -47,5 +49,7 @@ __all__ = [
     "fetch_unpinned",
     "fetch_wheel",
     "get_release",
+    "is_cached",
     "load_manifest",
+    "wheel_of",
 ]

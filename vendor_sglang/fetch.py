@@ -15,6 +15,7 @@ single rename, so an interrupted run never leaves a half-written wheel or tree b
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import re
 import shutil
@@ -25,21 +26,22 @@ import zipfile
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
+from urllib.parse import unquote
 
 from pdguard.errors import PdguardError
+from pdguard.sglang_names import DISAGGREGATION_DIR, ENVIRON_PATH, PACKAGE, VERSION_PATHS
 from pdguard.vendor_sglang.manifest import Release, UnknownReleaseError, get_release
 
 # Members extracted from a wheel: a trailing "/" means the whole directory.  Members that a
 # wheel lacks (old releases have no environ.py) are simply skipped.
 EXTRACT_PATTERNS: tuple[str, ...] = (
-    "sglang/srt/disaggregation/",
-    "sglang/srt/environ.py",
-    "sglang/version.py",
-    "sglang/_version.py",
+    f"{DISAGGREGATION_DIR}/",
+    ENVIRON_PATH,
+    *reversed(VERSION_PATHS),
 )
-_REQUIRED_DIR = "sglang/srt/disaggregation/"
+_REQUIRED_DIR = f"{DISAGGREGATION_DIR}/"
 # ``fetch_release(version, full=True)``: the whole package, into its own cache directory.
-FULL_PATTERNS: tuple[str, ...] = ("sglang/",)
+FULL_PATTERNS: tuple[str, ...] = (f"{PACKAGE}/",)
 
 COMPLETE_MARKER = ".complete"
 PIP_TIMEOUT_SECONDS = 900
@@ -120,17 +122,21 @@ def _last_error_line(stderr: str) -> str:
 
 def _pip_download(requirement: str, dest: Path, flags: Sequence[str]) -> None:
     """Run ``pip download`` for one requirement into ``dest``; raise FetchError on failure."""
+    _pip("download", ["--dest", str(dest), *flags], requirement)
+
+
+def _pip(verb: str, options: Sequence[str], requirement: str) -> str:
+    """``pip VERB --no-deps --only-binary=:all: OPTIONS REQUIREMENT``: its stdout, or a
+    FetchError naming pip's last error line."""
     command = [
         sys.executable,
         "-m",
         "pip",
-        "download",
+        verb,
         "--no-deps",
         "--only-binary=:all:",
         "--disable-pip-version-check",
-        "--dest",
-        str(dest),
-        *flags,
+        *options,
         requirement,
     ]
     try:
@@ -138,9 +144,10 @@ def _pip_download(requirement: str, dest: Path, flags: Sequence[str]) -> None:
             command, capture_output=True, text=True, check=False, timeout=PIP_TIMEOUT_SECONDS
         )
     except subprocess.TimeoutExpired as error:
-        raise FetchError(f"pip download {requirement} timed out") from error
+        raise FetchError(f"pip {verb} {requirement} timed out") from error
     if result.returncode != 0:
-        raise FetchError(f"pip download {requirement} failed: {_last_error_line(result.stderr)}")
+        raise FetchError(f"pip {verb} {requirement} failed: {_last_error_line(result.stderr)}")
+    return result.stdout
 
 
 @contextmanager
@@ -263,6 +270,12 @@ def _install_tree(
     return tree
 
 
+def is_cached(version: str, full: bool = False) -> bool:
+    """Whether ``fetch_release(version, full)`` would return its tree without downloading."""
+    release = get_release(version)
+    return _read_marker(_tree_path(version, full)) == f"{release.wheel} sha256={release.sha256}"
+
+
 def fetch_release(version: str, full: bool = False) -> Path:
     """``<cache>/trees/<version>``: the pinned release's EXTRACT_PATTERNS members; with
     ``full=True``, ``<cache>/trees-full/<version>``: its whole ``sglang/`` package.
@@ -278,12 +291,29 @@ def fetch_release(version: str, full: bool = False) -> Path:
     return _install_tree(fetch_wheel(release), tree, marker, patterns)
 
 
-def fetch_unpinned(version: str) -> Path:
-    """Like :func:`fetch_release` for a version that is not in the manifest (no hash pin).
+def _pip_index_wheel(requirement: str, flags: Sequence[str]) -> tuple[str, str]:
+    """(wheel file name, sha256) of the wheel pip would pick for ``requirement``, as the index
+    lists it (its link's ``#sha256=``, PyPI's JSON hash), read from pip's own resolver:
+    ``pip install --dry-run --report -`` (the machine's index and proxy settings apply)."""
+    with tempfile.TemporaryDirectory(prefix="pdguard-pip-") as target:  # stays empty
+        # --target: pip takes --platform/--abi (the fallback's) only with it
+        options = ["--dry-run", "--ignore-installed", "--quiet", "--report", "-", *flags]
+        stdout = _pip("install", [*options, "--target", target], requirement)
+    try:
+        info = json.loads(stdout)["install"][0]["download_info"]
+        url = str(info["url"])
+        sha256 = str(info["archive_info"]["hashes"]["sha256"])
+    except (ValueError, LookupError, TypeError) as error:
+        raise FetchError(f"{requirement}: the index gives no sha256 for its wheel") from error
+    return unquote(url.rsplit("/", 1)[-1].split("#", 1)[0]), sha256
 
-    Tries a plain ``pip download`` first, then the cp311 manylinux_2_34_x86_64 wheel for
-    versions that only ship platform wheels.  A pinned version goes through fetch_release.
-    """
+
+def fetch_unpinned(version: str) -> Path:
+    """Like :func:`fetch_release` for a version that is not in the manifest: the wheel the
+    index lists (a plain wheel first, then the cp311 manylinux_2_34_x86_64 wheel for versions
+    that only ship platform wheels), downloaded with pip and refused unless its sha256 is the
+    one the index gives (``_pip_index_wheel``). The cache marker records the wheel and its
+    sha256 (``wheel_of``). A pinned version goes through fetch_release."""
     try:
         get_release(version)
     except UnknownReleaseError:
@@ -294,11 +324,30 @@ def fetch_unpinned(version: str) -> Path:
     if _read_marker(tree) is not None:
         return tree
     requirement = f"sglang=={version}"
+    attempts: list[Sequence[str]] = [[], _target_flags(*_FALLBACK_TAGS)]
+    failures: list[FetchError] = []
     with _scratch_dir(cache_dir() / "wheels", ".download-") as scratch:
-        try:
-            _pip_download(requirement, scratch, [])
-        except FetchError:
-            _pip_download(requirement, scratch, _target_flags(*_FALLBACK_TAGS))
-        wheel = _only_wheel(scratch)
-        marker = f"{wheel.name} sha256={sha256_file(wheel)} unpinned"
+        for flags in attempts:
+            try:
+                name, expected = _pip_index_wheel(requirement, flags)
+                _pip_download(requirement, scratch, flags)
+                break
+            except FetchError as error:
+                failures.append(error)
+        else:
+            raise failures[0]  # the plain wheel's: "no matching distribution" for no release
+        wheel = _only_wheel(scratch, name)
+        actual = sha256_file(wheel)
+        if actual != expected:
+            raise WheelHashMismatch(
+                f"{wheel.name}: the index gives sha256 {expected}, the download has {actual}"
+            )
+        marker = f"{wheel.name} sha256={actual} unpinned, checked against the index"
         return _install_tree(wheel, tree, marker)
+
+
+def wheel_of(tree: Path) -> tuple[str, str] | None:
+    """(wheel file name, sha256) a fetched tree was extracted from, from its cache marker."""
+    marker = _read_marker(tree)
+    match = re.match(r"(\S+) sha256=([0-9a-f]{64})", marker or "")
+    return (match.group(1), match.group(2)) if match else None

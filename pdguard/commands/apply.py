@@ -6,23 +6,37 @@ from __future__ import annotations
 import argparse
 import difflib
 import json
+import os
 import re
+import shlex
 import sys
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from ..errors import RefusedError, TargetError, UsageError
+from .. import config
+from ..errors import ParseError, RefusedError, TargetError, UsageError
 from ..fixes import FIXES, Fix, Outcome, Status
 from ..sglang_names import DISAGGREGATION_DIR, INFLIGHT_TIMEOUT_ENV
 from ..source_file import SourceFile
-from ..tree import DirectoryTree, SourceTree, installed_tree, open_tree
+from ..tree import DirectoryTree, SourceTree
 
 if TYPE_CHECKING:
     from ..checks import Finding
 
-from .base import EXIT_CHANGES, EXIT_OK, add_format, add_output_file, emit, relative
+from .base import (
+    EXIT_CHANGES,
+    EXIT_OK,
+    add_format,
+    add_output_file,
+    add_quiet,
+    add_target,
+    emit,
+    outside_cwd,
+    shown_path,
+    target_tree,
+)
 
 NAME = "apply"
 HELP = "apply the fixes to an SGLang tree"
@@ -43,7 +57,9 @@ statuses: {", ".join(s.value for s in Status)}, {WOULD_APPLY}
   refused: the note says why, and nothing is written; {WOULD_APPLY}: the fix is planned
   but nothing was written: --check, --diff, or another fix was refused)
 
-Paths in the report and the diff are relative to the current directory.
+Paths in the report and the diff are relative to the current directory. For a tree outside
+it, the report names files by absolute path and the diff relative to the tree's root (said
+on stderr): `git apply` and `patch -p1` work there. Never `../`.
 --diff prints a unified diff on stdout and the report on stderr (text), or the diff
 inside the JSON report (--format json: key "diff"). Like ruff, it exits 1 when there
 is a diff.
@@ -85,13 +101,27 @@ class ApplyResult:
         """File ``rel`` as the report names it: relative to the current directory for a tree on
         disk (``python/sglang/srt/...`` at a checkout's root), as the tree says otherwise."""
         if isinstance(self.tree, DirectoryTree):
-            return Path(relative(self.tree.base / rel)).as_posix()
+            return shown_path(self.tree.base / rel)
         return self.tree.display(rel)
+
+    def diff_path(self, rel: str) -> str:
+        """File ``rel`` in the diff: relative to the current directory, or to the tree's root
+        (``paths_from``) for a tree outside it; never ``../`` (git apply refuses it)."""
+        if isinstance(self.tree, DirectoryTree):
+            return shown_path(self.tree.base / rel, self.tree.root)
+        return self.tree.display(rel)
+
+    def paths_from(self) -> Path | None:
+        """The directory the report's and the diff's paths are relative to when it is not the
+        current one: the tree's root, for a tree outside the current directory."""
+        if isinstance(self.tree, DirectoryTree) and outside_cwd(self.tree.root):
+            return Path(os.path.realpath(self.tree.root))
+        return None
 
     def diff(self) -> str:
         chunks: list[str] = []
         for rel, new in self.changes.items():
-            shown = self.shown(rel)
+            shown = self.diff_path(rel)
             chunks.extend(
                 difflib.unified_diff(
                     self.originals[rel].text.splitlines(keepends=True),
@@ -224,9 +254,12 @@ def left_out_classes(ignore: Sequence[str] | None) -> dict[str, frozenset[str]]:
     return {name: frozenset(classes) for name, classes in found.items()}
 
 
-def select_fixes(select: Sequence[str] | None, ignore: Sequence[str] | None) -> tuple[Fix, ...]:
+def select_fixes(
+    select: Sequence[str] | None, ignore: Sequence[str] | None, disabled: Iterable[str] = ()
+) -> tuple[Fix, ...]:
     """The fixes to run, from --select/--ignore (comma-separated fix names; ``FIX:Class`` in
-    --ignore leaves a class out of a fix, not the fix: ``left_out_classes``)."""
+    --ignore leaves a class out of a fix, not the fix: ``left_out_classes``) and the settings'
+    disabled fixes (``[tool.pdguard.fix.NAME] enabled = false``; --select names them back)."""
     by_name = {fix.name: fix for fix in FIXES}
 
     def names(values: Sequence[str]) -> set[str]:
@@ -238,10 +271,10 @@ def select_fixes(select: Sequence[str] | None, ignore: Sequence[str] | None) -> 
             raise UsageError(f"unknown fix {unknown[0]!r} (the fixes: {', '.join(by_name)})")
         return found
 
-    chosen = names(select) if select is not None else set(by_name)
+    chosen = names(select) if select is not None else set(by_name) - set(disabled)
     chosen -= names(ignore) if ignore else set()
     if not chosen:
-        raise UsageError("--select/--ignore leave no fix to apply")
+        raise UsageError("--select/--ignore (and the settings) leave no fix to apply")
     return tuple(fix for fix in FIXES if fix.name in chosen)
 
 
@@ -315,13 +348,7 @@ FORMATS = {"text": text, "json": as_json}
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    where = parser.add_mutually_exclusive_group(required=True)
-    where.add_argument("target", nargs="?", metavar="TARGET", help="the SGLang tree to patch")
-    where.add_argument(
-        "--installed",
-        action="store_true",
-        help="patch the sglang importable by this Python (found without importing it)",
-    )
+    add_target(parser, "the SGLang tree to patch")
     mode = parser.add_mutually_exclusive_group()
     mode.add_argument(
         "--diff",
@@ -354,9 +381,18 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     add_format(parser, FORMATS)
     add_output_file(parser, "apply.json")
+    parser.add_argument(
+        "--repair",
+        action="store_true",
+        help="a fix that was partly removed: take the files with its marker back to their "
+        "pristine copy (the last commit, or the release's wheel) and apply it again; refused "
+        "if that would lose a change that is not pdguard's",
+    )
+    add_quiet(parser, "report (unless a fix is refused)")
+    config.add_arguments(parser)
 
 
-def _recover(tree: SourceTree, *, dry_run: bool) -> None:
+def recover_journal(tree: SourceTree, *, dry_run: bool = False) -> None:
     """Repair what a run killed mid-write left in the tree before reading it; say so. A dry
     run writes nothing, not even a repair: a journal there is an error (exit 2) naming it."""
     if not isinstance(tree, DirectoryTree):
@@ -380,31 +416,128 @@ def _report(args: argparse.Namespace, report: str) -> None:
     alone (``pdguard apply . --diff | git apply``) and the report goes to stderr."""
     if args.diff and args.format == "text" and args.output_file is None:
         print(report, file=sys.stderr)
-    else:
+    elif not args.quiet or args.output_file is not None:
         emit(report, args.output_file)
 
 
+def fix_before_check(args: argparse.Namespace) -> int:
+    """``check --fix``: plan the fixes of every tree check will read, refuse before writing
+    anything if one is refused, then write; the number of fixes applied. (``pdguard.cli`` runs
+    it before ``check``: check reads what this wrote.)"""
+    from .check import trees_of
+
+    trees = trees_of(args)
+    first = None if args.installed else (args.paths or ["."])[0]
+    settings = config.load(args, first)
+    fixes = select_fixes(None, None, settings.disabled_fixes)
+    quiet = args.quiet
+    plans = []
+    for tree in trees:
+        if not isinstance(tree, DirectoryTree):
+            continue
+        recover_journal(tree)
+        try:
+            result = plan(tree, fixes)
+        except ParseError:
+            continue  # reported below as a syntax error of the check
+        if result.refused:
+            raise RefusedError(result.refusal())
+        plans.append(result)
+    applied = 0
+    for result in plans:
+        if result.changes:
+            write(result)
+        names = [n for n, o in result.outcomes.items() if o.status is Status.APPLIED]
+        applied += len(names)
+        if names and not quiet:
+            files = ", ".join(sorted(result.shown(rel) for rel in result.changes))
+            print(f"pdguard: fixed ({', '.join(names)}): {files}", file=sys.stderr)
+    return applied
+
+
+def repair(
+    tree: DirectoryTree, fixes: tuple[Fix, ...], result: ApplyResult
+) -> tuple[ApplyResult, list[str]]:
+    """The plan that restores the partly removed fixes of ``result`` (a refused plan), and one
+    note per restored file; a RefusedError when it cannot be done safely."""
+    from ..repair import RestoredTree, foreign_line, partly_removed, pristine
+
+    partial = partly_removed(result.refused, result.originals)
+    if not partial:
+        raise RefusedError(f"--repair: no fix is partly removed; {result.refusal()}")
+    files = sorted({rel for rels in partial.values() for rel in rels})
+    sources = {rel: pristine(tree, rel) for rel in files}
+    restored = RestoredTree(tree.root, tree.base, {rel: d for rel, (d, _) in sources.items()})
+    again = plan(restored, fixes)
+    if again.refused:
+        raise RefusedError(f"--repair: {again.refusal()}")
+    originals = {}
+    changes = {}
+    for rel in sorted({*files, *again.changes}):
+        current = result.originals.get(rel)
+        if current is None:
+            data = tree.read_bytes(rel)
+            current = SourceFile.decode(rel, data or b"")
+        base = again.originals[rel].text if rel in again.originals else current.text
+        fixed = again.changes[rel].text if rel in again.changes else base
+        foreign = foreign_line(current.text, base, fixed) if rel in files else None
+        if foreign is not None:
+            raise RefusedError(
+                f"{tree.display(rel)}: --repair would lose a change that is not pdguard's "
+                f"({foreign.strip()!r}): restore the file by hand, then run `pdguard apply`"
+            )
+        if fixed != current.text:
+            originals[rel] = current
+            changes[rel] = current.with_text(fixed)
+    notes = [
+        f"pdguard: --repair: {tree.display(rel)}: restored from {sources[rel][1]}, "
+        f"{' and '.join(n for n, rels in partial.items() if rel in rels)} applied again"
+        for rel in files
+    ]
+    repaired = ApplyResult(tree, again.sglang_version, again.outcomes, originals, changes)
+    return repaired, notes
+
+
+def _way_forward(args: argparse.Namespace, result: ApplyResult) -> str:
+    """For a fix that was partly removed: the exact command that restores it."""
+    from ..repair import partly_removed
+
+    if args.repair or not partly_removed(result.refused, result.originals):
+        return ""
+    target = "--installed" if args.installed else shlex.quote(args.target or ".")
+    return f"; the fix was partly removed: `pdguard apply --repair {target}` restores it"
+
+
 def run(args: argparse.Namespace) -> int:
-    tree = installed_tree() if args.installed else open_tree(args.target)
+    tree = target_tree(args)
+    settings = config.load(args, None if args.installed else args.target or ".")
     render = FORMATS[args.format]
     dry_run = args.diff or args.check
-    _recover(tree, dry_run=dry_run)
-    result = plan(
-        tree,
-        select_fixes(args.select, args.ignore),
-        left_out_classes(args.ignore),
-        markers=args.markers,
-    )
+    recover_journal(tree, dry_run=dry_run)
+    fixes = select_fixes(args.select, args.ignore, settings.disabled_fixes)
+    result = plan(tree, fixes, left_out_classes(args.ignore), markers=args.markers)
+    if result.refused and args.repair and isinstance(tree, DirectoryTree):
+        result, notes = repair(tree, fixes, result)
+        for note in notes:
+            print(note, file=sys.stderr)
     if result.refused:
         _report(args, render(result, written=False))
-        raise RefusedError(result.refusal())
+        raise RefusedError(result.refusal() + _way_forward(args, result))
     if not dry_run and result.changes:
         write(result)
     report = render(result, written=not dry_run, diff=result.diff() if args.diff else None)
     if args.diff and args.format == "text":
         sys.stdout.write(result.diff())  # a patch on stdout; the report on stderr
         sys.stdout.flush()
-    _report(args, report)
+    where = result.paths_from()
+    if where is not None and result.changes and args.diff and not args.quiet:
+        print(
+            f"pdguard: the diff's paths are relative to {where}: apply it there "
+            f"(git -C {where} apply, or patch -p1 -d {where})",
+            file=sys.stderr,
+        )
+    if not (args.quiet and args.diff and args.format == "text"):
+        _report(args, report)
     if (args.check or args.diff) and result.changes:
         return EXIT_CHANGES
     return EXIT_OK

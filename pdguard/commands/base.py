@@ -16,8 +16,13 @@ from __future__ import annotations
 import argparse
 import os
 from collections.abc import Mapping
+from pathlib import Path
+from typing import TYPE_CHECKING
 
 from ..errors import EXIT_CHANGES, EXIT_ERROR, EXIT_OK, UsageError
+
+if TYPE_CHECKING:
+    from ..tree import DirectoryTree
 
 __all__ = [
     "EXIT_CHANGES",
@@ -26,10 +31,14 @@ __all__ = [
     "add_exit_zero",
     "add_format",
     "add_output_file",
+    "add_quiet",
+    "add_target",
     "emit",
     "github_escape",
     "positive",
     "relative",
+    "shown_path",
+    "target_tree",
 ]
 
 # Old format names still accepted (not shown in --help): verify's and simulate's `table`.
@@ -48,11 +57,13 @@ def add_format(
 
     parser.add_argument(
         "--format",
+        "--output-format",  # ruff's name
+        dest="format",
         type=format_name,
         choices=names,
         default=default,
         metavar="{" + ",".join(names) + "}",
-        help=f"output format (default: {default})",
+        help=f"output format (default: {default}); --output-format is the same (ruff's name)",
     )
 
 
@@ -94,6 +105,86 @@ def relative(path: str | os.PathLike[str]) -> str:
         return os.path.relpath(path)
     except ValueError:  # another drive (Windows)
         return os.fspath(path)
+
+
+def shown_path(path: str | os.PathLike[str], root: str | os.PathLike[str] | None = None) -> str:
+    """A file as pdguard names it (docs/cli.md, "Paths"), never with ``../``: relative to the
+    current directory when it lies below it; else relative to ``root`` when given (diffs and
+    annotations, which need a relative path: ``git apply``/``patch -p1`` work from there);
+    else absolute (reports and error lines, for people). Forward slashes."""
+    absolute = _real_dir(path)
+    bases = [Path.cwd().resolve()]
+    if root is not None:
+        bases.append(Path(os.path.realpath(root)))
+    for base in bases:
+        if absolute.is_relative_to(base):
+            return absolute.relative_to(base).as_posix()
+    return absolute.as_posix()
+
+
+def annotation_root(root: str | os.PathLike[str]) -> Path:
+    """What GitHub annotations name a file outside the current directory from: the workflow's
+    workspace (``GITHUB_WORKSPACE``) when the file lies in it, else the tree's root."""
+    workspace = os.environ.get("GITHUB_WORKSPACE")
+    if workspace and _real_dir(root).is_relative_to(Path(os.path.realpath(workspace))):
+        return Path(workspace)
+    return Path(root)
+
+
+def _real_dir(path: str | os.PathLike[str]) -> Path:
+    """``path`` made absolute, its directories' symlinks resolved (not the file's own: a link
+    inside the tree is named as it is)."""
+    absolute = Path(os.path.abspath(path))
+    return Path(os.path.realpath(absolute.parent)) / absolute.name
+
+
+def outside_cwd(path: str | os.PathLike[str]) -> bool:
+    """Whether ``path`` lies outside the current directory (reports then name it from the
+    tree's root)."""
+    return not _real_dir(path).is_relative_to(Path.cwd().resolve())
+
+
+def tree_root(tree: object) -> Path | None:
+    """The directory a tree's paths are shown from when it lies outside the current directory:
+    its root (what was named, or found), or None for a tree that is not on disk."""
+    root = getattr(tree, "root", None)
+    return Path(os.path.abspath(root)) if root is not None else None
+
+
+def add_quiet(parser: argparse.ArgumentParser, what: str = "the summary line") -> None:
+    """``-q/--quiet`` (ruff's): only the report's own lines, no summary, no progress."""
+    parser.add_argument(
+        "-q", "--quiet", action="store_true", help=f"print no {what} and no progress"
+    )
+
+
+def add_target(parser: argparse.ArgumentParser, help: str) -> None:
+    """``TARGET`` (default: the current directory, or the SGLang tree it lies in) and
+    ``--installed``."""
+    parser.add_argument(
+        "target", nargs="?", metavar="TARGET", help=f"{help} (default: ., or the tree . is in)"
+    )
+    add_installed(parser)
+
+
+def add_installed(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--installed",
+        action="store_true",
+        help="the sglang package this Python would import (found without importing it)",
+    )
+
+
+def target_tree(args: argparse.Namespace) -> DirectoryTree:
+    """The tree ``add_target``'s arguments name: ``--installed``, TARGET, or ``.`` (found
+    upward from a subdirectory)."""
+    from ..tree import find_tree, installed_tree
+
+    if args.installed:
+        if args.target is not None:
+            raise UsageError("give TARGET or --installed, not both")
+        return installed_tree()
+    return find_tree(args.target if args.target is not None else ".")
 
 
 def positive(value: str) -> int:

@@ -6,8 +6,10 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import sys
-from collections.abc import Iterable, Iterator, Sequence
+from collections import Counter
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -18,13 +20,26 @@ from pdguard.checks import Finding, Project
 from pdguard.checks.project import TEXT_ONLY, wanted
 from pdguard.docs import rule_url
 
-from ..errors import TargetError, UsageError, does_not_parse
+from .. import config, terminal
+from ..errors import ParseError, TargetError, UsageError, does_not_parse
 from ..sglang_names import DISAGGREGATION_DIR, ENVIRON_PATH, MANAGERS_DIR
 from ..source_file import SourceFile
 from ..suppressions import SuppressionWarning
 from ..suppressions import parse as parse_suppressions
-from ..tree import PREFILL_PATH, DirectoryTree, SourceTree, open_tree
-from .base import EXIT_CHANGES, EXIT_OK, add_exit_zero, add_format, add_output_file, emit, relative
+from ..tree import PREFILL_PATH, DirectoryTree, SourceTree, find_tree, installed_tree
+from .base import (
+    EXIT_CHANGES,
+    EXIT_ERROR,
+    EXIT_OK,
+    add_exit_zero,
+    add_format,
+    add_installed,
+    add_output_file,
+    add_quiet,
+    annotation_root,
+    emit,
+    shown_path,
+)
 from .base import github_escape as _escape
 
 if TYPE_CHECKING:
@@ -45,9 +60,13 @@ rules:
 {rules}
 
 A finding on a line that carries `# pdguard: ignore[PDG001]` (or a bare
-`# pdguard: ignore`) is suppressed. Only those exact forms suppress: a malformed
-comment or an unknown code suppresses nothing and prints a warning on stderr,
-`path:line:col: warning: ...`.
+`# pdguard: ignore`), optionally followed by a reason (`-- why`), is suppressed.
+Only those exact forms suppress: a malformed comment or an unknown code suppresses
+nothing and prints a warning on stderr, `path:line:col: warning: ...`.
+
+Settings: [tool.pdguard] in the nearest pyproject.toml (select, ignore,
+[tool.pdguard.fix.NAME] enabled), or --config FILE; --isolated reads none.
+--fix applies the fixes first (as `pdguard apply`), then checks. docs/cli.md.
 
 `pdguard rule CODE` prints a rule's documentation; `pdguard rule --all` all of them.
 
@@ -59,6 +78,12 @@ that does not parse, an unknown rule code, an --output-file that cannot be writt
 # -- running the rules ----------------------------------------------------------------------
 
 
+# A file that does not parse is reported as a diagnostic of this code in every format (ruff's
+# syntax errors), besides the one error line on stderr and exit 2.
+SYNTAX_CODE = "E999"
+SYNTAX_NAME = "syntax-error"
+
+
 @dataclass
 class CheckResult:
     tree: SourceTree
@@ -67,14 +92,52 @@ class CheckResult:
     project: Project
     # Malformed suppression comments: (path relative to the tree's base, warning).
     warnings: list[tuple[str, SuppressionWarning]] = field(default_factory=list)
+    # Files that do not parse (code SYNTAX_CODE): the rules did not run on this tree.
+    errors: list[Finding] = field(default_factory=list)
 
     def display_rel(self, rel: str) -> str:
-        """A file of the tree as reports name it: relative to the current directory."""
+        """A file of the tree as reports name it (``base.shown_path``): relative to the current
+        directory, or absolute outside it."""
         path = self.tree.display(rel)
-        return relative(path) if isinstance(self.tree, DirectoryTree) else path
+        return shown_path(path) if isinstance(self.tree, DirectoryTree) else path
+
+    def annotation_rel(self, rel: str) -> str:
+        """A file as a GitHub annotation names it: a relative path, never ``../``."""
+        path = self.tree.display(rel)
+        if isinstance(self.tree, DirectoryTree):
+            return shown_path(path, annotation_root(self.tree.root))
+        return path
+
+    def absolute(self, rel: str) -> str | None:
+        """The file on disk (SARIF names a file outside the current directory by it)."""
+        if isinstance(self.tree, DirectoryTree):
+            return os.path.abspath(self.tree.display(rel))
+        return None
 
     def display_path(self, finding: Finding) -> str:
         return self.display_rel(finding.path)
+
+
+_WHERE = re.compile(r"^(?P<where>.+?)(?::(?P<line>\d+)(?::(?P<col>\d+))?)?: (?P<why>.+)$", re.S)
+
+
+def syntax_result(tree: SourceTree, error: ParseError) -> CheckResult:
+    """The result for a tree one of whose files does not parse: that file's diagnostic."""
+    message = " ".join(str(error).splitlines())
+    match = _WHERE.match(message)
+    where, line, col, why = (
+        (match["where"], int(match["line"] or 1), int(match["col"] or 1), match["why"])
+        if match
+        else ("", 1, 1, message)
+    )
+    rel = where
+    if isinstance(tree, DirectoryTree):
+        try:
+            rel = Path(os.path.abspath(where)).relative_to(tree.base.absolute()).as_posix()
+        except ValueError:
+            rel = where
+    finding = Finding(rel, max(line, 1), max(col, 1), SYNTAX_CODE, "", why)
+    return CheckResult(tree, [], 0, Project({}), errors=[finding])
 
 
 def load_project(tree: SourceTree) -> Project:
@@ -161,14 +224,15 @@ def select_codes(select: Sequence[str] | None, ignore: Sequence[str] | None) -> 
 
 
 def trees_for(paths: Sequence[str]) -> list[SourceTree]:
-    """The SGLang trees to check: a tree for each directory argument, and the tree around each
-    file argument (as pre-commit passes them). Files outside any SGLang tree are skipped."""
+    """The SGLang trees to check: the tree at, or around, each directory argument
+    (``find_tree``: a subdirectory finds its checkout), and the tree around each file argument
+    (as pre-commit passes them). Files outside any SGLang tree are skipped."""
     trees: dict[Path, SourceTree] = {}
     tree: DirectoryTree | None
     for arg in paths:
         path = Path(arg)
         if path.is_dir():
-            tree = open_tree(path)
+            tree = find_tree(path)
         elif path.is_file():
             tree = _tree_around(path)
             if tree is None:
@@ -193,22 +257,95 @@ def _tree_around(file: Path) -> DirectoryTree | None:
 SARIF_SCHEMA = "https://json.schemastore.org/sarif-2.1.0.json"
 
 
+@dataclass(frozen=True)
+class View:
+    """How the report is shown: ``statistics`` (counts by code), ``quiet`` (no summary),
+    ``fixable`` (the codes ``pdguard apply`` fixes), ``fixed`` (fixes ``--fix`` wrote)."""
+
+    statistics: bool = False
+    quiet: bool = False
+    fixable: frozenset[str] = frozenset()
+    fixed: int = 0
+    wrap: bool = False  # wrap long messages (text on a terminal)
+
+
 def _rows(results: Sequence[CheckResult]) -> Iterator[tuple[str, Finding]]:
+    for _, path, finding in _located(results):
+        yield path, finding
+
+
+def _located(results: Sequence[CheckResult]) -> Iterator[tuple[CheckResult, str, Finding]]:
     for result in results:
-        for finding in result.findings:
-            yield result.display_path(finding), finding
+        for finding in [*result.errors, *result.findings]:
+            yield result, result.display_path(finding), finding
 
 
-def text(results: Sequence[CheckResult]) -> str:
-    lines = [f"{path}:{f.line}:{f.col}: {f.code} {f.message}" for path, f in _rows(results)]
-    count = len(lines)
+def _names() -> dict[str, str]:
+    return {SYNTAX_CODE: SYNTAX_NAME, **{rule.code: rule.name for rule in checks.RULES}}
+
+
+def statistics(results: Sequence[CheckResult], fixable: frozenset[str]) -> list[dict[str, object]]:
+    """Findings counted by code, most first (ruff's ``--statistics``)."""
+    counts = Counter(f.code for _, f in _rows(results))
+    names = _names()
+    order = {code: n for n, code in enumerate(names)}
+    return [
+        {"code": code, "name": names.get(code, code), "count": count, "fixable": code in fixable}
+        for code, count in sorted(counts.items(), key=lambda item: (-item[1], order.get(item[0])))
+    ]
+
+
+def text(results: Sequence[CheckResult], view: View = View()) -> str:
+    lines = []
+    if view.statistics:
+        for row in statistics(results, view.fixable):
+            mark = "[*]" if row["fixable"] else "[ ]"
+            lines.append(f"{row['count']:>5}  {row['code']:<7} {mark} {row['name']}")
+    else:
+        for path, f in _rows(results):
+            first = f"{path}:{f.line}:{f.col}: {f.code} "
+            lines.extend(terminal.wrap(first, f.message) if view.wrap else [first + f.message])
+    if not view.quiet:
+        lines.extend(summary_lines(results, view))
+    return "\n".join(lines)
+
+
+def summary_lines(results: Sequence[CheckResult], view: View = View()) -> list[str]:
+    """``Found N findings (M suppressed, K fixed).`` and ``[*] J fixable with `pdguard apply`.``;
+    never "All checks passed!" for a tree that did not parse."""
+    found = [f for _, f in _rows(results)]
+    count = len(found)
     suppressed = sum(r.suppressed for r in results)
-    tail = f" ({suppressed} suppressed)" if suppressed else ""
-    lines.append(
-        f"Found {count} finding{'s' if count != 1 else ''}{tail}."
-        if count
-        else f"All checks passed!{tail}"
-    )
+    extra = [f"{suppressed} suppressed"] if suppressed else []
+    extra += [f"{view.fixed} fixed"] if view.fixed else []
+    tail = f" ({', '.join(extra)})" if extra else ""
+    if not count:
+        return [f"All checks passed!{tail}"]
+    lines = [f"Found {count} finding{'s' if count != 1 else ''}{tail}."]
+    fixable = sum(f.code in view.fixable for f in found)
+    if fixable:
+        lines.append(f"[*] {fixable} fixable with `pdguard apply` (or `pdguard check --fix`).")
+    return lines
+
+
+_TEXT_LINE = re.compile(r"^(?P<path>\S.*?):(?P<pos>\d+:\d+): (?P<code>[A-Z]+\d+) ")
+
+
+def coloured(report: str) -> str:
+    """A text report for a terminal: the path bold, the code red, the summary bold."""
+    lines = []
+    for line in report.split("\n"):
+        match = _TEXT_LINE.match(line)
+        if match:
+            line = (
+                f"{terminal.paint(match['path'], terminal.BOLD)}:{match['pos']}: "
+                f"{terminal.paint(match['code'], terminal.BOLD, terminal.RED)} "
+                + line[match.end() :]
+            )
+        elif line.startswith(("Found ", "All checks passed!", "[*] ")):
+            colour = terminal.GREEN if line.startswith("All") else terminal.BOLD
+            line = terminal.paint(line, colour)
+        lines.append(line)
     return "\n".join(lines)
 
 
@@ -225,8 +362,12 @@ def finding_json(finding: Finding, path: str) -> dict[str, object]:
     }
 
 
-def as_json(results: Sequence[CheckResult]) -> str:
-    findings = [finding_json(f, path) for path, f in _rows(results)]
+def as_json(results: Sequence[CheckResult], view: View = View()) -> str:
+    if view.statistics:
+        return json.dumps(statistics(results, view.fixable), indent=2)
+    findings = [
+        {**finding_json(f, path), "fixable": f.code in view.fixable} for path, f in _rows(results)
+    ]
     return json.dumps({"findings": findings}, indent=2)
 
 
@@ -239,16 +380,32 @@ def _uri(path: str) -> str:
 SRCROOT = "%SRCROOT%"
 
 
-def _artifact(path: str) -> dict[str, str]:
+def _artifact(path: str, absolute: str | None) -> dict[str, str]:
     """Where a finding is: relative to the current directory (``%SRCROOT%``, the repository
-    root when pdguard runs there, as in CI), or an absolute ``file:`` URI outside it."""
-    if os.path.isabs(path) or path.split(os.sep, 1)[0] == os.pardir:
-        return {"uri": Path(path).resolve().as_uri()}
-    return {"uri": _uri(path), "uriBaseId": SRCROOT}
+    root when pdguard runs there, as in CI) when the file lies below it, else an absolute
+    ``file:`` URI."""
+    if absolute is not None and Path(absolute).resolve().is_relative_to(Path.cwd().resolve()):
+        return {"uri": _uri(path), "uriBaseId": SRCROOT}
+    if absolute is None and not os.path.isabs(path) and path.split(os.sep, 1)[0] != os.pardir:
+        return {"uri": _uri(path), "uriBaseId": SRCROOT}
+    return {"uri": Path(absolute or path).resolve().as_uri()}
 
 
-def sarif(results: Sequence[CheckResult]) -> str:
-    rules = []
+SYNTAX_RULE = {
+    "id": SYNTAX_CODE,
+    "name": SYNTAX_NAME,
+    "shortDescription": {"text": "A file pdguard reads does not parse."},
+    "fullDescription": {
+        "text": "A file pdguard needs does not parse (or cannot be decoded): no rule ran on "
+        "its tree, so nothing about the tree is proven."
+    },
+    "help": {"text": "Fix the syntax error; pdguard then checks the tree."},
+    "defaultConfiguration": {"level": "error"},
+}
+
+
+def sarif(results: Sequence[CheckResult], view: View = View()) -> str:
+    rules: list[Mapping[str, object]] = []
     for rule in checks.RULES:
         title, body = rule.summary, rule.description
         rules.append(
@@ -262,7 +419,9 @@ def sarif(results: Sequence[CheckResult]) -> str:
                 "defaultConfiguration": {"level": "error"},
             }
         )
-    index = {rule.code: n for n, rule in enumerate(checks.RULES)}
+    if any(r.errors for r in results):
+        rules.append(SYNTAX_RULE)
+    index = {str(rule["id"]): n for n, rule in enumerate(rules)}
     sarif_results = [
         {
             "ruleId": f.code,
@@ -272,14 +431,18 @@ def sarif(results: Sequence[CheckResult]) -> str:
             "locations": [
                 {
                     "physicalLocation": {
-                        "artifactLocation": _artifact(path),
+                        "artifactLocation": _artifact(path, result.absolute(f.path)),
                         "region": {"startLine": f.line, "startColumn": f.col},
                     },
-                    "logicalLocations": [{"fullyQualifiedName": f.symbol, "kind": "function"}],
+                    **(
+                        {"logicalLocations": [{"fullyQualifiedName": f.symbol, "kind": "function"}]}
+                        if f.symbol
+                        else {}
+                    ),
                 }
             ],
         }
-        for path, f in _rows(results)
+        for result, path, f in _located(results)
     ]
     log = {
         "$schema": SARIF_SCHEMA,
@@ -302,11 +465,11 @@ def sarif(results: Sequence[CheckResult]) -> str:
     return json.dumps(log, indent=2)
 
 
-def github(results: Sequence[CheckResult]) -> str:
+def github(results: Sequence[CheckResult], view: View = View()) -> str:
     return "\n".join(
-        f"::error file={_escape(path, prop=True)},line={f.line},col={f.col},"
-        f"title={_escape(f.code, prop=True)}::{_escape(f'{f.code} {f.message}')}"
-        for path, f in _rows(results)
+        f"::error file={_escape(result.annotation_rel(f.path), prop=True)},line={f.line},"
+        f"col={f.col},title={_escape(f.code, prop=True)}::{_escape(f'{f.code} {f.message}')}"
+        for result, _, f in _located(results)
     )
 
 
@@ -320,11 +483,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "paths",
         nargs="*",
-        default=["."],
         metavar="PATH",
-        help="an SGLang tree (as for apply), or files inside one (as pre-commit passes them);"
-        " default: .",
+        help="an SGLang tree (as for apply), a directory inside one, or files inside one (as "
+        "pre-commit passes them); default: .",
     )
+    add_installed(parser)
     add_format(parser, FORMATS)
     add_output_file(parser, "pdguard.sarif")
     add_exit_zero(parser)
@@ -341,6 +504,18 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="do not run these rules (e.g. PDG006,PDG007)",
     )
     parser.add_argument(
+        "--fix",
+        action="store_true",
+        help="apply the fixes first (as `pdguard apply`; all or nothing), then check",
+    )
+    parser.add_argument(
+        "--statistics",
+        action="store_true",
+        help="show the count of findings by rule instead of the findings (text or json)",
+    )
+    add_quiet(parser)
+    config.add_arguments(parser)
+    parser.add_argument(
         "--simulate",
         action="store_true",
         help="also run `pdguard simulate`'s scenarios on the tree (text or json format)",
@@ -348,19 +523,47 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     cache.add_argument(parser)
 
 
+def trees_of(args: argparse.Namespace) -> list[SourceTree]:
+    """The trees ``check``'s arguments name (also what ``check --fix`` fixes first)."""
+    if args.installed:
+        if args.paths:
+            raise UsageError("give PATHs or --installed, not both")
+        return [installed_tree()]
+    return trees_for(args.paths or ["."])
+
+
+def fixable_codes(disabled: Iterable[str] = ()) -> frozenset[str]:
+    """The rule codes whose findings a fix of ``pdguard apply`` (not disabled) addresses."""
+    from ..fixes import FIXES
+
+    return frozenset(code for fix in FIXES if fix.name not in disabled for code in fix.rules)
+
+
 def run(args: argparse.Namespace) -> int:
     if args.simulate and args.format not in SIMULATE_FORMATS:
         raise UsageError("--simulate reports in --format text or json")
-    codes = select_codes(args.select, args.ignore)
-    trees = trees_for(args.paths)
+    if args.statistics and args.format not in ("text", "json"):
+        raise UsageError("--statistics reports in --format text or json")
+    trees = trees_of(args)
+    first = None if args.installed else (args.paths or ["."])[0]
+    settings = config.load(args, first)
+    select, ignore = settings.rule_codes(args.select, args.ignore)
+    codes = select_codes(select, ignore)
+    fixed = getattr(args, "fixed", 0)  # --fix: what `pdguard.cli` had apply write first
     store = cache.ResultCache() if cache.enabled(args) else None
-    results = [
-        cache.check_tree_cached(
-            tree, codes, store, compute=check_tree, load=load_project, result=CheckResult
-        )
-        for tree in trees
-    ]
+    results = []
+    for tree in trees:
+        try:
+            results.append(
+                cache.check_tree_cached(
+                    tree, codes, store, compute=check_tree, load=load_project, result=CheckResult
+                )
+            )
+        except ParseError as exc:
+            results.append(syntax_result(tree, exc))
     for result in results:
+        if result.errors:
+            continue
         # a cached result keeps no warnings: they are cheap to read again from the texts
         warnings = result.warnings or suppression_warnings(result.project)
         for rel, warning in warnings:
@@ -370,14 +573,30 @@ def run(args: argparse.Namespace) -> int:
                 file=sys.stderr,
             )
     failed = any(r.findings for r in results)
-    output = FORMATS[args.format](results)
-    if args.simulate:
+    view = View(
+        statistics=args.statistics,
+        quiet=args.quiet,
+        fixable=fixable_codes(settings.disabled_fixes),
+        fixed=fixed,
+        wrap=args.output_file is None and terminal.is_tty(sys.stdout),
+    )
+    output = FORMATS[args.format](results, view)
+    broken = [r for r in results if r.errors]
+    if args.simulate and not broken:
         from ..simulate import run as simulate
 
         simulations = [simulate(tree) for tree in trees]
         failed = failed or not all(s.passed for s in simulations)
         output = SIMULATE_FORMATS[args.format](output, simulations)
+    if args.format == "text" and args.output_file is None and terminal.colour(sys.stdout):
+        output = coloured(output)
     emit(output, args.output_file)
+    if broken:
+        # the report holds the syntax errors; the one error line says the first, and exit 2
+        first = broken[0].errors[0]
+        where = f"{broken[0].display_path(first)}:{first.line}:{first.col}"
+        print(f"pdguard: error: {where}: {first.message}", file=sys.stderr)
+        return EXIT_ERROR
     return EXIT_CHANGES if failed and not args.exit_zero else EXIT_OK
 
 

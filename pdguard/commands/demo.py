@@ -15,10 +15,11 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+from .. import terminal
 from ..errors import RefusedError, UsageError
 from ..tree import open_tree
 from . import apply
-from .base import EXIT_OK, add_format
+from .base import EXIT_OK, add_format, add_quiet
 
 NAME = "demo"
 HELP = "fetch a pinned SGLang release, patch a copy, show the diff and the report"
@@ -53,20 +54,28 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "removed at the end)",
     )
     add_format(parser, FORMATS)
+    add_quiet(parser, "progress")
 
 
 @contextmanager
 def _progress(what: str) -> Iterator[None]:
-    """``what`` on stderr, then a tick every few seconds while it runs, then how long it took."""
+    """``what`` on stderr, then (when stderr is a terminal) a tick every few seconds while it
+    runs, then how long it took; nothing with -q."""
+    if terminal.quiet_now():
+        yield
+        return
     print(f"pdguard demo: {what} ...", file=sys.stderr, flush=True)
     done = threading.Event()
     start = time.monotonic()
 
     def tick() -> None:
         while not done.wait(5.0):
-            print(
-                f"pdguard demo: ... {time.monotonic() - start:.0f} s", file=sys.stderr, flush=True
-            )
+            if terminal.progress_wanted():
+                print(
+                    f"pdguard demo: ... {time.monotonic() - start:.0f} s",
+                    file=sys.stderr,
+                    flush=True,
+                )
 
     ticker = threading.Thread(target=tick, daemon=True)
     ticker.start()
@@ -79,12 +88,22 @@ def _progress(what: str) -> Iterator[None]:
 
 
 def run(args: argparse.Namespace) -> int:
-    from pdguard.vendor_sglang import fetch_release, get_release
+    with terminal.quiet(args.quiet):
+        return _run(args)
+
+
+def _run(args: argparse.Namespace) -> int:
+    from pdguard.vendor_sglang import fetch_release, get_release, is_cached
 
     release = args.release
     get_release(release)  # an unknown release: one error line, before any progress
-    with _progress(f"fetching sglang {release} from PyPI (sha256-pinned, cached after)"):
+    if is_cached(release):
+        if not args.quiet:
+            print(f"pdguard demo: sglang {release} from the cache (sha256-pinned)", file=sys.stderr)
         source = fetch_release(release)
+    else:
+        with _progress(f"fetching sglang {release} from PyPI (sha256-pinned, cached after)"):
+            source = fetch_release(release)
     if args.keep is not None:
         copy = Path(args.keep) / f"sglang-{release}"
         if copy.exists():

@@ -11,8 +11,15 @@ from typing import TYPE_CHECKING
 from ..errors import UsageError
 from ..fixes.inflight_deadline import FIX
 from ..sglang_names import INFLIGHT_FUNCTION
-from ..tree import open_tree
-from .base import EXIT_CHANGES, EXIT_OK, add_format, add_output_file, emit
+from .base import (
+    EXIT_CHANGES,
+    EXIT_OK,
+    add_format,
+    add_output_file,
+    add_target,
+    emit,
+    target_tree,
+)
 
 if TYPE_CHECKING:
     from ..simulate import SimulationReport
@@ -125,7 +132,7 @@ def scenario_list(fmt: str) -> str:
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("target", nargs="?", metavar="PATH", help="the SGLang tree (as for apply)")
+    add_target(parser, "the SGLang tree (as for apply)")
     parser.add_argument(
         "--list", action="store_true", help="list the scenarios and what each shows; run nothing"
     )
@@ -152,15 +159,11 @@ def run(args: argparse.Namespace) -> int:
     if args.list:
         emit(scenario_list(args.format), args.output_file)
         return EXIT_OK
-    if args.target is None:
-        raise UsageError("simulate needs PATH (or --list)")
     if args.ranks < 1:
         raise UsageError(f"--ranks must be at least 1, got {args.ranks}")
     unknown = sorted(set(args.scenario or ()) - set(ALL_NAMES))
     if unknown:
         raise UsageError(f"unknown scenario {unknown[0]!r}; the scenarios: {', '.join(ALL_NAMES)}")
-    result = simulate(
-        open_tree(args.target), ranks=args.ranks, names=args.scenario, decode=args.decode
-    )
+    result = simulate(target_tree(args), ranks=args.ranks, names=args.scenario, decode=args.decode)
     emit(FORMATS[args.format](result), args.output_file)
     return EXIT_OK if result.passed else EXIT_CHANGES

@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any
 from pdguard import cache
 from pdguard.checks.project import Project
 
+from .. import terminal
 from ..errors import ConfigError, PdguardError, TargetError, UsageError
 from ..fixes import FIXES, Fix, Status
 from ..tree import DirectoryTree, SourceTree
@@ -41,6 +42,7 @@ from .base import (
     add_exit_zero,
     add_format,
     add_output_file,
+    add_quiet,
     emit,
     github_escape,
     positive,
@@ -91,6 +93,8 @@ class RefReport:
     notes: dict[str, str] = field(default_factory=dict)
     findings: list[dict[str, object]] = field(default_factory=list)
     error: str | None = None  # why this ref could not be verified (one line)
+    # --pypi: the wheel verified, {"file", "sha256", "checked_against": "pin" | "index"}
+    wheel: dict[str, str] | None = None
 
     @property
     def ok(self) -> bool:
@@ -211,14 +215,35 @@ def _worker_repo(repo_path: str) -> git.Repo:
 
 
 def _verify_release(version: str) -> RefReport:
-    from pdguard.vendor_sglang import fetch_release
+    """A published release: a pinned one (releases.toml's sha256), or any other version on the
+    index (the wheel's sha256 checked against the one the index gives); the wheel is recorded
+    in the report."""
+    from pdguard.vendor_sglang import (
+        UnknownReleaseError,
+        fetch_release,
+        fetch_unpinned,
+        get_release,
+        wheel_of,
+    )
 
     from ..tree import open_tree
 
     try:
-        return verify_tree(open_tree(fetch_release(version)), version, None)
-    except PdguardError as exc:
+        try:
+            get_release(version)
+            path, checked = fetch_release(version), "pin"
+        except UnknownReleaseError:
+            path, checked = fetch_unpinned(version), "index"
+    except PdguardError as exc:  # not published, not verified: no wheel to record
         return RefReport.errored(version, None, str(exc))
+    try:
+        report = verify_tree(open_tree(path), version, None)
+    except PdguardError as exc:
+        report = RefReport.errored(version, None, str(exc))
+    wheel = wheel_of(path)
+    if wheel is not None:
+        report.wheel = {"file": wheel[0], "sha256": wheel[1], "checked_against": checked}
+    return report
 
 
 def select_tags(repo_path: str, pattern: str) -> list[str]:
@@ -232,8 +257,8 @@ def select_tags(repo_path: str, pattern: str) -> list[str]:
 
 
 def _progress(done: int, total: int) -> None:
-    """A progress bar on stderr, only when stdout is a terminal (a person is watching)."""
-    if sys.stdout.isatty():
+    """A progress bar on stderr, when stderr is a terminal (a person is watching) and not -q."""
+    if terminal.progress_wanted():
         bar = "#" * (20 * done // total)
         sys.stderr.write(f"\rverify [{bar:<20}] {done}/{total}")
         if done == total:
@@ -347,7 +372,7 @@ def _warm_up() -> None:
     import isort  # noqa: F401  (the import fixes place their imports with it)
     import libcst  # noqa: F401
 
-    from pdguard import codemods
+    import pdguard.codemods as codemods
 
     for module in pkgutil.iter_modules(codemods.__path__, "pdguard.codemods."):
         importlib.import_module(module.name)
@@ -435,7 +460,7 @@ def _wait(
     from concurrent.futures import FIRST_COMPLETED, wait
 
     done, still = wait(
-        pending, timeout=0.1 if sys.stdout.isatty() else None, return_when=FIRST_COMPLETED
+        pending, timeout=0.1 if terminal.progress_wanted() else None, return_when=FIRST_COMPLETED
     )
     return done, still
 
@@ -516,6 +541,9 @@ def text(reports: Sequence[RefReport]) -> str:
     for r in reports:
         if r.error is not None:
             lines.append(f"{r.ref}: error: {r.error}")
+        if r.wheel is not None:
+            against = "releases.toml's pin" if r.wheel["checked_against"] == "pin" else "the index"
+            lines.append(f"{r.ref}: {r.wheel['file']} sha256 {r.wheel['sha256']} ({against})")
         for name, note in r.notes.items():
             if r.fixes.get(name) not in ("carried", "upstream"):
                 lines.append(f"{r.ref}: {name}: {note}")
@@ -557,7 +585,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--pypi",
         nargs="+",
         metavar="VERSION",
-        help="released wheels instead (vendor_sglang: sha256-pinned, cached)",
+        help="published releases instead: a pinned one (releases.toml's sha256) or any other "
+        "on the index (its wheel's sha256 checked against the index's); cached",
     )
     parser.add_argument(
         "--ref", action="append", default=[], help="a ref to verify (repeat; with --repo)"
@@ -568,6 +597,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_format(parser, FORMATS)
     add_output_file(parser, "verify.json")
     add_exit_zero(parser, "a fix is applicable or drifted")
+    add_quiet(parser, "progress bar")
     parser.add_argument(
         "--jobs",
         type=jobs,
@@ -589,6 +619,11 @@ def jobs(value: str) -> int:
 
 
 def run(args: argparse.Namespace) -> int:
+    with terminal.quiet(args.quiet):
+        return _run(args)
+
+
+def _run(args: argparse.Namespace) -> int:
     if args.repo:
         refs = list(args.ref)
         if args.tags:

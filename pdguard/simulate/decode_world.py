@@ -38,6 +38,13 @@ from typing import Any, ClassVar, cast
 
 from ..checks.classes import methods_of
 from ..errors import LoadError
+from ..sglang_names import (
+    DECODE_PATH,
+    ENVIRON_PATH,
+    MOONCAKE_CONN_PATH,
+    NIXL_CONN_PATH,
+    UTILS_PATH,
+)
 from ..tree import SourceTree
 from . import loader, lockstep, standins
 from .lockstep import EPS, Event
@@ -54,11 +61,9 @@ from .standins import (
 )
 from .world import Divergence, _Collective
 
-DECODE_PATH = "sglang/srt/disaggregation/decode.py"
-UTILS_PATH = "sglang/srt/disaggregation/utils.py"
 RECEIVERS = {
-    "mooncake": ("sglang/srt/disaggregation/mooncake/conn.py", "MooncakeKVReceiver"),
-    "nixl": ("sglang/srt/disaggregation/nixl/conn.py", "NixlKVReceiver"),
+    "mooncake": (MOONCAKE_CONN_PATH, "MooncakeKVReceiver"),
+    "nixl": (NIXL_CONN_PATH, "NixlKVReceiver"),
 }
 PREALLOC_QUEUE = "DecodePreallocQueue"
 TRANSFER_QUEUE = "DecodeTransferQueue"
@@ -829,7 +834,7 @@ _ENV_KINDS = {"EnvInt": int, "EnvFloat": float, "EnvBool": bool, "EnvStr": str}
 
 def _env_defaults(tree: SourceTree) -> dict[str, object]:
     """``NAME = EnvInt(300)`` and the like in the release's environ.py: name -> default."""
-    data = tree.read_bytes("sglang/srt/environ.py")
+    data = tree.read_bytes(ENVIRON_PATH)
     found: dict[str, object] = dict(standins.ENV_DEFAULTS)
     if data is None:
         return found

@@ -43,8 +43,11 @@ from ..errors import LoadError, parse
 from ..fix_names import INFLIGHT_TIMEOUT_READER
 from ..sglang_names import (
     APPEND_FUNCTION,
+    BOOTSTRAP_TIMEOUT_ENV,
+    COMMON_CONN_PATH,
     ENVIRON_PATH,
     INFLIGHT_FUNCTION,
+    MOONCAKE_CONN_PATH,
     NIXL_CONN_PATH,
     NIXL_SENDER,
     PREFILL_PATH,
@@ -56,16 +59,16 @@ from ..tree import SourceTree
 from . import passalong
 
 NIXL_PATH = NIXL_CONN_PATH
-MOONCAKE_PATH = "sglang/srt/disaggregation/mooncake/conn.py"
+MOONCAKE_PATH = MOONCAKE_CONN_PATH
 MOONCAKE_SENDER = "MooncakeKVSender"
 # Where a release sets the default of SGLANG_DISAGGREGATION_BOOTSTRAP_TIMEOUT, in the order read.
 BOOTSTRAP_DEFAULT_PATHS = (
-    "sglang/srt/environ.py",
-    "sglang/srt/disaggregation/common/conn.py",
+    ENVIRON_PATH,
+    COMMON_CONN_PATH,
     MOONCAKE_PATH,
 )
 _BOOTSTRAP_DEFAULT = re.compile(
-    r"SGLANG_DISAGGREGATION_BOOTSTRAP_TIMEOUT(?:\"\s*,\s*|\s*=\s*EnvInt\()(\d+)"
+    re.escape(BOOTSTRAP_TIMEOUT_ENV) + r"(?:\"\s*,\s*|\s*=\s*EnvInt\()(\d+)"
 )
 # Module-level functions of the target that are loaded rather than given a stand-in: the
 # release's own test hook that sends a request through optimistic prefill's requeue (0.5.13+),
