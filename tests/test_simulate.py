@@ -99,7 +99,9 @@ def test_cli_exit_codes_and_formats(tmp_path: Path, capsys: pytest.CaptureFixtur
     assert main(["simulate", str(patched), "--scenario", "nope"]) == 2
     assert "unknown scenario 'nope'" in capsys.readouterr().err
     assert main(["simulate", str(patched), "--ranks", "0"]) == 2
-    assert "--ranks must be at least 1" in capsys.readouterr().err
+    assert "--ranks must be between 1 and 64, got 0" in capsys.readouterr().err
+    assert main(["simulate", str(patched), "--ranks", "100000"]) == 2
+    assert "--ranks must be between 1 and 64, got 100000" in capsys.readouterr().err
 
 
 def test_check_simulate_is_one_report(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -146,7 +146,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from ..simulate import ALL_NAMES
+    from ..simulate import ALL_NAMES, check_ranks
     from ..simulate import run as simulate
 
     if args.list:
@@ -154,8 +154,7 @@ def run(args: argparse.Namespace) -> int:
         return EXIT_OK
     if args.target is None:
         raise UsageError("simulate needs PATH (or --list)")
-    if args.ranks < 1:
-        raise UsageError(f"--ranks must be at least 1, got {args.ranks}")
+    check_ranks(args.ranks)
     unknown = sorted(set(args.scenario or ()) - set(ALL_NAMES))
     if unknown:
         raise UsageError(f"unknown scenario {unknown[0]!r}; the scenarios: {', '.join(ALL_NAMES)}")

@@ -15,12 +15,15 @@ from dataclasses import dataclass, field
 
 from ..errors import LoadError, SimulationGap, UsageError
 from ..tree import SourceTree
-from . import decode_scenarios, decode_world, loader, scenarios, standins, world
+from . import decode_scenarios, decode_world, loader, sandbox, scenarios, standins, world
 from .decode_scenarios import DECODE_NAMES, DECODE_SCENARIOS
 from .scenarios import NAMES, SCENARIOS
 
 # every scenario, prefill then decode; the decode ones run when named (or ``decode=True``)
 ALL_NAMES = (*NAMES, *DECODE_NAMES)
+# the most simulated ranks: each is a thread running the target's code (SGLang's largest TP
+# group on one node is 8; 64 leaves room for TP x CP)
+MAX_RANKS = 64
 
 __all__ = [
     "ALL_NAMES",
@@ -77,14 +80,33 @@ def client_errors(trace: world.Trace | decode_world.DecodeTrace) -> tuple[tuple[
     return tuple(found.items())
 
 
+def check_ranks(ranks: int) -> None:
+    """``--ranks`` within 1 - MAX_RANKS, else a UsageError."""
+    if not 1 <= ranks <= MAX_RANKS:
+        raise UsageError(f"--ranks must be between 1 and {MAX_RANKS}, got {ranks}")
+
+
 def run(
-    tree: SourceTree, ranks: int = 2, names: Sequence[str] | None = None, decode: bool = False
+    tree: SourceTree,
+    ranks: int = 2,
+    names: Sequence[str] | None = None,
+    decode: bool = False,
+    limits: sandbox.Limits = sandbox.LIMITS,
 ) -> SimulationReport:
     """Run the scenarios (the prefill ones, or those named; with ``decode`` also every decode
-    scenario) on ``tree``. Raises LoadError when the target's code cannot be loaded,
-    SimulationGap when it reaches something with no stand-in."""
-    if ranks < 1:
-        raise UsageError("--ranks must be at least 1")
+    scenario) on ``tree``, in a child process under ``limits`` (``sandbox``). Raises LoadError
+    when the target's code cannot be loaded, SimulationGap when it reaches something with no
+    stand-in, or a limit of the sandbox."""
+    check_ranks(ranks)
+    return sandbox.run_in_child(run_unguarded, tree, ranks, names, decode, limits=limits)
+
+
+def run_unguarded(
+    tree: SourceTree, ranks: int = 2, names: Sequence[str] | None = None, decode: bool = False
+) -> SimulationReport:
+    """``run`` in this process: the restricted compile and builtins still apply, the child
+    process's limits do not (for the sandbox's own child)."""
+    check_ranks(ranks)
     wanted_decode = [
         s for s in DECODE_SCENARIOS if (decode and not names) or (names and s.name in names)
     ]

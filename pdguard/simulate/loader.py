@@ -29,7 +29,6 @@ from __future__ import annotations
 import __future__
 
 import ast
-import builtins
 import dis
 import re
 import traceback
@@ -53,7 +52,7 @@ from ..sglang_names import (
 from ..sglang_names import BOOTSTRAP_QUEUE_METHODS as BOOTSTRAP_ENTRIES
 from ..sglang_names import SENDER_METHODS as SENDER_ENTRIES
 from ..tree import SourceTree
-from . import passalong
+from . import passalong, sandbox
 
 NIXL_PATH = NIXL_CONN_PATH
 MOONCAKE_PATH = "sglang/srt/disaggregation/mooncake/conn.py"
@@ -75,7 +74,7 @@ LOADED_FUNCTIONS = frozenset({"should_force_retry", INFLIGHT_TIMEOUT_READER})
 SENDER_SKIPPED = frozenset({"send"})
 
 _FLAGS = __future__.annotations.compiler_flag  # every SGLang module has the future import
-_BUILTINS = frozenset(dir(builtins))
+_BUILTINS = sandbox.BUILTIN_NAMES | sandbox.REFUSED_BUILTINS
 
 
 @dataclass
@@ -167,7 +166,7 @@ class Target:
     ) -> dict[str, dict[str, object]]:
         """Execute the compiled code in fresh namespaces, one per module (see ``build``)."""
         namespaces: dict[str, dict[str, object]] = {}
-        loaded_builtins = dict(vars(builtins))
+        loaded_builtins = sandbox.builtins_for_target()
         if no_import is not None:
             loaded_builtins["__import__"] = no_import
         for plan in self.modules:
@@ -361,7 +360,13 @@ def _env_registry(tree: SourceTree) -> EnvRegistry | None:
                 except ValueError:
                     continue  # a computed default: that entry keeps its stand-in
                 entries[stmt.targets[0].id] = (stmt.value.func.id, default)
-    code = compile(ast.Module(body=list(nodes), type_ignores=[]), ENVIRON_PATH, "exec", _FLAGS)
+    where = tree.display(ENVIRON_PATH)
+    code = sandbox.restricted_compile(
+        ast.Module(body=list(nodes), type_ignores=[]),
+        ENVIRON_PATH,
+        lambda line: f"{where}:{line}",
+        _FLAGS,
+    )
     return EnvRegistry(code, entries)
 
 
@@ -562,9 +567,17 @@ class _Loader:
             if isinstance(n, ast.FunctionDef) and n.name in LOADED_FUNCTIONS
         }
         self._rewrite_local_imports(plan)
+        display = self.tree.display(plan.rel)
+        sandbox.register_target_file(plan.rel, display)
         while True:
-            plan.code = _compile_module(plan)
+            plan.code = _compile_module(plan, lambda line: f"{display}:{line}")
             stored = _stored_names(plan.code)
+            for name, line in sandbox.refused_builtins(plan.code):
+                if name not in stored and name not in imports and name not in assigned:
+                    raise LoadError(
+                        f"{display}:{line}: cannot load: {name} is a builtin the simulation's "
+                        "sandbox does not give to the target's code"
+                    )
             changed = False
             for name, user in sorted(_free_names(plan.code).items()):
                 if name in stored or name in plan.standins or name in plan.foreign:
@@ -663,7 +676,7 @@ class _Loader:
         return assignments
 
 
-def _compile_module(plan: _ModulePlan) -> CodeType:
+def _compile_module(plan: _ModulePlan, where: Callable[[int], str]) -> CodeType:
     order = {id(stmt): i for i, stmt in enumerate(plan.module.body)}
     body: list[ast.stmt] = sorted(plan.statements, key=lambda s: order[id(s)])
     for cls in plan.classes:
@@ -680,7 +693,7 @@ def _compile_module(plan: _ModulePlan) -> CodeType:
             )
         )
     module = ast.fix_missing_locations(ast.Module(body=body, type_ignores=[]))
-    return compile(module, plan.rel, "exec", flags=_FLAGS, dont_inherit=True)
+    return sandbox.restricted_compile(module, plan.rel, where, _FLAGS)
 
 
 def _free_names(code: CodeType, where: str = "") -> dict[str, str]:

@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any, ClassVar, Generic, Protocol, TypeVar
 
-from . import standins
+from . import sandbox, standins
 from .loader import Target
 
 EPS = 1e-6
@@ -193,6 +193,13 @@ class SimulationCode:
         what = f"{type(exc).__name__}: {exc}"
         if isinstance(exc, standins.MissingStandIn):
             what = str(exc)
+        elif isinstance(exc, sandbox.SandboxViolation):
+            what = f"{exc} (the simulation's sandbox)"
+        elif isinstance(exc, MemoryError):
+            what = (
+                f"the target's code used more than {sandbox.LIMITS.memory_mb} MB of memory "
+                "(the simulation's sandbox)"
+            )
         elif isinstance(exc, ImportError):
             what = f"an import ({what}): the simulation never imports"
         elif (

@@ -27,10 +27,12 @@ import hashlib
 import http
 import sys
 import threading
+import types
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import TYPE_CHECKING, Any, Protocol
 
 from .. import sglang_names as names
+from . import sandbox
 from .spec import RequestSpec
 
 if TYPE_CHECKING:
@@ -397,6 +399,7 @@ class FakeEnvs:
                 "warnings": FakeWarnings(ctx),
                 "contextmanager": contextlib.contextmanager,
                 "Any": Any,
+                "__builtins__": sandbox.builtins_for_target(),
             }
             exec(self._registry.code, namespace)
             self._classes = namespace
@@ -1046,7 +1049,12 @@ REGISTRY: dict[str, Callable[[Context], object]] = {
     "is_aborted": _constant(is_aborted),
     "is_unadmitted_reject": _constant(lambda req: False),
     # should_force_retry (a test hook of 0.5.13+) is the release's own, loaded from prefill.py
-    "hashlib": _constant(hashlib),
+    # the hash constructors only: the module itself would reach the rest of the library
+    "hashlib": _constant(
+        types.SimpleNamespace(
+            **{name: getattr(hashlib, name) for name in ("md5", "sha1", "sha256", "sha512", "new")}
+        )
+    ),
     "_uses_write_through_cache": _constant(lambda cache: False),
     "CacheRequestOutcome": _constant(
         Config("CacheRequestOutcome", SUCCESS="success", ABORT="abort")
