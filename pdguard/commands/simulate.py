@@ -27,9 +27,13 @@ DESCRIPTION = (
 
 
 def epilog() -> str:
+    from ..simulate.lockstep import LAG_STEPS
+
     return f"""\
-Each scenario expects what the {FIX} fix should give; on an unpatched tree the
-wedge rows fail and show the bug. The decode scenarios (--decode, or by name) run the
+Each scenario expects the property the {FIX} fix should give (failed after its
+deadline, within {LAG_STEPS} scheduler steps; every rank alike; KV and slots freed; no success
+failed); on an unpatched tree the wedge rows fail and show the bug. The decode scenarios
+(wherever the tree has a decode side) run the
 release's own DecodePreallocQueue, DecodeTransferQueue, process_decode_queue and its
 Mooncake/NIXL KV receivers with a stand-in transport; they expect what the decode fixes
 (receiver-waiting-timeout, decode-queue-bound) give.
@@ -141,7 +145,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--decode",
         action="store_true",
-        help="also run every decode scenario (the release's decode queues and KV receivers)",
+        default=None,
+        help="run the decode scenarios (the default wherever the tree has a decode side; "
+        "kept for scripts that pass it)",
     )
 
 

@@ -86,27 +86,38 @@ def check_ranks(ranks: int) -> None:
         raise UsageError(f"--ranks must be between 1 and {MAX_RANKS}, got {ranks}")
 
 
+def has_decode_side(tree: SourceTree) -> bool:
+    """Does the tree have SGLang's decode side (``decode.py`` with its queues)?"""
+    return tree.read_bytes(decode_world.DECODE_PATH) is not None
+
+
 def run(
     tree: SourceTree,
     ranks: int = 2,
     names: Sequence[str] | None = None,
-    decode: bool = False,
+    decode: bool | None = None,
     limits: sandbox.Limits = sandbox.LIMITS,
 ) -> SimulationReport:
-    """Run the scenarios (the prefill ones, or those named; with ``decode`` also every decode
-    scenario) on ``tree``, in a child process under ``limits`` (``sandbox``). Raises LoadError
-    when the target's code cannot be loaded, SimulationGap when it reaches something with no
-    stand-in, or a limit of the sandbox."""
+    """Run the scenarios (those named, or every one that applies: the prefill ones, and the
+    decode ones wherever the tree has a decode side; ``decode`` forces them on or off) on
+    ``tree``, in a child process under ``limits`` (``sandbox``). Raises LoadError when the
+    target's code cannot be loaded, SimulationGap when it reaches something with no stand-in,
+    or a limit of the sandbox."""
     check_ranks(ranks)
     return sandbox.run_in_child(run_unguarded, tree, ranks, names, decode, limits=limits)
 
 
 def run_unguarded(
-    tree: SourceTree, ranks: int = 2, names: Sequence[str] | None = None, decode: bool = False
+    tree: SourceTree,
+    ranks: int = 2,
+    names: Sequence[str] | None = None,
+    decode: bool | None = None,
 ) -> SimulationReport:
     """``run`` in this process: the restricted compile and builtins still apply, the child
     process's limits do not (for the sandbox's own child)."""
     check_ranks(ranks)
+    if decode is None:
+        decode = has_decode_side(tree)
     wanted_decode = [
         s for s in DECODE_SCENARIOS if (decode and not names) or (names and s.name in names)
     ]

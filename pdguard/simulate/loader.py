@@ -91,6 +91,9 @@ class _ModulePlan:
     module: ast.Module
     classes: list[_ClassPlan] = field(default_factory=list)
     statements: list[ast.stmt] = field(default_factory=list)
+    # module-level statements that rebind an attribute of a loaded class (``Cls.abort = ...``,
+    # ``setattr(Cls, ...)``): run after the classes, as importing the module would
+    patches: list[ast.stmt] = field(default_factory=list)
     standins: dict[str, str] = field(default_factory=dict)  # local name -> stand-in key
     foreign: dict[str, tuple[str, str]] = field(default_factory=dict)  # name -> (rel, class)
     unbound: dict[str, str] = field(default_factory=dict)  # name -> the function using it
@@ -569,6 +572,21 @@ class _Loader:
         self._rewrite_local_imports(plan)
         display = self.tree.display(plan.rel)
         sandbox.register_target_file(plan.rel, display)
+        loaded_classes = frozenset(cls.node.name for cls in plan.classes) | frozenset(
+            name
+            for name in _import_keys(plan.module)
+            if (origin := self.class_origin(plan.rel, name)) is not None
+            and origin[1] in self._class_index
+        )
+        plan.patches = _class_patches(plan.module, loaded_classes, lambda n: f"{display}:{n}")
+        patched_names = {
+            n.id for stmt in plan.patches for n in ast.walk(stmt) if isinstance(n, ast.Name)
+        }
+        functions.update(
+            (n.name, n)
+            for n in plan.module.body
+            if isinstance(n, ast.FunctionDef) and n.name in patched_names
+        )
         while True:
             plan.code = _compile_module(plan, lambda line: f"{display}:{line}")
             stored = _stored_names(plan.code)
@@ -692,8 +710,63 @@ def _compile_module(plan: _ModulePlan, where: Callable[[int], str]) -> CodeType:
                 type_params=[],  # type: ignore[call-arg]  # 3.12+ needs it; 3.11 has none
             )
         )
+    body += plan.patches
     module = ast.fix_missing_locations(ast.Module(body=body, type_ignores=[]))
     return sandbox.restricted_compile(module, plan.rel, where, _FLAGS)
+
+
+def _patched_class(stmt: ast.stmt, classes: frozenset[str]) -> str | None:
+    """The loaded class whose attribute ``stmt`` rebinds, if it does."""
+    targets: list[ast.AST] = []
+    if isinstance(stmt, ast.Assign):
+        targets = [t for target in stmt.targets for t in ast.walk(target)]
+    elif isinstance(stmt, ast.AugAssign | ast.AnnAssign):
+        targets = [stmt.target]
+    elif isinstance(stmt, ast.Delete):
+        targets = list(stmt.targets)
+    for target in targets:
+        if (
+            isinstance(target, ast.Attribute)
+            and isinstance(target.value, ast.Name)
+            and target.value.id in classes
+        ):
+            return target.value.id
+    for node in ast.walk(stmt) if isinstance(stmt, ast.Expr) else ():
+        if (
+            isinstance(node, ast.Call)
+            and isinstance(node.func, ast.Name)
+            and node.func.id in ("setattr", "delattr")
+            and node.args
+            and isinstance(node.args[0], ast.Name)
+            and node.args[0].id in classes
+        ):
+            return node.args[0].id
+    return None
+
+
+def _class_patches(
+    module: ast.Module, classes: frozenset[str], where: Callable[[int], str]
+) -> list[ast.stmt]:
+    """The top-level statements of ``module`` that rebind an attribute of one of ``classes``;
+    one inside a module-level ``if``/``try``/``with``/loop is a LoadError (not modelled: the
+    simulation would have to decide the condition)."""
+    found: list[ast.stmt] = []
+    for stmt in module.body:
+        if isinstance(stmt, ast.FunctionDef | ast.ClassDef | ast.AsyncFunctionDef):
+            continue
+        if _patched_class(stmt, classes) is not None:
+            found.append(stmt)
+            continue
+        for inner in ast.walk(stmt):
+            if isinstance(inner, ast.stmt) and inner is not stmt:
+                name = _patched_class(inner, classes)
+                if name is not None:
+                    raise LoadError(
+                        f"{where(inner.lineno)}: cannot load: module-level code rebinds an "
+                        f"attribute of {name} inside a {type(stmt).__name__.lower()} block; "
+                        "the simulation does not model it (unmodelled)"
+                    )
+    return found
 
 
 def _free_names(code: CodeType, where: str = "") -> dict[str, str]:

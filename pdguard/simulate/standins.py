@@ -54,7 +54,11 @@ class MissingStandIn(AttributeError):
 
 
 def _caller(depth: int = 2) -> str:
-    code = sys._getframe(depth).f_code
+    """The function of the target that called the stand-in (the sandbox's guards skipped)."""
+    frame = sys._getframe(depth)
+    while frame.f_back is not None and frame.f_code.co_filename == sandbox.__file__:
+        frame = frame.f_back
+    code = frame.f_code
     return getattr(code, "co_qualname", code.co_name)
 
 
@@ -759,6 +763,9 @@ class TreeCache(Strict):
 
     def release_aborted_request(self, rid: str) -> None:
         pass
+
+    def supports_mamba(self) -> bool:  # 0.5.21+: a radix cache without Mamba state
+        return False
 
     def finish(self, *_: object, **__: object) -> None:
         pass
