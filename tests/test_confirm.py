@@ -118,3 +118,42 @@ def test_a_rebinding_inside_a_block_is_reported_unmodelled(
     lines = (root / MOONCAKE).read_text().splitlines()
     assert f"{MOONCAKE}:{len(lines)}: cannot load: module-level code rebinds" in err
     assert "(unmodelled)" in err
+
+
+@pytest.fixture()
+def rebound_0514(tmp_path: Path) -> Path:
+    """Unpatched 0.5.14 whose Mooncake sender's abort() is made a no-op at module level."""
+    root = tmp_path / "sglang"
+    shutil.copytree(fetch_release("0.5.14"), root, symlinks=True)
+    with (root / MOONCAKE).open("a") as conn:
+        conn.write("\n\nMooncakeKVSender.abort = lambda self: None\n")
+    return root
+
+
+@pytest.mark.releases
+def test_apply_confirms_by_default_and_refuses_what_the_code_does_not_do(
+    rebound_0514: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    before = (rebound_0514 / PREFILL).read_text()
+    code, _, err = _run(capsys, "apply", str(rebound_0514))
+    assert code == 2
+    assert "inflight-deadline refused: would be applied, but check still reports PDG009" in err
+    assert "scenario wedge" in err
+    assert (rebound_0514 / PREFILL).read_text() == before  # nothing written
+    code, _, _ = _run(capsys, "apply", str(rebound_0514), "--no-confirm")
+    assert code == 0  # the static rules alone pass it
+
+
+@pytest.mark.releases
+def test_verify_confirm_drifts_the_fix_the_scenarios_disagree_with(
+    rebound_0514: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from pdguard.commands import verify
+
+    report = verify.verify_tree(open_tree(rebound_0514), "rebound", None)
+    assert report.fixes["inflight-deadline"] == "applicable"  # opt-in: not confirmed
+    monkeypatch.setattr(verify, "CONFIRM", True)
+    report = verify.verify_tree(open_tree(rebound_0514), "rebound", None)
+    assert report.fixes["inflight-deadline"] == "drifted"
+    assert report.notes["inflight-deadline"].startswith("PDG009 the static rules and the")
+    assert any(f["code"] == "PDG009" for f in report.findings)

@@ -10,6 +10,7 @@ import sys
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from ..errors import RefusedError, UsageError
 from ..fixes import FIXES, Fix, Outcome, Status
@@ -17,6 +18,10 @@ from ..sglang_names import DISAGGREGATION_DIR, INFLIGHT_TIMEOUT_ENV
 from ..source_file import SourceFile
 from ..tree import DirectoryTree, SourceTree, installed_tree, open_tree
 from .base import EXIT_CHANGES, EXIT_OK, add_format, add_output_file, emit, relative
+from .check import add_confirm
+
+if TYPE_CHECKING:
+    from ..checks.model import Finding
 
 NAME = "apply"
 HELP = "apply the fixes to an SGLang tree"
@@ -97,13 +102,15 @@ class ApplyResult:
         return "".join(chunks)
 
 
-def plan(tree: SourceTree, fixes: tuple[Fix, ...] = FIXES) -> ApplyResult:
+def plan(tree: SourceTree, fixes: tuple[Fix, ...] = FIXES, confirm: bool = False) -> ApplyResult:
     """Every fix's outcome and every file's new content; nothing is written.
 
     Fixes not in ``fixes`` are ``skipped``. A fix reports ``applied`` or ``present`` only when
     the rules that prove it, run as ``pdguard check`` runs them, pass on the result; otherwise
     it is refused and its note names what check still reports. A refusal of any fix keeps
-    every file as it is (``changes`` is then empty)."""
+    every file as it is (``changes`` is then empty). With ``confirm``, where something changes,
+    the re-check also runs the patched code in simulate's sandbox (PDG009, as ``check
+    --confirm``): a fix whose side the scenarios still show unbounded is refused too."""
     from ..checks.project import parse_module
     from ..workspace import Workspace
 
@@ -125,7 +132,8 @@ def plan(tree: SourceTree, fixes: tuple[Fix, ...] = FIXES) -> ApplyResult:
                 Status.REFUSED, f"internal error: the patched file does not compile: {exc}", rel
             )
             return result
-    _recheck(tree, changes, [f for f in fixes if outcomes[f.name].status in _PROVEN], outcomes)
+    proven = [f for f in fixes if outcomes[f.name].status in _PROVEN]
+    _recheck(tree, changes, proven, outcomes, confirm=confirm and bool(changes))
     if not result.refused:
         result.changes = changes
     return result
@@ -141,9 +149,11 @@ def _recheck(
     changes: dict[str, SourceFile],
     fixes: list[Fix],
     outcomes: dict[str, Outcome],
+    confirm: bool = False,
 ) -> None:
     """Run each fix's rules on the result, through check's own code path; a fix whose rules
-    still report something is refused, naming the first finding."""
+    still report something is refused, naming the first finding. With ``confirm``, PDG009
+    too, on the patched texts: its finding refuses the first fix whose rules judge that side."""
     if not fixes:
         return
     from .check import check_project, load_project
@@ -154,9 +164,25 @@ def _recheck(
         texts.update({rel: new.text for rel, new in changes.items()})
         project = type(project)(texts)
     codes = sorted({code for fix in fixes for code in fix.rules})
-    findings = check_project(tree, project, codes).findings
+    checked = tree
+    if confirm:
+        from ..checks import CONFIRM_CODE
+        from ..simulate import confirm as confirming
+
+        codes.append(CONFIRM_CODE)
+        checked = confirming.OverlayTree(tree, {rel: new.text for rel, new in changes.items()})
+    findings = check_project(checked, project, codes).findings
+    blamed: dict[str, list[Finding]] = {}
+    for finding in findings:
+        if confirm and finding.code == codes[-1]:
+            side = confirming.side_of(finding.path)
+            fix = next(
+                (f for f in fixes if side and side.primary in f.rules),
+                next((f for f in fixes if side and side.codes & set(f.rules)), fixes[0]),
+            )
+            blamed.setdefault(fix.name, []).append(finding)
     for fix in fixes:
-        mine = [f for f in findings if f.code in fix.rules]
+        mine = [f for f in findings if f.code in fix.rules] + blamed.get(fix.name, [])
         if not mine:
             continue
         first = mine[0]
@@ -282,6 +308,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help=f"apply only these fixes (comma-separated; of: {names})",
     )
     parser.add_argument("--ignore", action="append", metavar="FIXES", help="leave these fixes out")
+    add_confirm(parser, default=True)
     add_format(parser, FORMATS)
     add_output_file(parser, "apply.json")
 
@@ -309,7 +336,7 @@ def run(args: argparse.Namespace) -> int:
     tree = installed_tree() if args.installed else open_tree(args.target)
     render = FORMATS[args.format]
     _recover(tree)
-    result = plan(tree, select_fixes(args.select, args.ignore))
+    result = plan(tree, select_fixes(args.select, args.ignore), confirm=args.confirm)
     if result.refused:
         _report(args, render(result, written=False))
         raise RefusedError(result.refusal())

@@ -35,6 +35,7 @@ class Side:
     function: str  # where a disagreement is placed
     codes: frozenset[str]
     scenarios: frozenset[str]
+    primary: str  # the rule of the side's queue (the fix that proves it answers for the side)
 
 
 # decode scenarios that run the prefill's half too (the pair of deadlines) judge both sides
@@ -46,6 +47,7 @@ SIDES = (
         INFLIGHT_FUNCTION,
         frozenset({"PDG001", "PDG002", "PDG003", "PDG004", "PDG008"}),
         frozenset(NAMES) | _PAIRS,
+        "PDG001",
     ),
     Side(
         "decode",
@@ -53,6 +55,7 @@ SIDES = (
         PROCESS_DECODE_QUEUE,
         frozenset({"PDG006", "PDG007"}),
         frozenset(s.name for s in DECODE_SCENARIOS) - _PAIRS,
+        "PDG007",
     ),
 )
 # every rule a side's static verdict reads
@@ -169,6 +172,39 @@ class TextTree(SourceTree):
 
     def display(self, rel: str) -> str:
         return rel
+
+
+@dataclass(frozen=True)
+class OverlayTree(SourceTree):
+    """``base`` with some files replaced by new texts (what ``apply`` would write), read before
+    anything is written."""
+
+    base: SourceTree
+    texts: dict[str, str]
+
+    @property
+    def label(self) -> str:
+        return self.base.label
+
+    def read_bytes(self, rel: str) -> bytes | None:
+        text = self.texts.get(rel)
+        return text.encode("utf-8") if text is not None else self.base.read_bytes(rel)
+
+    def python_files(self, rel_dir: str) -> list[str]:
+        prefix = rel_dir.rstrip("/") + "/"
+        new = {rel for rel in self.texts if rel.startswith(prefix) and rel.endswith(".py")}
+        return sorted(set(self.base.python_files(rel_dir)) | new)
+
+    def config_files(self, rel: str) -> Iterator[tuple[str, bytes, str]]:
+        return self.base.config_files(rel)
+
+    def display(self, rel: str) -> str:
+        return self.base.display(rel)
+
+
+def side_of(path: str) -> Side | None:
+    """The side a PDG009 finding is on."""
+    return next((side for side in SIDES if side.path == path), None)
 
 
 # the tree a Project was read from, where a command attached one (``attach``); the confirmation
