@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import textwrap
 from typing import TYPE_CHECKING
@@ -16,6 +17,7 @@ from .base import EXIT_CHANGES, EXIT_OK, add_format, add_output_file, emit
 
 if TYPE_CHECKING:
     from ..simulate import SimulationReport
+    from ..simulate.seeds import SeedResult
 
 NAME = "simulate"
 HELP = "run the target's own inflight-queue code against a simulated scheduler"
@@ -143,12 +145,76 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="run only this scenario (repeat; see --list)",
     )
     parser.add_argument(
+        "--seeds",
+        type=int,
+        metavar="N",
+        help="instead of the scenarios, run the fault schedules of seeds 0..N-1 (random decode "
+        "restarts, stalls, pauses, rank skew, PP lag, optimistic requeues, memory pressure), "
+        f"the properties checked at every step; at most {MAX_SEEDS}",
+    )
+    parser.add_argument(
+        "--seed",
+        type=int,
+        action="append",
+        metavar="K",
+        help="replay the fault schedule of seed K exactly (repeat)",
+    )
+    parser.add_argument(
         "--decode",
         action="store_true",
         default=None,
         help="run the decode scenarios (the default wherever the tree has a decode side; "
         "kept for scripts that pass it)",
     )
+
+
+MAX_SEEDS = 1000
+
+
+def seeds_text(target: str, results: list[SeedResult]) -> str:
+    lines = []
+    for result in results:
+        if not result.violations:
+            lines.append(f"seed {result.seed}: pass ({result.schedule})")
+            continue
+        lines.append(f"seed {result.seed}: FAIL ({result.schedule})")
+        lines += [f"  {v.line()}" for v in result.violations]
+        lines.append(f"  shrunk: {result.shrunk}")
+        lines.append(f"  replay: pdguard simulate {target} --seed {result.seed}")
+    failed = sum(bool(r.violations) for r in results)
+    lines.append(f"{len(results) - failed} seed(s) passed, {failed} failed")
+    return "\n".join(lines)
+
+
+def seeds_json(target: str, results: list[SeedResult]) -> str:
+    return json.dumps(
+        [
+            {
+                "seed": r.seed,
+                "schedule": r.schedule,
+                "violations": [dataclasses.asdict(v) for v in r.violations],
+                "shrunk": r.shrunk,
+                "replay": f"pdguard simulate {target} --seed {r.seed}",
+            }
+            for r in results
+        ],
+        indent=2,
+    )
+
+
+def _run_seeds(args: argparse.Namespace) -> int:
+    from ..simulate import check_ranks, run_seeds
+
+    check_ranks(args.ranks)
+    if args.seeds is not None and not 1 <= args.seeds <= MAX_SEEDS:
+        raise UsageError(f"--seeds must be between 1 and {MAX_SEEDS}, got {args.seeds}")
+    chosen = list(range(args.seeds or 0)) + [k for k in args.seed or () if k >= 0]
+    if any(k < 0 for k in args.seed or ()):
+        raise UsageError("--seed must be 0 or more")
+    results = run_seeds(open_tree(args.target), chosen, ranks=args.ranks)
+    render = seeds_json if args.format == "json" else seeds_text
+    emit(render(args.target, results), args.output_file)
+    return EXIT_CHANGES if any(r.violations for r in results) else EXIT_OK
 
 
 def run(args: argparse.Namespace) -> int:
@@ -160,6 +226,8 @@ def run(args: argparse.Namespace) -> int:
         return EXIT_OK
     if args.target is None:
         raise UsageError("simulate needs PATH (or --list)")
+    if args.seeds is not None or args.seed:
+        return _run_seeds(args)
     check_ranks(args.ranks)
     unknown = sorted(set(args.scenario or ()) - set(ALL_NAMES))
     if unknown:

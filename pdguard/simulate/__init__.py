@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from ..errors import LoadError, SimulationGap, UsageError
 from ..tree import SourceTree
 from . import decode_scenarios, decode_world, loader, sandbox, scenarios, standins, world
+from . import seeds as seeds_module
 from .decode_scenarios import DECODE_NAMES, DECODE_SCENARIOS
 from .scenarios import NAMES, SCENARIOS
 
@@ -105,6 +106,19 @@ def run(
     or a limit of the sandbox."""
     check_ranks(ranks)
     return sandbox.run_in_child(run_unguarded, tree, ranks, names, decode, limits=limits)
+
+
+def run_seeds(
+    tree: SourceTree, seeds: Sequence[int], ranks: int = 2, limits: sandbox.Limits = sandbox.LIMITS
+) -> list[seeds_module.SeedResult]:
+    """``simulate --seeds``: each seed's fault schedule run on ``tree``'s prefill code, in the
+    sandbox's child process."""
+    check_ranks(ranks)
+    return sandbox.run_in_child(_run_seeds, tree, list(seeds), ranks, limits=limits)
+
+
+def _run_seeds(tree: SourceTree, seeds: list[int], ranks: int) -> list[seeds_module.SeedResult]:
+    return seeds_module.run_seeds(load(tree), seeds, ranks)
 
 
 def run_unguarded(
