@@ -157,3 +157,27 @@ def test_verify_confirm_drifts_the_fix_the_scenarios_disagree_with(
     assert report.fixes["inflight-deadline"] == "drifted"
     assert report.notes["inflight-deadline"].startswith("PDG009 the static rules and the")
     assert any(f["code"] == "PDG009" for f in report.findings)
+
+
+@pytest.mark.releases
+def test_a_function_local_import_of_a_class_the_tree_has_is_loaded(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A fork's ``from sglang.srt.disaggregation.common.conn import CommonKVReceiver`` inside
+    process_decode_queue binds the class the simulation loaded from the tree (was exit 2)."""
+    root = tmp_path / "sglang"
+    shutil.copytree(fetch_release("0.5.14"), root, symlinks=True)
+    decode = root / "sglang/srt/disaggregation/decode.py"
+    head = "    def process_decode_queue(self: Scheduler):\n"
+    text = decode.read_text()
+    assert head in text
+    decode.write_text(
+        text.replace(
+            head,
+            head + "        from sglang.srt.disaggregation.common.conn import CommonKVReceiver\n\n"
+            "        assert isinstance(CommonKVReceiver, type)\n",
+            1,
+        )
+    )
+    code, out, err = _run(capsys, "simulate", str(root), "--scenario", "prefill-gone")
+    assert (code, err) == (0, ""), out

@@ -660,6 +660,29 @@ class _Loader:
                                 rewritten.append(stmt)
                         setattr(holder, field_name, rewritten)
 
+    def _tree_class(
+        self, rel: str, stmt: ast.Import | ast.ImportFrom, local: str
+    ) -> tuple[str, str] | None:
+        """The loaded class a function-local ``from <module of the tree> import <Class>``
+        binds, if it is one."""
+        if not isinstance(stmt, ast.ImportFrom):
+            return None
+        name = _imported_name(stmt, local)
+        if name is None:
+            return None
+        for target in _module_files(_absolute(rel, stmt)):
+            if self.tree.read_bytes(target) is not None:
+                origin = self.class_origin(target, name)
+                built_before = (
+                    origin is not None
+                    and origin[0] in self.order
+                    and rel in self.order
+                    and self.order.index(origin[0]) < self.order.index(rel)
+                )
+                if origin is not None and built_before and origin[1] in self._class_index:
+                    return origin
+        return None
+
     def _local_import(
         self,
         plan: _ModulePlan,
@@ -674,7 +697,10 @@ class _Loader:
         for local, candidates in keys.items():
             hidden = f"_pdguard_import_{stmt.lineno}_{local}"
             key = next((k for k in candidates if k in self.standin_keys), None)
-            if key is not None:
+            origin = self._tree_class(plan.rel, stmt, local)
+            if origin is not None:  # a class of the tree the simulation loads: the same one
+                plan.foreign[hidden] = origin
+            elif key is not None:
                 plan.standins[hidden] = key
             else:
                 verdict = uses.name(local, within=function)
@@ -692,6 +718,10 @@ class _Loader:
             )
             assignments.append(ast.copy_location(assign, stmt))
         return assignments
+
+
+def _imported_name(stmt: ast.ImportFrom, local: str) -> str | None:
+    return next((a.name for a in stmt.names if (a.asname or a.name) == local), None)
 
 
 def _compile_module(plan: _ModulePlan, where: Callable[[int], str]) -> CodeType:
