@@ -27,7 +27,25 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 from .model import PREFILL, Finding, Invalid, Rule
+from .pdg001_inflight_wait_forever import InflightWaitForever
+from .pdg002_deadline_per_rank import DeadlinePerRank
+from .pdg003_deadline_clock import DeadlineClock
+from .pdg004_sender_bootstrapping_forever import SenderBootstrappingForever
+from .pdg006_receiver_waits_forever import ReceiverWaitsForever
+from .pdg007_decode_queue_waits_forever import DecodeQueueWaitsForever
+from .pdg008_abort_ignored import AbortIgnored
 from .project import Project
+
+# the rules whose verdict the scenarios witness (pdguard.simulate.confirm.SIDES says which side)
+WITNESSED: tuple[Rule, ...] = (
+    InflightWaitForever(),
+    DeadlinePerRank(),
+    DeadlineClock(),
+    SenderBootstrappingForever(),
+    AbortIgnored(),
+    ReceiverWaitsForever(),
+    DecodeQueueWaitsForever(),
+)
 
 # a toy prefill side the simulation can run: a bootstrap queue, the inflight queue's entry and
 # the inflight function (not SGLang's code)
@@ -125,15 +143,9 @@ class ConfirmDisagrees(Rule):
     )
 
     def check(self, project: Project) -> Iterator[Finding]:
-        from pdguard.checks import STATIC_RULES
         from pdguard.simulate import confirm
 
-        static = [
-            (f.code, f.line, f.message)
-            for rule in STATIC_RULES
-            if rule.code in confirm.STATIC_CODES
-            for f in rule.check(project)
-        ]
+        static = [(f.code, f.line, f.message) for rule in WITNESSED for f in rule.check(project)]
         confirmation = confirm.confirmation_of(project, project.texts)
         modules = {side.path: project.tree(side.path) for side in confirm.SIDES}
         for found in confirm.disagreements(static, confirmation, modules):

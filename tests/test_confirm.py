@@ -181,3 +181,10 @@ def test_a_function_local_import_of_a_class_the_tree_has_is_loaded(
     )
     code, out, err = _run(capsys, "simulate", str(root), "--scenario", "prefill-gone")
     assert (code, err) == (0, ""), out
+
+
+def test_the_witnessed_rules_are_the_sides_rules() -> None:
+    from pdguard.checks.pdg009_confirm_disagrees import WITNESSED
+    from pdguard.simulate import confirm
+
+    assert {rule.code for rule in WITNESSED} == confirm.STATIC_CODES
