@@ -4,6 +4,7 @@ what ``check --confirm`` says of the patched tree.
 
     python benchmarks/confirm_table.py            # the CI releases
     PDGUARD_ALL_RELEASES=1 python benchmarks/confirm_table.py   # all 62 (fetches the missing)
+    python benchmarks/confirm_table.py 0.5.21 0.5.20    # those named
 
 One row a release: version, unpatched (passed/failed, or "exit 2: <why>"), patched (the same),
 check --confirm on the patched tree (findings by code), seconds.
@@ -41,7 +42,8 @@ def _simulated(root: Path) -> str:
 
 def main() -> int:
     wanted = os.environ.get("PDGUARD_ALL_RELEASES") == "1"
-    releases = [r for r in load_manifest() if r.ci or wanted]
+    named = set(sys.argv[1:])  # or the versions named on the command line
+    releases = [r for r in load_manifest() if (r.version in named if named else r.ci or wanted)]
     print("| release | unpatched | patched | check --confirm (patched) | s |")
     print("|---|---|---|---|---|")
     for release in releases:

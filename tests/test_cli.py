@@ -407,8 +407,8 @@ def test_file_edited_during_the_run_is_not_overwritten(
     real_plan = apply.plan
     edited = prefill_text() + "# edited while pdguard was working\n"
 
-    def plan_then_edit(source_tree, fixes):  # type: ignore[no-untyped-def]  # a stand-in for apply.plan
-        result = real_plan(source_tree, fixes)
+    def plan_then_edit(source_tree, fixes, **options):  # type: ignore[no-untyped-def]  # a stand-in for apply.plan
+        result = real_plan(source_tree, fixes, **options)
         (tree / PREFILL_REL).write_text(edited)
         return result
 
