@@ -35,17 +35,21 @@ def epilog() -> str:
 Each scenario expects the property the {FIX} fix should give (failed after its
 deadline, within {LAG_STEPS} scheduler steps; every rank alike; KV and slots freed; no success
 failed); on an unpatched tree the wedge rows fail and show the bug. The decode scenarios
-(wherever the tree has a decode side) run the
-release's own DecodePreallocQueue, DecodeTransferQueue, process_decode_queue and its
-Mooncake/NIXL KV receivers with a stand-in transport; they expect what the decode fixes
-(receiver-waiting-timeout, decode-queue-bound) give.
+(wherever the tree has a decode side) run the release's own DecodePreallocQueue,
+DecodeTransferQueue, process_decode_queue and its Mooncake/NIXL KV receivers with a stand-in
+transport.
+
+The target's code is untrusted: only the definitions the scenarios need are compiled, by a
+restricted compile (no dunder attributes, no open/exec/eval/compile/__import__), and run in a
+child process with memory, CPU and wall-clock limits (docs/confirm.md).
 
 `pdguard simulate --list` lists the scenarios and what each shows.
 
 exit codes: 0 every scenario passes (or does not apply), or --list; 1 any fails (e.g. an
 unpatched tree); 2 the target's code cannot be loaded or reaches something with no
 stand-in, such as an import only a fork has (one line: the file, the line and the name),
-an unknown scenario, no PATH without --list. Names a fork only passes along (its own
+an unknown scenario, no PATH without --list, code the sandbox refuses or a limit it reaches
+(naming the line). Names a fork only passes along (its own
 metrics, tracer, logprob processor) get recording stand-ins.
 """
 
