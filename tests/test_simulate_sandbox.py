@@ -152,3 +152,15 @@ def test_the_child_limits_do_not_reach_the_parent(tmp_path: Path) -> None:
     simulate.run(open_tree(root), names=["healthy-traffic"])
     assert resource.getrlimit(resource.RLIMIT_FSIZE) == before
     (tmp_path / "written").write_text("the parent still writes")
+
+
+def test_a_package_directory_is_simulated_without_reading_beside_it(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``simulate <tree>/sglang`` (a form check and apply accept): ``from abc import ABC`` is
+    the standard library's, not a file looked for beside the package."""
+    text = TOY_PREFILL.replace("import logging\n", "import logging\nfrom abc import ABC\n", 1)
+    text = text.replace("class PrefillBootstrapQueue:", "class PrefillBootstrapQueue(ABC):")
+    root = make_toy(tmp_path / "toy", text)
+    assert main(["simulate", str(root / "sglang"), "--scenario", "healthy-traffic"]) == 0
+    assert capsys.readouterr().err == ""

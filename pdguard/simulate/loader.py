@@ -546,7 +546,7 @@ class _Loader:
                 if (alias.asname or alias.name) != name:
                     continue
                 for target in _module_files(_absolute(rel, node)):
-                    if self.tree.read_bytes(target) is not None:
+                    if _in_package(target) and self.tree.read_bytes(target) is not None:
                         return self.class_origin(target, alias.name, depth + 1)
         return None
 
@@ -671,7 +671,7 @@ class _Loader:
         if name is None:
             return None
         for target in _module_files(_absolute(rel, stmt)):
-            if self.tree.read_bytes(target) is not None:
+            if _in_package(target) and self.tree.read_bytes(target) is not None:
                 origin = self.class_origin(target, name)
                 built_before = (
                     origin is not None
@@ -942,6 +942,12 @@ def _absolute(rel: str, node: ast.ImportFrom) -> str:
     if node.level > 1:
         package = package[: -(node.level - 1)]
     return ".".join([*package, *([node.module] if node.module else [])])
+
+
+def _in_package(rel: str) -> bool:
+    """Is ``rel`` a file of SGLang's package (not the standard library's ``abc.py``, which a
+    package-directory tree would look for beside ``sglang/``)?"""
+    return rel.startswith("sglang/")
 
 
 def _module_files(module: str) -> list[str]:
