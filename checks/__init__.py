@@ -23,6 +23,7 @@ from .pdg005_unbound_name import UnboundName
 from .pdg006_receiver_waits_forever import ReceiverWaitsForever
 from .pdg007_decode_queue_waits_forever import DecodeQueueWaitsForever
 from .pdg008_abort_ignored import AbortIgnored
+from .pdg009_confirm_disagrees import ConfirmDisagrees
 from .project import Project
 
 RULES: tuple[Rule, ...] = (
@@ -35,16 +36,32 @@ RULES: tuple[Rule, ...] = (
     ReceiverWaitsForever(),
     DecodeQueueWaitsForever(),
     AbortIgnored(),
+    ConfirmDisagrees(),
 )
 CODES = tuple(rule.code for rule in RULES)
+# PDG009 runs the tree's code (``check --confirm``): every other rule reads it only
+CONFIRM_CODE = ConfirmDisagrees.code
+STATIC_RULES = tuple(rule for rule in RULES if rule.code != CONFIRM_CODE)
+STATIC_CODES = tuple(rule.code for rule in STATIC_RULES)
 
 
-def run(project: Project, codes: Iterable[str] = CODES) -> list[Finding]:
-    """Every finding of the selected rules, sorted by path and position."""
-    selected = set(codes)
+def run(project: Project, codes: Iterable[str] | None = None) -> list[Finding]:
+    """Every finding of the selected rules (the static ones unless named), sorted by path and
+    position."""
+    selected = set(STATIC_CODES if codes is None else codes)
     return sorted(
         finding for rule in RULES if rule.code in selected for finding in rule.check(project)
     )
 
 
-__all__ = ["CODES", "RULES", "Finding", "Project", "Rule", "run"]
+__all__ = [
+    "CODES",
+    "CONFIRM_CODE",
+    "RULES",
+    "STATIC_CODES",
+    "STATIC_RULES",
+    "Finding",
+    "Project",
+    "Rule",
+    "run",
+]

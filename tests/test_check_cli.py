@@ -32,7 +32,11 @@ from tests.snippets import (
 SCHEMA_PATH = Path(__file__).parent / "data" / "sarif-schema-2.1.0.json"
 # Every rule, in registry order (PDG000 says what pdguard cannot model; PDG006/PDG007 check
 # the decode side).
-CODES = ("PDG000", "PDG001", "PDG002", "PDG003", "PDG004", "PDG005", "PDG006", "PDG007", "PDG008")
+CODES = (
+    *("PDG000", "PDG001", "PDG002", "PDG003", "PDG004", "PDG005", "PDG006", "PDG007", "PDG008"),
+    "PDG009",  # check --confirm
+)
+STATIC = CODES[:-1]  # what check runs without --confirm
 SYMBOL = "SchedulerDisaggregationPrefillMixin.process_disagg_prefill_inflight_queue"
 CLEAN = "All checks passed!"
 TEXT_LINE = re.compile(
@@ -443,13 +447,13 @@ def test_select_and_ignore(tree: Path, capsys, args: list[str], exit_code: int) 
 @pytest.mark.parametrize(
     ("select", "ignore", "codes"),
     [
-        (None, None, CODES),
+        (None, None, STATIC),
         (["PDG004"], None, ("PDG004",)),
-        (["PDG00"], None, CODES),
+        (["PDG00"], None, STATIC),
         (["pdg001,PDG005"], None, ("PDG001", "PDG005")),
         (["PDG005", "PDG001"], None, ("PDG001", "PDG005")),  # in rule order
-        (None, ["PDG001"], tuple(c for c in CODES if c != "PDG001")),
-        (None, ["PDG001,PDG002", "PDG003"], ("PDG000", *CODES[4:])),
+        (None, ["PDG001"], tuple(c for c in STATIC if c != "PDG001")),
+        (None, ["PDG001,PDG002", "PDG003"], ("PDG000", *STATIC[4:])),
     ],
 )
 def test_select_codes(

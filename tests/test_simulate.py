@@ -99,7 +99,9 @@ def test_cli_exit_codes_and_formats(tmp_path: Path, capsys: pytest.CaptureFixtur
     assert main(["simulate", str(patched), "--scenario", "nope"]) == 2
     assert "unknown scenario 'nope'" in capsys.readouterr().err
     assert main(["simulate", str(patched), "--ranks", "0"]) == 2
-    assert "--ranks must be at least 1" in capsys.readouterr().err
+    assert "--ranks must be between 1 and 64, got 0" in capsys.readouterr().err
+    assert main(["simulate", str(patched), "--ranks", "100000"]) == 2
+    assert "--ranks must be between 1 and 64, got 100000" in capsys.readouterr().err
 
 
 def test_check_simulate_is_one_report(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -199,7 +201,7 @@ def test_stand_ins_are_strict() -> None:
 @pytest.mark.parametrize("release", RELEASES, ids=lambda r: r.version)
 def test_unpatched_release_shows_the_wedge(release, capsys: pytest.CaptureFixture[str]) -> None:
     tree = fetch_release(release.version)
-    report = simulate.run(open_tree(tree))
+    report = simulate.run(open_tree(tree), decode=False)  # the prefill rows (decode: its own file)
     verdicts = _verdicts(report)
     failing = {name for name, verdict in verdicts.items() if verdict == "fail"}
     expected = set(WEDGE_ROWS)
@@ -255,13 +257,15 @@ def test_stamp_at_sender_creation_fails_long_prefill(patched_release) -> None:
 
 
 @pytest.mark.releases
-def test_deadline_after_all_reduce_fails_skewed_ranks(patched_release) -> None:
+def test_deadline_after_all_reduce_keeps_the_property_a_step_later(patched_release) -> None:
+    """The sender aborted after the all-reduce: the next step's poll fails it on every rank,
+    one step after pdguard's own fix would, within the documented lag."""
     _, root = patched_release
     mutate_tree(root, MUTANT["deadline moved after the all-reduce"])
     report = simulate.run(open_tree(root), names=["skewed-ranks", "healthy-traffic"])
     skewed = _row(report, "skewed-ranks")
-    assert skewed.verdict == "fail"
-    assert "1 step(s) late" in skewed.observed
+    assert skewed.verdict == "pass", skewed.observed
+    assert "on every rank in the same step" in skewed.observed
     assert _row(report, "healthy-traffic").verdict == "pass"
 
 

@@ -37,6 +37,7 @@ from .base import (
     shown_path,
     target_tree,
 )
+from .check import add_confirm
 
 NAME = "apply"
 HELP = "apply the fixes to an SGLang tree"
@@ -139,6 +140,7 @@ def plan(
     left_out: Mapping[str, frozenset[str]] | None = None,
     *,
     markers: bool = True,
+    confirm: bool = False,
 ) -> ApplyResult:
     """Every fix's outcome and every file's new content; nothing is written. ``markers``: whether
     the new code carries the fixes' marker comments (``Workspace``).
@@ -147,7 +149,10 @@ def plan(
     the rules that prove it, run as ``pdguard check`` runs them, pass on the result; otherwise
     it is refused and its note names what check still reports. A refusal of any fix keeps
     every file as it is (``changes`` is then empty). ``left_out``: classes left out of a fix
-    (``--ignore FIX:Class``); check's findings on them are not held against the fixes."""
+    (``--ignore FIX:Class``); check's findings on them are not held against the fixes. With
+    ``confirm``, where something changes, the re-check also runs the patched code in
+    simulate's sandbox (PDG009, as ``check --confirm``): a fix whose side the scenarios still
+    show unbounded is refused too."""
     from ..checks.project import parse_module
     from ..workspace import Workspace
 
@@ -173,7 +178,7 @@ def plan(
             return result
     proven = [f for f in fixes if outcomes[f.name].status in _PROVEN]
     excused = frozenset().union(*workspace.left_out.values())
-    _recheck(tree, changes, proven, outcomes, excused)
+    _recheck(tree, changes, proven, outcomes, excused, confirm=confirm and bool(changes))
     if not result.refused:
         result.changes = changes
     return result
@@ -190,11 +195,13 @@ def _recheck(
     fixes: list[Fix],
     outcomes: dict[str, Outcome],
     excused: frozenset[str] = frozenset(),
+    confirm: bool = False,
 ) -> None:
     """Run each fix's rules on the result, through check's own code path; a fix whose rules
     still report something is refused, naming the first finding. A finding on a class the
     user left out (``excused``: its symbol's class, or a class its message names) is check's
-    to report, not held against the fixes."""
+    to report, not held against the fixes. With ``confirm``, PDG009 too, on the
+    patched texts: its finding refuses the first fix whose rules judge that side."""
     if not fixes:
         return
     from .check import check_project, load_project
@@ -205,9 +212,27 @@ def _recheck(
         texts.update({rel: new.text for rel, new in changes.items()})
         project = type(project)(texts)
     codes = sorted({code for fix in fixes for code in fix.rules})
-    findings = check_project(tree, project, codes).findings
+    checked = tree
+    if confirm:
+        from ..checks import CONFIRM_CODE
+        from ..simulate import confirm as confirming
+
+        codes.append(CONFIRM_CODE)
+        checked = confirming.OverlayTree(tree, {rel: new.text for rel, new in changes.items()})
+    findings = check_project(checked, project, codes).findings
+    blamed: dict[str, list[Finding]] = {}
+    for finding in findings:
+        if confirm and finding.code == codes[-1]:
+            side = confirming.side_of(finding.path)
+            fix = next(
+                (f for f in fixes if side and side.primary in f.rules),
+                next((f for f in fixes if side and side.codes & set(f.rules)), fixes[0]),
+            )
+            blamed.setdefault(fix.name, []).append(finding)
     for fix in fixes:
-        mine = [f for f in findings if f.code in fix.rules and not _names(f, excused)]
+        mine = [f for f in findings if f.code in fix.rules and not _names(f, excused)] + blamed.get(
+            fix.name, []
+        )
         if not mine:
             continue
         first = mine[0]
@@ -379,6 +404,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="write no `# pdguard: <fix>` comments; later runs recognise the code by what it "
         "does (status upstream)",
     )
+    add_confirm(parser, default=True)
     add_format(parser, FORMATS)
     add_output_file(parser, "apply.json")
     parser.add_argument(
@@ -515,7 +541,9 @@ def run(args: argparse.Namespace) -> int:
     dry_run = args.diff or args.check
     recover_journal(tree, dry_run=dry_run)
     fixes = select_fixes(args.select, args.ignore, settings.disabled_fixes)
-    result = plan(tree, fixes, left_out_classes(args.ignore), markers=args.markers)
+    result = plan(
+        tree, fixes, left_out_classes(args.ignore), markers=args.markers, confirm=args.confirm
+    )
     if result.refused and args.repair and isinstance(tree, DirectoryTree):
         result, notes = repair(tree, fixes, result)
         for note in notes:

@@ -168,18 +168,25 @@ def _parse_all(tree: SourceTree, project: Project) -> None:
             raise does_not_parse(tree.display(rel), exc, text) from exc
 
 
-def check_tree(tree: SourceTree, codes: Iterable[str] = checks.CODES) -> CheckResult:
+def check_tree(tree: SourceTree, codes: Iterable[str] = checks.STATIC_CODES) -> CheckResult:
     project = load_project(tree)
     _parse_all(tree, project)
     return check_project(tree, project, codes)
 
 
 def check_project(
-    tree: SourceTree, project: Project, codes: Iterable[str] = checks.CODES
+    tree: SourceTree, project: Project, codes: Iterable[str] = checks.STATIC_CODES
 ) -> CheckResult:
     """The findings of the rules ``codes`` on ``project`` that no comment suppresses (and the
     warnings of malformed suppressions): the one verdict on a tree. ``pdguard check`` reports
-    it, ``apply``'s re-check refuses a fix by it, ``verify`` calls a fix drifted by it."""
+    it, ``apply``'s re-check refuses a fix by it, ``verify`` calls a fix drifted by it. With
+    PDG009 among ``codes`` the tree's code is run in the simulation's sandbox (``check
+    --confirm``)."""
+    codes = list(codes)
+    if checks.CONFIRM_CODE in codes:
+        from ..simulate import confirm
+
+        confirm.attach(project, tree)
     try:
         found = checks.run(project, codes)
     except SyntaxError as exc:
@@ -201,8 +208,11 @@ def suppression_warnings(project: Project) -> list[tuple[str, SuppressionWarning
     ]
 
 
-def select_codes(select: Sequence[str] | None, ignore: Sequence[str] | None) -> list[str]:
-    """The rule codes to run, from --select/--ignore (comma-separated, prefixes allowed)."""
+def select_codes(
+    select: Sequence[str] | None, ignore: Sequence[str] | None, confirm: bool = False
+) -> list[str]:
+    """The rule codes to run, from --select/--ignore (comma-separated, prefixes allowed);
+    PDG009 only with ``confirm`` (``--confirm``) or when selected by its own code."""
 
     def expand(values: Sequence[str]) -> set[str]:
         wanted_codes: set[str] = set()
@@ -216,7 +226,11 @@ def select_codes(select: Sequence[str] | None, ignore: Sequence[str] | None) -> 
                 wanted_codes |= matches
         return wanted_codes
 
-    chosen = expand(select) if select is not None else set(checks.CODES)
+    chosen = expand(select) if select is not None else set(checks.STATIC_CODES)
+    if not confirm and not any(checks.CONFIRM_CODE in s.upper() for s in select or ()):
+        chosen.discard(checks.CONFIRM_CODE)  # a prefix (PDG00) selects the static rules
+    elif confirm:
+        chosen.add(checks.CONFIRM_CODE)
     chosen -= expand(ignore) if ignore else set()
     if not chosen:
         raise UsageError("--select/--ignore leave no rule to run")
@@ -520,6 +534,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         action="store_true",
         help="also run `pdguard simulate`'s scenarios on the tree (text or json format)",
     )
+    add_confirm(parser, default=False)
     cache.add_argument(parser)
 
 
@@ -539,6 +554,19 @@ def fixable_codes(disabled: Iterable[str] = ()) -> frozenset[str]:
     return frozenset(code for fix in FIXES if fix.name not in disabled for code in fix.rules)
 
 
+def add_confirm(parser: argparse.ArgumentParser, default: bool) -> None:
+    """``--confirm`` / ``--no-confirm``: run the tree's code (in the simulation's sandbox) as a
+    second witness, PDG009 where it disagrees with the static rules (docs/confirm.md)."""
+    parser.add_argument(
+        "--confirm",
+        action=argparse.BooleanOptionalAction,
+        default=default,
+        help="run the tree's own code in simulate's sandbox as a second witness; where it "
+        f"disagrees with the static rules, {checks.CONFIRM_CODE}"
+        + (" (the default)" if default else ""),
+    )
+
+
 def run(args: argparse.Namespace) -> int:
     if args.simulate and args.format not in SIMULATE_FORMATS:
         raise UsageError("--simulate reports in --format text or json")
@@ -548,7 +576,7 @@ def run(args: argparse.Namespace) -> int:
     first = None if args.installed else (args.paths or ["."])[0]
     settings = config.load(args, first)
     select, ignore = settings.rule_codes(args.select, args.ignore)
-    codes = select_codes(select, ignore)
+    codes = select_codes(select, ignore, args.confirm)
     fixed = getattr(args, "fixed", 0)  # --fix: what `pdguard.cli` had apply write first
     store = cache.ResultCache() if cache.enabled(args) else None
     results = []
@@ -572,6 +600,8 @@ def run(args: argparse.Namespace) -> int:
                 f"{warning.message}",
                 file=sys.stderr,
             )
+    if checks.CONFIRM_CODE in codes:
+        _warn_unconfirmed(results)
     failed = any(r.findings for r in results)
     view = View(
         statistics=args.statistics,
@@ -598,6 +628,21 @@ def run(args: argparse.Namespace) -> int:
         print(f"pdguard: error: {where}: {first.message}", file=sys.stderr)
         return EXIT_ERROR
     return EXIT_CHANGES if failed and not args.exit_zero else EXIT_OK
+
+
+def _warn_unconfirmed(results: Sequence[CheckResult]) -> None:
+    """One line on stderr for each tree whose code could not be run: the static verdict
+    stands alone there."""
+    from ..simulate import confirm
+
+    for result in results:
+        why = confirm.why_not_confirmed(result.project)
+        if why is not None:
+            print(
+                f"{result.tree.label}: warning: not confirmed ({checks.CONFIRM_CODE}), the "
+                f"static verdict stands alone: {why}",
+                file=sys.stderr,
+            )
 
 
 def _with_simulation_json(output: str, simulations: Sequence[SimulationReport]) -> str:

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import textwrap
 from typing import TYPE_CHECKING
@@ -23,6 +24,7 @@ from .base import (
 
 if TYPE_CHECKING:
     from ..simulate import SimulationReport
+    from ..simulate.seeds import SeedResult
 
 NAME = "simulate"
 HELP = "run the target's own inflight-queue code against a simulated scheduler"
@@ -34,19 +36,27 @@ DESCRIPTION = (
 
 
 def epilog() -> str:
+    from ..simulate.lockstep import LAG_STEPS
+
     return f"""\
-Each scenario expects what the {FIX} fix should give; on an unpatched tree the
-wedge rows fail and show the bug. The decode scenarios (--decode, or by name) run the
-release's own DecodePreallocQueue, DecodeTransferQueue, process_decode_queue and its
-Mooncake/NIXL KV receivers with a stand-in transport; they expect what the decode fixes
-(receiver-waiting-timeout, decode-queue-bound) give.
+Each scenario expects the property the {FIX} fix should give (failed after its
+deadline, within {LAG_STEPS} scheduler steps; every rank alike; KV and slots freed; no success
+failed); on an unpatched tree the wedge rows fail and show the bug. The decode scenarios
+(wherever the tree has a decode side) run the release's own DecodePreallocQueue,
+DecodeTransferQueue, process_decode_queue and its Mooncake/NIXL KV receivers with a stand-in
+transport.
+
+The target's code is untrusted: only the definitions the scenarios need are compiled, by a
+restricted compile (no dunder attributes, no open/exec/eval/compile/__import__), and run in a
+child process with memory, CPU and wall-clock limits (docs/confirm.md).
 
 `pdguard simulate --list` lists the scenarios and what each shows.
 
 exit codes: 0 every scenario passes (or does not apply), or --list; 1 any fails (e.g. an
 unpatched tree); 2 the target's code cannot be loaded or reaches something with no
 stand-in, such as an import only a fork has (one line: the file, the line and the name),
-an unknown scenario, no PATH without --list. Names a fork only passes along (its own
+an unknown scenario, no PATH without --list, code the sandbox refuses or a limit it reaches
+(naming the line). Names a fork only passes along (its own
 metrics, tracer, logprob processor) get recording stand-ins.
 """
 
@@ -146,21 +156,88 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="run only this scenario (repeat; see --list)",
     )
     parser.add_argument(
+        "--seeds",
+        type=int,
+        metavar="N",
+        help="instead of the scenarios, run the fault schedules of seeds 0..N-1 (random decode "
+        "restarts, stalls, pauses, rank skew, PP lag, optimistic requeues, memory pressure), "
+        f"the properties checked at every step; at most {MAX_SEEDS}",
+    )
+    parser.add_argument(
+        "--seed",
+        type=int,
+        action="append",
+        metavar="K",
+        help="replay the fault schedule of seed K exactly (repeat)",
+    )
+    parser.add_argument(
         "--decode",
         action="store_true",
-        help="also run every decode scenario (the release's decode queues and KV receivers)",
+        default=None,
+        help="run the decode scenarios (the default wherever the tree has a decode side; "
+        "kept for scripts that pass it)",
     )
 
 
+MAX_SEEDS = 1000
+
+
+def seeds_text(target: str, results: list[SeedResult]) -> str:
+    lines = []
+    for result in results:
+        if not result.violations:
+            lines.append(f"seed {result.seed}: pass ({result.schedule})")
+            continue
+        lines.append(f"seed {result.seed}: FAIL ({result.schedule})")
+        lines += [f"  {v.line()}" for v in result.violations]
+        lines.append(f"  shrunk: {result.shrunk}")
+        lines.append(f"  replay: pdguard simulate {target} --seed {result.seed}")
+    failed = sum(bool(r.violations) for r in results)
+    lines.append(f"{len(results) - failed} seed(s) passed, {failed} failed")
+    return "\n".join(lines)
+
+
+def seeds_json(target: str, results: list[SeedResult]) -> str:
+    return json.dumps(
+        [
+            {
+                "seed": r.seed,
+                "schedule": r.schedule,
+                "violations": [dataclasses.asdict(v) for v in r.violations],
+                "shrunk": r.shrunk,
+                "replay": f"pdguard simulate {target} --seed {r.seed}",
+            }
+            for r in results
+        ],
+        indent=2,
+    )
+
+
+def _run_seeds(args: argparse.Namespace) -> int:
+    from ..simulate import check_ranks, run_seeds
+
+    check_ranks(args.ranks)
+    if args.seeds is not None and not 1 <= args.seeds <= MAX_SEEDS:
+        raise UsageError(f"--seeds must be between 1 and {MAX_SEEDS}, got {args.seeds}")
+    chosen = list(range(args.seeds or 0)) + [k for k in args.seed or () if k >= 0]
+    if any(k < 0 for k in args.seed or ()):
+        raise UsageError("--seed must be 0 or more")
+    results = run_seeds(target_tree(args), chosen, ranks=args.ranks)
+    render = seeds_json if args.format == "json" else seeds_text
+    emit(render(args.target or ".", results), args.output_file)
+    return EXIT_CHANGES if any(r.violations for r in results) else EXIT_OK
+
+
 def run(args: argparse.Namespace) -> int:
-    from ..simulate import ALL_NAMES
+    from ..simulate import ALL_NAMES, check_ranks
     from ..simulate import run as simulate
 
     if args.list:
         emit(scenario_list(args.format), args.output_file)
         return EXIT_OK
-    if args.ranks < 1:
-        raise UsageError(f"--ranks must be at least 1, got {args.ranks}")
+    if args.seeds is not None or args.seed:
+        return _run_seeds(args)
+    check_ranks(args.ranks)
     unknown = sorted(set(args.scenario or ()) - set(ALL_NAMES))
     if unknown:
         raise UsageError(f"unknown scenario {unknown[0]!r}; the scenarios: {', '.join(ALL_NAMES)}")

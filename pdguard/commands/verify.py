@@ -21,7 +21,7 @@ from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
-from pdguard import cache
+from pdguard import cache, checks
 from pdguard.checks.project import Project
 
 from .. import terminal
@@ -47,7 +47,7 @@ from .base import (
     github_escape,
     positive,
 )
-from .check import check_project, check_tree, finding_json
+from .check import add_confirm, check_project, check_tree, finding_json
 
 NAME = "verify"
 HELP = "say, per upstream ref or release, whether each fix is carried, upstream, ..."
@@ -136,11 +136,42 @@ def verify_tree(tree: SourceTree, ref: str, commit: str | None) -> RefReport:
     report.findings = [finding_json(f, repo_path(tree, f.path)) for f in result.findings]
     workspace = Workspace(tree)
     applied = _plan_fixes(tree, workspace, report)
+    changed = {rel: new.text for rel, new in workspace.changed().items()} if applied else {}
     if applied:
         texts = dict(result.project.texts)
-        texts.update({rel: new.text for rel, new in workspace.changed().items()})
+        texts.update(changed)
         _recheck(tree, Project(texts), applied, report)
+    if CONFIRM:
+        _confirm(tree, changed, report)
     return report
+
+
+# ``verify --confirm``: set by ``run`` before any worker is forked (the workers inherit it)
+CONFIRM = False
+
+
+def _confirm(tree: SourceTree, changed: dict[str, str], report: RefReport) -> None:
+    """Run the ref's code (patched where a fix applies) in simulate's sandbox: a PDG009
+    finding (the scenarios disagree with the static verdict) is added to the ref's findings,
+    and the fix that answers for that side is drifted, with both witnesses in its note."""
+    from ..simulate import confirm
+
+    checked = confirm.OverlayTree(tree, changed) if changed else tree
+    from .check import check_tree as check
+
+    result = check(checked, [*checks.STATIC_CODES, checks.CONFIRM_CODE])
+    why = confirm.why_not_confirmed(result.project)
+    if why is not None:
+        report.notes["confirm"] = f"not confirmed: {why}"
+    for finding in result.findings:
+        if finding.code != checks.CONFIRM_CODE:
+            continue
+        report.findings.append(finding_json(finding, repo_path(tree, finding.path)))
+        side = confirm.side_of(finding.path)
+        fix = next((f for f in FIXES if side is not None and side.primary in f.rules), None)
+        if fix is not None:
+            report.fixes[fix.name] = "drifted"
+            report.notes[fix.name] = f"{finding.code} {finding.message}"
 
 
 def _plan_fixes(tree: SourceTree, workspace: Workspace, report: RefReport) -> list[Fix]:
@@ -604,6 +635,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default=None,
         help=f"worker processes, 1 to {MAX_JOBS} (default: CPUs, at most {MAX_JOBS})",
     )
+    add_confirm(parser, default=False)
     cache.add_argument(parser)
 
 
@@ -619,6 +651,8 @@ def jobs(value: str) -> int:
 
 
 def run(args: argparse.Namespace) -> int:
+    global CONFIRM
+    CONFIRM = args.confirm
     with terminal.quiet(args.quiet):
         return _run(args)
 
@@ -630,7 +664,8 @@ def _run(args: argparse.Namespace) -> int:
             refs += [t for t in select_tags(args.repo, args.tags) if t not in refs]
         if not refs:
             raise UsageError("verify --repo needs --ref REF or --tags PATTERN")
-        store = cache.ResultCache() if cache.enabled(args) else None
+        # a cached report was not confirmed: --confirm computes every ref
+        store = cache.ResultCache() if cache.enabled(args) and not args.confirm else None
         with Workers(args.jobs) as workers:
             reports = cache.verify_refs_cached(
                 args.repo,

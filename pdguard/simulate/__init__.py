@@ -15,12 +15,16 @@ from dataclasses import dataclass, field
 
 from ..errors import LoadError, SimulationGap, UsageError
 from ..tree import SourceTree
-from . import decode_scenarios, decode_world, loader, scenarios, standins, world
+from . import decode_scenarios, decode_world, loader, sandbox, scenarios, standins, world
+from . import seeds as seeds_module
 from .decode_scenarios import DECODE_NAMES, DECODE_SCENARIOS
 from .scenarios import NAMES, SCENARIOS
 
 # every scenario, prefill then decode; the decode ones run when named (or ``decode=True``)
 ALL_NAMES = (*NAMES, *DECODE_NAMES)
+# the most simulated ranks: each is a thread running the target's code (SGLang's largest TP
+# group on one node is 8; 64 leaves room for TP x CP)
+MAX_RANKS = 64
 
 __all__ = [
     "ALL_NAMES",
@@ -77,14 +81,57 @@ def client_errors(trace: world.Trace | decode_world.DecodeTrace) -> tuple[tuple[
     return tuple(found.items())
 
 
+def check_ranks(ranks: int) -> None:
+    """``--ranks`` within 1 - MAX_RANKS, else a UsageError."""
+    if not 1 <= ranks <= MAX_RANKS:
+        raise UsageError(f"--ranks must be between 1 and {MAX_RANKS}, got {ranks}")
+
+
+def has_decode_side(tree: SourceTree) -> bool:
+    """Does the tree have SGLang's decode side (``decode.py`` with its queues)?"""
+    return tree.read_bytes(decode_world.DECODE_PATH) is not None
+
+
 def run(
-    tree: SourceTree, ranks: int = 2, names: Sequence[str] | None = None, decode: bool = False
+    tree: SourceTree,
+    ranks: int = 2,
+    names: Sequence[str] | None = None,
+    decode: bool | None = None,
+    limits: sandbox.Limits = sandbox.LIMITS,
 ) -> SimulationReport:
-    """Run the scenarios (the prefill ones, or those named; with ``decode`` also every decode
-    scenario) on ``tree``. Raises LoadError when the target's code cannot be loaded,
-    SimulationGap when it reaches something with no stand-in."""
-    if ranks < 1:
-        raise UsageError("--ranks must be at least 1")
+    """Run the scenarios (those named, or every one that applies: the prefill ones, and the
+    decode ones wherever the tree has a decode side; ``decode`` forces them on or off) on
+    ``tree``, in a child process under ``limits`` (``sandbox``). Raises LoadError when the
+    target's code cannot be loaded, SimulationGap when it reaches something with no stand-in,
+    or a limit of the sandbox."""
+    check_ranks(ranks)
+    return sandbox.run_in_child(run_unguarded, tree, ranks, names, decode, limits=limits)
+
+
+def run_seeds(
+    tree: SourceTree, seeds: Sequence[int], ranks: int = 2, limits: sandbox.Limits = sandbox.LIMITS
+) -> list[seeds_module.SeedResult]:
+    """``simulate --seeds``: each seed's fault schedule run on ``tree``'s prefill code, in the
+    sandbox's child process."""
+    check_ranks(ranks)
+    return sandbox.run_in_child(_run_seeds, tree, list(seeds), ranks, limits=limits)
+
+
+def _run_seeds(tree: SourceTree, seeds: list[int], ranks: int) -> list[seeds_module.SeedResult]:
+    return seeds_module.run_seeds(load(tree), seeds, ranks)
+
+
+def run_unguarded(
+    tree: SourceTree,
+    ranks: int = 2,
+    names: Sequence[str] | None = None,
+    decode: bool | None = None,
+) -> SimulationReport:
+    """``run`` in this process: the restricted compile and builtins still apply, the child
+    process's limits do not (for the sandbox's own child)."""
+    check_ranks(ranks)
+    if decode is None:
+        decode = has_decode_side(tree)
     wanted_decode = [
         s for s in DECODE_SCENARIOS if (decode and not names) or (names and s.name in names)
     ]

@@ -29,7 +29,6 @@ from __future__ import annotations
 import __future__
 
 import ast
-import builtins
 import dis
 import re
 import traceback
@@ -56,7 +55,7 @@ from ..sglang_names import (
 from ..sglang_names import BOOTSTRAP_QUEUE_METHODS as BOOTSTRAP_ENTRIES
 from ..sglang_names import SENDER_METHODS as SENDER_ENTRIES
 from ..tree import SourceTree
-from . import passalong
+from . import passalong, sandbox
 
 NIXL_PATH = NIXL_CONN_PATH
 MOONCAKE_PATH = MOONCAKE_CONN_PATH
@@ -78,7 +77,7 @@ LOADED_FUNCTIONS = frozenset({"should_force_retry", INFLIGHT_TIMEOUT_READER})
 SENDER_SKIPPED = frozenset({"send"})
 
 _FLAGS = __future__.annotations.compiler_flag  # every SGLang module has the future import
-_BUILTINS = frozenset(dir(builtins))
+_BUILTINS = sandbox.BUILTIN_NAMES | sandbox.REFUSED_BUILTINS
 
 
 @dataclass
@@ -95,6 +94,9 @@ class _ModulePlan:
     module: ast.Module
     classes: list[_ClassPlan] = field(default_factory=list)
     statements: list[ast.stmt] = field(default_factory=list)
+    # module-level statements that rebind an attribute of a loaded class (``Cls.abort = ...``,
+    # ``setattr(Cls, ...)``): run after the classes, as importing the module would
+    patches: list[ast.stmt] = field(default_factory=list)
     standins: dict[str, str] = field(default_factory=dict)  # local name -> stand-in key
     foreign: dict[str, tuple[str, str]] = field(default_factory=dict)  # name -> (rel, class)
     unbound: dict[str, str] = field(default_factory=dict)  # name -> the function using it
@@ -170,7 +172,7 @@ class Target:
     ) -> dict[str, dict[str, object]]:
         """Execute the compiled code in fresh namespaces, one per module (see ``build``)."""
         namespaces: dict[str, dict[str, object]] = {}
-        loaded_builtins = dict(vars(builtins))
+        loaded_builtins = sandbox.builtins_for_target()
         if no_import is not None:
             loaded_builtins["__import__"] = no_import
         for plan in self.modules:
@@ -364,7 +366,13 @@ def _env_registry(tree: SourceTree) -> EnvRegistry | None:
                 except ValueError:
                     continue  # a computed default: that entry keeps its stand-in
                 entries[stmt.targets[0].id] = (stmt.value.func.id, default)
-    code = compile(ast.Module(body=list(nodes), type_ignores=[]), ENVIRON_PATH, "exec", _FLAGS)
+    where = tree.display(ENVIRON_PATH)
+    code = sandbox.restricted_compile(
+        ast.Module(body=list(nodes), type_ignores=[]),
+        ENVIRON_PATH,
+        lambda line: f"{where}:{line}",
+        _FLAGS,
+    )
     return EnvRegistry(code, entries)
 
 
@@ -541,7 +549,7 @@ class _Loader:
                 if (alias.asname or alias.name) != name:
                     continue
                 for target in _module_files(_absolute(rel, node)):
-                    if self.tree.read_bytes(target) is not None:
+                    if _in_package(target) and self.tree.read_bytes(target) is not None:
                         return self.class_origin(target, alias.name, depth + 1)
         return None
 
@@ -565,9 +573,32 @@ class _Loader:
             if isinstance(n, ast.FunctionDef) and n.name in LOADED_FUNCTIONS
         }
         self._rewrite_local_imports(plan)
+        display = self.tree.display(plan.rel)
+        sandbox.register_target_file(plan.rel, display)
+        loaded_classes = frozenset(cls.node.name for cls in plan.classes) | frozenset(
+            name
+            for name in _import_keys(plan.module)
+            if (origin := self.class_origin(plan.rel, name)) is not None
+            and origin[1] in self._class_index
+        )
+        plan.patches = _class_patches(plan.module, loaded_classes, lambda n: f"{display}:{n}")
+        patched_names = {
+            n.id for stmt in plan.patches for n in ast.walk(stmt) if isinstance(n, ast.Name)
+        }
+        functions.update(
+            (n.name, n)
+            for n in plan.module.body
+            if isinstance(n, ast.FunctionDef) and n.name in patched_names
+        )
         while True:
-            plan.code = _compile_module(plan)
+            plan.code = _compile_module(plan, lambda line: f"{display}:{line}")
             stored = _stored_names(plan.code)
+            for name, line in sandbox.refused_builtins(plan.code):
+                if name not in stored and name not in imports and name not in assigned:
+                    raise LoadError(
+                        f"{display}:{line}: cannot load: {name} is a builtin the simulation's "
+                        "sandbox does not give to the target's code"
+                    )
             changed = False
             for name, user in sorted(_free_names(plan.code).items()):
                 if name in stored or name in plan.standins or name in plan.foreign:
@@ -632,6 +663,29 @@ class _Loader:
                                 rewritten.append(stmt)
                         setattr(holder, field_name, rewritten)
 
+    def _tree_class(
+        self, rel: str, stmt: ast.Import | ast.ImportFrom, local: str
+    ) -> tuple[str, str] | None:
+        """The loaded class a function-local ``from <module of the tree> import <Class>``
+        binds, if it is one."""
+        if not isinstance(stmt, ast.ImportFrom):
+            return None
+        name = _imported_name(stmt, local)
+        if name is None:
+            return None
+        for target in _module_files(_absolute(rel, stmt)):
+            if _in_package(target) and self.tree.read_bytes(target) is not None:
+                origin = self.class_origin(target, name)
+                built_before = (
+                    origin is not None
+                    and origin[0] in self.order
+                    and rel in self.order
+                    and self.order.index(origin[0]) < self.order.index(rel)
+                )
+                if origin is not None and built_before and origin[1] in self._class_index:
+                    return origin
+        return None
+
     def _local_import(
         self,
         plan: _ModulePlan,
@@ -646,7 +700,10 @@ class _Loader:
         for local, candidates in keys.items():
             hidden = f"_pdguard_import_{stmt.lineno}_{local}"
             key = next((k for k in candidates if k in self.standin_keys), None)
-            if key is not None:
+            origin = self._tree_class(plan.rel, stmt, local)
+            if origin is not None:  # a class of the tree the simulation loads: the same one
+                plan.foreign[hidden] = origin
+            elif key is not None:
                 plan.standins[hidden] = key
             else:
                 verdict = uses.name(local, within=function)
@@ -666,7 +723,11 @@ class _Loader:
         return assignments
 
 
-def _compile_module(plan: _ModulePlan) -> CodeType:
+def _imported_name(stmt: ast.ImportFrom, local: str) -> str | None:
+    return next((a.name for a in stmt.names if (a.asname or a.name) == local), None)
+
+
+def _compile_module(plan: _ModulePlan, where: Callable[[int], str]) -> CodeType:
     order = {id(stmt): i for i, stmt in enumerate(plan.module.body)}
     body: list[ast.stmt] = sorted(plan.statements, key=lambda s: order[id(s)])
     for cls in plan.classes:
@@ -682,8 +743,63 @@ def _compile_module(plan: _ModulePlan) -> CodeType:
                 type_params=[],  # type: ignore[call-arg]  # 3.12+ needs it; 3.11 has none
             )
         )
+    body += plan.patches
     module = ast.fix_missing_locations(ast.Module(body=body, type_ignores=[]))
-    return compile(module, plan.rel, "exec", flags=_FLAGS, dont_inherit=True)
+    return sandbox.restricted_compile(module, plan.rel, where, _FLAGS)
+
+
+def _patched_class(stmt: ast.stmt, classes: frozenset[str]) -> str | None:
+    """The loaded class whose attribute ``stmt`` rebinds, if it does."""
+    targets: list[ast.AST] = []
+    if isinstance(stmt, ast.Assign):
+        targets = [t for target in stmt.targets for t in ast.walk(target)]
+    elif isinstance(stmt, ast.AugAssign | ast.AnnAssign):
+        targets = [stmt.target]
+    elif isinstance(stmt, ast.Delete):
+        targets = list(stmt.targets)
+    for target in targets:
+        if (
+            isinstance(target, ast.Attribute)
+            and isinstance(target.value, ast.Name)
+            and target.value.id in classes
+        ):
+            return target.value.id
+    for node in ast.walk(stmt) if isinstance(stmt, ast.Expr) else ():
+        if (
+            isinstance(node, ast.Call)
+            and isinstance(node.func, ast.Name)
+            and node.func.id in ("setattr", "delattr")
+            and node.args
+            and isinstance(node.args[0], ast.Name)
+            and node.args[0].id in classes
+        ):
+            return node.args[0].id
+    return None
+
+
+def _class_patches(
+    module: ast.Module, classes: frozenset[str], where: Callable[[int], str]
+) -> list[ast.stmt]:
+    """The top-level statements of ``module`` that rebind an attribute of one of ``classes``;
+    one inside a module-level ``if``/``try``/``with``/loop is a LoadError (not modelled: the
+    simulation would have to decide the condition)."""
+    found: list[ast.stmt] = []
+    for stmt in module.body:
+        if isinstance(stmt, ast.FunctionDef | ast.ClassDef | ast.AsyncFunctionDef):
+            continue
+        if _patched_class(stmt, classes) is not None:
+            found.append(stmt)
+            continue
+        for inner in ast.walk(stmt):
+            if isinstance(inner, ast.stmt) and inner is not stmt:
+                name = _patched_class(inner, classes)
+                if name is not None:
+                    raise LoadError(
+                        f"{where(inner.lineno)}: cannot load: module-level code rebinds an "
+                        f"attribute of {name} inside a {type(stmt).__name__.lower()} block; "
+                        "the simulation does not model it (unmodelled)"
+                    )
+    return found
 
 
 def _free_names(code: CodeType, where: str = "") -> dict[str, str]:
@@ -829,6 +945,12 @@ def _absolute(rel: str, node: ast.ImportFrom) -> str:
     if node.level > 1:
         package = package[: -(node.level - 1)]
     return ".".join([*package, *([node.module] if node.module else [])])
+
+
+def _in_package(rel: str) -> bool:
+    """Is ``rel`` a file of SGLang's package (not the standard library's ``abc.py``, which a
+    package-directory tree would look for beside ``sglang/``)?"""
+    return rel.startswith("sglang/")
 
 
 def _module_files(module: str) -> list[str]:

@@ -12,6 +12,7 @@ than the target's) and every barrier is aborted, so that no rank waits for it.
 from __future__ import annotations
 
 import inspect
+import math
 import sys
 import threading
 import traceback
@@ -21,12 +22,32 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any, ClassVar, Generic, Protocol, TypeVar
 
-from . import standins
+from . import sandbox, standins
 from .loader import Target
 
 EPS = 1e-6
 BARRIER_TIMEOUT = 60.0  # real seconds: a rank stuck this long is a bug in the simulation
+# The documented lag: a request is failed after its deadline and at most this many scheduler
+# steps after the first step at or after it (a deadline checked before the poll, or at the end
+# of the step, or by a sweep that runs a step later is as correct as one checked in the step
+# the deadline passes). Never before the deadline.
+LAG_STEPS = 4
 FIRST_ROOM = 1000  # the bootstrap room of the first request; the others follow
+
+
+def lag_verdict(at: float, deadline: float, step: float) -> str | None:
+    """Why ``at`` breaks "failed after ``deadline``, within LAG_STEPS steps"; None: it keeps
+    it."""
+    if at < deadline - EPS:
+        return f"failed at {at:g} s, before its deadline ({deadline:g} s)"
+    due = math.ceil((deadline - EPS) / step) * step  # the first step at or after the deadline
+    if at > due + LAG_STEPS * step + EPS:
+        late = round((at - due) / step)
+        return (
+            f"failed at {at:g} s, {late} steps after the first step past its deadline "
+            f"({deadline:g} s; the lag allowed is {LAG_STEPS} steps, {LAG_STEPS * step:g} s)"
+        )
+    return None
 
 
 @dataclass(frozen=True)
@@ -193,6 +214,13 @@ class SimulationCode:
         what = f"{type(exc).__name__}: {exc}"
         if isinstance(exc, standins.MissingStandIn):
             what = str(exc)
+        elif isinstance(exc, sandbox.SandboxViolation):
+            what = f"{exc} (the simulation's sandbox)"
+        elif isinstance(exc, MemoryError):
+            what = (
+                f"the target's code used more than {sandbox.LIMITS.memory_mb} MB of memory "
+                "(the simulation's sandbox)"
+            )
         elif isinstance(exc, ImportError):
             what = f"an import ({what}): the simulation never imports"
         elif (
@@ -281,7 +309,9 @@ class LockstepWorld(ABC, Generic[ConfigT, SpecT, RankT, SnapshotT, TraceT]):
         except threading.BrokenBarrierError:
             if self.failure is None:  # no rank failed: one is stuck
                 stuck = TimeoutError(
-                    f"a rank did not finish step {self.step} within {BARRIER_TIMEOUT:g} s"
+                    f"a rank did not finish step {self.step} within {BARRIER_TIMEOUT:g} s "
+                    "(the ranks diverged: one waits in a collective another never joins, or "
+                    "the target's code does not return)"
                 )
                 self._fail(rank, stuck)
         except BaseException as exc:

@@ -8,7 +8,6 @@ bug looks like ("still waiting after 600 s"): the simulation shows the bug, not 
 from __future__ import annotations
 
 import dataclasses
-import math
 import random
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -16,6 +15,7 @@ from dataclasses import dataclass
 from .. import sglang_names as names
 from ..errors import SimulationGap
 from .loader import Target
+from .lockstep import LAG_STEPS, lag_verdict
 from .spec import RequestSpec
 from .standins import MissingStandIn
 from .world import EPS, Divergence, Trace, WorldConfig
@@ -114,8 +114,9 @@ def _where(trace: Trace, rid: str) -> str:
 
 
 def _failed_at(trace: Trace, rid: str, deadline: float, what: str, kv: bool = True) -> Outcome:
-    """``rid`` must be failed in the first step at or after ``deadline``, in the same step on
-    every rank, with an error to the client, its KV released (``kv``), and no queue holding it."""
+    """``rid`` must be failed after ``deadline``, within the documented lag (``LAG_STEPS``
+    steps), in the same step on every rank, with an error to the client, its KV released
+    (``kv``), and no queue holding it."""
     step = trace.config.step
     fates = [_fate(trace, rid, r) for r in range(trace.config.ranks)]
     if all(f.step is None for f in fates):
@@ -136,17 +137,9 @@ def _failed_at(trace: Trace, rid: str, deadline: float, what: str, kv: bool = Tr
     assert at is not None
     if not all(f.aborted for f in fates):
         return Outcome("fail", f"finished at {at:g} s without an error to the client", at)
-    if at < deadline - EPS:
-        return Outcome("fail", f"failed at {at:g} s, before its deadline ({deadline:g} s)", at)
-    if at >= deadline + step - EPS:
-        due = math.ceil((deadline - EPS) / step) * step  # the first step after the deadline
-        late = round((at - due) / step)
-        return Outcome(
-            "fail",
-            f"failed at {at:g} s, {late} step(s) late: the first step after its deadline "
-            f"({deadline:g} s) was at {due:g} s",
-            at,
-        )
+    late = lag_verdict(at, deadline, step)
+    if late is not None:
+        return Outcome("fail", late, at)
     if kv and not all(f.kv_released for f in fates):
         return Outcome("fail", f"failed at {at:g} s but its KV was never released", at)
     if any(f.held for f in fates):
@@ -169,8 +162,19 @@ def _deadline(timeout: float, rid: str = WEDGED.rid) -> Callable[[Trace], Outcom
         entry = trace.entered_inflight(rid)
         if entry is None:
             return Outcome("fail", f"never reached the inflight queue ({_where(trace, rid)})", 0)
-        deadline = entry.time + trace.config.lag_of(0) + timeout
-        return _failed_at(trace, rid, deadline, "inflight deadline")
+        start = entry.time + trace.config.lag_of(0)
+        outcome = _failed_at(trace, rid, start + timeout, "inflight deadline")
+        if outcome.verdict == "fail" and timeout != DEFAULT_TIMEOUT:
+            # a deadline that keeps the default is a deadline: this code has no such setting
+            default = _failed_at(trace, rid, start + DEFAULT_TIMEOUT, "inflight deadline")
+            if default.verdict == "pass":
+                return Outcome(
+                    "n/a",
+                    f"this code does not read {TIMEOUT_ENV}: {default.observed} (the default "
+                    "deadline)",
+                    default.seconds,
+                )
+        return outcome
 
     return judge
 
@@ -201,17 +205,35 @@ def _never_failed(trace: Trace) -> Outcome:
 
 
 def _deadline_off(trace: Trace) -> Outcome:
+    """``0`` for the timeout: where the code has an off switch the request is never failed.
+    Code without one reads 0 as a 0 s deadline (failed within the lag of its entry) or as
+    "the default" (failed at the default deadline): the expectation is n/a there. Failed at
+    any other time, it is neither."""
     crash = _crash(trace)
     if crash is not None:
         return crash
     fate = _fate(trace, WEDGED.rid, 0)
-    if fate.step is not None:
-        return Outcome("fail", f"failed at {fate.time:g} s although the deadline is off", 0)
+    if fate.step is None or fate.time is None:
+        return Outcome(
+            "pass",
+            f"still waiting after {trace.end:g} s ({_where(trace, WEDGED.rid)}): the deadline "
+            "is off, as configured",
+            trace.end,
+        )
+    entry = trace.entered_inflight(WEDGED.rid)
+    start = (entry.time if entry else 0.0) + trace.config.lag_of(0)
+    for deadline, means in ((start, "a 0 s deadline"), (start + DEFAULT_TIMEOUT, "the default")):
+        if lag_verdict(fate.time, deadline, trace.config.step) is None:
+            return Outcome(
+                "n/a",
+                f"this code has no off switch: it reads 0 as {means} (failed at {fate.time:g} s)",
+                fate.time,
+            )
     return Outcome(
-        "pass",
-        f"still waiting after {trace.end:g} s ({_where(trace, WEDGED.rid)}): the deadline is "
-        "off, as configured",
-        trace.end,
+        "fail",
+        f"failed at {fate.time:g} s with the deadline set to 0: neither off, nor a 0 s "
+        f"deadline, nor the default ({DEFAULT_TIMEOUT:g} s)",
+        fate.time,
     )
 
 
@@ -521,8 +543,8 @@ MEMORY_WAIT_S = 90.0
 SCENARIOS: tuple[Scenario, ...] = (
     Scenario(
         "wedge",
-        "decode gone (WaitingForInput for ever): failed at the 300 s deadline (within 1 step) "
-        "on every rank: client error, KV released, queue empty",
+        "decode gone (WaitingForInput for ever): failed after the 300 s deadline (within "
+        f"{LAG_STEPS} steps) on every rank: client error, KV released, queue empty",
         lambda ranks: WorldConfig((WEDGED,), ranks, horizon=WEDGE_HORIZON),
         _deadline(DEFAULT_TIMEOUT),
     ),
@@ -569,7 +591,8 @@ SCENARIOS: tuple[Scenario, ...] = (
     Scenario(
         "bootstrap-wedge",
         f"NIXL sender stuck in Bootstrapping (decode never sent its info), {BOOTSTRAP_ENV}=30: "
-        "the sender's own bootstrap timeout fails it at 30 s (within 1 step): client error, "
+        f"the sender's own bootstrap timeout fails it after 30 s (within {LAG_STEPS} steps): "
+        "client error, "
         "no queue holds it",
         lambda ranks: WorldConfig(
             (RequestSpec("bootstrap-wedged", prefill_s=1.0, nixl=True),),
@@ -582,7 +605,7 @@ SCENARIOS: tuple[Scenario, ...] = (
     ),
     Scenario(
         "deadline-120s",
-        f"{TIMEOUT_ENV}=120, decode gone: failed at 120 s (within 1 step), not 300 s",
+        f"{TIMEOUT_ENV}=120, decode gone: failed after 120 s (within {LAG_STEPS} steps), not 300 s",
         lambda ranks: WorldConfig(
             (WEDGED,), ranks, horizon=WEDGE_HORIZON, env={TIMEOUT_ENV: "120"}
         ),
@@ -718,7 +741,8 @@ SCENARIOS: tuple[Scenario, ...] = (
     ),
     Scenario(
         "deadline-off",
-        f"{TIMEOUT_ENV}=0, decode gone: never failed (0 turns the deadline off)",
+        f"{TIMEOUT_ENV}=0, decode gone: never failed where the code has an off switch; n/a "
+        "where it has none (0 read as a 0 s deadline or as the default)",
         lambda ranks: WorldConfig((WEDGED,), ranks, horizon=WEDGE_HORIZON, env={TIMEOUT_ENV: "0"}),
         _deadline_off,
     ),

@@ -27,10 +27,12 @@ import hashlib
 import http
 import sys
 import threading
+import types
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import TYPE_CHECKING, Any, Protocol
 
 from .. import sglang_names as names
+from . import sandbox
 from .spec import RequestSpec
 
 if TYPE_CHECKING:
@@ -52,7 +54,11 @@ class MissingStandIn(AttributeError):
 
 
 def _caller(depth: int = 2) -> str:
-    code = sys._getframe(depth).f_code
+    """The function of the target that called the stand-in (the sandbox's guards skipped)."""
+    frame = sys._getframe(depth)
+    while frame.f_back is not None and frame.f_code.co_filename == sandbox.__file__:
+        frame = frame.f_back
+    code = frame.f_code
     return getattr(code, "co_qualname", code.co_name)
 
 
@@ -397,6 +403,7 @@ class FakeEnvs:
                 "warnings": FakeWarnings(ctx),
                 "contextmanager": contextlib.contextmanager,
                 "Any": Any,
+                "__builtins__": sandbox.builtins_for_target(),
             }
             exec(self._registry.code, namespace)
             self._classes = namespace
@@ -771,6 +778,9 @@ class TreeCache(Strict):
     def release_aborted_request(self, rid: str) -> None:
         pass
 
+    def supports_mamba(self) -> bool:  # 0.5.21+: a radix cache without Mamba state
+        return False
+
     def finish(self, *_: object, **__: object) -> None:
         pass
 
@@ -1066,7 +1076,12 @@ REGISTRY: dict[str, Callable[[Context], object]] = {
     "is_aborted": _constant(is_aborted),
     "is_unadmitted_reject": _constant(lambda req: False),
     # should_force_retry (a test hook of 0.5.13+) is the release's own, loaded from prefill.py
-    "hashlib": _constant(hashlib),
+    # the hash constructors only: the module itself would reach the rest of the library
+    "hashlib": _constant(
+        types.SimpleNamespace(
+            **{name: getattr(hashlib, name) for name in ("md5", "sha1", "sha256", "sha512", "new")}
+        )
+    ),
     "_uses_write_through_cache": _constant(lambda cache: False),
     "CacheRequestOutcome": _constant(
         Config("CacheRequestOutcome", SUCCESS="success", ABORT="abort")
