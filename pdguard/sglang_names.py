@@ -140,6 +140,8 @@ NEEDLES = (*SENDER_NEEDLES, INFLIGHT_QUEUE, *RECEIVER_NEEDLES, REQ_RECEIVER)
 # a decode queue's pop method themselves (the pipeline-parallel mixin's disaggregated decode
 # loop, ``managers/scheduler_pp_mixin.py``, 0.5.7+; the non-PP loop lives in decode.py).
 MANAGERS_DIR = "sglang/srt/managers"
+SCHEDULER_PATH = f"{MANAGERS_DIR}/scheduler.py"
+PP_MIXIN_PATH = f"{MANAGERS_DIR}/scheduler_pp_mixin.py"  # the PP loops, 0.5.4+
 SCHEDULER_DECODE_NEEDLES = (POP_PREALLOCATED, POP_TRANSFERRED)
 # Everything the rules and fixes read of a tree (verify's cache key holds their git ids): the
 # files of these directories, these single files, and the version file (for reports only).

@@ -18,7 +18,9 @@ from ..sglang_names import (
     INFLIGHT_TIMEOUT_ENV,
     KVPOLL,
     MANAGER_RECORD_FAILURE,
+    PP_MIXIN_PATH,
     PREFILL_PATH,
+    SCHEDULER_PATH,
     WAITING_TIMEOUT_ENV,
 )
 from ..sglang_names import INFLIGHT_FUNCTION as FUNCTION
@@ -462,9 +464,8 @@ class InflightDeadline(Fix):
 
 
 # Where SGLang's PP prefill loops live: prefill.py (0.5.2 - 0.5.3), then the PP mixin (0.5.4+).
-PP_LOOP_PATHS = (PREFILL_PATH, "sglang/srt/managers/scheduler_pp_mixin.py")
+PP_LOOP_PATHS = (PREFILL_PATH, PP_MIXIN_PATH)
 PP_LOOP = "event_loop_pp_disagg_prefill"
-SCHEDULER_PATH = "sglang/srt/managers/scheduler.py"
 PP_LOOP_SINCE = (0, 5, 2)
 
 
