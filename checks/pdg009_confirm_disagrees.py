@@ -19,7 +19,24 @@ Why is this bad
 Example
     A deadline helper called right after the poll all-reduce: PDG002 says each rank fails the
     request on its own clock, while the simulation shows every rank failing it in the same
-    step, one step after the deadline (the next poll, MIN-reduced, reports Failed everywhere).
+    step, one step after the deadline (the next poll, MIN-reduced, reports Failed everywhere):
+
+    ```python
+    senders = [req.disagg_kv_sender for req in self.disagg_prefill_inflight_queue]
+    polls = poll_and_all_reduce(senders, self.attn_tp_cpu_group)
+    self._expire_inflight()
+    ```
+
+Use instead
+    Read both witnesses. Where the code is right, put the deadline where the static rules
+    prove it (before the poll all-reduce) or suppress the finding with a comment saying why;
+    where the scenario is right, fix the code it ran:
+
+    ```python
+    self._expire_inflight()
+    senders = [req.disagg_kv_sender for req in self.disagg_prefill_inflight_queue]
+    polls = poll_and_all_reduce(senders, self.attn_tp_cpu_group)
+    ```
 """
 
 from __future__ import annotations
@@ -94,8 +111,11 @@ class SchedulerDisaggregationPrefillMixin:
     def _expire_inflight(self):
         now = time.monotonic()
         for req in self.disagg_prefill_inflight_queue:
-            if now - req.entered_at > TIMEOUT:
-                req.disagg_kv_sender.abort()
+            if now - req.entered_at <= TIMEOUT:
+                continue
+            if req.disagg_kv_sender.poll() in (KVPoll.Success, KVPoll.Failed):
+                continue  # ended on this rank: the reduced poll decides, never a failed success
+            req.disagg_kv_sender.abort()
 
     def process_disagg_prefill_inflight_queue(self):
 {before}        senders = [req.disagg_kv_sender for req in self.disagg_prefill_inflight_queue]
@@ -129,12 +149,12 @@ class ConfirmDisagrees(Rule):
             _TOY.format(before="", after=_CALL),
             [
                 (
-                    48,
+                    51,
                     5,
                     "the static rules and the simulation disagree on the prefill side: PDG001 "
-                    "(line 55) says request kept in the inflight queue with no deadline when "
+                    "(line 58) says request kept in the inflight queue with no deadline when "
                     "poll is not Success/Failed: the deadline does not run before the poll "
-                    "all-reduce on every call; the simulation ran the tree's own code and its 6 "
+                    "all-reduce on every call; the simulation ran the tree's own code and its 7 "
                     "prefill scenario(s) pass (wedge: failed at 301.5 s (deadline 301.1 s) on "
                     "every rank in the same step: client error, KV released, queues empty)",
                 )

@@ -447,7 +447,8 @@ class ToyBootstrapQueue:
         polls = [req.sender.poll() for req in self.queue]
         for req, poll in zip(self.queue, polls):
             if rids_to_check is not None:
-                if req.rid not in rids_to_check:
+                agreed = rids_to_check
+                if req.rid not in agreed:
                     continue
                 assert poll == KVPoll.WaitingForInput or poll == KVPoll.Failed
             if poll == KVPoll.Bootstrapping:

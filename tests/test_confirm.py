@@ -38,8 +38,8 @@ def test_a_deadline_after_the_all_reduce_is_a_disagreement_with_both_witnesses(
     code, out, _ = _run(capsys, "check", "--confirm", str(root), "--no-cache")
     assert code == 1
     line = next(row for row in out.splitlines() if "PDG009" in row)
-    assert f"{PREFILL}:48:5: PDG009 the static rules and the simulation disagree" in line
-    assert "PDG001 (line 55) says" in line  # the static witness
+    assert f"{PREFILL}:51:5: PDG009 the static rules and the simulation disagree" in line
+    assert "PDG001 (line 58) says" in line  # the static witness
     assert "wedge: failed at 301.5 s (deadline 301.1 s)" in line  # the simulated one
 
 

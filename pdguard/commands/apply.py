@@ -230,9 +230,8 @@ def _recheck(
             )
             blamed.setdefault(fix.name, []).append(finding)
     for fix in fixes:
-        mine = [f for f in findings if f.code in fix.rules and not _names(f, excused)] + blamed.get(
-            fix.name, []
-        )
+        candidates = [*(f for f in findings if f.code in fix.rules), *blamed.get(fix.name, [])]
+        mine = [f for f in candidates if not _names(f, excused)]
         if not mine:
             continue
         first = mine[0]
