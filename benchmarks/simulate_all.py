@@ -75,7 +75,8 @@ def simulated(root: Path) -> Run:
     try:
         report = simulate(open_tree(root))
     except PdguardError as exc:
-        return Run(EXIT_ERROR, error=str(exc).splitlines()[0], seconds=time.perf_counter() - start)
+        line = str(exc).splitlines()[0].replace(f"{root}/", "")
+        return Run(EXIT_ERROR, error=line, seconds=time.perf_counter() - start)
     verdicts = [row.verdict for row in report.rows]
     failed = [row.scenario for row in report.rows if row.verdict == "fail"]
     return Run(
@@ -100,7 +101,7 @@ def patch(root: Path) -> str:
     """``pdguard apply --no-confirm`` on ``root``: "" when written, else the refusal's line."""
     result = apply.plan(open_tree(root))
     if result.refused:
-        return result.refusal().splitlines()[0]
+        return result.refusal().splitlines()[0].replace(f"{root}/", "")
     apply.write(result)
     return ""
 
