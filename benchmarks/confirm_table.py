@@ -13,20 +13,17 @@ check --confirm on the patched tree (findings by code), seconds.
 from __future__ import annotations
 
 import os
-import shutil
 import sys
-import tempfile
 import time
 from collections import Counter
 from pathlib import Path
 
+from benchmarks.simulate_all import patch, scratch_release
 from pdguard import checks
-from pdguard.commands import apply
 from pdguard.commands.check import check_tree
 from pdguard.errors import PdguardError
 from pdguard.simulate import run as simulate
 from pdguard.tree import open_tree
-from pdguard.vendor_sglang import fetch_release
 from pdguard.vendor_sglang.manifest import load_manifest
 
 
@@ -48,16 +45,12 @@ def main() -> int:
     print("|---|---|---|---|---|")
     for release in releases:
         start = time.perf_counter()
-        source = fetch_release(release.version)
-        with tempfile.TemporaryDirectory() as scratch:
-            root = Path(scratch) / "sglang"
-            shutil.copytree(source, root, symlinks=True)
+        with scratch_release(release.version) as root:
             unpatched = _simulated(root)
-            result = apply.plan(open_tree(root))
-            if result.refused:
-                patched, confirmed = f"apply refused: {result.refusal()[:100]}", "-"
+            refusal = patch(root)
+            if refusal:
+                patched, confirmed = f"apply refused: {refusal[:100]}", "-"
             else:
-                apply.write(result)
                 patched = _simulated(root)
                 codes = [*checks.STATIC_CODES, checks.CONFIRM_CODE]
                 found = Counter(f.code for f in check_tree(open_tree(root), codes).findings)

@@ -17,6 +17,7 @@ import pytest
 from pdguard import simulate
 from pdguard.errors import SimulationGap
 from pdguard.simulate import decode_world
+from pdguard.simulate.standins import MissingStandIn
 from pdguard.tree import open_tree
 from pdguard.vendor_sglang import fetch_release
 from tests.helpers import copy_release, patched_copy
@@ -97,6 +98,29 @@ def test_patched_release_passes_every_decode_scenario(
     pair = _row(report, "prefill-deadline-pair").observed
     assert pair.startswith("prefill: failed at 301.25 s")
     assert all(rid for rid, error in _row(report, "prefill-gone").failed if error)
+
+
+def test_release_with_a_list_of_metadata_tensors_runs_and_wedges() -> None:
+    """0.4.6 - 0.4.6.post4 have no MetadataBuffers class: the decode queues read the output id
+    as ``metadata_buffers[0][idx][0]`` and ``req.transferred_output_id``. It used to exit 2
+    ("'MetadataBuffers' object is not subscriptable"); now it runs, and shows the wedge the
+    static rules report (no inflight deadline, no decode waiting timeout)."""
+    report = simulate.run(open_tree(fetch_release("0.4.6")))
+    verdicts = _verdicts(report)
+    assert verdicts["decode-backpressure"] == "pass"  # the output id was read, then completed
+    assert "completed by 603 s" in _row(report, "decode-backpressure").observed
+    failed = {name for name, v in verdicts.items() if v == "fail"}
+    assert failed == {
+        "wedge",
+        "skewed-ranks",
+        "deadline-120s",
+        "prefill-gone",
+        "prefill-deadline-pair",
+    }
+    assert verdicts["healthy-traffic"] == verdicts["success-at-deadline"] == "pass"
+    buffers = decode_world.MetadataBuffers(("output_ids", "bootstrap_room"))
+    with pytest.raises(MissingStandIn, match=r"metadata_buffers\[0\]"):
+        buffers[0]  # a release with get_buf is never indexed as a list
 
 
 def test_release_without_retraction_reports_n_a(tmp_path: Path) -> None:

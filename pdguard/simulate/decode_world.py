@@ -1060,8 +1060,18 @@ class TokenAllocator(Strict):
         return None
 
 
+class _OutputIdRows:
+    """``metadata_buffers[0]`` of 0.4.6 - 0.4.6.post4: the output-id rows (16 padded values)."""
+
+    def __getitem__(self, idx: object) -> SimTensor:
+        return SimTensor([7] + [0] * 15)
+
+
 class MetadataBuffers(Strict):
-    """The metadata rows the prefill writes (``get_buf`` returns the release's buffers)."""
+    """The metadata rows the prefill writes (``get_buf`` returns the release's buffers).
+
+    Up to 0.4.6.post4 there is no ``MetadataBuffers`` class (no ``get_buf``): the queues get a
+    list of tensors, the output ids first, and read ``metadata_buffers[0][idx][0]``."""
 
     _what = "metadata_buffers"
 
@@ -1069,6 +1079,14 @@ class MetadataBuffers(Strict):
         self._names = names
         self.rooms: dict[int, int] = {}
         self.bootstrap_room = _RoomColumn(self.rooms)
+
+    def __getitem__(self, buffer: int) -> _OutputIdRows:
+        if self._names or buffer != 0:
+            raise MissingStandIn(
+                f"metadata_buffers[{buffer}] (read by {standins._caller()}) has no stand-in: "
+                "only the output ids of a release with no MetadataBuffers class"
+            )
+        return _OutputIdRows()
 
     def clear_slot(self, idx: int) -> None:
         """The row is free again: no room written (0.5.23)."""

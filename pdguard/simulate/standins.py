@@ -507,6 +507,7 @@ class SimReq(Strict):
         self.discard_output_reason = None
         self.origin_input_ids = list(range(input_len))
         self.output_ids: list[int] = []
+        self.transferred_output_id: int | None = None  # 0.4.6 - 0.4.6.post4's decode side
         self.fill_ids = self.origin_input_ids
         self.return_logprob = False
         self.return_routed_experts = False
