@@ -22,6 +22,7 @@ from pdguard.sglang_names import (
     MANAGER_UPDATE_STATUS,
     SENDER_ABORT,
     SENDER_INIT_TIME,
+    KVPoll,
 )
 
 from .bounded_wait import CLOCK_FUNCTIONS, call_name, is_failed
@@ -467,7 +468,17 @@ class ClassIndex:
         way, through what it calls (``bounded_wait.fail_action``)."""
         abort_owner = self.resolve(name, method)
         poll = self._poll_body(name)
-        if abort_owner is None or poll is None:
+        if poll is None:
+            return False
+        manager = self.manager_of(name)
+        if abort_owner is None and manager is not None and self.manager_has(manager, method):
+            # a method of the sender's manager (``sender.kv_mgr.conclude_failure(...)``,
+            # 0.5.20+): it fails the sender when it marks the room Failed, through what it
+            # calls, and no return of ``poll()`` can skip a Failed status
+            return self.marks_room_failed(manager, method) and _status_failed_kept(
+                poll, self.concludes_terminal(name)
+            )
+        if abort_owner is None:
             return False
         abort = list(self.reached(name, method))
         sets_status = any(
@@ -489,6 +500,101 @@ class ClassIndex:
             or (sets_status and _status_failed_kept(poll))
             or _fails_first_on_mark(poll, marks)
         )
+
+    def concludes_terminal(self, name: str) -> bool:
+        """Is every value any method of this sender's classes gives ``self.conclude_state``
+        None, Success or Failed (``KVPoll.X``, or a name tested to be one of them just
+        before: ``if status in (KVPoll.Success, KVPoll.Failed): self.conclude_state =
+        status``)? Then a ``poll()`` that returns a set ``conclude_state`` reports a transfer
+        that ended, which the inflight deadline never fails."""
+        terminal = {KVPoll.Success.name, KVPoll.Failed.name}
+        for info in self.mro(name):
+            for function in info.methods.values():
+                checked: set[int] = set()
+                for node in walk(function):
+                    if isinstance(node, ast.If) and isinstance(node.test, ast.Compare):
+                        test = node.test
+                        right = test.comparators[0]
+                        elements = (
+                            right.elts
+                            if isinstance(right, ast.Tuple | ast.List | ast.Set)
+                            else [right]
+                        )
+                        states = {a for e in elements for a in _poll_states(e, None)}
+                        if len(states) < len(elements):
+                            states = set()
+                        if (
+                            isinstance(test.left, ast.Name)
+                            and isinstance(test.ops[0], ast.In | ast.Eq)
+                            and states
+                            and states <= terminal
+                        ):
+                            checked |= {
+                                id(n)
+                                for stmt in node.body
+                                for n in walk(stmt)
+                                if isinstance(n, ast.Assign)
+                                and isinstance(n.value, ast.Name)
+                                and n.value.id == test.left.id
+                            }
+                for node in walk(function):
+                    if not isinstance(node, ast.Assign | ast.AnnAssign) or node.value is None:
+                        continue
+                    targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+                    if not any(is_self_attr(t, CONCLUDE_STATE) for t in targets):
+                        continue
+                    value = node.value
+                    if id(node) in checked or (
+                        isinstance(value, ast.Constant) and value.value is None
+                    ):
+                        continue
+                    if not (isinstance(value, ast.Attribute) and value.attr in terminal):
+                        return False
+        return True
+
+    def marks_room_failed(
+        self, name: str, method: str, failed: frozenset[str] = frozenset(), depth: int = 0
+    ) -> bool:
+        """Does ``method`` of class ``name`` call ``update_status(room, <Failed>)``, itself or
+        through the ``self.*()`` methods it calls? ``<Failed>`` is ``KVPoll.Failed``, or a
+        parameter in ``failed`` that the caller bound to it and the method never assigns
+        anything else (``conclude_failure`` calls ``conclude_transfer(status=KVPoll.Failed)``,
+        which calls ``update_status(bootstrap_room, status)``)."""
+        owner = self.resolve(name, method)
+        if owner is None or depth > 4:
+            return False
+        function = owner.methods[method]
+        reassigned = {
+            target.id
+            for n in walk(function)
+            if isinstance(n, ast.Assign) and not is_failed(n.value)
+            for target in n.targets
+            if isinstance(target, ast.Name)
+        }
+        holding = failed - reassigned
+
+        def fails(value: ast.expr) -> bool:
+            return is_failed(value) or (isinstance(value, ast.Name) and value.id in holding)
+
+        for node in walk(function):
+            if not isinstance(node, ast.Call) or not is_self_attr(node.func, call_name(node) or ""):
+                continue
+            callee = call_name(node) or ""
+            if callee == MANAGER_UPDATE_STATUS:
+                values = [*node.args, *(k.value for k in node.keywords if k.arg == "status")]
+                if values and fails(values[-1]):
+                    return True
+                continue
+            target = self.resolve(name, callee)
+            if target is None:
+                continue
+            params = [a.arg for a in target.methods[callee].args.args[1:]]
+            params += [a.arg for a in target.methods[callee].args.kwonlyargs]
+            bound = {params[i] for i, a in enumerate(node.args) if i < len(params) and fails(a)}
+            bound |= {k.arg for k in node.keywords if k.arg is not None and fails(k.value)}
+            if self.marks_room_failed(name, callee, frozenset(bound), depth + 1):
+                return True
+        return False
 
     def abort_marks(self, name: str) -> list[str]:
         """The ``self`` attributes this sender's ``abort()`` (and what it calls) assigns."""
@@ -812,10 +918,13 @@ def _holds_for(test: ast.expr, attr: str, value: ast.expr) -> bool:
     return False
 
 
-def _status_failed_kept(body: list[ast.stmt]) -> bool:
+def _status_failed_kept(body: list[ast.stmt], concluded_ended: bool = False) -> bool:
     """Every ``return`` of ``body`` returns Failed, the room's status (a ``check_status(...)``
     call or a name holding one), or sits behind a test that the status is something other than
-    Failed (``if status == KVPoll.Bootstrapping:``)."""
+    Failed (``if status == KVPoll.Bootstrapping:``). ``concluded_ended``: the sender only
+    ever concludes Success or Failed (``ClassIndex.concludes_terminal``), so a return of
+    ``self.conclude_state`` reports a transfer that ended (and is left alone by the
+    deadline)."""
     status_names: set[str] = set()
     for node in ast.walk(ast.Module(body=body, type_ignores=[])):
         if isinstance(node, ast.Assign) and any(
@@ -844,7 +953,12 @@ def _status_failed_kept(body: list[ast.stmt]) -> bool:
     def walk(stmts: list[ast.stmt], guarded: bool) -> bool:
         for stmt in stmts:
             if isinstance(stmt, ast.Return):
-                if not (guarded or is_failed(stmt.value) or is_status(stmt.value)):
+                concluded = (
+                    concluded_ended
+                    and stmt.value is not None
+                    and is_self_attr(stmt.value, CONCLUDE_STATE)
+                )
+                if not (guarded or concluded or is_failed(stmt.value) or is_status(stmt.value)):
                     return False
             elif isinstance(stmt, ast.If):
                 if not walk(stmt.body, guarded or excludes_failed(stmt.test)):

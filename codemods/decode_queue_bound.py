@@ -37,6 +37,7 @@ from .isort_imports import (
     AddIsortedImportsTransform,
     ImportRequest,
     import_requests,
+    name_spelling,
     spelling,
 )
 from .sender_bootstrap_timeout import LINE_LENGTH
@@ -46,7 +47,7 @@ if TYPE_CHECKING:
 
 _PENDING = """\
 {marker}: bounded wait for the DP rank.
-if getattr({item}, "{stamp}", None) is None:
+if {stamped} is None:
     {item}.{stamp} = {clock}()
 pending_waited = {clock}() - {item}.{stamp}
 pending_limit = {timeout}
@@ -55,6 +56,12 @@ if pending_waited > pending_limit:
         {item}.{receiver}.{abort}()
 else:
     {local}.append({item})
+"""
+
+# The stamp as a field of the entries' @dataclass (``DecodeRequest``), in its annotation style.
+_FIELD = """\
+{marker}: when it was first put back
+{stamp}: {annotation} = None
 """
 
 _LOG = """\
@@ -133,6 +140,13 @@ class DecodeQueueBoundTransform(Transform):
         arg_parser.add_argument(
             "--timeout", default="envs.SGLANG_DISAGGREGATION_WAITING_TIMEOUT.get()"
         )
+        arg_parser.add_argument(
+            "--field",
+            dest="fields",
+            action="append",
+            default=[],
+            help="a @dataclass (Class) the entries are: the stamp becomes a field of it",
+        )
         arg_parser.add_argument("--no-log", dest="log", action="store_false")
         arg_parser.add_argument("--import", dest="imports", action="append", default=[])
 
@@ -145,8 +159,10 @@ class DecodeQueueBoundTransform(Transform):
         log: bool = True,
         imports: Sequence[ImportRequest | str] = (),
         isort_config: isort.Config | None = None,
+        fields: Sequence[str] = (),
     ) -> None:
         self.pending = list(pending)
+        self.fields = list(fields)
         # each re-queue's entries' request id, as an attribute path on the entry (only paths
         # the entries have in the tree: the fix checks them); "req.rid" unless told
         given = [rid or None for rid in rids]
@@ -161,6 +177,7 @@ class DecodeQueueBoundTransform(Transform):
         """The methods holding the re-queues and the function holding the gate, whole (and
         every definition that shares a name with one: ``find_method`` must see them all)."""
         names = {spec.split(":")[0].rsplit(".", 1)[-1] for spec in self.pending}
+        names |= set(self.fields)
         if self.gate:
             names.add(self.gate.rpartition(".")[2])
         return Scope(mentions=frozenset(names), functions=frozenset(names))
@@ -174,6 +191,12 @@ class DecodeQueueBoundTransform(Transform):
                 imports.append(time_import)
             for spec, rid in zip(self.pending, self.rids, strict=True):
                 edits.append(self._bound_pending(tree, spec, clock, rid))
+        for name in self.fields:
+            edit, field_import = self._field(tree, name)
+            if edit is not None:
+                edits.append(edit)
+            if field_import is not None:
+                imports.append(field_import)
         if self.gate:
             edits.extend(self._open_gate(tree, self.gate))
         tree = apply_edits(tree, edits)
@@ -193,8 +216,14 @@ class DecodeQueueBoundTransform(Transform):
                 f"{class_name}.{method}() has {len(sites)} statements "
                 f"{local}.append({item}); expected one"
             )
+        stamped = (
+            f"{item}.{PENDING_STAMP}"
+            if self.fields
+            else (f'getattr({item}, "{PENDING_STAMP}", None)')
+        )
         code = _PENDING.format(
             marker=marker(FIX),
+            stamped=stamped,
             item=item,
             stamp=PENDING_STAMP,
             clock=clock,
@@ -208,6 +237,46 @@ class DecodeQueueBoundTransform(Transform):
         )
         new = parse_statements(code, tree.config_for_parsing)
         return sites[0], StatementEdit(before=new, replacement=None)
+
+    def _field(
+        self, tree: cst.Module, name: str
+    ) -> tuple[tuple[cst.CSTNode, StatementEdit] | None, ImportRequest | None]:
+        """``pending_since: Optional[float] = None`` after the last field of the @dataclass
+        ``name`` (``float | None`` where its fields are annotated so), unless it has one."""
+        classes = [s for s in tree.body if isinstance(s, cst.ClassDef) and s.name.value == name]
+        if len(classes) != 1 or not isinstance(classes[0].body, cst.IndentedBlock):
+            raise AnchorError(f"{len(classes)} top-level classes {name}; expected one")
+        body = classes[0].body.body
+        fields = [
+            stmt
+            for stmt in body
+            if isinstance(stmt, cst.SimpleStatementLine)
+            and len(stmt.body) == 1
+            and isinstance(stmt.body[0], cst.AnnAssign)
+        ]
+        if not fields:
+            raise AnchorError(f"{name} has no annotated field to add {PENDING_STAMP} after")
+        annotations = [
+            _flat(stmt.body[0].annotation.annotation)  # type: ignore[attr-defined]  # AnnAssign, above
+            for stmt in fields
+        ]
+        if any(
+            isinstance(stmt.body[0].target, cst.Name)  # type: ignore[attr-defined]  # AnnAssign
+            and stmt.body[0].target.value == PENDING_STAMP  # type: ignore[attr-defined]
+            for stmt in fields
+        ):
+            return None, None
+        field_import = None
+        if any(a.endswith("| None") for a in annotations) and not any(
+            a.startswith("Optional[") for a in annotations
+        ):
+            annotation = "float | None"
+        else:
+            optional, field_import = name_spelling(tree, "typing", "Optional")
+            annotation = f"{optional}[float]"
+        code = _FIELD.format(marker=marker(FIX), stamp=PENDING_STAMP, annotation=annotation)
+        new = parse_statements(code, tree.config_for_parsing)
+        return (fields[-1], StatementEdit(after=new)), field_import
 
     # -- the retraction gate ------------------------------------------------------------
 

@@ -22,7 +22,10 @@ decode restart it can wait forever. This codemod:
    in-place ``pause_generation``) fails nothing that completed. Under pipeline parallelism
    (``rids_to_check``) a request the stages agreed on is left to its poll too. A request is
    failed once (its stamp is cleared); the deadline logs one ``warning_once`` with the
-   remediation hint (``export ...=600``), and the reason reaches the client through the
+   remediation hint (``export ...=600``). With ``--conclude`` (0.5.20+) the sender is failed
+   through its manager's ``conclude_failure()`` instead of ``abort()``: it records the reason
+   (a root cause recorded first is kept), marks the room Failed and tells decode; senders of
+   other classes (FakeKVSender) are aborted. Else the reason reaches the client through the
    manager's ``record_failure`` (``--record``; with ``--replace``, where some sender never
    pops its record, it only replaces the record ``abort()`` made; with neither it is logged
    per request, as nothing else says it). Parked requests
@@ -80,7 +83,12 @@ from .insertion import (
     parse_method,
     parse_statements,
 )
-from .isort_imports import AddIsortedImportsTransform, ImportRequest, spelling
+from .isort_imports import (
+    AddIsortedImportsTransform,
+    ImportRequest,
+    name_spelling,
+    spelling,
+)
 
 if TYPE_CHECKING:
     import isort
@@ -95,6 +103,24 @@ _ABORT = (
     "except Exception:\n"
     "    # best effort: this rank must still reach the poll all-reduce\n"
     '    logger.exception(f"Failed to abort the sender of {{req.rid=}}")\n'
+)
+# Where every sender's manager has conclude_failure() (0.5.20+): it records the reason (keeping
+# a root cause recorded first), marks the room Failed, which the senders' poll() reports, and
+# tells decode; abort() would record "Aborted by AbortReq." and tell decode nothing.
+# A sender of another class (FakeKVSender, whose poll() reads no room status) is aborted.
+_CONCLUDE = (
+    "try:\n"
+    "    if isinstance(sender, {sender_class}):\n"
+    "        # records the reason (a root cause recorded first is kept), marks\n"
+    "        # the room Failed and tells decode\n"
+    "        sender.kv_mgr.conclude_failure(\n"
+    "            bootstrap_room=req.bootstrap_room, failure_reason=reason\n"
+    "        )\n"
+    "    else:\n"
+    "        sender.abort()\n"
+    "except Exception:\n"
+    "    # best effort: this rank must still reach the poll all-reduce\n"
+    '    logger.exception(f"Failed to fail the sender of {{req.rid=}}")\n'
 )
 # abort() records "Aborted by AbortReq."; where the manager keeps failure records (and every
 # sender pops its record when it reports the failure), record why instead.
@@ -193,6 +219,11 @@ self.{helper}({consensus_arg})
 """
 
 
+def _indented(block: str) -> str:
+    """``block`` at the sweep loop's body indent."""
+    return "".join(f"            {line}\n" for line in block.splitlines())
+
+
 def _is_logger_assignment(stmt: cst.CSTNode) -> bool:
     """``logger = ...`` (one statement on the line, one target)."""
     if not (isinstance(stmt, cst.SimpleStatementLine) and len(stmt.body) == 1):
@@ -235,6 +266,14 @@ class InflightDeadlineTransform(Transform):
             help="record the timeout as the room's failure reason (the manager's record_failure)",
         )
         arg_parser.add_argument(
+            "--conclude",
+            metavar="MODULE:CLASS",
+            default=None,
+            help="fail overdue senders of CLASS (and its subclasses) through their manager's "
+            "conclude_failure() (records the reason, marks the room Failed, tells decode) "
+            "instead of abort(); other senders are aborted",
+        )
+        arg_parser.add_argument(
             "--replace",
             action="store_true",
             help="without --record: replace the failure record abort() made with the timeout "
@@ -249,17 +288,20 @@ class InflightDeadlineTransform(Transform):
         parked: bool = False,
         convention: str = REGISTRY,
         pp: bool = True,
+        conclude: str | None = None,
     ) -> None:
         self.isort_config = isort_config
         self.pp = pp  # a PP prefill loop passes the stages' consensus (0.5.2+)
         self.convention = convention
         fail = _ABORT.format(record=_RECORD if record else _REPLACE if replace else "")
+        self.conclude = conclude
+        recorded = record or conclude is not None
         self.names = {
             "marker": marker(FIX),
-            "abort": "".join(f"            {line}\n" for line in fail.splitlines()),
+            "abort": _indented(fail),
             # recorded, the reason reaches the client and the Failed branch's own log line;
             # else (a sender that reads no record) it is logged here
-            "log": "" if record else _LOG,
+            "log": "" if recorded else _LOG,
             "env": ENV_VAR,
             "helper": HELPER,
             "queue": QUEUE,
@@ -303,6 +345,12 @@ class InflightDeadlineTransform(Transform):
             read_timeout = f'{reader_names["get_int_env_var"]}("{ENV_VAR}", {DEFAULT_TIMEOUT})'
             setting = ""
         imports = [*timeout_imports, *imports]
+        fail = {}
+        if self.conclude is not None:
+            module_name, _, class_name = self.conclude.partition(":")
+            sender_class, class_import = name_spelling(tree, module_name, class_name)
+            imports += [class_import] if class_import is not None else []
+            fail = {"abort": _indented(_CONCLUDE.format(sender_class=sender_class))}
 
         def code(node: cst.CSTNode) -> str:
             return cst.Module(body=[]).code_for_node(node).strip()
@@ -319,6 +367,7 @@ class InflightDeadlineTransform(Transform):
             signature = f"    def {HELPER}(\n        {self_param}\n    ) -> None:"
         names = {
             **self.names,
+            **fail,
             "signature": signature,
             "self_param": self_param,
             "consensus_arg": consensus,

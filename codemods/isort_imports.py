@@ -176,7 +176,7 @@ def spelling(module: cst.Module, module_name: str, attr: str) -> tuple[str, Impo
     if existing is not None:
         return existing, None
     local = module_name.split(".")[0]
-    taken = _names_used(module)
+    taken = names_used(module)
     if local not in taken:
         return f"{module_name}.{attr}", ImportRequest(module_name)
     for alias in (f"_{local}", f"_{local}_module", f"_pdguard_{local}"):
@@ -185,11 +185,25 @@ def spelling(module: cst.Module, module_name: str, attr: str) -> tuple[str, Impo
     raise AnchorError(f"no free name to import {module_name} under")
 
 
+def name_spelling(
+    module: cst.Module, module_name: str, name: str
+) -> tuple[str, ImportRequest | None]:
+    """How to name ``module_name.name`` (a class, ``typing.Optional``) in ``module``: a
+    binding in force is reused, else ``from module_name import name`` where that name is free,
+    else as ``spelling`` gives it."""
+    existing = reference_to(module, module_name, name)
+    if existing is not None:
+        return existing, None
+    if name not in names_used(module):
+        return name, ImportRequest(module_name, name)
+    return spelling(module, module_name, name)
+
+
 def _in_force(module: cst.Module) -> dict[str, ast.stmt]:
     return bindings_in_force(_ast_of(module).body)
 
 
-def _names_used(module: cst.Module) -> set[str]:
+def names_used(module: cst.Module) -> set[str]:
     """Every identifier the module binds or reads anywhere (a name we bind must clash with
     none of them)."""
     names: set[str] = set()

@@ -355,9 +355,11 @@ COMMITS: dict[str, Commit] = {
         "restart such requests stay for ever and the deployment wedges "
         "(decode_running=0).",
         change=f"Stamp each request when it enters the inflight queue (prefill time never "
-        f"counts) and, before the poll all-reduce, abort the senders of requests waiting "
-        f"longer than {INFLIGHT_TIMEOUT_ENV}, so that the reduced poll is Failed on every "
-        f"TP/CP rank in the same step and the Failed branch frees the request.",
+        f"counts) and, before the poll all-reduce, fail the senders of requests waiting "
+        f"longer than {INFLIGHT_TIMEOUT_ENV} (through the KV manager's conclude_failure() "
+        f"where the release has it, which keeps the first root cause and tells decode; "
+        f"else abort()), so that the reduced poll is Failed on every TP/CP rank in the same "
+        f"step and the Failed branch frees the request.",
         follows="Follows #28652 (the FakeKVSender waiting timeout: a monotonic clock, a "
         "warning with the variable to raise) and #36612 (the reason the client gets is the "
         "first root cause).",

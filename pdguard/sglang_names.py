@@ -55,6 +55,9 @@ CHECK_BOOTSTRAP_TIMEOUT = "_check_bootstrap_timeout"  # 0.5.13+
 MANAGER_CHECK_STATUS = "check_status"
 MANAGER_UPDATE_STATUS = "update_status"
 MANAGER_RECORD_FAILURE = "record_failure"
+# Records the reason (the first root cause is kept), marks the room Failed and tells decode
+# (``CommonKVManager``, 0.5.20+).
+MANAGER_CONCLUDE_FAILURE = "conclude_failure"
 
 # --- KV receivers (``*/conn.py``) and the decode queues (``decode.py``) ---------------------
 DECODE_PATH = f"{DISAGGREGATION_DIR}/decode.py"

@@ -186,9 +186,17 @@ print(json.dumps({"exit": code, "isort": "isort" in sys.modules}))
 
 @pytest.mark.releases
 def test_apply_that_adds_no_import_never_imports_isort(tmp_path: Path) -> None:
-    """0.5.23 already imports what the fixes' code needs, and has no isort settings of its
-    own: apply patches three files without loading isort (25 - 30 ms a run)."""
+    """0.5.23, with the sender class the deadline dispatches on imported beside its manager
+    (the one name the fixes' code needs that it lacks), and no isort settings of its own:
+    apply patches three files without loading isort (25 - 30 ms a run)."""
     target = copy_release("0.5.23", tmp_path / "sglang")
+    prefill = target / "sglang/srt/disaggregation/prefill.py"
+    text = prefill.read_text()
+    needed = "from sglang.srt.disaggregation.common.conn import CommonKVManager\n"
+    assert text.count(needed) == 1
+    prefill.write_text(
+        text.replace(needed, needed.replace("Manager\n", "Manager, CommonKVSender\n"))
+    )
     done = subprocess.run(
         [sys.executable, "-c", _ISORT_AFTER_APPLY, str(target), str(tmp_path / "r.json")],
         capture_output=True,

@@ -187,6 +187,32 @@ EXPECTED_REPLACE = EXPECTED.replace(
 )
 
 
+# --conclude (0.5.20+): senders of the class given are failed through their manager's
+# conclude_failure() (it records the reason, so it is not logged per request), others aborted.
+CONCLUDE_CLASS = "toy_pd.conn:ToyCommonSender"
+CONCLUDED_FAIL = S("""\
+            sender = req.${sender}
+            try:
+                if isinstance(sender, ToyCommonSender):
+                    # records the reason (a root cause recorded first is kept), marks
+                    # the room Failed and tells decode
+                    sender.kv_mgr.conclude_failure(
+                        bootstrap_room=req.bootstrap_room, failure_reason=reason
+                    )
+                else:
+                    sender.abort()
+            except Exception:
+                # best effort: this rank must still reach the poll all-reduce
+                logger.exception(f"Failed to fail the sender of {req.rid=}")
+""")
+# the end of ADDED_HELPER: the per-request log line and the abort block
+_ABORT_FAIL = ADDED_HELPER[ADDED_HELPER.index("            logger.warning(f") :].rstrip() + "\n"
+EXPECTED_CONCLUDE = _with(
+    EXPECTED.replace(_ABORT_FAIL, CONCLUDED_FAIL),
+    ("from toy_pd.conn import ToyCommonSender\n", "before", S("from toy_pd.transport import")),
+)
+
+
 class TestInflightDeadline(CodemodTest):
     TRANSFORM = InflightDeadline
 
@@ -196,6 +222,20 @@ class TestInflightDeadline(CodemodTest):
     def test_before_after_replace(self) -> None:
         assert EXPECTED_REPLACE != EXPECTED
         self.assertCodemod(PREFILL, EXPECTED_REPLACE, convention="get_int_env_var", replace=True)
+
+    def test_before_after_conclude(self) -> None:
+        assert _ABORT_FAIL in EXPECTED and CONCLUDED_FAIL not in EXPECTED
+        self.assertCodemod(
+            PREFILL, EXPECTED_CONCLUDE, convention="get_int_env_var", conclude=CONCLUDE_CLASS
+        )
+
+    def test_conclude_reuses_the_class_already_imported(self) -> None:
+        src = PREFILL.replace(
+            "import logging\n", "import logging\n\nfrom toy_pd.conn import ToyCommonSender\n"
+        )
+        out = _patch(src, conclude=CONCLUDE_CLASS)
+        assert out.count("import ToyCommonSender") == 1
+        assert "isinstance(sender, ToyCommonSender)" in out
 
     def test_never_sets_poll_on_a_sender(self) -> None:
         for options in ({}, {"record": True}, {"replace": True}, {"parked": True}):
@@ -336,6 +376,7 @@ def _load(
         S("from toy_pd.transport import KVPoll, ${poll}\n"),
         S("from ${utils} import get_int_env_var\n"),
         S("from ${environ} import envs\n"),
+        "from toy_pd.conn import ToyCommonSender\n",  # --conclude: stood in by the test
     ):
         code = code.replace(line, "")
     clock = _Clock()
@@ -433,6 +474,79 @@ def test_honoured_abort_fails_without_touching_poll_and_says_why(monkeypatch, ca
     # which logs it; the deadline itself logs only its hint, once
     assert reason not in caplog.text
     assert caplog.text.count(S("'export ${env}=600'")) == 1
+
+
+class _ConcludingManager(_Manager):
+    """0.5.20+'s ``conclude_failure``: keep the first reason, mark the room Failed, tell
+    decode."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.request_status: dict[int, int] = {}
+        self.told_decode: list[int] = []
+
+    def conclude_failure(self, *, bootstrap_room: int, failure_reason: str) -> int:
+        self.failure_records.setdefault(bootstrap_room, failure_reason)
+        self.request_status[bootstrap_room] = 0
+        self.told_decode.append(bootstrap_room)
+        return 0
+
+
+class _CommonSender(_AbortableSender):
+    """A sender whose poll() reports its room's status (as 0.5.20+'s CommonKVSender)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.kv_mgr = _ConcludingManager()
+
+    def poll(self) -> int:
+        return self.kv_mgr.request_status.get(7, 2)
+
+    def abort(self) -> None:
+        raise AssertionError("a concluding sender is failed through its manager")
+
+
+def _load_concluding(monkeypatch: pytest.MonkeyPatch) -> tuple[types.ModuleType, _Clock]:
+    module, clock = _load(monkeypatch, env="60", conclude=CONCLUDE_CLASS)
+    module.ToyCommonSender = _CommonSender  # type: ignore[attr-defined]  # the import, stood in
+    return module, clock
+
+
+def test_conclude_tells_decode_and_keeps_the_first_root_cause(monkeypatch, caplog) -> None:
+    module, clock = _load_concluding(monkeypatch)
+    scheduler = _scheduler(module)
+    req = types.SimpleNamespace(rid="wedged", bootstrap_room=7, **{SENDER: _CommonSender()})
+    manager = getattr(req, SENDER).kv_mgr
+    manager.failure_records[7] = "decode went away (recorded first)"
+    scheduler.hand_over(types.SimpleNamespace(reqs=[req]))
+    clock.now += 61.0
+    with caplog.at_level(logging.WARNING):
+        assert _run(scheduler) == [req]
+    assert req.ended_with_error
+    assert manager.told_decode == [7]
+    # the first root cause is kept; conclude_failure records the reason, none logged per request
+    assert manager.failure_records == {7: "decode went away (recorded first)"}
+    assert not [r for r in caplog.records if "Prefill inflight request" in r.getMessage()]
+
+
+def test_conclude_records_the_timeout_where_nothing_was_recorded(monkeypatch) -> None:
+    module, clock = _load_concluding(monkeypatch)
+    scheduler = _scheduler(module)
+    req = types.SimpleNamespace(rid="wedged", bootstrap_room=7, **{SENDER: _CommonSender()})
+    scheduler.hand_over(types.SimpleNamespace(reqs=[req]))
+    clock.now += 61.0
+    assert _run(scheduler) == [req]
+    assert "timed out after 61.0s" in getattr(req, SENDER).kv_mgr.failure_records[7]
+
+
+def test_conclude_aborts_a_sender_of_another_class(monkeypatch) -> None:
+    module, clock = _load_concluding(monkeypatch)
+    scheduler = _scheduler(module)
+    req = _req("fake")  # not a ToyCommonSender: its poll() reads no room status
+    scheduler.hand_over(types.SimpleNamespace(reqs=[req]))
+    clock.now += 61.0
+    assert _run(scheduler) == [req]
+    assert getattr(req, SENDER).aborted == 1
 
 
 def test_replace_says_why_in_the_record_abort_made(monkeypatch, caplog) -> None:

@@ -6,6 +6,7 @@ reference; all 62 with ``PDGUARD_ALL_RELEASES=1``).
 
 from __future__ import annotations
 
+import ast
 import json
 import os
 import shutil
@@ -590,6 +591,59 @@ class TestDecodeQueueBound(CodemodTest):
             gate="ToyDecodeScheduler.process_decode_queue",
         )
 
+    def test_the_stamp_is_a_field_of_the_entries_dataclass(self) -> None:
+        # _PENDING_BEFORE's entries as a @dataclass of the module, in Optional[...] style
+        header = "    from sglang.srt.environ import envs\n"
+        dataclass_imports = (
+            "    from dataclasses import dataclass\n    from typing import Optional\n\n"
+        )
+        entries = (
+            "\n\n    @dataclass\n"
+            "    class ToyDecodeRequest:\n"
+            "        req: object\n"
+            "        kv_receiver: Optional[object] = None\n"
+        )
+        field = (
+            "        # pdguard: decode-queue-bound: when it was first put back\n"
+            "        pending_since: Optional[float] = None\n"
+        )
+        logger = "    logger = logging.getLogger(__name__)\n"
+        before = _PENDING_BEFORE.replace(header, dataclass_imports + header).replace(
+            logger, logger + entries
+        )
+        after = (
+            _PENDING_AFTER.replace(header, dataclass_imports + header)
+            .replace(logger, logger + entries + field)
+            .replace(
+                'if getattr(decode_req, "pending_since", None) is None:',
+                "if decode_req.pending_since is None:",
+            )
+        )
+        assert before.count("class ToyDecodeRequest") == after.count("pending_since: ") == 1
+        self.assertCodemod(
+            before,
+            after,
+            pending=["ToyPreallocQueue._resolve_pending_reqs:unresolved:decode_req"],
+            gate="ToyDecodeScheduler.process_decode_queue",
+            fields=["ToyDecodeRequest"],
+        )
+        # once declared, a second run adds no second field
+        self.assertCodemod(after, after, fields=["ToyDecodeRequest"])
+
+    def test_the_field_follows_the_dataclass_annotation_style(self) -> None:
+        before = """
+    from dataclasses import dataclass
+
+
+    @dataclass
+    class ToyDecodeRequest:
+        req: object
+        kv_receiver: object | None = None
+"""
+        after = before + "        # pdguard: decode-queue-bound: when it was first put back\n"
+        after += "        pending_since: float | None = None\n"
+        self.assertCodemod(before, after, fields=["ToyDecodeRequest"])
+
     def test_a_deeper_admission_is_laid_out_as_black_does(self) -> None:
         before = """
             class ToyDecodeScheduler:
@@ -836,7 +890,7 @@ def test_patched_retraction_gate_polls_transfers_but_admits_nothing(version: str
 
 
 @pytest.mark.releases
-@pytest.mark.parametrize("version", ["0.5.10", "0.5.23"])
+@pytest.mark.parametrize("version", ["0.5.10", "0.5.14", "0.5.23"])
 def test_patched_pending_requeue_fails_after_the_timeout(version: str) -> None:
     from types import SimpleNamespace
     from unittest import mock
@@ -857,8 +911,22 @@ def test_patched_pending_requeue_fails_after_the_timeout(version: str) -> None:
     }
     queue_cls = _load_class(text, "DecodePreallocQueue", namespace)
     queue = object.__new__(queue_cls)
+    # the stamp is a declared field of the DecodeRequest @dataclass, None until stamped
+    declared = [
+        stmt
+        for cls in ast.parse(text).body
+        if isinstance(cls, ast.ClassDef) and cls.name == "DecodeRequest"
+        for stmt in cls.body
+        if isinstance(stmt, ast.AnnAssign)
+        and isinstance(stmt.target, ast.Name)
+        and stmt.target.id == "pending_since"
+    ]
+    assert [
+        (ast.unparse(f.annotation), ast.unparse(f.value or ast.Constant(...))) for f in declared
+    ] == [("Optional[float]", "None")]
+    assert 'getattr(decode_req, "pending_since"' not in text
     decode_req = SimpleNamespace(
-        req=SimpleNamespace(rid="r1", bootstrap_room=42), kv_receiver=receiver
+        req=SimpleNamespace(rid="r1", bootstrap_room=42), kv_receiver=receiver, pending_since=None
     )
     queue.pending_reqs = [decode_req]
     queue._ensure_prefill_info = lambda addr_to_reqs: (dict(addr_to_reqs), [])

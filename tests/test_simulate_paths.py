@@ -368,8 +368,14 @@ def test_pp_stages_agree_on_patched_releases_and_not_on_a_deadline_each_stage_de
     mutant = patched_copy(version, tmp_path / "mutant")
     mutate_tree(mutant, MUTANT["deadline ignores the PP stage's own poll"])
     row = _rows(simulate.run(open_tree(mutant), names=["pp-stages"]))["pp-stages"]
-    assert row.verdict == "fail"
-    assert row.observed.startswith(
+    prefill = (patched / "sglang/srt/disaggregation/prefill.py").read_text()
+    if "conclude_failure(" in prefill:
+        # 0.5.20+: conclude_failure() marks the room, but a sender that already concluded
+        # Success answers its conclude_state: even without the skip no success is failed
+        assert row.verdict == "pass", row.observed
+    else:
+        assert row.verdict == "fail"
+    assert row.verdict == "pass" or row.observed.startswith(
         "stages disagree on pp-agreed: "
         "pp-agreed (stage 0: success at 301.25 s, stage 1: error at 301.5 s)"
     ), row.observed

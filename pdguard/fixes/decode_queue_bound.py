@@ -61,6 +61,7 @@ class _FilePlan:
     timeout: str = ""
     log: bool = True
     imports: list[ImportRequest] = field(default_factory=list)
+    fields: list[str] = field(default_factory=list)  # @dataclasses the stamp is a field of
 
 
 class DecodeQueueBoundFix(Fix):
@@ -148,6 +149,9 @@ class DecodeQueueBoundFix(Fix):
                     f"{rel}:{call.lineno}",
                 )
             rid = self._entry_attrs(workspace, model, requeue, rel)
+            dataclass_name = _entry_dataclass(workspace, model.entries(requeue).types, rel)
+            if dataclass_name is not None and dataclass_name not in plans[rel].fields:
+                plans[rel].fields.append(dataclass_name)
             plans[rel].pending.append(f"{owner.name}.{requeue.func.name}:{local}:{item.id}")
             plans[rel].rids.append(rid)
             self._timeout(workspace, rel, plans[rel])
@@ -230,6 +234,7 @@ class DecodeQueueBoundFix(Fix):
                 log=plan.log,
                 imports=plan.imports,
                 isort_config=workspace.isort_config(rel),
+                fields=plan.fields,
             )
             try:
                 workspace.transform(rel, [transform])
@@ -256,6 +261,25 @@ class DecodeQueueBoundFix(Fix):
             for g in gates
         ]
         return Outcome(Status.APPLIED, "; ".join(done))
+
+
+def _entry_dataclass(workspace: Workspace, types: tuple[str, ...], rel: str) -> str | None:
+    """The one class the entries are, where it is a ``@dataclass`` defined at the top of
+    ``rel`` (``DecodeRequest`` in ``decode.py``): the stamp becomes a declared field of it,
+    not an attribute set on an instance."""
+    if len(types) != 1:
+        return None
+    for node in workspace.ast(rel).body:
+        if (
+            isinstance(node, ast.ClassDef)
+            and node.name == types[0]
+            and any(
+                (d.id if isinstance(d, ast.Name) else getattr(d, "attr", None)) == "dataclass"
+                for d in (n.func if isinstance(n, ast.Call) else n for n in node.decorator_list)
+            )
+        ):
+            return node.name
+    return None
 
 
 def _class_fields(workspace: Workspace, name: str) -> dict[str, set[str]] | None:

@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING
 
 from pdguard.checks.classes import find_method
 from pdguard.checks.inflight import analyse
+from pdguard.checks.kv_senders import ClassIndex
 
 from .. import fix_names
 from ..sglang_names import (
@@ -17,6 +18,7 @@ from ..sglang_names import (
     ENVIRON_PATH,
     INFLIGHT_TIMEOUT_ENV,
     KVPOLL,
+    MANAGER_CONCLUDE_FAILURE,
     MANAGER_RECORD_FAILURE,
     PP_MIXIN_PATH,
     PREFILL_PATH,
@@ -40,7 +42,7 @@ READER = fix_names.INFLIGHT_TIMEOUT_READER
 # The registry entries whose presence makes the release's convention the registry (0.5.8+).
 _SIBLINGS = (WAITING_TIMEOUT_ENV, BOOTSTRAP_TIMEOUT_ENV)
 # How the timeout becomes the room's failure reason (InflightDeadline._senders).
-_RECORD, _REPLACE = "record", "replace"
+_RECORD, _REPLACE, _CONCLUDE = "record", "replace", "conclude"
 
 
 def _function(tree: ast.Module, name: str) -> ast.FunctionDef | None:
@@ -279,6 +281,7 @@ class InflightDeadline(Fix):
     summary = "a deadline for requests waiting in the prefill inflight queue (prefill.py)"
     rules = ("PDG000", "PDG001", "PDG002", "PDG003", "PDG005")
     reads = (DISAGGREGATION_DIR, ENVIRON_PATH)
+    concluding = ""  # "module:Class" whose senders are failed through conclude_failure()
 
     def plan(self, workspace: Workspace) -> Outcome:
         tree = workspace.ast(PREFILL_PATH)
@@ -360,15 +363,25 @@ class InflightDeadline(Fix):
         return None
 
     def _senders(self, workspace: Workspace) -> tuple[str, Outcome | None]:
-        """How the timeout becomes the room's failure reason: ``record`` where every sender
-        whose manager keeps records pops its record when it reports the failure (no record
-        leaks), ``replace`` (only the record ``abort()`` made) where some manager keeps records
-        but not every sender pops them, else ``""``; or a refusal where some sender's
+        """How the timeout becomes the room's failure reason: ``conclude`` where a sender
+        class's manager has a ``conclude_failure()`` that marks the room Failed, which its
+        concrete senders' ``poll()`` reports, and every other sender honours ``abort()``
+        (0.5.20+, ``concluding_class``); ``record`` where every sender whose manager keeps
+        records pops its record when it reports the failure (no record leaks), ``replace``
+        (only the record ``abort()`` made) where some manager keeps records but not every
+        sender pops them, else ``""``; or a refusal where some sender's
         ``poll()`` does not report Failed once aborted (the deadline fails senders with
         ``abort()`` only: ``sender-abort`` fixes their classes)."""
         index = sender_index(workspace)
+        every = [s for s in index.senders() if index.is_concrete(s)]
+        concluding = concluding_class(index, every)
+        if concluding is not None:
+            # 0.5.20+: conclude_failure() records the reason (the first root cause is kept),
+            # marks the room Failed, which those senders' poll() reports, and tells decode
+            self.concluding = concluding
+            return _CONCLUDE, None
         left = workspace.left_out.get(SENDER_ABORT, frozenset())
-        concrete = [s for s in index.senders() if index.is_concrete(s) and s not in left]
+        concrete = [s for s in every if s not in left]
         ignoring = [s for s in concrete if not index.abort_honoured(s)]
         if ignoring:
             # the file only: an earlier fix's pending change may have moved its lines
@@ -426,6 +439,7 @@ class InflightDeadline(Fix):
             isort_config=workspace.isort_config(PREFILL_PATH),
             record=reason == _RECORD,
             replace=reason == _REPLACE,
+            conclude=self.concluding if reason == _CONCLUDE else None,
             parked=bool(model.parked_line),
             pp=has_pp_prefill_loop(workspace),
         )
@@ -444,7 +458,13 @@ class InflightDeadline(Fix):
                 workspace.set_text(PREFILL_PATH, prefill_before)  # all of the fix or nothing
                 return Outcome(Status.REFUSED, str(exc), ENVIRON_PATH)
         how = "abort() (every sender's poll() reports Failed once aborted), best effort"
-        if reason == _RECORD:
+        if reason == _CONCLUDE:
+            how = (
+                f"their manager's {MANAGER_CONCLUDE_FAILURE}() (it records the reason, keeping "
+                "the first root cause, marks the room Failed and tells decode; senders that "
+                f"are no {self.concluding.partition(':')[2]} are aborted), best effort"
+            )
+        elif reason == _RECORD:
             how += ", the timeout recorded as the room's failure"
         elif reason == _REPLACE:
             how += ", the timeout replacing the failure record abort() made (no new record)"
@@ -461,6 +481,34 @@ class InflightDeadline(Fix):
             f"{FUNCTION}(); overdue senders are failed with {how}; {INFLIGHT_TIMEOUT_ENV} is "
             f"read at first use through {read}",
         )
+
+
+def concluding_class(index: ClassIndex, concrete: list[str]) -> str | None:
+    """``module:Class``: the sender class whose concrete subclasses (and itself) are failed by
+    their manager's ``conclude_failure()`` (it marks the room Failed, which their ``poll()``
+    reports: ``ClassIndex.abort_honoured``), covering the most of them, where every other
+    concrete sender honours ``abort()``; None where the release has no such class (before
+    0.5.20) or some sender is failed by neither."""
+    passing = [s for s in concrete if index.abort_honoured(s, MANAGER_CONCLUDE_FAILURE)]
+    best: tuple[int, str] | None = None
+    for candidate in passing:
+        covered = [s for s in concrete if candidate in {c.name for c in index.mro(s)}]
+        if not all(s in passing for s in covered):
+            continue
+        if best is None or len(covered) > best[0]:
+            best = (len(covered), candidate)
+    if best is None:
+        return None
+    candidate = best[1]
+    others = [s for s in concrete if candidate not in {c.name for c in index.mro(s)}]
+    if not all(index.abort_honoured(s) for s in others):
+        return None
+    owner = index.resolve(candidate, "poll")
+    info = next(c for c in index.mro(candidate) if c.name == candidate)
+    if owner is None or not info.rel.endswith(".py"):
+        return None
+    module = info.rel.removesuffix(".py").replace("/", ".")
+    return f"{module}:{candidate}"
 
 
 # Where SGLang's PP prefill loops live: prefill.py (0.5.2 - 0.5.3), then the PP mixin (0.5.4+).

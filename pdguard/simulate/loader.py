@@ -261,7 +261,7 @@ def load(
         mixin=(PREFILL_PATH, mixin),
         bootstrap_queue=(PREFILL_PATH, queue),
         nixl_sender=nixl,
-        modules=[loader.modules[rel] for rel in loader.order],
+        modules=_build_order(loader.modules, loader.order),
         self_reads=self_reads,
         loaded=_loaded_methods(loader),
         replaced=tuple(sorted(scheduler_methods & set(_class_methods(loader.node(mixin))))),
@@ -386,6 +386,25 @@ def _sender_calls(module: ast.Module) -> frozenset[str]:
         and isinstance(node.value, ast.Attribute)
         and node.value.attr == REQ_SENDER
     )
+
+
+def _build_order(modules: dict[str, _ModulePlan], order: list[str]) -> list[_ModulePlan]:
+    """The plans in ``order``, each after the modules its foreign classes come from (a
+    ``prefill.py`` that imports a sender class of ``common/conn.py`` runs after it)."""
+    ordered: list[_ModulePlan] = []
+    seen: set[str] = set()
+
+    def visit(rel: str) -> None:
+        if rel in seen or rel not in modules:
+            return
+        seen.add(rel)
+        for origin, _ in modules[rel].foreign.values():
+            visit(origin)
+        ordered.append(modules[rel])
+
+    for rel in order:
+        visit(rel)
+    return ordered
 
 
 def _attribute_verdicts(loader: _Loader) -> dict[str, passalong.Verdict]:

@@ -755,6 +755,19 @@ class SimKVManager(Strict):
         with self.failure_lock:
             self.failure_records.update({bootstrap_room: failure_reason})
 
+    def conclude_failure(
+        self, *, bootstrap_room: int, failure_reason: str, targets: object = None
+    ) -> int | None:
+        """0.5.20+ (``CommonKVManager.conclude_failure``): nothing for a cleared room; else
+        keep the first recorded reason, mark the room Failed and tell decode (recorded)."""
+        if bootstrap_room not in self.request_status:
+            return None
+        with self.failure_lock:
+            self.failure_records.setdefault(bootstrap_room, failure_reason)
+        self.update_status(bootstrap_room, KVPoll.Failed)
+        self._ctx.record("decode_notified", None, str(bootstrap_room))
+        return KVPoll.Failed
+
     def _maybe_ack_drained_abort(self, bootstrap_room: int) -> None:
         pass
 
