@@ -47,25 +47,22 @@ class ForkKVManager(BaseKVManager):
         return status
 
     def conclude_failure(self, *, bootstrap_room, failure_reason):
-        return self.conclude_transfer(
-            bootstrap_room=bootstrap_room,
-            status=KVPoll.Failed,
-            failure_reason=failure_reason,
-        )
+        room, why = bootstrap_room, failure_reason
+        return self.conclude_transfer(bootstrap_room=room, status=KVPoll.Failed, failure_reason=why)
 
 
 class ForkKVSender(BaseKVSender):
     def __init__(self, mgr: ForkKVManager, bootstrap_addr, room):
-        self.kv_mgr, self.bootstrap_room = mgr, room
         self.conclude_state = None
+        self.kv_mgr, self.bootstrap_room = mgr, room
 
     def poll(self):
         if self.conclude_state is not None:
             return self.conclude_state
-        status = self.kv_mgr.check_status(self.bootstrap_room)
-        if status in (KVPoll.Success, KVPoll.Failed):
-            self.conclude_state = status
-        return status
+        state = self.kv_mgr.check_status(self.bootstrap_room)
+        if state in (KVPoll.Failed, KVPoll.Success):
+            self.conclude_state = state
+        return state
 
     def abort(self):
         self.conclude_state = KVPoll.Failed
@@ -96,8 +93,8 @@ _CASES = [
     (
         "poll-concludes-a-non-terminal-state",
         _BACKEND.replace(
-            "            self.conclude_state = status\n",
-            "            self.conclude_state = status\n"
+            "            self.conclude_state = state\n",
+            "            self.conclude_state = state\n"
             "        self.conclude_state = KVPoll.Transferring\n",
         ),
         {"PDG002"},
