@@ -13,18 +13,18 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from .model import Finding, Rule
-from .pdg000_unmodelled import Unmodelled
-from .pdg001_inflight_wait_forever import InflightWaitForever
-from .pdg002_deadline_per_rank import DeadlinePerRank
-from .pdg003_deadline_clock import DeadlineClock
-from .pdg004_sender_bootstrapping_forever import SenderBootstrappingForever
-from .pdg005_unbound_name import UnboundName
-from .pdg006_receiver_waits_forever import ReceiverWaitsForever
-from .pdg007_decode_queue_waits_forever import DecodeQueueWaitsForever
-from .pdg008_abort_ignored import AbortIgnored
-from .pdg009_confirm_disagrees import ConfirmDisagrees
 from .project import Project
+from .rule import Finding, Rule
+from .rules.pdg000_unmodelled import Unmodelled
+from .rules.pdg001_inflight_wait_forever import InflightWaitForever
+from .rules.pdg002_deadline_per_rank import DeadlinePerRank
+from .rules.pdg003_deadline_clock import DeadlineClock
+from .rules.pdg004_sender_bootstrapping_forever import SenderBootstrappingForever
+from .rules.pdg005_unbound_name import UnboundName
+from .rules.pdg006_receiver_waits_forever import ReceiverWaitsForever
+from .rules.pdg007_decode_queue_waits_forever import DecodeQueueWaitsForever
+from .rules.pdg008_abort_ignored import AbortIgnored
+from .rules.pdg009_confirm_disagrees import ConfirmDisagrees
 
 RULES: tuple[Rule, ...] = (
     Unmodelled(),

@@ -21,10 +21,10 @@ from pdguard.sglang_names import (
 )
 from pdguard.sglang_names import PREFILL_PATH as PREFILL
 
-from .decode_queues import DecodeQueueModel
-from .inflight import InflightModel, analyse
-from .kv_receivers import ReceiverIndex
-from .kv_senders import ClassIndex
+from .models.decode_queues import DecodeQueueModel
+from .models.inflight import InflightModel, analyse
+from .models.kv_receivers import ReceiverIndex
+from .models.kv_senders import ClassIndex
 from .nodes import first_line
 
 # Files the rules read as text only (never parsed, never a module of the models).

@@ -43,7 +43,7 @@ from typing import TYPE_CHECKING
 
 import libcst as cst
 
-from pdguard.checks.inflight import Entry, analyse, single_request
+from pdguard.checks.models.inflight import Entry, analyse, single_request
 from pdguard.checks.nodes import walk
 from pdguard.checks.project import parse_module
 from pdguard.fix_names import INFLIGHT_DEADLINE as FIX

@@ -82,9 +82,10 @@ def rules_markdown(rules: Sequence[Rule] | None = None) -> str:
         "# Rules\n\n"
         "<!-- Generated from pdguard.checks.RULES by `python -m pdguard.docs`; edit the rule "
         "modules' docstrings, not this file. -->\n\n"
-        "Each rule is one module in `checks/`; its docstring is the text below, and its literal "
-        "`VALID`/`INVALID` examples are run by `tests/test_rules.py`. `pdguard rule CODE` prints "
-        "the same text. Suppress a finding with `# pdguard: ignore[CODE]` on its line.\n\n"
+        "Each rule is one module in `checks/rules/`; its docstring is the text below, and its "
+        "literal `VALID`/`INVALID` examples are run by `tests/checks/rules/test_examples.py`. "
+        "`pdguard rule CODE` prints the same text. Suppress a finding with "
+        "`# pdguard: ignore[CODE]` on its line.\n\n"
         f"| code | name | summary |\n|---|---|---|\n{index}"
     )
     return "\n\n".join([head, *(_rule(rule) for rule in rules)]) + "\n"

@@ -3,7 +3,7 @@ hand-written SGLang-shaped snippets in tests/snippets.py).
 
 Every test runs without pdguard's result cache (``pdguard.cache``), as before it existed: a
 test that breaks pdguard on purpose must not be served an earlier run's result.
-``tests/test_cache.py`` turns it back on, with a cache directory of its own."""
+``tests/pdguard/test_cache.py`` turns it back on, with a cache directory of its own."""
 
 from __future__ import annotations
 

@@ -9,7 +9,7 @@ at run time, where a request waits. ``python -m tests.corpus_decode`` prints the
 
 from __future__ import annotations
 
-from pdguard.checks.pdg007_decode_queue_waits_forever import (
+from pdguard.checks.rules.pdg007_decode_queue_waits_forever import (
     _INDENT,
     CALL_HELPER,
     HELPER,

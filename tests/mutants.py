@@ -2,10 +2,11 @@
 hand-made correct variants in another style that it must accept.
 
 One generator serves the check mutation suite (``python -m tests.mutants``,
-tests/test_check_releases.py: every mutant must be reported with its code) and the simulator
-(tests/test_simulate.py: some mutants must fail given scenarios). Every edit finds its place
-with ``ast`` (pdguard's stamp, its deadline call, the poll all-reduce, the sender's lines), not
-with text patterns, and then splices whole lines, so the rest of the file keeps its bytes.
+tests/commands/test_check_releases.py: every mutant must be reported with its code) and the
+simulator (tests/simulate/test_prefill.py: some mutants must fail given scenarios). Every edit
+finds its place with ``ast`` (pdguard's stamp, its deadline call, the poll all-reduce, the
+sender's lines), not with text patterns, and then splices whole lines, so the rest of the file
+keeps its bytes.
 
 Everything works on texts in memory (relative path -> source), as ``checks.Project`` takes them;
 ``mutate_tree`` applies a mutant to a tree on disk.
@@ -19,7 +20,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from pdguard.checks.inflight import analyse
+from pdguard.checks.models.inflight import analyse
 from pdguard.checks.project import PREFILL
 from pdguard.fix_names import (
     DECODE_GATE_FLAG,

@@ -13,7 +13,7 @@ maintainer would write it) is accepted only with a comment ``# own-words: <why>`
 above it or on one of its lines.
 
 ``python -m tests.own_words [VERSION ...]`` prints every copied run (default: the ci releases);
-``tests/test_own_words.py`` fails on any.
+``tests/project/test_own_words.py`` fails on any.
 """
 
 from __future__ import annotations

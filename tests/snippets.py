@@ -172,7 +172,8 @@ def add_second_keep_site(root: Path) -> Path:
     return root
 
 
-# -- KV sender hierarchies (indented: ``textwrap.dedent`` them), as in tests/test_sender_fix.py --
+# -- KV sender hierarchies (indented: ``textwrap.dedent`` them), as in
+# tests/fixes/test_sender_bootstrap_timeout.py --
 
 # base/conn.py: KVPoll and BaseKVSender.
 SENDER_BASE = """
@@ -354,8 +355,8 @@ def make_toy(root: Path, text: str = TOY_PREFILL) -> Path:
 # -- a toy prefill.py whose inflight function takes the PP consensus ----------------------------
 
 # The holes: {stamp} (at the entry), {helper} (a method), {call} (before the poll all-reduce).
-# Only the names the inflight model keys on are SGLang's (tests/test_unseen_prefill.py,
-# tests/test_inflight_pp.py).
+# Only the names the inflight model keys on are SGLang's (tests/checks/test_unseen_prefill.py,
+# tests/fixes/test_inflight_deadline_pp.py).
 TOY_PP_PREFILL = """\
 import time
 

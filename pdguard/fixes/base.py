@@ -59,7 +59,7 @@ class Fix:
     summary: ClassVar[str]  # one line for the command line's help
     rules: ClassVar[tuple[str, ...]]  # the rule codes (checks.RULES) that prove it
     # what of a tree it reads or writes: directories (their .py files) and single files; the
-    # pre-commit hooks' ``files`` cover them all (tests/test_decode_corpus.py)
+    # pre-commit hooks' ``files`` cover them all (tests/checks/test_decode_corpus.py)
     reads: ClassVar[tuple[str, ...]] = (DISAGGREGATION_DIR,)
     # whether single classes can be left out of it (``--ignore FIX:Class``)
     per_class: ClassVar[bool] = False

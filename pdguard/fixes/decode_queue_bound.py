@@ -40,7 +40,7 @@ from .base import Fix, Outcome, Refused, Status, has_marker
 from .receiver_waiting_timeout import decode_project, env_reader, failed_poll_raises
 
 if TYPE_CHECKING:
-    from pdguard.checks.decode_queues import DecodeQueueModel, EarlyReturn, Entries, Requeue
+    from pdguard.checks.models.decode_queues import DecodeQueueModel, EarlyReturn, Entries, Requeue
     from pdguard.codemods.isort_imports import ImportRequest
 
     from ..workspace import Workspace
@@ -286,8 +286,8 @@ def _class_fields(workspace: Workspace, name: str) -> dict[str, set[str]] | None
     """The attributes instances of class ``name`` have in the tree (class-body names, methods,
     ``self.<x> = ...`` in its methods, its bases' too) -> the classes their annotations name;
     None if the tree defines no such class, or more than one."""
-    from pdguard.checks.decode_queues import type_names
-    from pdguard.checks.kv_senders import is_self_attr
+    from pdguard.checks.models.decode_queues import type_names
+    from pdguard.checks.models.kv_senders import is_self_attr
 
     needle = f"class {name}"
     found = [
@@ -339,7 +339,7 @@ def _annotated_reads(model: DecodeQueueModel, name: str) -> set[str]:
     """The attributes the decode modules read on a parameter annotated ``name`` (``req: Req``
     then ``req.rid``): what the tree's own code relies on instances of a class it does not
     define (a partial tree) having."""
-    from pdguard.checks.decode_queues import paths_read, type_names
+    from pdguard.checks.models.decode_queues import paths_read, type_names
 
     found = set()
     for tree in model.index.modules.values():

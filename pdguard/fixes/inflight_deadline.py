@@ -8,8 +8,8 @@ import re
 from typing import TYPE_CHECKING
 
 from pdguard.checks.classes import find_method
-from pdguard.checks.inflight import analyse
-from pdguard.checks.kv_senders import ClassIndex
+from pdguard.checks.models.inflight import analyse
+from pdguard.checks.models.kv_senders import ClassIndex
 
 from .. import fix_names
 from ..sglang_names import (

@@ -17,8 +17,8 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from pdguard.checks.bindings import bindings_in_force
-from pdguard.checks.bounded_wait import is_failed
-from pdguard.checks.env_reads import env_reader as checks_env_reader
+from pdguard.checks.models.bounded_wait import is_failed
+from pdguard.checks.models.env_reads import env_reader as checks_env_reader
 from pdguard.checks.nodes import statements, walk
 from pdguard.checks.project import Project
 
@@ -46,8 +46,8 @@ from .per_class import run_per_class
 if TYPE_CHECKING:
     import libcst as cst
 
-    from pdguard.checks.kv_receivers import ReceiverIndex
-    from pdguard.checks.kv_senders import ClassInfo
+    from pdguard.checks.models.kv_receivers import ReceiverIndex
+    from pdguard.checks.models.kv_senders import ClassInfo
     from pdguard.codemods.isort_imports import ImportRequest
 
     from ..workspace import Workspace

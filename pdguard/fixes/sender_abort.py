@@ -20,7 +20,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from pdguard.checks.kv_senders import ClassIndex
+from pdguard.checks.models.kv_senders import ClassIndex
 
 from .. import fix_names
 from .base import Fix, Outcome, Refused, Status, has_marker

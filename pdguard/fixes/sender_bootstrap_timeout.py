@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from pdguard.checks.kv_senders import BOOTSTRAP_TIMEOUT_ENV, ClassIndex, SenderFacts
+from pdguard.checks.models.kv_senders import BOOTSTRAP_TIMEOUT_ENV, ClassIndex, SenderFacts
 
 from .. import fix_names
 from ..sglang_names import DISAGGREGATION_DIR, MANAGER_RECORD_FAILURE, PREFILL_PATH

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from pdguard.checks.kv_senders import ClassIndex
+from pdguard.checks.models.kv_senders import ClassIndex
 from pdguard.checks.project import Project
 
 from ..sglang_names import DISAGGREGATION_DIR, SENDER_NEEDLES

@@ -1,6 +1,6 @@
 """A corpus of hostile SGLang trees and git repositories, built at test time from a copy of a real
 release (``vendor_sglang``: nothing of SGLang is committed here). Each case is a mutation of a
-fresh copy and the command to run on it; ``tests/test_hostile.py`` runs every case as a user
+fresh copy and the command to run on it; ``tests/cli/test_hostile.py`` runs every case as a user
 would (a subprocess with a timeout and a planted secret in its environment) and checks that it
 ends as a ruff or git user expects: exit 2 with one line naming the file, nothing changed, no
 secret printed, no hang.

@@ -1,0 +1,604 @@
+"""PDG003: the inflight deadline's clock starts too early, restarts, or carries over.
+
+What it does
+    Reports a deadline on inflight requests measured from something set before the request
+    entered the inflight queue (the sender's ``init_time``, the arrival time, a stamp taken when
+    the sender is created); a stamp rewritten while the request waits in the queue (on keep);
+    and a stamp kept from a request's first entry (``if getattr(req, "t", None) is None``) in a
+    module with a path that takes requests out of the queue and back (a method that sends a
+    request back to the waiting or bootstrap queue, optimistic prefill's
+    ``optimistic_release_and_requeue``) without clearing it.
+
+Why is this bad
+    The inflight queue holds requests whose prefill is done; the deadline must measure the KV
+    transfer only. Measured from sender creation or arrival, it includes the prefill itself and
+    false-fails long prompts (a 512K-token prefill takes about 164 s). A stamp rewritten on
+    every keep restarts the clock, so the deadline never fires. A request that stays in the
+    queue never passes an entry again, so a stamp at every entry is right; one kept from the
+    first entry only matters for a request that left and came back, and then counts its wait
+    and its second prefill against the deadline: it can be failed on its first poll.
+
+Example
+    A deadline measured from the sender's creation, which also counts the prefill (too early).
+    Also reported: ``req.entered_at = time.monotonic()`` where the request is kept (restarts),
+    and the first stamp kept beside a method that sends requests back (carries over).
+
+    ```python
+    for req in self.disagg_prefill_inflight_queue:
+        if now - req.disagg_kv_sender.init_time > TIMEOUT:
+            req.disagg_kv_sender.abort()
+    ```
+
+Use instead
+    Measure from a stamp taken at every entry into the inflight queue:
+
+    ```python
+    for req in batch.reqs:
+        # a fresh deadline at every entry
+        req.entered_at = time.monotonic()
+        self.disagg_prefill_inflight_queue.append(req)
+    ...
+    for req in self.disagg_prefill_inflight_queue:
+        if now - req.entered_at > TIMEOUT:
+            req.disagg_kv_sender.abort()
+    ```
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+from ..models.inflight import FUNCTION, QUEUE, InflightModel
+from ..project import Project
+from ..rule import PREFILL, Finding, Invalid, Rule
+
+
+class DeadlineClock(Rule):
+    code = "PDG003"
+    name = "deadline-clock"
+    VALID = (
+        # stamped where requests enter the inflight queue
+        """\
+import logging
+import time
+
+from sglang.srt.disaggregation.base import KVPoll
+from sglang.srt.disaggregation.utils import poll_and_all_reduce
+
+logger = logging.getLogger(__name__)
+TIMEOUT = 300.0
+
+
+class SchedulerDisaggregationPrefillMixin:
+    def process_batch_result_disagg_prefill(self, batch):
+        for req in batch.reqs:
+            if getattr(req, "entered_at", None) is None:
+                req.entered_at = time.monotonic()
+            self.disagg_prefill_inflight_queue.append(req)
+
+    def _expire_inflight(self):
+        now = time.monotonic()
+        for req in self.disagg_prefill_inflight_queue:
+            if now - req.entered_at > TIMEOUT:
+                req.disagg_kv_sender.abort()
+
+    def process_disagg_prefill_inflight_queue(self):
+        if not self.disagg_prefill_inflight_queue:
+            return []
+        self._expire_inflight()
+        senders = [r.disagg_kv_sender for r in self.disagg_prefill_inflight_queue]
+        states = poll_and_all_reduce(senders, self.tp_cpu_group)
+        finished = []
+        waiting = []
+        # each rank takes the branch the reduced state picks
+        for req, state in zip(self.disagg_prefill_inflight_queue, states):
+            if state in (KVPoll.WaitingForInput, KVPoll.Transferring):
+                waiting.append(req)
+            elif state in (KVPoll.Success, KVPoll.Failed):
+                finished.append(req)
+        self.disagg_prefill_inflight_queue = waiting
+        return finished
+""",
+        # keeping the first stamp is right where no request leaves the queue and comes back
+        """\
+import logging
+import time
+
+from sglang.srt.disaggregation.base import KVPoll
+from sglang.srt.disaggregation.utils import poll_and_all_reduce
+
+logger = logging.getLogger(__name__)
+TIMEOUT = 300.0
+
+
+class SchedulerDisaggregationPrefillMixin:
+    def process_batch_result_disagg_prefill(self, batch):
+        for req in batch.reqs:
+            if getattr(req, "entered_at", None) is None:
+                req.entered_at = time.monotonic()
+            self.disagg_prefill_inflight_queue.append(req)
+
+    def _expire_inflight(self):
+        now = time.monotonic()
+        for req in self.disagg_prefill_inflight_queue:
+            if now - req.entered_at > TIMEOUT:
+                req.disagg_kv_sender.abort()
+
+    def process_disagg_prefill_inflight_queue(self):
+        if not self.disagg_prefill_inflight_queue:
+            return []
+        self._expire_inflight()
+        senders = [r.disagg_kv_sender for r in self.disagg_prefill_inflight_queue]
+        states = poll_and_all_reduce(senders, self.tp_cpu_group)
+        finished = []
+        waiting = []
+        # each rank takes the branch the reduced state picks
+        for req, state in zip(self.disagg_prefill_inflight_queue, states):
+            if state in (KVPoll.WaitingForInput, KVPoll.Transferring):
+                waiting.append(req)
+            elif state in (KVPoll.Success, KVPoll.Failed):
+                finished.append(req)
+        self.disagg_prefill_inflight_queue = waiting
+        return finished
+""",
+        # and where the path that sends it back clears the stamp
+        """\
+import logging
+import time
+
+from sglang.srt.disaggregation.base import KVPoll
+from sglang.srt.disaggregation.utils import poll_and_all_reduce
+
+logger = logging.getLogger(__name__)
+TIMEOUT = 300.0
+
+
+class SchedulerDisaggregationPrefillMixin:
+    def process_batch_result_disagg_prefill(self, batch):
+        for req in batch.reqs:
+            if getattr(req, "entered_at", None) is None:
+                req.entered_at = time.monotonic()
+            self.disagg_prefill_inflight_queue.append(req)
+
+    def _expire_inflight(self):
+        now = time.monotonic()
+        for req in self.disagg_prefill_inflight_queue:
+            if now - req.entered_at > TIMEOUT:
+                req.disagg_kv_sender.abort()
+
+    def release_and_requeue(self, req):
+        req.entered_at = None
+        req.reset_for_retract()
+        self.waiting_queue.insert(0, req)
+
+    def process_disagg_prefill_inflight_queue(self):
+        if not self.disagg_prefill_inflight_queue:
+            return []
+        self._expire_inflight()
+        senders = [r.disagg_kv_sender for r in self.disagg_prefill_inflight_queue]
+        states = poll_and_all_reduce(senders, self.tp_cpu_group)
+        finished = []
+        waiting = []
+        # each rank takes the branch the reduced state picks
+        for req, state in zip(self.disagg_prefill_inflight_queue, states):
+            if state in (KVPoll.WaitingForInput, KVPoll.Transferring):
+                waiting.append(req)
+            elif state in (KVPoll.Success, KVPoll.Failed):
+                finished.append(req)
+        self.disagg_prefill_inflight_queue = waiting
+        return finished
+""",
+        # a stamp at every entry is right with such a path
+        """\
+import logging
+import time
+
+from sglang.srt.disaggregation.base import KVPoll
+from sglang.srt.disaggregation.utils import poll_and_all_reduce
+
+logger = logging.getLogger(__name__)
+TIMEOUT = 300.0
+
+
+class SchedulerDisaggregationPrefillMixin:
+    def process_batch_result_disagg_prefill(self, batch):
+        for req in batch.reqs:
+            # a fresh deadline at every entry
+            req.entered_at = time.monotonic()
+            self.disagg_prefill_inflight_queue.append(req)
+
+    def _expire_inflight(self):
+        now = time.monotonic()
+        for req in self.disagg_prefill_inflight_queue:
+            if now - req.entered_at > TIMEOUT:
+                req.disagg_kv_sender.abort()
+
+    def release_and_requeue(self, req):
+        req.reset_for_retract()
+        self.waiting_queue.insert(0, req)
+
+    def process_disagg_prefill_inflight_queue(self):
+        if not self.disagg_prefill_inflight_queue:
+            return []
+        self._expire_inflight()
+        senders = [r.disagg_kv_sender for r in self.disagg_prefill_inflight_queue]
+        states = poll_and_all_reduce(senders, self.tp_cpu_group)
+        finished = []
+        waiting = []
+        # each rank takes the branch the reduced state picks
+        for req, state in zip(self.disagg_prefill_inflight_queue, states):
+            if state in (KVPoll.WaitingForInput, KVPoll.Transferring):
+                waiting.append(req)
+            elif state in (KVPoll.Success, KVPoll.Failed):
+                finished.append(req)
+        self.disagg_prefill_inflight_queue = waiting
+        return finished
+""",
+        # parked requests kept, and not counted by the deadline
+        """\
+import logging
+import time
+
+from sglang.srt.disaggregation.base import KVPoll
+from sglang.srt.disaggregation.utils import poll_and_all_reduce
+
+logger = logging.getLogger(__name__)
+TIMEOUT = 300.0
+
+
+class SchedulerDisaggregationPrefillMixin:
+    def process_batch_result_disagg_prefill(self, batch):
+        for req in batch.reqs:
+            # a fresh deadline at every entry
+            req.entered_at = time.monotonic()
+            self.disagg_prefill_inflight_queue.append(req)
+
+    def _expire_inflight(self):
+        now = time.monotonic()
+        for req in self.disagg_prefill_inflight_queue:
+            if req.pending_bootstrap:
+                req.entered_at = now
+                continue
+            if now - req.entered_at > TIMEOUT:
+                req.disagg_kv_sender.abort()
+
+    def process_disagg_prefill_inflight_queue(self):
+        if not self.disagg_prefill_inflight_queue:
+            return []
+        self._expire_inflight()
+        senders = [r.disagg_kv_sender for r in self.disagg_prefill_inflight_queue]
+        states = poll_and_all_reduce(senders, self.tp_cpu_group)
+        finished = []
+        waiting = []
+        # each rank takes the branch the reduced state picks
+        for req, state in zip(self.disagg_prefill_inflight_queue, states):
+            if req.pending_bootstrap:
+                waiting.append(req)
+                continue
+            if state in (KVPoll.WaitingForInput, KVPoll.Transferring):
+                waiting.append(req)
+            elif state in (KVPoll.Success, KVPoll.Failed):
+                finished.append(req)
+        self.disagg_prefill_inflight_queue = waiting
+        return finished
+""",
+    )
+    INVALID = (
+        # parked requests kept, but counted by the deadline
+        Invalid(
+            """\
+import logging
+import time
+
+from sglang.srt.disaggregation.base import KVPoll
+from sglang.srt.disaggregation.utils import poll_and_all_reduce
+
+logger = logging.getLogger(__name__)
+TIMEOUT = 300.0
+
+
+class SchedulerDisaggregationPrefillMixin:
+    def process_batch_result_disagg_prefill(self, batch):
+        for req in batch.reqs:
+            # a fresh deadline at every entry
+            req.entered_at = time.monotonic()
+            self.disagg_prefill_inflight_queue.append(req)
+
+    def _expire_inflight(self):
+        now = time.monotonic()
+        for req in self.disagg_prefill_inflight_queue:
+            if now - req.entered_at > TIMEOUT:
+                req.disagg_kv_sender.abort()
+
+    def process_disagg_prefill_inflight_queue(self):
+        if not self.disagg_prefill_inflight_queue:
+            return []
+        self._expire_inflight()
+        senders = [r.disagg_kv_sender for r in self.disagg_prefill_inflight_queue]
+        states = poll_and_all_reduce(senders, self.tp_cpu_group)
+        finished = []
+        waiting = []
+        # each rank takes the branch the reduced state picks
+        for req, state in zip(self.disagg_prefill_inflight_queue, states):
+            if req.pending_bootstrap:
+                waiting.append(req)
+                continue
+            if state in (KVPoll.WaitingForInput, KVPoll.Transferring):
+                waiting.append(req)
+            elif state in (KVPoll.Success, KVPoll.Failed):
+                finished.append(req)
+        self.disagg_prefill_inflight_queue = waiting
+        return finished
+""",
+            [
+                (
+                    21,
+                    16,
+                    (
+                        "inflight deadline counts the time a request is parked (line 34: prefill "
+                        "done, bootstrap not), which the bootstrap timeout bounds: skip parked "
+                        "requests and start their deadline when they are unparked"
+                    ),
+                ),
+            ],
+        ),
+        # measured from the sender's init_time: the prefill counts too
+        Invalid(
+            """\
+import logging
+import time
+
+from sglang.srt.disaggregation.base import KVPoll
+from sglang.srt.disaggregation.utils import poll_and_all_reduce
+
+logger = logging.getLogger(__name__)
+TIMEOUT = 300.0
+
+
+class SchedulerDisaggregationPrefillMixin:
+    def process_batch_result_disagg_prefill(self, batch):
+        for req in batch.reqs:
+            # a fresh deadline at every entry
+            req.entered_at = time.monotonic()
+            self.disagg_prefill_inflight_queue.append(req)
+
+    def _expire_inflight(self):
+        now = time.monotonic()
+        for req in self.disagg_prefill_inflight_queue:
+            if now - req.disagg_kv_sender.init_time > TIMEOUT:
+                req.disagg_kv_sender.abort()
+
+    def process_disagg_prefill_inflight_queue(self):
+        if not self.disagg_prefill_inflight_queue:
+            return []
+        self._expire_inflight()
+        senders = [r.disagg_kv_sender for r in self.disagg_prefill_inflight_queue]
+        states = poll_and_all_reduce(senders, self.tp_cpu_group)
+        finished = []
+        waiting = []
+        # each rank takes the branch the reduced state picks
+        for req, state in zip(self.disagg_prefill_inflight_queue, states):
+            if state in (KVPoll.WaitingForInput, KVPoll.Transferring):
+                waiting.append(req)
+            elif state in (KVPoll.Success, KVPoll.Failed):
+                finished.append(req)
+        self.disagg_prefill_inflight_queue = waiting
+        return finished
+""",
+            [
+                (
+                    21,
+                    16,
+                    (
+                        "inflight deadline measured from the sender's `init_time`, set before "
+                        "the request entered disagg_prefill_inflight_queue: it counts prefill "
+                        "time too"
+                    ),
+                ),
+            ],
+        ),
+        # the first stamp kept, and a path that sends requests back
+        Invalid(
+            """\
+import logging
+import time
+
+from sglang.srt.disaggregation.base import KVPoll
+from sglang.srt.disaggregation.utils import poll_and_all_reduce
+
+logger = logging.getLogger(__name__)
+TIMEOUT = 300.0
+
+
+class SchedulerDisaggregationPrefillMixin:
+    def process_batch_result_disagg_prefill(self, batch):
+        for req in batch.reqs:
+            if getattr(req, "entered_at", None) is None:
+                req.entered_at = time.monotonic()
+            self.disagg_prefill_inflight_queue.append(req)
+
+    def _expire_inflight(self):
+        now = time.monotonic()
+        for req in self.disagg_prefill_inflight_queue:
+            if now - req.entered_at > TIMEOUT:
+                req.disagg_kv_sender.abort()
+
+    def release_and_requeue(self, req):
+        req.reset_for_retract()
+        self.waiting_queue.insert(0, req)
+
+    def process_disagg_prefill_inflight_queue(self):
+        if not self.disagg_prefill_inflight_queue:
+            return []
+        self._expire_inflight()
+        senders = [r.disagg_kv_sender for r in self.disagg_prefill_inflight_queue]
+        states = poll_and_all_reduce(senders, self.tp_cpu_group)
+        finished = []
+        waiting = []
+        # each rank takes the branch the reduced state picks
+        for req, state in zip(self.disagg_prefill_inflight_queue, states):
+            if state in (KVPoll.WaitingForInput, KVPoll.Transferring):
+                waiting.append(req)
+            elif state in (KVPoll.Success, KVPoll.Failed):
+                finished.append(req)
+        self.disagg_prefill_inflight_queue = waiting
+        return finished
+""",
+            [
+                (
+                    15,
+                    17,
+                    (
+                        "`entered_at` keeps the stamp of a request's first entry, but "
+                        "release_and_requeue() (line 26) sends requests back to waiting_queue, "
+                        "from where they enter disagg_prefill_inflight_queue again: their wait "
+                        "and second prefill count against the deadline; stamp at every entry"
+                    ),
+                ),
+            ],
+        ),
+        # the stamp rewritten where the request is kept: the clock restarts
+        Invalid(
+            """\
+import logging
+import time
+
+from sglang.srt.disaggregation.base import KVPoll
+from sglang.srt.disaggregation.utils import poll_and_all_reduce
+
+logger = logging.getLogger(__name__)
+TIMEOUT = 300.0
+
+
+class SchedulerDisaggregationPrefillMixin:
+    def process_batch_result_disagg_prefill(self, batch):
+        for req in batch.reqs:
+            # a fresh deadline at every entry
+            req.entered_at = time.monotonic()
+            self.disagg_prefill_inflight_queue.append(req)
+
+    def _expire_inflight(self):
+        now = time.monotonic()
+        for req in self.disagg_prefill_inflight_queue:
+            if now - req.entered_at > TIMEOUT:
+                req.disagg_kv_sender.abort()
+
+    def process_disagg_prefill_inflight_queue(self):
+        if not self.disagg_prefill_inflight_queue:
+            return []
+        self._expire_inflight()
+        senders = [r.disagg_kv_sender for r in self.disagg_prefill_inflight_queue]
+        states = poll_and_all_reduce(senders, self.tp_cpu_group)
+        finished = []
+        waiting = []
+        # each rank takes the branch the reduced state picks
+        for req, state in zip(self.disagg_prefill_inflight_queue, states):
+            if state in (KVPoll.WaitingForInput, KVPoll.Transferring):
+                req.entered_at = time.monotonic()
+                waiting.append(req)
+            elif state in (KVPoll.Success, KVPoll.Failed):
+                finished.append(req)
+        self.disagg_prefill_inflight_queue = waiting
+        return finished
+""",
+            [
+                (
+                    35,
+                    17,
+                    (
+                        "`entered_at` is rewritten while the request waits in the inflight "
+                        "queue: the deadline restarts and never fires"
+                    ),
+                ),
+            ],
+        ),
+    )
+
+    def check(self, project: Project) -> Iterator[Finding]:
+        model = project.inflight
+        if model is None:
+            return
+        symbol = f"{model.class_name}.{FUNCTION}"
+        stamped = model.stamped_attrs()
+        for check in model.checks:
+            where = symbol if check.method == FUNCTION else f"{model.class_name}.{check.method}"
+            if check.via_sender or (check.attr not in stamped and check.attr in _assigned(model)):
+                source = "the sender's" if check.via_sender else "the request's"
+                yield self.finding(
+                    PREFILL,
+                    check.line,
+                    check.col + 1,
+                    where,
+                    f"inflight deadline measured from {source} `{check.attr}`, set before the "
+                    f"request entered {QUEUE}: it counts prefill time too",
+                )
+        for check in model.checks:
+            stamp_clock = model.mixed_clock(check)
+            if stamp_clock is not None and not check.never:
+                where = symbol if check.method == FUNCTION else f"{model.class_name}.{check.method}"
+                yield self.finding(
+                    PREFILL,
+                    check.line,
+                    check.col + 1,
+                    where,
+                    f"inflight deadline reads now on {check.clock} against `{check.attr}`, "
+                    f"stamped on {stamp_clock}: the two clocks share no origin, so the "
+                    "difference is no elapsed time and the deadline never fires",
+                )
+        measured = {c.attr for c in model.checks}
+        for entry in model.entries:
+            stamp = model.stamps.get(id(entry.stmt))
+            if stamp is None or not stamp.guarded or stamp.attr not in measured:
+                continue
+            back = next((b for b in model.send_backs if stamp.attr not in b.resets), None)
+            if back is not None:
+                yield self.finding(
+                    PREFILL,
+                    stamp.line,
+                    stamp.col + 1,
+                    symbol,
+                    f"`{stamp.attr}` keeps the stamp of a request's first entry, but "
+                    f"{back.method}() (line {back.line}) sends requests back to {back.queue}, "
+                    f"from where they enter {QUEUE} again: their wait and second prefill "
+                    "count against the deadline; stamp at every entry",
+                )
+        if model.parked_line:
+            for check in model.checks:
+                if check.each_step and not check.minds_parked:
+                    where = (
+                        symbol if check.method == FUNCTION else f"{model.class_name}.{check.method}"
+                    )
+                    yield self.finding(
+                        PREFILL,
+                        check.line,
+                        check.col + 1,
+                        where,
+                        f"inflight deadline counts the time a request is parked (line "
+                        f"{model.parked_line}: prefill done, bootstrap not), which the bootstrap "
+                        "timeout bounds: skip parked requests and start their deadline when "
+                        "they are unparked",
+                    )
+        changed = [
+            (
+                stamp,
+                "is cleared where the request is kept in the inflight queue: the deadline "
+                "has no start to measure from",
+            )
+            for stamp in model.clears
+        ] + [
+            (
+                stamp,
+                "is rewritten while the request waits in the inflight queue: the deadline "
+                "restarts and never fires",
+            )
+            for stamp in model.restamps
+        ]
+        for stamp, what in changed:
+            if stamp.attr in measured:
+                yield self.finding(
+                    PREFILL, stamp.line, stamp.col + 1, symbol, f"`{stamp.attr}` {what}"
+                )
+
+
+def _assigned(model: InflightModel) -> set[str]:
+    return model.assigned_attrs

@@ -1,0 +1,33 @@
+"""The shipped hook definitions and workflow say what the code does: the apply hook names every
+fix (and the rules that prove it), the workflow has a timeout and pins nothing that does not
+exist."""
+
+from __future__ import annotations
+
+import re
+
+import yaml
+
+from pdguard.fixes import FIXES
+from tests.paths import ROOT
+
+
+def test_the_apply_hook_names_every_fix_and_its_rules() -> None:
+    hooks = {h["id"]: h for h in yaml.safe_load((ROOT / ".pre-commit-hooks.yaml").read_text())}
+    description = " ".join(hooks["pdguard-apply"]["description"].split())
+    for fix in FIXES:
+        assert fix.name in description, fix.name
+        assert fix.rules[-1] in description or f"-{fix.rules[-1]}" in description, fix.name
+    assert f"pdguard's {['', 'one', 'two', 'three', 'four', 'five'][len(FIXES)]} fixes" in (
+        description
+    )
+
+
+def test_the_workflow_has_a_timeout_and_pins_no_tag() -> None:
+    text = (ROOT / "examples" / "upstream-bump.yml").read_text()
+    workflow = yaml.safe_load(text)
+    for job in workflow["jobs"].values():
+        assert 0 < job["timeout-minutes"] <= 60
+    pdguard = workflow["env"]["PDGUARD"]
+    assert "@" not in pdguard.removeprefix("git+https://")  # unpinned, or a commit sha
+    assert not re.search(r"pdguard@v\d", text)  # no tag of pdguard: it publishes none
