@@ -14,6 +14,7 @@ import git
 from git.objects.fun import tree_entries_from_data
 
 from .errors import ConfigError, TargetError
+from .git_objects import ObjectError, cat_file
 from .sglang_names import CHECKOUT_PREFIXES as PREFIXES
 from .sglang_names import DISAGGREGATION_DIR
 from .tree import CONFIG_SOURCES, SOURCE_LIMIT, SourceTree, too_large
@@ -28,14 +29,6 @@ _TREE_MODE = 0o040000
 _SUBMODULE_MODE = 0o160000
 _SYMLINK_MODE = 0o120000
 _KIND = {_SUBMODULE_MODE: "a submodule (gitlink)", _SYMLINK_MODE: "a symlink"}
-
-
-def _abandon(stream: object) -> None:
-    """Let GitPython drop a half-read object stream without reading the rest of it from a
-    ``git cat-file`` that is about to be closed (its finaliser would fail, or wait)."""
-    inner = getattr(stream, "stream", None)
-    if inner is not None and hasattr(inner, "_nbr") and hasattr(inner, "_size"):
-        inner._nbr = inner._size
 
 
 def _is_blob(mode: int) -> bool:
@@ -86,29 +79,23 @@ class GitTree(SourceTree):
         return entries
 
     def _read(self, binsha: bytes, path: str) -> bytes:
-        """An object's bytes; any failure of git (a missing or corrupt object, a git process
-        that died: a broken pipe to ``git cat-file`` is not pdguard's stdout closing) is a
+        """An object's bytes; any failure of git (a missing or corrupt object, a header that
+        states a size the object does not have, a git process that died or stalled) is a
         ``TargetError`` naming the ref, the path and the object."""
-        stream = None
         try:
-            stream = self.repo.odb.stream(binsha)
-            data = bytes(stream.read())
-            kind = stream.type if isinstance(stream.type, bytes) else str(stream.type).encode()
-            # what git hands back is checked against its id: a corrupt object (a short read, a
-            # wrong header) is this object's error, not the next read's
-            actual = hashlib.sha1(b"%s %d\0" % (kind, len(data)) + data).digest()
-            if actual != binsha:
-                raise ValueError(f"its content hashes to {actual.hex()} ({len(data)} bytes)")
-            return data
-        except (ValueError, OSError, git.GitError, AssertionError) as exc:
-            _abandon(stream)
-            # the persistent cat-file processes may be out of step after a failure: the next
-            # read must not get this object's leftovers (another file's error, or its bytes)
-            self.repo.git.clear_cache()
-            missing = isinstance(exc, ValueError) and "could not be resolved" in str(exc)
+            kind, data = cat_file(str(self.repo.git_dir)).read(binsha.hex())
+        except (ObjectError, OSError, ValueError) as exc:
+            missing = "could not be resolved" in str(exc)
             why = "is missing (a shallow or partial clone?)" if missing else "cannot be read"
-            detail = " ".join(f"{type(exc).__name__}: {exc}".split())[:200]
+            detail = " ".join(str(exc).split())[:200]
             raise self._broken(binsha, path, f"{why}: {detail}") from exc
+        # what git hands back is checked against its id: a corrupt object (a short read, a
+        # wrong header) is this object's error, not the next read's
+        actual = hashlib.sha1(b"%s %d\0" % (kind.encode(), len(data)) + data).digest()
+        if actual != binsha:
+            why = f"its content hashes to {actual.hex()} ({len(data)} bytes)"
+            raise self._broken(binsha, path, f"cannot be read: {why}")
+        return data
 
     def _broken(self, binsha: bytes, path: str, why: str) -> TargetError:
         return TargetError(f"{self.ref}:{path or '.'}: git object {binsha.hex()} {why}")
