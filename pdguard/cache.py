@@ -351,11 +351,11 @@ def verify_refs_cached(
     by_tree: dict[str, tuple[str, str, str | None, object]] = {}  # what a tree id gives
     for ref in refs:
         tree = open_git_tree(repo, ref)
-        known = by_tree.get(tree.commit.tree.hexsha)
+        known = by_tree.get(tree.tree_id.hex())
         if known is None:  # 1,000 tags on one commit cost one key and one read of the cache
             key = ref_key(store, tree)
             known = (key, tree.display(""), tree.sglang_version(), store.get(key))
-            by_tree[tree.commit.tree.hexsha] = known
+            by_tree[tree.tree_id.hex()] = known
         key, shown, version, value = known
         seen = (ref, tree.commit.hexsha, shown, version)
         hit = _report_from(value, *seen, report)

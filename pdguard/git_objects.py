@@ -11,6 +11,7 @@ read never gets another object's leftovers.
 
 from __future__ import annotations
 
+import hashlib
 import os
 import select
 import subprocess
@@ -40,8 +41,9 @@ class CatFile:
     _buffer: bytearray = field(default_factory=bytearray, repr=False)
 
     def read(self, hexsha: str) -> tuple[str, bytes]:
-        """(type, content) of the object; ``ObjectError`` if it is missing, states an
-        impossible size, or git stops sending it."""
+        """(type, content) of the object, its content hashed against its id; ``ObjectError``
+        if it is missing, states an impossible size, does not hash to its id, or git stops
+        sending it."""
         proc = self._running()
         try:
             assert proc.stdin is not None
@@ -59,10 +61,16 @@ class CatFile:
             data = self._exactly(size + 1)
             if data[-1:] != b"\n":
                 raise ObjectError("git cat-file's answer is not terminated")
-            return kind, data[:-1]
         except (ObjectError, OSError, ValueError):
             self.close()
             raise
+        data = data[:-1]
+        # what git hands back is checked against its id: a corrupt object (a short read, a
+        # wrong header) is this object's error, not the next read's
+        actual = hashlib.sha1(b"%s %d\0" % (kind.encode(), len(data)) + data).hexdigest()
+        if actual != hexsha:
+            raise ObjectError(f"its content hashes to {actual} ({len(data)} bytes)")
+        return kind, data
 
     def close(self) -> None:
         proc, self._proc = self._proc, None
@@ -116,6 +124,16 @@ class CatFile:
         data = bytes(self._buffer[:size])
         del self._buffer[:size]
         return data
+
+
+def header_fields(data: bytes) -> dict[bytes, bytes]:
+    """The header fields of a commit or tag object's content (``tree``, ``object``, ...; the
+    first of each)."""
+    fields: dict[bytes, bytes] = {}
+    for line in data.split(b"\n\n", 1)[0].split(b"\n"):
+        key, _, value = line.partition(b" ")
+        fields.setdefault(key, value)
+    return fields
 
 
 _READERS: dict[str, CatFile] = {}

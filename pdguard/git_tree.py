@@ -5,7 +5,6 @@ HEAD, the index, the working tree and the stash of the repository are never touc
 
 from __future__ import annotations
 
-import hashlib
 from collections import OrderedDict
 from collections.abc import Iterator
 from pathlib import PurePosixPath
@@ -14,7 +13,7 @@ import git
 from git.objects.fun import tree_entries_from_data
 
 from .errors import ConfigError, TargetError
-from .git_objects import ObjectError, cat_file
+from .git_objects import ObjectError, cat_file, header_fields
 from .sglang_names import CHECKOUT_PREFIXES as PREFIXES
 from .sglang_names import DISAGGREGATION_DIR
 from .tree import CONFIG_SOURCES, SOURCE_LIMIT, SourceTree, too_large
@@ -28,7 +27,15 @@ _blob_bytes = 0
 _TREE_MODE = 0o040000
 _SUBMODULE_MODE = 0o160000
 _SYMLINK_MODE = 0o120000
+_TAG_DEPTH = 16
 _KIND = {_SUBMODULE_MODE: "a submodule (gitlink)", _SYMLINK_MODE: "a symlink"}
+
+
+def _why(exc: Exception) -> str:
+    """What a failed object read says after the object's id."""
+    missing = "could not be resolved" in str(exc)
+    why = "is missing (a shallow or partial clone?)" if missing else "cannot be read"
+    return f"{why}: {' '.join(str(exc).split())[:200]}"
 
 
 def _is_blob(mode: int) -> bool:
@@ -39,10 +46,13 @@ class GitTree(SourceTree):
     """Paths are resolved through the commit's tree objects, each read once a process (an
     ``ls-tree`` of the path's directories, without GitPython's object per entry)."""
 
-    def __init__(self, repo: git.Repo, ref: str, commit: git.Commit, prefix: str) -> None:
+    def __init__(
+        self, repo: git.Repo, ref: str, commit: git.Commit, tree_id: bytes, prefix: str
+    ) -> None:
         self.repo = repo
         self.ref = ref
         self.commit = commit
+        self.tree_id = tree_id  # the commit's root tree, read with pdguard's reader
         self.prefix = prefix
         self._resolved: dict[str, tuple[int, bytes] | None] = {}
 
@@ -83,19 +93,9 @@ class GitTree(SourceTree):
         states a size the object does not have, a git process that died or stalled) is a
         ``TargetError`` naming the ref, the path and the object."""
         try:
-            kind, data = cat_file(str(self.repo.git_dir)).read(binsha.hex())
+            return cat_file(str(self.repo.git_dir)).read(binsha.hex())[1]
         except (ObjectError, OSError, ValueError) as exc:
-            missing = "could not be resolved" in str(exc)
-            why = "is missing (a shallow or partial clone?)" if missing else "cannot be read"
-            detail = " ".join(str(exc).split())[:200]
-            raise self._broken(binsha, path, f"{why}: {detail}") from exc
-        # what git hands back is checked against its id: a corrupt object (a short read, a
-        # wrong header) is this object's error, not the next read's
-        actual = hashlib.sha1(b"%s %d\0" % (kind.encode(), len(data)) + data).digest()
-        if actual != binsha:
-            why = f"its content hashes to {actual.hex()} ({len(data)} bytes)"
-            raise self._broken(binsha, path, f"cannot be read: {why}")
-        return data
+            raise self._broken(binsha, path, _why(exc)) from exc
 
     def _broken(self, binsha: bytes, path: str, why: str) -> TargetError:
         return TargetError(f"{self.ref}:{path or '.'}: git object {binsha.hex()} {why}")
@@ -106,7 +106,7 @@ class GitTree(SourceTree):
         path = path.rstrip("/")
         if path in self._resolved:
             return self._resolved[path]
-        found: tuple[int, bytes] | None = (_TREE_MODE, self.commit.tree.binsha)
+        found: tuple[int, bytes] | None = (_TREE_MODE, self.tree_id)
         if path:
             parent, _, name = path.rpartition("/")
             above = self.entry(parent)
@@ -193,17 +193,24 @@ def open_git_tree(repo: git.Repo, ref: str) -> GitTree:
         target = repo.rev_parse(ref)
     except (git.BadName, ValueError) as exc:
         raise TargetError(f"{ref}: unknown ref in {repo.working_dir}") from exc
-    while isinstance(target, git.TagObject):
-        target = target.object
-    if not isinstance(target, git.Commit):
-        raise TargetError(f"{ref}: points at a {target.type}, not a commit")
-    commit = target
+    reader = cat_file(str(repo.git_dir))
+    sha = target.hexsha
     try:
-        commit.tree  # noqa: B018 - a shallow clone's boundary may lack it
-    except ValueError as exc:
-        raise TargetError(f"{ref}: the commit's tree is missing (a shallow clone?)") from exc
+        kind, data = reader.read(sha)
+        for _ in range(_TAG_DEPTH):  # a tag of a tag ... of a commit
+            if kind != "tag":
+                break
+            sha = header_fields(data)[b"object"].decode()
+            kind, data = reader.read(sha)
+        if kind == "commit":
+            tree_id = bytes.fromhex(header_fields(data)[b"tree"].decode())
+    except (ObjectError, OSError, ValueError, KeyError) as exc:
+        raise TargetError(f"{ref}: git object {sha} {_why(exc)}") from exc
+    if kind != "commit":
+        raise TargetError(f"{ref}: points at a {kind}, not a commit")
+    commit = repo.commit(sha)
     for prefix in PREFIXES:
-        tree = GitTree(repo, ref, commit, prefix)
+        tree = GitTree(repo, ref, commit, tree_id, prefix)
         found = tree.entry(f"{prefix}{DISAGGREGATION_DIR}")  # trees read once a process
         if found is not None and found[0] == _TREE_MODE:
             return tree

@@ -174,29 +174,37 @@ def test_carry_on_a_corrupt_object_names_it(repo: Path) -> None:
     assert "fixed" not in git(repo, "branch", "--list")
 
 
-def _restate_size(repo: Path, rel: str, extra: int) -> str:
-    """Rewrite the loose object of ``rel`` at the tag with a header that states ``extra`` bytes
-    more than the object holds (valid zlib: only the header lies)."""
-    sha = git(repo, "rev-parse", f"v{VERSION}:{rel}")
+def _restate_size(repo: Path, spec: str, extra: int) -> str:
+    """Rewrite the loose object ``spec`` names with a header that states ``extra`` bytes more
+    than the object holds (valid zlib: only the header lies)."""
+    sha = git(repo, "rev-parse", spec)
     path = repo / ".git" / "objects" / sha[:2] / sha[2:]
-    _, body = zlib.decompress(path.read_bytes()).split(b"\0", 1)
+    header, body = zlib.decompress(path.read_bytes()).split(b"\0", 1)
     path.chmod(0o644)
-    path.write_bytes(zlib.compress(b"blob %d\0" % (len(body) + extra) + body))
+    kind = header.split()[0]
+    path.write_bytes(zlib.compress(b"%s %d\0" % (kind, len(body) + extra) + body))
     return sha
 
 
 def test_an_object_whose_header_states_a_huge_size_is_an_error_row_at_once(repo: Path) -> None:
     """GitPython's reader waited forever for the 99 MB git never sends."""
-    sha = _restate_size(repo, f"python/{PREFILL_PATH}", 99_000_000)
+    sha = _restate_size(repo, f"v{VERSION}:python/{PREFILL_PATH}", 99_000_000)
     proc = _run("verify", "--repo", str(repo), "--ref", f"v{VERSION}", "--jobs", "1")
     line = _one_line(proc, f"v{VERSION}:python/{PREFILL_PATH}")
     assert sha in line and "states" in line
 
 
+def test_a_commit_whose_header_states_a_huge_size_is_an_error_row_at_once(repo: Path) -> None:
+    sha = _restate_size(repo, f"v{VERSION}^{{commit}}", 99_000_000)
+    proc = _run("verify", "--repo", str(repo), "--ref", f"v{VERSION}", "--jobs", "1")
+    line = _one_line(proc, f"v{VERSION}: git object {sha}")
+    assert "states 990" in line
+
+
 def test_an_object_a_little_shorter_than_its_header_ends_the_read_not_the_run(repo: Path) -> None:
     """The stated size is plausible: the read stalls, and the stall deadline ends it; the next
     read gets a new ``git cat-file`` (no leftovers of the broken object)."""
-    sha = _restate_size(repo, f"python/{PREFILL_PATH}", 100)
+    sha = _restate_size(repo, f"v{VERSION}:python/{PREFILL_PATH}", 100)
     reader = CatFile(str(repo / ".git"), stall_seconds=0.5)
     with pytest.raises(ObjectError, match=r"sent nothing for 0\.5 s"):
         reader.read(sha)
