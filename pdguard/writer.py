@@ -58,7 +58,7 @@ import signal
 import socket
 import stat
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import NoReturn
 
@@ -472,45 +472,54 @@ def _journals(directory: Path) -> list[Path]:
     )
 
 
-def _recover_one(path: Path) -> tuple[str | None, list[Path], bool]:
-    """Repair after one journal: (note, restored files, whether a live process holds it)."""
+@dataclass(frozen=True)
+class _Recovery:
+    """What was done after one journal: the note to give, the files restored, whether a live
+    run holds it, and whether it was left alone as not pdguard's (``ignored``: a note that every
+    later look at the same directory would give again)."""
+
+    note: str | None = None
+    restored: list[Path] = field(default_factory=list)
+    live: bool = False
+    ignored: bool = False
+
+
+def _recover_one(path: Path) -> _Recovery:
+    """Repair after one journal."""
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_NOFOLLOW", 0))
     except FileNotFoundError:  # its run just finished
-        return None, [], False
+        return _Recovery()
     except OSError as exc:
-        return f"pdguard: journal {path} ignored: {exc.strerror or exc}", [], False
+        return _Recovery(f"pdguard: journal {path} ignored: {exc.strerror or exc}", ignored=True)
     try:
         if not _lock(fd):
-            return None, [], True
+            return _Recovery(live=True)
         st = os.fstat(fd)
         if path.name.endswith(_PART):  # killed while writing the journal: nothing staged yet
             why = _unrecorded(path, None) if trusted(st) else "not created by this user"
             if why is None and stat.S_ISREG(st.st_mode):
                 _unlink(path)
                 _forget(path)
-                return (
-                    f"pdguard: removed an incomplete journal {path} (nothing was written)",
-                    [],
-                    False,
+                return _Recovery(
+                    f"pdguard: removed an incomplete journal {path} (nothing was written)"
                 )
-            return f"pdguard: journal {path} ignored: {why}", [], False
+            return _Recovery(f"pdguard: journal {path} ignored: {why}", ignored=True)
         loaded = _load(path, st, fd)
         if isinstance(loaded, str):
-            return f"pdguard: journal {path} ignored: {loaded}", [], False
+            return _Recovery(f"pdguard: journal {path} ignored: {loaded}", ignored=True)
         action, restored, failures = _repair(loaded)
         if failures:
-            return (
+            return _Recovery(
                 f"pdguard: an interrupted write (journal {path}) could not be fully repaired: "
                 + "; ".join(failures)
                 + "; the journal is kept and the next run tries again",
                 restored,
-                False,
             )
         _unlink(path)
         _fsync_dir(path.parent)
         _forget(path)
-        return f"pdguard: an interrupted write (journal {path}) was {action}", restored, False
+        return _Recovery(f"pdguard: an interrupted write (journal {path}) was {action}", restored)
     finally:
         os.close(fd)
 
@@ -521,19 +530,10 @@ def _forget(journal: Path) -> None:
         _unlink(_record_path(_run_of(journal)))
 
 
-def _recover_in(directories: Iterable[Path]) -> tuple[list[str], list[Path], list[Path]]:
-    notes: list[str] = []
-    restored: list[Path] = []
-    busy: list[Path] = []
-    for directory in directories:
-        for path in _journals(directory):
-            note, files, live = _recover_one(path)
-            if note:
-                notes.append(note)
-            restored.extend(files)
-            if live:
-                busy.append(path)
-    return notes, restored, busy
+def _recover_in(directories: Iterable[Path]) -> list[tuple[Path, _Recovery]]:
+    return [
+        (path, _recover_one(path)) for directory in directories for path in _journals(directory)
+    ]
 
 
 def _ancestors(directories: Iterable[Path]) -> list[Path]:
@@ -572,9 +572,12 @@ def recover(directory: Path) -> list[str]:
     live pdguard run are left alone (and noted).
     """
     with _signals_deferred():
-        notes, _, busy = _recover_in(_searched(directory))
+        done = _recover_in(_searched(directory))
+    notes = [r.note for _, r in done if r.note]
     notes.extend(
-        f"pdguard: journal {path} is held by a running pdguard; left alone" for path in busy
+        f"pdguard: journal {path} is held by a running pdguard; left alone"
+        for path, r in done
+        if r.live
     )
     return notes
 
@@ -588,17 +591,23 @@ def write_all(changes: Sequence[FileChange]) -> None:
 
     Before writing, repairs what an interrupted earlier run left in the directories it is about
     to write to (journals there or in their parents), logging a WARNING note on the
-    ``pdguard.writer`` logger for each. If that repair restored a file that is not among
-    ``changes`` (the changes were planned on the half-written tree), nothing is written and
-    ``WriteError`` asks for a new run. See the module docstring for the guarantees.
+    ``pdguard.writer`` logger for each it repaired (an INFO note for one it left alone as not
+    pdguard's: ``recover``, which a command runs first, has given that note already). If that
+    repair restored a file that is not among ``changes`` (the changes were planned on the
+    half-written tree), nothing is written and ``WriteError`` asks for a new run. See the
+    module docstring for the guarantees.
     """
     if not changes:
         return
     with _signals_deferred():
         parents = [Path(os.path.abspath(c.path)).parent for c in changes]
-        notes, restored, busy = _recover_in(_ancestors(parents))
-        for note in notes:
-            log.warning("%s", note)
+        done = _recover_in(_ancestors(parents))
+        for _, r in done:
+            # a journal left alone was noted by ``recover`` already, when a command ran it
+            if r.note:
+                log.log(logging.INFO if r.ignored else logging.WARNING, "%s", r.note)
+        restored = [p for _, r in done for p in r.restored]
+        busy = [path for path, r in done if r.live]
         if busy:
             raise WriteError(f"{busy[0]}: another pdguard run is writing here; nothing written")
         targets = {Path(os.path.abspath(c.path)) for c in changes}
