@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING
 from pdguard.checks.models.kv_senders import ClassIndex
 
 from .. import fix_names
+from ..errors import UsageError
 from .base import Fix, Outcome, Refused, Status, has_marker
 from .per_class import run_per_class
 from .sender_index import sender_index
@@ -104,6 +105,12 @@ class SenderAbortFix(Fix):
         if not concrete:
             return Outcome(Status.NOT_APPLICABLE, "no KV sender with a poll() found")
         left = workspace.left_out.get(FIX, frozenset())
+        unknown = sorted(left - set(index.senders()))
+        if unknown:
+            raise UsageError(
+                f"--ignore {FIX}:{unknown[0]}: no KV sender class {unknown[0]!r} in this tree "
+                f"(its senders: {', '.join(sorted(index.senders()))})"
+            )
         ignoring = [s for s in ignoring_senders(index) if s not in left]
         unread = [s for s in unread_senders(index) if s not in left]
         if not ignoring and not unread:

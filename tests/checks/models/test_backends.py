@@ -11,7 +11,7 @@ import pytest
 
 from pdguard.checks.models.backends import dead_classes
 from pdguard.sglang_names import DISAGGREGATION_DIR
-from tests.helpers import copy_release, run_main
+from tests.helpers import copy_release, run_main, snapshot
 from tests.snippets import make_tree
 
 # A fork backend whose abort() concludes nothing (sender-abort refuses to rewrite it).
@@ -127,3 +127,14 @@ def test_only_per_class_fixes_take_a_class(
     root = make_tree(tmp_path)
     code, _, err = run_main(capsys, "apply", "--check", "--ignore", "inflight-deadline:X", root)
     assert code == 2 and "those that can: sender-abort" in err, err
+
+
+def test_a_class_the_tree_does_not_have_is_a_usage_error(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A misspelt class would otherwise leave nothing out, silently."""
+    root = make_tree(tmp_path)
+    before = snapshot(root)
+    code, _, err = run_main(capsys, "apply", "--ignore", "sender-abort:NoSuchKVSender", root)
+    assert code == 2 and "no KV sender class 'NoSuchKVSender' in this tree" in err, err
+    assert len(err.strip().splitlines()) == 1 and snapshot(root) == before
