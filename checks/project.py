@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ast
+import re
 from collections import OrderedDict
 from collections.abc import Callable, Mapping
 from functools import cached_property
@@ -37,6 +38,33 @@ def wanted(rel: str, text: str) -> bool:
     if rel.startswith(MANAGERS_DIR + "/"):
         return any(needle in text for needle in SCHEDULER_DECODE_NEEDLES)
     return rel.startswith(DISAGGREGATION_DIR + "/") and any(needle in text for needle in NEEDLES)
+
+
+_CLASS_BASES = re.compile(r"^[ \t]*class[ \t]+\w+[ \t]*\(([^)]*)\)", re.M)
+_CLASS_NAME = re.compile(r"^[ \t]*class[ \t]+(\w+)", re.M)
+_IDENTIFIER = re.compile(r"[A-Za-z_]\w*")
+
+
+def base_files(chosen: Mapping[str, str], pool: Mapping[str, str]) -> dict[str, str]:
+    """The files of ``pool`` (path -> text) that define, by name, a base class of a class in
+    ``chosen`` (path -> text), and those files' own bases, and so on:
+    what the class index must also read to follow a class to a base the text prefilter left
+    out (a mixin holding ``poll()`` in a file that names no sender or receiver). Text only,
+    nothing parsed; a name may bring a file that is not needed, never leave one out."""
+    defined: dict[str, list[str]] = {}
+    for rel, text in pool.items():
+        for name in _CLASS_NAME.findall(text):
+            defined.setdefault(name, []).append(rel)
+    found: dict[str, str] = {}
+    queue = list(chosen.values())
+    while queue:
+        for bases in _CLASS_BASES.findall(queue.pop()):
+            for name in _IDENTIFIER.findall(bases):
+                for rel in defined.get(name, ()):
+                    if rel not in chosen and rel not in found:
+                        found[rel] = pool[rel]
+                        queue.append(pool[rel])
+    return found
 
 
 def parse_module(text: str, rel: str) -> ast.Module:
@@ -138,12 +166,12 @@ class Project:
         return analyse(tree) if tree is not None else None
 
     def _selected(self, test: Callable[[str], bool]) -> tuple[tuple[str, int], ...]:
-        """The files whose text passes ``test``, by path: (path, the identity of its tree)."""
-        return tuple(
-            (rel, id(self._parsed(rel)))
-            for rel in sorted(self.texts)
-            if rel not in TEXT_ONLY and test(self.texts[rel])
-        )
+        """The files whose text passes ``test``, and the files of the project that define their
+        classes' bases (``base_files``), by path: (path, the identity of its tree)."""
+        code = {rel: text for rel, text in self.texts.items() if rel not in TEXT_ONLY}
+        passed = {rel: text for rel, text in code.items() if test(text)}
+        rels = {*passed, *base_files(passed, code)}
+        return tuple((rel, id(self._parsed(rel))) for rel in sorted(rels))
 
     def _index(self, files: tuple[tuple[str, int], ...]) -> ClassIndex:
         index = ClassIndex()

@@ -12,18 +12,19 @@ from collections import OrderedDict
 from functools import lru_cache, reduce
 from typing import TYPE_CHECKING, TypeVar
 
-from pdguard.checks.project import parse_module
+from pdguard.checks.project import base_files, parse_module
 
 from .deep import deep_call
 from .errors import TargetError, does_not_parse
 from .fix_names import unmark
+from .sglang_names import DISAGGREGATION_DIR
 from .source_file import SourceFile
 from .tree import SourceTree
 
 _K = TypeVar("_K")
 
 if TYPE_CHECKING:
-    from collections.abc import Sequence
+    from collections.abc import Iterable, Sequence
 
     import isort
     import libcst as cst
@@ -197,6 +198,14 @@ class Workspace:
             for rel in self.tree.python_files(rel_dir)
             if any(needle in self.text(rel) for needle in needles)
         ]
+
+    def project_texts(self, rels: Iterable[str]) -> dict[str, str]:
+        """The current texts of ``rels`` and of the files that define their classes' bases
+        (``checks.project.base_files``, from the disaggregation package): the files a
+        ``Project`` of the checker needs, as ``check``'s loader reads them."""
+        chosen = {rel: self.text(rel) for rel in rels}
+        pool = {rel: self.text(rel) for rel in self.tree.python_files(DISAGGREGATION_DIR)}
+        return {**chosen, **base_files(chosen, pool)}
 
     def changed(self) -> dict[str, SourceFile]:
         """New content of each file whose text changed, keeping its encoding."""

@@ -17,7 +17,7 @@ from urllib.parse import quote
 
 from pdguard import HOMEPAGE, __version__, cache, checks
 from pdguard.checks import Finding, Project
-from pdguard.checks.project import TEXT_ONLY, wanted
+from pdguard.checks.project import TEXT_ONLY, base_files, wanted
 from pdguard.docs import rule_url
 
 from .. import config, terminal
@@ -143,6 +143,7 @@ def syntax_result(tree: SourceTree, error: ParseError) -> CheckResult:
 def load_project(tree: SourceTree) -> Project:
     """The files the rules can need (text prefilter first), decoded."""
     texts = {}
+    others = {}
     for rel in [*tree.python_files(DISAGGREGATION_DIR), *tree.python_files(MANAGERS_DIR)]:
         data = tree.read_bytes(rel)
         if data is None:
@@ -150,6 +151,9 @@ def load_project(tree: SourceTree) -> Project:
         text = SourceFile.decode(rel, data).text  # or a ParseError
         if rel == PREFILL_PATH or wanted(rel, text):
             texts[rel] = text
+        else:
+            others[rel] = text
+    texts.update(base_files(texts, others))  # a base class in a file no needle names
     data = tree.read_bytes(ENVIRON_PATH)  # the env registry, read as text (PDG005)
     if data is not None:
         texts[ENVIRON_PATH] = SourceFile.decode(ENVIRON_PATH, data).text

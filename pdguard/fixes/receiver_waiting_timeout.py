@@ -93,7 +93,7 @@ def decode_project(workspace: Workspace) -> Project:
     ]
     for rel in rels:
         workspace.ast(rel)  # a file that does not parse: the workspace's file:line:col error
-    return Project({rel: workspace.text(rel) for rel in rels})
+    return Project(workspace.project_texts(rels))
 
 
 def failed_poll_raises(workspace: Workspace) -> int | None:

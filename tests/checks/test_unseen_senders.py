@@ -731,3 +731,64 @@ def test_a_decorated_poll_is_pdg000_not_a_verdict_on_its_body() -> None:
     files[_QUILL_PATH] = wrapped.replace("@count_calls", "@abc.abstractmethod")
     [finding] = run(Project(files), ["PDG000", "PDG004"])
     assert finding.code == "PDG004"
+
+
+# -- a poll() inherited from a mixin in a file that names no sender ------------------------
+
+_MIXIN_PATH = "sglang/srt/disaggregation/common/polling.py"
+# The fork moved poll() into a mixin of its own file: no "KVSender" in it, so the text
+# prefilter alone would leave it out, and the sender would be judged by BaseKVSender.poll.
+_QUILL_ON_MIXIN = """\
+import time
+
+from sglang.srt.disaggregation.base.conn import BaseKVSender, KVPoll
+from sglang.srt.disaggregation.common.polling import LedgerPolling
+
+
+class QuillKVSender(LedgerPolling, BaseKVSender):
+    def __init__(self, ledger, room):
+        self.kv_mgr = ledger
+        self.room = room
+        self.kv_mgr.update_status(room, KVPoll.Bootstrapping)
+        self.init_time = time.monotonic()
+"""
+_MIXIN = """\
+import time
+
+from sglang.srt.disaggregation.base.conn import KVPoll
+
+
+class LedgerPolling:
+    def poll(self):
+        state = self.kv_mgr.check_status(self.room)
+{timeout}        return state
+"""
+_MIXIN_TIMEOUT = """\
+        if state == KVPoll.Bootstrapping and time.monotonic() - self.init_time > 90:
+            return KVPoll.Failed
+"""
+
+
+@pytest.mark.parametrize("bounded", [False, True])
+def test_a_poll_inherited_from_a_mixin_in_a_file_no_needle_names_is_followed(
+    tmp_path: Path, bounded: bool
+) -> None:
+    from pdguard.commands.check import load_project
+
+    files = {
+        _BASE_PATH: _BASE,
+        _QUILL_PATH: _QUILL_ON_MIXIN,
+        _MIXIN_PATH: _MIXIN.format(timeout=_MIXIN_TIMEOUT if bounded else ""),
+        PREFILL: PATCHED,
+    }
+    for rel, text in files.items():
+        (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / rel).write_text(text)
+    project = load_project(open_tree(tmp_path))
+    assert _MIXIN_PATH in project.texts  # read, though it names no sender
+    messages = [f.message for f in run(project, ["PDG004"])]
+    if bounded:
+        assert messages == []
+    else:
+        [message] = messages
+        assert "QuillKVSender can stay in Bootstrapping forever" in message
