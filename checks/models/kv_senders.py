@@ -45,6 +45,12 @@ class ClassInfo:
     opaque: dict[str, int] = field(default_factory=dict)
 
 
+# Bases a KV class may have that come from Python itself: nothing of the liveness lives there.
+PYTHON_BASES = frozenset(
+    {"ABC", "object", "Generic", "Protocol", "Enum", "IntEnum", "Exception", "NamedTuple"}
+)
+
+
 def _base_name(expr: ast.expr) -> str:
     if isinstance(expr, ast.Attribute):
         return expr.attr
@@ -195,6 +201,17 @@ class ClassIndex:
             chain = chain[names.index(after) + 1 :] if after in names else []
         found = find_method(chain, method, lambda c: c.methods)
         return found[0] if found is not None else None
+
+    def unknown_bases(self, name: str) -> list[tuple[ClassInfo, str]]:
+        """(class, base name) for each base in ``name``'s ancestry that the index has no class
+        for and that is not Python's own (``ABC``, ``object``, ``Generic``, ...): methods it
+        defines may be the ones that run, and nothing of it can be read."""
+        return [
+            (info, base)
+            for info in self.mro(name)
+            for base in info.bases
+            if base not in self.classes and base not in PYTHON_BASES
+        ]
 
     def senders(self) -> list[str]:
         """The sender classes the tree can run (not the dead ones: ``dead_senders``)."""

@@ -10,7 +10,8 @@ What it does
     report Bootstrapping: PDG004 could not tell. And a KV receiver whose ``poll()`` can
     return, with no timeout on the way, only what a call pdguard cannot follow gave (a handler
     from a dispatch table, a function of another module): PDG006 cannot say whether it waits
-    forever.
+    forever. And a KV sender or receiver one of whose bases the tree does not define (a
+    class imported from another package): its methods may be the ones that run.
 
 Why is this bad
     The other rules prove that no request waits without bound *in the code they understand*.
@@ -250,6 +251,7 @@ class BaseKVSender:
         yield from self._receivers(project)
         yield from self._inflight(project)
         yield from self._unread_senders(project)
+        yield from self._unknown_bases(project)
 
     def _receivers(self, project: Project) -> Iterator[Finding]:
         receivers = project.receivers
@@ -289,6 +291,32 @@ class BaseKVSender:
             return
         for gap in model.unmodelled:
             yield self.finding(PREFILL, gap.line, gap.col, model.class_name, gap.message)
+
+    def _unknown_bases(self, project: Project) -> Iterator[Finding]:
+        """A KV sender or receiver with a base class the tree does not define (imported from
+        another package): its methods may be the ones that run, and none can be read."""
+        receivers = project.receivers
+        kinds = [
+            ("sender", project.classes, project.classes.senders()),
+            ("receiver", receivers.index, list(receivers.concrete())),
+        ]
+        seen: set[tuple[str, str]] = set()
+        for kind, index, names in kinds:
+            for name in names:
+                for info, base in index.unknown_bases(name):
+                    if (info.name, base) in seen:
+                        continue
+                    seen.add((info.name, base))
+                    yield self.finding(
+                        info.rel,
+                        info.node.lineno,
+                        info.node.col_offset + 1,
+                        info.name,
+                        f"{info.name} (the KV {kind} {name}'s ancestry) has the base {base}, "
+                        "which the tree does not define: its methods (poll(), abort(), ...) may "
+                        f"be the ones that run, and pdguard cannot read them to prove {name} "
+                        "bounded",
+                    )
 
     def _unread_senders(self, project: Project) -> Iterator[Finding]:
         """KV senders whose ``poll()`` returns what pdguard cannot trace to poll states, when

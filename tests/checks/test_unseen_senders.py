@@ -792,3 +792,13 @@ def test_a_poll_inherited_from_a_mixin_in_a_file_no_needle_names_is_followed(
     else:
         [message] = messages
         assert "QuillKVSender can stay in Bootstrapping forever" in message
+
+
+def test_a_base_the_tree_does_not_define_is_unmodelled_not_passed() -> None:
+    """The same sender, its mixin imported from another package: what runs as poll() is not
+    in the tree, so nothing can prove the sender bounded (PDG000, not silence)."""
+    sender = _QUILL_ON_MIXIN.replace("sglang.srt.disaggregation.common.polling", "lab.transport")
+    findings = run(Project({_BASE_PATH: _BASE, _QUILL_PATH: sender}), ["PDG000", "PDG004"])
+    [finding] = findings
+    assert finding.code == "PDG000" and finding.path == _QUILL_PATH
+    assert "has the base LedgerPolling, which the tree does not define" in finding.message
