@@ -851,14 +851,34 @@ class ReceiverIndex:
     def __init__(self, index: ClassIndex) -> None:
         self.index = index
         self._verdicts: dict[str, PollVerdict] = {}
+        self._dead: frozenset[str] | None = None
 
     def receivers(self) -> list[str]:
+        """The receiver classes the tree can run (not the dead ones: ``dead_receivers``)."""
+        dead = self.dead_receivers()
+        return [name for name in self._all_receivers() if name not in dead]
+
+    def _all_receivers(self) -> list[str]:
         return sorted(
             name
             for name in self.index.classes
             if name != BASE_RECEIVER
             and any(c.name == BASE_RECEIVER for c in self.index.mro(name)[1:])
         )
+
+    def dead_receivers(self) -> frozenset[str]:
+        """Receiver classes the tree never uses, as ``ClassIndex.dead_senders`` judges senders
+        (``checks.models.backends``): nothing live names them, and the tree has a registration
+        function that does not."""
+        if self._dead is None:
+            from .backends import dead_classes
+
+            self._dead = dead_classes(
+                self.index.modules.values(),
+                self._all_receivers(),
+                {name: info.bases for name, info in self.index.classes.items()},
+            )
+        return self._dead
 
     def _implemented(self, name: str, method: str) -> bool | None:
         """True if ``name`` has a non-abstract ``method``, False if only an abstract one,

@@ -226,6 +226,18 @@ class ReceiverWaitingTimeoutFix(Fix):
         concrete = list(receivers.concrete())
         if not concrete:
             return Outcome(Status.NOT_APPLICABLE, "no KV receiver class found")
+        outcome = self._plan(workspace, project, concrete)
+        dead = sorted(receivers.dead_receivers())
+        if not dead:
+            return outcome
+        aside = (
+            f"; dead code, left alone: {', '.join(dead)} (nothing the tree runs names it, "
+            "not get_kv_class)"
+        )
+        return Outcome(outcome.status, (outcome.note or "") + aside, outcome.where)
+
+    def _plan(self, workspace: Workspace, project: Project, concrete: list[str]) -> Outcome:
+        receivers = project.receivers
         broken = [name for name in concrete if receivers.verdict(name).violates]
         for name in broken:
             opaque = receivers.verdict(name).opaque

@@ -138,3 +138,62 @@ def test_a_class_the_tree_does_not_have_is_a_usage_error(
     code, _, err = run_main(capsys, "apply", "--ignore", "sender-abort:NoSuchKVSender", root)
     assert code == 2 and "no KV sender class 'NoSuchKVSender' in this tree" in err, err
     assert len(err.strip().splitlines()) == 1 and snapshot(root) == before
+
+
+# A fork receiver that waits for the prefill with no waiting timeout (PDG006 when live).
+_FORK_RECEIVER = """\
+from sglang.srt.disaggregation.base.conn import BaseKVReceiver, KVPoll
+
+
+class CudaIpcKVReceiver(BaseKVReceiver):
+    def __init__(self, mgr, bootstrap_addr, bootstrap_room=None, prefill_dp_rank=None):
+        self.kv_mgr = mgr
+        self.bootstrap_room = bootstrap_room
+
+    def init(self, prefill_dp_rank=None):
+        self.prefill_dp_rank = prefill_dp_rank
+
+    def send_metadata(self, kv_indices, aux_index=None, state_indices=None):
+        self.kv_mgr.post(self.bootstrap_room, kv_indices, aux_index)
+
+    def poll(self):
+        return self.kv_mgr.check_status(self.bootstrap_room)
+
+    def failure_exception(self):
+        return RuntimeError("cuda ipc transfer failed")
+"""
+
+
+def _receiver_fork(tmp_path: Path, registered: bool) -> Path:
+    root = copy_release("0.5.21", tmp_path / "tree")
+    backend = root / DISAGGREGATION_DIR / "cudaipc"
+    backend.mkdir()
+    (backend / "__init__.py").write_text("")
+    (backend / "conn.py").write_text(_FORK_RECEIVER)
+    if registered:
+        utils = root / DISAGGREGATION_DIR / "utils.py"
+        text = utils.read_text()
+        anchor = "    if transfer_backend == TransferBackend.MOONCAKE:\n"
+        assert anchor in text
+        register = _REGISTER.replace("CudaIpcKVManager, CudaIpcKVSender", "CudaIpcKVReceiver")
+        register = register.replace("KVClassType.MANAGER: CudaIpcKVManager,\n", "")
+        register = register.replace(
+            "KVClassType.SENDER: CudaIpcKVSender", "KVClassType.RECEIVER: CudaIpcKVReceiver"
+        )
+        utils.write_text(text.replace(anchor, register + anchor, 1))
+    return root
+
+
+@pytest.mark.releases
+@pytest.mark.parametrize("registered", [False, True])
+def test_a_dead_receiver_is_left_alone_and_a_live_one_reported(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], registered: bool
+) -> None:
+    root = _receiver_fork(tmp_path, registered)
+    code, out, _ = run_main(capsys, "check", "--select", "PDG006", root)
+    if registered:
+        assert code == 1 and "CudaIpcKVReceiver" in out, out
+    else:
+        assert code == 0 and "CudaIpc" not in out, out
+        code, out, err = run_main(capsys, "apply", "--check", "--no-confirm", root)
+        assert "dead code, left alone: CudaIpcKVReceiver" in out, out + err
