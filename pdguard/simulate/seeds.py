@@ -32,9 +32,9 @@ from .. import sglang_names as names
 from ..errors import SimulationGap
 from .loader import Target
 from .lockstep import EPS, LAG_STEPS, Event, lag_verdict
+from .prefill.world import Trace, WorldConfig
+from .prefill.world import simulate as run_world
 from .spec import RequestSpec
-from .world import Trace, WorldConfig
-from .world import simulate as run_world
 
 TIMEOUT = 60.0  # the inflight timeout the schedules set (short, so a run stays short)
 HORIZON = 3 * TIMEOUT
