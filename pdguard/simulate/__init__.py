@@ -123,14 +123,15 @@ def run(
 def run_seeds(
     tree: SourceTree, seeds: Sequence[int], ranks: int = 2, limits: sandbox.Limits = sandbox.LIMITS
 ) -> list[seeds_module.SeedResult]:
-    """``simulate --seeds``: each seed's fault schedule run on ``tree``'s prefill code, in the
-    sandbox's child process."""
+    """``simulate --seeds``: each seed's fault schedules run on ``tree``'s prefill code and,
+    wherever the tree has a decode side, on its decode code, in the sandbox's child process."""
     check_ranks(ranks)
     return sandbox.run_in_child(_run_seeds, tree, list(seeds), ranks, limits=limits)
 
 
 def _run_seeds(tree: SourceTree, seeds: list[int], ranks: int) -> list[seeds_module.SeedResult]:
-    return seeds_module.run_seeds(load(tree), seeds, ranks)
+    decoded = decode_loader.load(tree) if has_decode_side(tree) else None
+    return seeds_module.run_seeds(load(tree), seeds, ranks, decoded)
 
 
 def run_unguarded(

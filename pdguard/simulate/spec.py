@@ -38,6 +38,9 @@ class DecodeSpec:
     transfer_s: float | None = 2.0  # None: the prefill is gone after the indices are sent
     registered: bool = True  # False: the prefill never registers the room (0.5.10+ pending)
     retracted: bool = False  # handed to the prealloc queue as retracted (waits for memory)
+    # the prefill registers the room this long after the request arrived (a pending request
+    # resolves then and is re-queued, 0.5.10+); 0: at once
+    register_s: float = 0.0
     decode_s: float = 1.0
 
 

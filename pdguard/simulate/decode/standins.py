@@ -537,7 +537,6 @@ UNREACHED = (
     "is_swa_req_ring",
     "match_kv_cache",
     "minimax_index_transfer_pages",
-    "restore_kv_cache",
     "suffix_page_indices",
     "DecodeStagingHandler",
     "retraction_restore",
@@ -652,6 +651,9 @@ KEYS_EXTRA: dict[str, Callable[[Any], object]] = {
         name: (lambda ctx: lambda *_, **__: False)
         for name in ("dsv4_needs_rebootstrap", "dsv41_dspark_needs_rebootstrap")
     },
+    # a resumed retracted request's KV comes back from the host (0.5.23; before, the request's
+    # own load_kv_cache): nothing to simulate, as DecodeReq.load_kv_cache
+    "restore_kv_cache": lambda ctx: lambda *_, **__: None,
     # no Mamba state: its capacity never limits admission
     "ensure_mamba_capacity": lambda ctx: lambda *_, **__: True,
     "envs": lambda ctx: DecodeEnvs(ctx.env, ctx.world.target.env_defaults),
@@ -725,7 +727,11 @@ class DecodeSchedulerStandIn(Strict):
         self.spec_algorithm = NO_SPECULATION
         self.tree_cache = rank.tree_cache
         self.pp_size = 1
-        self.server_args = Config("server_args", enable_dp_attention=False, **DISAGG_ARGS)
+        # the decode's radix cache is off by default (as ``get_memory()`` says): read when a
+        # retracted request is resumed
+        self.server_args = Config(
+            "server_args", enable_dp_attention=False, disable_radix_cache=True, **DISAGG_ARGS
+        )
 
     def stream_output(self, reqs: list[SimReq], *_: object, **__: object) -> None:
         for req in reqs:

@@ -55,6 +55,13 @@ class DecodeConfig(lockstep.LockstepConfig[DecodeSpec]):
     # and no follow_bootstrap_room, the decode asks /query_dp_ranks for each room
     prefill_dp_size: int = 1
     lag: float = 0.1
+    clock_offsets: tuple[float, ...] = ()  # per rank: added to every clock reading
+    # (start, end) simulated seconds while no rank runs its event loop (a scheduler stall,
+    # pause_generation); requests still arrive and the prefill's transfers go on
+    stalls: tuple[tuple[float, float], ...] = ()
+
+    def stalled(self, now: float) -> bool:
+        return any(start - EPS <= now < end - EPS for start, end in self.stalls)
 
 
 @dataclass(frozen=True)
@@ -98,9 +105,10 @@ class DecodeRank(lockstep.LockstepRank["DecodeWorld"]):
     """One decode scheduler rank (a thread), with its own copy of the target's classes."""
 
     def __init__(self, world: DecodeWorld, index: int) -> None:
-        super().__init__(world, index)
-        target = world.target
         config = world.config
+        offsets = config.clock_offsets
+        super().__init__(world, index, offsets[index] if index < len(offsets) else 0.0)
+        target = world.target
         self.env = dict(config.env)
         self.tp_group = Group(index, world.collective if config.ranks > 1 else None)
         self.cp_group = Group(index, None)
@@ -213,7 +221,11 @@ class DecodeRank(lockstep.LockstepRank["DecodeWorld"]):
         found = {}
         for room in rooms:
             spec = self.world.by_room.get(room)
-            if spec is not None and spec.registered:
+            if (
+                spec is not None
+                and spec.registered
+                and self.world.time >= spec.arrival + spec.register_s - EPS
+            ):
                 found[str(room)] = room % self.world.config.prefill_dp_size
         return found
 
@@ -251,6 +263,8 @@ class DecodeRank(lockstep.LockstepRank["DecodeWorld"]):
                     self.prealloc.add(req)
             finally:
                 self.lag = 0.0
+        if self.world.config.stalled(now):
+            return
         self.scheduler.process_decode_queue()
         for waiting in self.scheduler.waiting_queue:
             req = waiting
