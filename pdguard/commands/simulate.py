@@ -159,9 +159,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--seeds",
         type=int,
         metavar="N",
-        help="instead of the scenarios, run the fault schedules of seeds 0..N-1 (random decode "
-        "restarts, stalls, pauses, rank skew, PP lag, optimistic requeues, memory pressure), "
-        f"the properties checked at every step; at most {MAX_SEEDS}",
+        help="instead of the scenarios, run the fault schedules of seeds 0..N-1 on the prefill "
+        "side (decode restarts, stalls, pauses, rank skew, PP lag, optimistic requeues, memory "
+        "pressure) and, wherever the tree has one, the decode side (prefill restarts, stalled "
+        "transfers, unregistered and late rooms, retraction under memory pressure, rank skew, "
+        f"pauses), the properties checked at every step; at most {MAX_SEEDS}",
     )
     parser.add_argument(
         "--seed",
@@ -185,15 +187,17 @@ MAX_SEEDS = 1000
 def seeds_text(target: str, results: list[SeedResult]) -> str:
     lines = []
     for result in results:
+        seed = f"seed {result.seed}" + (" (decode)" if result.side == "decode" else "")
         if not result.violations:
-            lines.append(f"seed {result.seed}: pass ({result.schedule})")
+            lines.append(f"{seed}: pass ({result.schedule})")
             continue
-        lines.append(f"seed {result.seed}: FAIL ({result.schedule})")
+        lines.append(f"{seed}: FAIL ({result.schedule})")
         lines += [f"  {v.line()}" for v in result.violations]
         lines.append(f"  shrunk: {result.shrunk}")
         lines.append(f"  replay: pdguard simulate {target} --seed {result.seed}")
-    failed = sum(bool(r.violations) for r in results)
-    lines.append(f"{len(results) - failed} seed(s) passed, {failed} failed")
+    seeds = {r.seed for r in results}
+    failed = {r.seed for r in results if r.violations}
+    lines.append(f"{len(seeds) - len(failed)} seed(s) passed, {len(failed)} failed")
     return "\n".join(lines)
 
 
@@ -202,6 +206,7 @@ def seeds_json(target: str, results: list[SeedResult]) -> str:
         [
             {
                 "seed": r.seed,
+                "side": r.side,
                 "schedule": r.schedule,
                 "violations": [dataclasses.asdict(v) for v in r.violations],
                 "shrunk": r.shrunk,

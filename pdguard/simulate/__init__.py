@@ -1,11 +1,17 @@
 """``pdguard simulate``: run the target's own inflight-queue code against a simulated scheduler.
 
-The target's ``process_disagg_prefill_inflight_queue`` (and the methods around it: the
+Two halves with the same roles, ``prefill/`` and ``decode/``: each loads the release's own code
+from its source with ``ast`` (``loader``), gives it stand-ins for everything SGLang's runtime
+would give it (``standins``), runs it on N simulated ranks in lock step (``world``) through
+named scenarios (``scenarios``), each stating the property the fixes should give. The prefill
+half runs ``process_disagg_prefill_inflight_queue`` and the methods around it (the
 inflight-queue append, the bootstrap queue, optimistic prefill's requeue, the release's own
-Mooncake and NIXL senders with their bases) is loaded from its source with
-``ast`` (``loader``), given stand-ins for everything SGLang's runtime would give it
-(``standins``), and run on N simulated ranks in lock step (``world``) through named scenarios
-(``scenarios``), each with the verdict the inflight-deadline fix should produce.
+Mooncake and NIXL senders); the decode half runs the decode queues and KV receivers.
+
+Shared by both: the loading machinery (``loader``), the common stand-ins (``standins``), the
+lock-step engine (``lockstep``), the request script (``spec``), pass-along recorders
+(``passalong``), the sandbox (``sandbox``), seeded fault schedules (``seeds``) and
+``check --confirm`` (``confirm``).
 """
 
 from __future__ import annotations
@@ -14,11 +20,17 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from ..errors import LoadError, SimulationGap, UsageError
+from ..sglang_names import DECODE_PATH
 from ..tree import SourceTree
-from . import decode_scenarios, decode_world, loader, sandbox, scenarios, standins, world
+from . import loader, prefill, sandbox
 from . import seeds as seeds_module
-from .decode_scenarios import DECODE_NAMES, DECODE_SCENARIOS
-from .scenarios import NAMES, SCENARIOS
+from .decode import loader as decode_loader
+from .decode import scenarios as decode_scenarios
+from .decode import world as decode_world
+from .decode.scenarios import DECODE_NAMES, DECODE_SCENARIOS
+from .prefill import world
+from .prefill.scenarios import NAMES, SCENARIOS
+from .spec import Outcome
 
 # every scenario, prefill then decode; the decode ones run when named (or ``decode=True``)
 ALL_NAMES = (*NAMES, *DECODE_NAMES)
@@ -69,7 +81,7 @@ class SimulationReport:
 
 def load(tree: SourceTree) -> loader.Target:
     """The target's code, compiled for the simulation; LoadError says why it cannot be."""
-    return loader.load(tree, standins.KEYS, standins.SchedulerStandIn.REPLACES)
+    return prefill.load(tree)
 
 
 def client_errors(trace: world.Trace | decode_world.DecodeTrace) -> tuple[tuple[str, str], ...]:
@@ -89,7 +101,7 @@ def check_ranks(ranks: int) -> None:
 
 def has_decode_side(tree: SourceTree) -> bool:
     """Does the tree have SGLang's decode side (``decode.py`` with its queues)?"""
-    return tree.read_bytes(decode_world.DECODE_PATH) is not None
+    return tree.read_bytes(DECODE_PATH) is not None
 
 
 def run(
@@ -111,14 +123,15 @@ def run(
 def run_seeds(
     tree: SourceTree, seeds: Sequence[int], ranks: int = 2, limits: sandbox.Limits = sandbox.LIMITS
 ) -> list[seeds_module.SeedResult]:
-    """``simulate --seeds``: each seed's fault schedule run on ``tree``'s prefill code, in the
-    sandbox's child process."""
+    """``simulate --seeds``: each seed's fault schedules run on ``tree``'s prefill code and,
+    wherever the tree has a decode side, on its decode code, in the sandbox's child process."""
     check_ranks(ranks)
     return sandbox.run_in_child(_run_seeds, tree, list(seeds), ranks, limits=limits)
 
 
 def _run_seeds(tree: SourceTree, seeds: list[int], ranks: int) -> list[seeds_module.SeedResult]:
-    return seeds_module.run_seeds(load(tree), seeds, ranks)
+    decoded = decode_loader.load(tree) if has_decode_side(tree) else None
+    return seeds_module.run_seeds(load(tree), seeds, ranks, decoded)
 
 
 def run_unguarded(
@@ -137,9 +150,9 @@ def run_unguarded(
     ]
     prefill_named = not names or any(n in NAMES for n in names)
     if not prefill_named:
-        decoded = decode_world.load(tree)
+        decoded = decode_loader.load(tree)
         report = SimulationReport(
-            decoded.label, decoded.version, ranks, loaded=dict(decode_world.describe(decoded))
+            decoded.label, decoded.version, ranks, loaded=dict(decode_loader.describe(decoded))
         )
         _run_decode(report, tree, decoded, wanted_decode, ranks)
         return report
@@ -149,8 +162,8 @@ def run_unguarded(
     )
     _run_prefill(report, target, ranks, names)
     if wanted_decode:
-        decoded = decode_world.load(tree)
-        report.loaded["decode"] = dict(decode_world.describe(decoded))
+        decoded = decode_loader.load(tree)
+        report.loaded["decode"] = dict(decode_loader.describe(decoded))
         _run_decode(report, tree, decoded, wanted_decode, ranks)
     return report
 
@@ -158,7 +171,7 @@ def run_unguarded(
 def _run_decode(
     report: SimulationReport,
     tree: SourceTree,
-    target: decode_world.DecodeTarget,
+    target: decode_loader.DecodeTarget,
     chosen: Sequence[decode_scenarios.DecodeScenario],
     ranks: int,
 ) -> None:
@@ -173,7 +186,7 @@ def _run_decode(
             if scenario.prefill is not None:
                 half = scenario.prefill(tree, ranks)
                 verdict = "pass" if half.verdict == outcome.verdict == "pass" else "fail"
-                outcome = scenarios.Outcome(
+                outcome = Outcome(
                     verdict,
                     f"prefill: {half.observed}; decode: {outcome.observed}",
                     max(half.seconds, outcome.seconds),
@@ -186,7 +199,7 @@ def _run_decode(
 def _row(
     name: str,
     expected: str,
-    outcome: scenarios.Outcome,
+    outcome: Outcome,
     trace: world.Trace | decode_world.DecodeTrace,
 ) -> Row:
     return Row(

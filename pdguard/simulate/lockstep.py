@@ -1,5 +1,4 @@
-"""The lock-step engine both simulated worlds run on (``world`` for the prefill, ``decode_world``
-for the decode).
+"""The lock-step engine both simulated worlds run on (``prefill.world`` and ``decode.world``).
 
 Each rank is a daemon thread that runs one iteration of its event loop (``step``) and then waits
 at the step barrier; the barrier's action, run once per step while every rank waits, records a
@@ -235,6 +234,28 @@ class SimulationCode:
             return None
         function = f" in {inner.name}" if inner else ""
         return f"{where}: cannot run{function}: {what}"
+
+
+class Divergence(Exception):
+    """The ranks disagree at a collective (in SGLang: a hang or a torch error)."""
+
+
+class Collective:
+    """MIN all-reduce over the ranks of the TP group, through a barrier."""
+
+    def __init__(self, ranks: int) -> None:
+        self.barrier = threading.Barrier(ranks, timeout=BARRIER_TIMEOUT)
+        self.slots: list[list[int]] = [[] for _ in range(ranks)]
+
+    def __call__(self, rank: int, values: list[int]) -> list[int]:
+        self.slots[rank] = list(values)
+        self.barrier.wait()
+        slots = [list(s) for s in self.slots]
+        self.barrier.wait()  # everyone has read before anyone writes again
+        if len({len(s) for s in slots}) > 1:
+            sizes = ", ".join(f"rank {r}: {len(s)}" for r, s in enumerate(slots))
+            raise Divergence(f"the ranks all-reduce different numbers of polls ({sizes})")
+        return [min(column) for column in zip(*slots, strict=True)]
 
 
 class LockstepWorld(ABC, Generic[ConfigT, SpecT, RankT, SnapshotT, TraceT]):

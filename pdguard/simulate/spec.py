@@ -1,4 +1,6 @@
-"""What the scenarios ask of one simulated request: shared by the world and its stand-ins."""
+"""What the scenarios ask of one simulated request, prefill (``RequestSpec``) or decode
+(``DecodeSpec``), shared by the worlds and their stand-ins; and what a scenario answers
+(``Outcome``), shared by both halves' scenarios."""
 
 from __future__ import annotations
 
@@ -24,3 +26,28 @@ class RequestSpec:
     # The release's NixlKVSender posts the transfer itself (its ``xfer_handles``, NIXL up to
     # 0.5.11): the last chunk posts one handle, which the transport runs for ``transfer_s``
     posts_transfer: bool = False
+
+
+@dataclass(frozen=True)
+class DecodeSpec:
+    """One decode request and what its prefill does."""
+
+    rid: str
+    backend: str = "mooncake"
+    arrival: float = 0.0
+    transfer_s: float | None = 2.0  # None: the prefill is gone after the indices are sent
+    registered: bool = True  # False: the prefill never registers the room (0.5.10+ pending)
+    retracted: bool = False  # handed to the prealloc queue as retracted (waits for memory)
+    # the prefill registers the room this long after the request arrived (a pending request
+    # resolves then and is re-queued, 0.5.10+); 0: at once
+    register_s: float = 0.0
+    decode_s: float = 1.0
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """A scenario's verdict on one trace."""
+
+    verdict: str  # "pass", "fail", "n/a"
+    observed: str
+    seconds: float

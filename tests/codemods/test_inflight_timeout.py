@@ -20,7 +20,7 @@ from pdguard.codemods.inflight_timeout import InflightTimeoutEntry
 from pdguard.commands import apply as pipeline
 from pdguard.fixes import Outcome
 from pdguard.simulate import load as load_target
-from pdguard.simulate import scenarios, world
+from pdguard.simulate.prefill import scenarios, world
 from pdguard.simulate.spec import RequestSpec
 from pdguard.tree import open_tree
 from tests.helpers import copy_release, patched_copy

@@ -16,7 +16,8 @@ import pytest
 
 from pdguard import simulate
 from pdguard.errors import SimulationGap
-from pdguard.simulate import decode_world
+from pdguard.simulate.decode import loader as decode_loader
+from pdguard.simulate.decode import standins as decode_standins
 from pdguard.simulate.standins import MissingStandIn
 from pdguard.tree import open_tree
 from pdguard.vendor_sglang import fetch_release
@@ -118,7 +119,7 @@ def test_release_with_a_list_of_metadata_tensors_runs_and_wedges() -> None:
         "prefill-deadline-pair",
     }
     assert verdicts["healthy-traffic"] == verdicts["success-at-deadline"] == "pass"
-    buffers = decode_world.MetadataBuffers(("output_ids", "bootstrap_room"))
+    buffers = decode_standins.MetadataBuffers(("output_ids", "bootstrap_room"))
     with pytest.raises(MissingStandIn, match=r"metadata_buffers\[0\]"):
         buffers[0]  # a release with get_buf is never indexed as a list
 
@@ -176,7 +177,7 @@ def test_decode_scenarios_run_only_when_asked() -> None:
 
 
 def test_the_release_code_is_loaded_not_modelled() -> None:
-    target = decode_world.load(open_tree(fetch_release("0.4.9")))
+    target = decode_loader.load(open_tree(fetch_release("0.4.9")))
     assert set(target.receivers) == {"mooncake", "nixl"}
     assert "poll" in target.code.loaded["MooncakeKVReceiver"]
     assert "pop_transferred" in target.code.loaded["DecodeTransferQueue"]

@@ -21,7 +21,8 @@ from pdguard import simulate
 from pdguard.cli import main
 from pdguard.commands import apply
 from pdguard.sglang_names import INFLIGHT_FUNCTION
-from pdguard.simulate import passalong, scenarios, standins, world
+from pdguard.simulate import passalong, standins
+from pdguard.simulate.prefill import scenarios, world
 from pdguard.tree import PREFILL_PATH, open_tree
 from pdguard.vendor_sglang import fetch_release
 from tests.simulate.test_prefill import MAIN_ROWS

@@ -11,9 +11,12 @@ from dataclasses import dataclass
 
 import pytest
 
-from pdguard.simulate import decode_world, lockstep, standins, world
+from pdguard.simulate import lockstep, standins
+from pdguard.simulate.decode import standins as decode_standins
+from pdguard.simulate.decode import world as decode_world
 from pdguard.simulate.loader import Target
 from pdguard.simulate.lockstep import FIRST_ROOM, Event
+from pdguard.simulate.prefill import world
 
 # a target with no module: a failure is placed at its label
 TARGET = Target(
@@ -156,7 +159,8 @@ BOTH = pytest.mark.parametrize("simulation", [world.World.SIMULATION, ToyWorld.S
 def test_a_stand_in_called_in_a_way_it_does_not_accept_is_a_gap(
     simulation: lockstep.SimulationCode,
 ) -> None:
-    gap = _gap(simulation, _call(standins.prefill_batch))
+    # a stand-in both halves share (the prefill world's own are its SIMULATION's too)
+    gap = _gap(simulation, _call(standins.kv_to_page_num))
     assert gap is not None
     assert gap.startswith("toy: cannot run: a stand-in does not take this call (TypeError: ")
 
@@ -168,12 +172,12 @@ def test_the_targets_own_errors_are_not_gaps(simulation: lockstep.SimulationCode
 
 
 def test_the_decode_worlds_own_stand_ins_are_the_simulations() -> None:
-    """decode_world's stand-ins count as stand-ins: a call they do not accept, an attribute
+    """The decode half's stand-ins count as stand-ins: a call they do not accept, an attribute
     they do not have, an exception they raise."""
     simulation = decode_world.DecodeWorld.SIMULATION
-    called = _gap(simulation, _call(decode_world.all_reduce_flags, [1]))
+    called = _gap(simulation, _call(decode_standins.all_reduce_flags, [1]))
     assert called is not None and "a stand-in does not take this call" in called
-    used = _gap(simulation, _read(decode_world.SimTensor([1]), "shape"))
+    used = _gap(simulation, _read(decode_standins.SimTensor([1]), "shape"))
     assert used is not None and "a stand-in does not model this" in used
     assert "'SimTensor' object has no attribute 'shape'" in used
     raised = _gap(simulation, lambda: decode_world._class({"X": 1}, "X"))

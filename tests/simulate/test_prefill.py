@@ -18,8 +18,9 @@ import pytest
 from pdguard import simulate
 from pdguard.cli import main
 from pdguard.commands import apply
-from pdguard.simulate import scenarios, standins
-from pdguard.simulate.world import Divergence, _Collective
+from pdguard.simulate import standins
+from pdguard.simulate.lockstep import Collective, Divergence
+from pdguard.simulate.prefill import scenarios
 from pdguard.tree import open_tree
 from pdguard.vendor_sglang import fetch_release
 from tests.helpers import (
@@ -160,7 +161,7 @@ def test_imports_are_never_executed(tmp_path: Path) -> None:
 
 
 def test_min_all_reduce_over_threads() -> None:
-    collective = _Collective(3)
+    collective = Collective(3)
     results: dict[int, object] = {}
 
     def rank(index: int, values: list[int]) -> None:

@@ -11,8 +11,8 @@ from pdguard import simulate
 from pdguard.cli import main
 from pdguard.sglang_names import INFLIGHT_TIMEOUT_ENV
 from pdguard.simulate import seeds
+from pdguard.simulate.prefill.world import WorldConfig
 from pdguard.simulate.spec import RequestSpec
-from pdguard.simulate.world import WorldConfig
 from pdguard.tree import open_tree
 from tests.simulate.test_properties import SWEEP_ABORT, _hand_fixed
 from tests.snippets import TOY_PREFILL, make_toy

@@ -34,13 +34,15 @@ import threading
 from dataclasses import dataclass
 from typing import Any
 
-from .. import sglang_names as names
-from ..errors import LoadError
-from . import standins
-from .loader import EnvRegistry, Target
-from .lockstep import (
+from ... import sglang_names as names
+from ...errors import LoadError
+from .. import standins
+from ..loader import EnvRegistry, Target
+from ..lockstep import (
     BARRIER_TIMEOUT,
     EPS,
+    Collective,
+    Divergence,
     Event,
     LockstepConfig,
     LockstepRank,
@@ -48,15 +50,10 @@ from .lockstep import (
     LockstepWorld,
     SimulationCode,
 )
-from .spec import RequestSpec
-from .standins import (
-    BootstrapQueueStandIn,
-    Group,
-    MetadataAllocator,
-    SchedulerStandIn,
-    ScriptedSender,
-    SimReq,
-)
+from ..spec import RequestSpec
+from ..standins import Group, MetadataAllocator, SimReq
+from . import standins as prefill_standins
+from .standins import BootstrapQueueStandIn, SchedulerStandIn, ScriptedSender
 
 
 @dataclass(frozen=True)
@@ -106,28 +103,6 @@ class Snapshot:
 class Trace(LockstepTrace[WorldConfig, Snapshot]):
     def entered_inflight(self, rid: str, rank: int = 0) -> Snapshot | None:
         return next((s for s in self.snapshots if rid in s.inflight[rank]), None)
-
-
-class Divergence(Exception):
-    """The ranks disagree at a collective (in SGLang: a hang or a torch error)."""
-
-
-class _Collective:
-    """MIN all-reduce over the ranks of the TP group, through a barrier."""
-
-    def __init__(self, ranks: int) -> None:
-        self.barrier = threading.Barrier(ranks, timeout=BARRIER_TIMEOUT)
-        self.slots: list[list[int]] = [[] for _ in range(ranks)]
-
-    def __call__(self, rank: int, values: list[int]) -> list[int]:
-        self.slots[rank] = list(values)
-        self.barrier.wait()
-        slots = [list(s) for s in self.slots]
-        self.barrier.wait()  # everyone has read before anyone writes again
-        if len({len(s) for s in slots}) > 1:
-            sizes = ", ".join(f"rank {r}: {len(s)}" for r, s in enumerate(slots))
-            raise Divergence(f"the ranks all-reduce different numbers of polls ({sizes})")
-        return [min(column) for column in zip(*slots, strict=True)]
 
 
 class _Consensus:
@@ -248,7 +223,7 @@ class Rank(LockstepRank["World"]):
             done += requeued
         if done:
             self.prefilling = [(at, req) for at, req in self.prefilling if at > now + EPS]
-            batch, result = standins.prefill_batch(done)
+            batch, result = prefill_standins.prefill_batch(done)
             _give_recorders(self.recorders, batch, result)
             self.lag = self.handling_lag
             before = {id(r) for r in self.scheduler.disagg_prefill_inflight_queue}
@@ -315,12 +290,12 @@ class Rank(LockstepRank["World"]):
 
 
 class World(LockstepWorld[WorldConfig, RequestSpec, Rank, Snapshot, Trace]):
-    SIMULATION = SimulationCode(__name__, on_purpose=(Divergence,))
+    SIMULATION = SimulationCode(__name__, prefill_standins.__name__, on_purpose=(Divergence,))
 
     def __init__(self, config: WorldConfig, target: Target) -> None:
         super().__init__(config, target)
         self.target = target
-        self.collective = _Collective(config.ranks)
+        self.collective = Collective(config.ranks)
         self.exchange = _Consensus(config.ranks)
         self.ranks = [Rank(self, i, target) for i in range(config.ranks)]
         _check_self_reads(target, self.ranks[0])

@@ -1,16 +1,4 @@
-"""The decode side of ``pdguard simulate``: the release's own decode queues and KV receivers on
-N simulated ranks.
-
-What runs from the target (loaded by ``loader``, never imported):
-
-* ``DecodePreallocQueue`` (``add``, ``pop_preallocated``, ``resume_retracted_reqs`` and what
-  they reach), ``DecodeTransferQueue`` (``extend``, ``pop_transferred``) and the scheduler
-  mixin's ``process_decode_queue``, which calls both queues (and holds the retraction gate);
-* each backend's KV receiver, ``MooncakeKVReceiver`` and ``NixlKVReceiver`` with their bases:
-  the constructor, ``init``/``send_metadata`` (which sends the KV indices), ``poll``,
-  ``abort``, ``failure_exception`` and ``clear``.
-
-What the simulated world gives instead (``Target.replaced`` lists it in the JSON report):
+"""The decode half's stand-ins: what the simulated world gives the release's decode code.
 
 * the network: the receivers' bootstrap look-ups (``_get_bootstrap_info_from_server``,
   ``_get_prefill_parallel_info_from_server``, ...), their ZMQ ``_connect`` (a socket that hands
@@ -21,11 +9,9 @@ What the simulated world gives instead (``Target.replaced`` lists it in the JSON
   request, sgl-project/sglang#28651);
 * device memory: ``_pre_alloc`` (a request-pool slot and the KV pages, recorded) and
   ``_allocatable_tokens`` (0 while the scenario holds decode memory full);
-* the decode batch: a transferred request decodes for one second and finishes.
-
-Every ``poll_and_all_reduce`` exchanges the ranks' polls through a barrier and MIN-reduces
-them, as on the prefill side (``world._Collective``). A rank step is one iteration of SGLang's
-decode event loop: arrivals (``add``), ``process_decode_queue``, the running batch.
+* the scheduler, the tree cache, the request pool, the token allocator, the metadata buffers
+  and the queues' own state; the rest comes from the shared ``simulate.standins``
+  (``REGISTRY`` extends its registry).
 """
 
 from __future__ import annotations
@@ -33,24 +19,18 @@ from __future__ import annotations
 import ast
 import threading
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
-from typing import Any, ClassVar, cast
+from dataclasses import dataclass
+from typing import Any, ClassVar, Protocol
 
-from ..checks.classes import methods_of
-from ..errors import LoadError
-from ..sglang_names import (
-    DECODE_PATH,
+from ...sglang_names import (
     ENVIRON_PATH,
-    MOONCAKE_CONN_PATH,
-    NIXL_CONN_PATH,
-    UTILS_PATH,
 )
-from ..tree import SourceTree
-from . import loader, lockstep, standins
-from .lockstep import EPS, Event
-from .standins import (
+from ...tree import SourceTree
+from .. import lockstep, standins
+from ..lockstep import EPS
+from ..spec import DecodeSpec
+from ..standins import (
     FINISH_ABORT,
-    FINISH_LENGTH,
     Config,
     Group,
     Inert,
@@ -59,273 +39,62 @@ from .standins import (
     SimReq,
     Strict,
 )
-from .world import Divergence, _Collective
 
-RECEIVERS = {
-    "mooncake": (MOONCAKE_CONN_PATH, "MooncakeKVReceiver"),
-    "nixl": (NIXL_CONN_PATH, "NixlKVReceiver"),
-}
-PREALLOC_QUEUE = "DecodePreallocQueue"
-TRANSFER_QUEUE = "DecodeTransferQueue"
-PROCESS_QUEUE = "process_decode_queue"
-PREALLOC_ENTRIES = ("add", "extend", "pop_preallocated", "resume_retracted_reqs")
-TRANSFER_ENTRIES = ("extend", "pop_transferred")
-RECEIVER_ENTRIES = ("__init__", "init", "send_metadata", "poll", "abort", "failure_exception")
-# Replaced by the simulated world (device memory), never loaded from the target.
-PREALLOC_REPLACED = frozenset({"_pre_alloc", "_allocatable_tokens", "__init__", "_init_kv_manager"})
-TRANSFER_REPLACED = frozenset({"__init__"})
-# The receivers' network: replaced by ReceiverNetwork's methods.
-RECEIVER_REPLACED = frozenset(
-    {
-        "_get_bootstrap_info_from_server",
-        "_get_prefill_parallel_info_from_server",
-        "_get_prefill_dp_size_from_server",
-        "_register_kv_args",
-        "_connect",
-        "_connect_to_bootstrap_server",
-        "query_prefill_dp_ranks",
-    }
-)
 PREFILL_SERVER = "10.0.0.2:8998"
 PREFILL_RANK_PORT = 17000
-
-
-# -- the target ------------------------------------------------------------------------------
-
-
-@dataclass
-class DecodeTarget:
-    """The release's decode code, compiled once and built per rank."""
-
-    label: str
-    version: str | None
-    code: loader.Target
-    mixin: str
-    receivers: dict[str, tuple[str, str]]  # backend -> (module, class)
-    # the KV manager of a backend sets ``self.waiting_timeout`` (upstream's receiver timeout
-    # reads it there: Mooncake 0.4.9.post1+, NIXL 0.5.6+)
-    manager_waiting_timeout: dict[str, bool]
-    # backend -> the class-level defaults of the receiver's hierarchy the loader leaves out
-    # (it loads methods only): constants, and nullcontext() / Lock() / RLock() as made
-    class_defaults: dict[str, dict[str, object]]
-    # backend -> replaced look-up -> how many values its return gives (a tuple's length)
-    arity: dict[str, dict[str, int]]
-    get_buf: tuple[str, ...]  # the metadata buffers MetadataBuffers.get_buf returns, in order
-    prealloc_methods: frozenset[str]
-    add_params: tuple[str, ...]
-    replaced: tuple[str, ...]
-    env_defaults: dict[str, object] = field(default_factory=dict)
-    # DecodeRequest's fields with a default: name -> the default (an enum member by its
-    # lower-case name, as ``_EnumNames`` gives it)
-    request_fields: dict[str, object] = field(default_factory=dict)
-
-    @property
-    def retracts(self) -> bool:
-        """Does the release retract decode requests into the prealloc queue (0.4.7.post1+)?"""
-        return "is_retracted" in self.add_params
-
-    @property
-    def pends(self) -> bool:
-        """Does the prealloc queue park requests whose prefill DP rank is unknown (0.5.10+)?"""
-        return "_resolve_pending_reqs" in self.prealloc_methods
-
-
-def load(tree: SourceTree) -> DecodeTarget:
-    """The target's decode code, compiled for the simulation; LoadError says why it cannot be."""
-    ldr = loader._Loader(tree, KEYS)
-    receivers: dict[str, tuple[str, str]] = {}
-    waiting: dict[str, bool] = {}
-    arity: dict[str, dict[str, int]] = {}
-    defaults: dict[str, dict[str, object]] = {}
-    for backend, (rel, name) in RECEIVERS.items():
-        if tree.read_bytes(rel) is None or name not in ldr.classes(rel):
-            continue
-        used = _called_on(ldr.parsed(DECODE_PATH), frozenset({"kv_receiver"}))
-        ldr.plan_class(rel, name, (*RECEIVER_ENTRIES, *used), RECEIVER_REPLACED)
-        receivers[backend] = (rel, name)
-        waiting[backend] = _manager_sets(ldr, rel, "waiting_timeout")
-        arity[backend] = _arity(ldr, rel, name)
-        defaults[backend] = _class_defaults(ldr, rel, name)
-    # after the receivers: decode.py names their base classes (built first)
-    mixin = ldr.class_defining(DECODE_PATH, PROCESS_QUEUE)
-    # what the mixin and each queue call on the other queue (``self.transfer_queue.X``,
-    # ``self.scheduler.disagg_decode_prealloc_queue.X``, ...)
-    module = ldr.parsed(DECODE_PATH)
-    prealloc = ldr.plan_class(
-        DECODE_PATH,
-        PREALLOC_QUEUE,
-        (*PREALLOC_ENTRIES, *_called_on(module, PREALLOC_HOLDERS)),
-        PREALLOC_REPLACED,
-    )
-    ldr.plan_class(
-        DECODE_PATH,
-        TRANSFER_QUEUE,
-        (*TRANSFER_ENTRIES, *_called_on(module, TRANSFER_HOLDERS)),
-        TRANSFER_REPLACED,
-    )
-    ldr.plan_class(DECODE_PATH, mixin, (PROCESS_QUEUE,))
-    ldr.resolve()
-    attributes = loader._attribute_verdicts(ldr)
-    code = loader.Target(
-        label=tree.label,
-        version=tree.sglang_version(),
-        mixin=(DECODE_PATH, mixin),
-        bootstrap_queue=(DECODE_PATH, PREALLOC_QUEUE),
-        nixl_sender=None,
-        modules=[ldr.modules[rel] for rel in ldr.order],
-        self_reads={},
-        loaded=loader._loaded_methods(ldr),
-        replaced=(),
-        pass_along=frozenset(a for a, v in attributes.items() if v.passes_along),
-        attributes=attributes,
-        display={rel: tree.display(rel) for rel in ldr.order},
-    )
-    add = methods_of(prealloc.node).get("add")
-    return DecodeTarget(
-        label=tree.label,
-        version=tree.sglang_version(),
-        code=code,
-        mixin=mixin,
-        receivers=receivers,
-        manager_waiting_timeout=waiting,
-        arity=arity,
-        class_defaults=defaults,
-        get_buf=_get_buf(tree),
-        prealloc_methods=frozenset(methods_of(prealloc.node)),
-        env_defaults=_env_defaults(tree),
-        request_fields=_request_fields(ldr.classes(DECODE_PATH).get("DecodeRequest")),
-        add_params=tuple(a.arg for a in add.args.args) if add is not None else (),
-        replaced=tuple(
-            sorted(
-                {f"{PREALLOC_QUEUE}.{m}" for m in PREALLOC_REPLACED - {"__init__"}}
-                | {f"{name}.{m}" for name in ("receivers",) for m in RECEIVER_REPLACED}
-            )
-        ),
-    )
-
-
-_CLASS_VALUES: dict[str, Callable[[], object]] = {
-    "nullcontext": lambda: _Lock(),
-    "Lock": threading.Lock,
-    "RLock": threading.RLock,
-}
-
-
-def _class_defaults(ldr: loader._Loader, rel: str, name: str) -> dict[str, object]:
-    """Class-level ``name = <constant>`` (and ``nullcontext()``, ``threading.Lock()``) of the
-    class and its bases, the class's own first."""
-    found: dict[str, object] = {}
-    for _, cls, _ in ldr.hierarchy(rel, name):
-        for stmt in cls.body:
-            target: ast.expr | None = stmt.target if isinstance(stmt, ast.AnnAssign) else None
-            if isinstance(stmt, ast.Assign) and len(stmt.targets) == 1:
-                target = stmt.targets[0]
-            value = getattr(stmt, "value", None)
-            if not isinstance(target, ast.Name) or target.id in found or value is None:
-                continue
-            if isinstance(value, ast.Constant):
-                found[target.id] = value.value
-            elif isinstance(value, ast.Call) and not value.args:
-                func = value.func
-                called = func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", "")
-                if called in _CLASS_VALUES:
-                    found[target.id] = _CLASS_VALUES[called]
-    return found
-
-
-PREALLOC_HOLDERS = frozenset({"disagg_decode_prealloc_queue", "prealloc_queue"})
-TRANSFER_HOLDERS = frozenset({"disagg_decode_transfer_queue", "transfer_queue"})
-
-
-def _called_on(module: ast.Module, holders: frozenset[str]) -> list[str]:
-    """Every X of ``<...>.<holder>.X`` or ``<holder>.X`` (a local) in decode.py: what the
-    mixin and the other queue call on a queue."""
-    found: set[str] = set()
-    for n in ast.walk(module):
-        if not isinstance(n, ast.Attribute):
-            continue
-        value = n.value
-        held = value.attr if isinstance(value, ast.Attribute) else getattr(value, "id", None)
-        if held in holders:
-            found.add(n.attr)
-    return sorted(found)
-
-
-def _manager_sets(ldr: loader._Loader, rel: str, attr: str) -> bool:
-    """Does a ``*KVManager`` class of ``rel`` (or a base it names) assign ``self.<attr>``?"""
-    for name in ldr.classes(rel):
-        if not name.endswith("KVManager"):
-            continue
-        for _, cls, _ in ldr.hierarchy(rel, name):
-            for function in methods_of(cls).values():
-                for n in ast.walk(function):
-                    if (
-                        isinstance(n, ast.Attribute)
-                        and isinstance(n.ctx, ast.Store)
-                        and n.attr == attr
-                        and isinstance(n.value, ast.Name)
-                        and n.value.id == "self"
-                    ):
-                        return True
-    return False
-
-
 LIST_OF_SOURCES = -1  # a look-up annotated to return a list of {rank: info} (NIXL 0.4.6.x)
 
 
-def _arity(ldr: loader._Loader, rel: str, name: str) -> dict[str, int]:
-    """For each replaced look-up the receiver's hierarchy defines: the length of the tuple
-    its ``return`` gives (1 for a single value; LIST_OF_SOURCES for a list of sources)."""
-    found: dict[str, int] = {}
-    for _, cls, _ in ldr.hierarchy(rel, name):
-        for method, function in methods_of(cls).items():
-            if method not in RECEIVER_REPLACED or method in found:
-                continue
-            returns = ast.unparse(function.returns) if function.returns else ""
-            if returns.startswith("Optional[List[Dict"):
-                found[method] = LIST_OF_SOURCES
-                continue
-            lengths = [
-                len(n.value.elts) if isinstance(n.value, ast.Tuple) else 1
-                for n in ast.walk(function)
-                if isinstance(n, ast.Return) and n.value is not None
-            ]
-            found[method] = max(lengths, default=1)
-    return found
+class _WorldView(Protocol):
+    @property
+    def config(self) -> lockstep.LockstepConfig[DecodeSpec]: ...
 
 
-def _request_fields(node: ast.ClassDef | None) -> dict[str, object]:
-    """The defaults of the ``DecodeRequest`` dataclass (constants and enum members)."""
-    found: dict[str, object] = {}
-    for stmt in node.body if node is not None else []:
-        if not isinstance(stmt, ast.AnnAssign) or not isinstance(stmt.target, ast.Name):
-            continue
-        if isinstance(stmt.value, ast.Constant):
-            found[stmt.target.id] = stmt.value.value
-        elif isinstance(stmt.value, ast.Attribute):
-            found[stmt.target.id] = stmt.value.attr.lower()
-    return found
+class DecodeContext(Protocol):
+    """What one decode rank gives its stand-ins (``decode.world.DecodeRank`` implements it)."""
 
+    @property
+    def rank(self) -> int: ...
 
-def _get_buf(tree: SourceTree) -> tuple[str, ...]:
-    """The buffers ``MetadataBuffers.get_buf`` returns, in order (``self.<name>[idx]...``)."""
-    data = tree.read_bytes(UTILS_PATH)
-    if data is None:
-        return ()
-    module = ast.parse(data)
-    for node in ast.walk(module):
-        if isinstance(node, ast.FunctionDef) and node.name == "get_buf":
-            for ret in ast.walk(node):
-                if isinstance(ret, ast.Return) and isinstance(ret.value, ast.Tuple):
-                    return tuple(_buffer_name(e) for e in ret.value.elts)
-    return ()
+    @property
+    def world(self) -> _WorldView: ...
 
+    @property
+    def tp_group(self) -> Group: ...
 
-def _buffer_name(node: ast.expr) -> str:
-    for n in ast.walk(node):
-        if isinstance(n, ast.Attribute) and isinstance(n.value, ast.Name) and n.value.id == "self":
-            return n.attr
-    return "?"
+    @property
+    def scheduler(self) -> Any: ...
+
+    @property
+    def kv_manager(self) -> DecodeKVManager: ...
+
+    @property
+    def tree_cache(self) -> DecodeTreeCache: ...
+
+    @property
+    def req_pool(self) -> ReqToTokenPool: ...
+
+    @property
+    def metadata_allocator(self) -> MetadataAllocator: ...
+
+    @property
+    def metadata_buffers(self) -> MetadataBuffers: ...
+
+    def now(self) -> float: ...
+
+    def record(self, kind: str, req: object, detail: str = "") -> None: ...
+
+    def rid_of(self, room: int) -> str | None: ...
+
+    def script(self, room: int) -> DecodeSpec | None: ...
+
+    def memory_full(self) -> bool: ...
+
+    def write_metadata(self, room: int) -> None: ...
+
+    def alloc_kv(self, req: SimReq) -> None: ...
+
+    def free_kv(self, req: SimReq) -> None: ...
 
 
 # -- stand-ins -------------------------------------------------------------------------------
@@ -449,7 +218,7 @@ class DecodeKVManager(Strict):
 
     _what = "kv_mgr"
 
-    def __init__(self, rank: DecodeRank, waiting_timeout: int | None) -> None:
+    def __init__(self, rank: DecodeContext, waiting_timeout: int | None) -> None:
         self._rank = rank
         self.request_status: dict[int, int] = {}
         self.failure_records: dict[int, str] = {}
@@ -768,7 +537,6 @@ UNREACHED = (
     "is_swa_req_ring",
     "match_kv_cache",
     "minimax_index_transfer_pages",
-    "restore_kv_cache",
     "suffix_page_indices",
     "DecodeStagingHandler",
     "retraction_restore",
@@ -883,6 +651,9 @@ KEYS_EXTRA: dict[str, Callable[[Any], object]] = {
         name: (lambda ctx: lambda *_, **__: False)
         for name in ("dsv4_needs_rebootstrap", "dsv41_dspark_needs_rebootstrap")
     },
+    # a resumed retracted request's KV comes back from the host (0.5.23; before, the request's
+    # own load_kv_cache): nothing to simulate, as DecodeReq.load_kv_cache
+    "restore_kv_cache": lambda ctx: lambda *_, **__: None,
     # no Mamba state: its capacity never limits admission
     "ensure_mamba_capacity": lambda ctx: lambda *_, **__: True,
     "envs": lambda ctx: DecodeEnvs(ctx.env, ctx.world.target.env_defaults),
@@ -930,7 +701,7 @@ class DecodeSchedulerStandIn(Strict):
 
     _what = "self (scheduler)"
 
-    def sim_init(self, rank: DecodeRank) -> None:
+    def sim_init(self, rank: DecodeContext) -> None:
         self._rank = rank
         self.waiting_queue: list[SimReq] = []
         self.running_batch = Config("running_batch", reqs=[], is_empty=lambda: True)
@@ -956,7 +727,11 @@ class DecodeSchedulerStandIn(Strict):
         self.spec_algorithm = NO_SPECULATION
         self.tree_cache = rank.tree_cache
         self.pp_size = 1
-        self.server_args = Config("server_args", enable_dp_attention=False, **DISAGG_ARGS)
+        # the decode's radix cache is off by default (as ``get_memory()`` says): read when a
+        # retracted request is resumed
+        self.server_args = Config(
+            "server_args", enable_dp_attention=False, disable_radix_cache=True, **DISAGG_ARGS
+        )
 
     def stream_output(self, reqs: list[SimReq], *_: object, **__: object) -> None:
         for req in reqs:
@@ -971,7 +746,7 @@ class DecodeTreeCache(Strict):
 
     _what = "tree_cache"
 
-    def __init__(self, rank: DecodeRank) -> None:
+    def __init__(self, rank: DecodeContext) -> None:
         self._rank = rank
 
     def cache_finished_req(self, req: SimReq, *_: object, **__: object) -> None:
@@ -991,7 +766,7 @@ class ReqToTokenPool(Strict):
 
     _what = "req_to_token_pool"
 
-    def __init__(self, rank: DecodeRank, size: int) -> None:
+    def __init__(self, rank: DecodeContext, size: int) -> None:
         self._rank = rank
         self.size = size
         self.used: dict[str, int] = {}
@@ -1033,7 +808,7 @@ class TokenAllocator(Strict):
     _what = "token_to_kv_pool_allocator"
     SIZE = 1 << 20
 
-    def __init__(self, rank: DecodeRank) -> None:
+    def __init__(self, rank: DecodeContext) -> None:
         self._rank = rank
         self.page_size = 1
         self.size = self.SIZE
@@ -1106,7 +881,7 @@ class QueueState(Strict):
 
     _what = "self (decode queue)"
 
-    def sim_init(self, rank: DecodeRank) -> None:
+    def sim_init(self, rank: DecodeContext) -> None:
         self.queue: list[SimDecodeRequest] = []
         self.retracted_queue: list[SimReq] = []
         self.pending_reqs: list[SimDecodeRequest] = []
@@ -1161,256 +936,6 @@ class QueueState(Strict):
         return SimTensor(list(range(len(req.origin_input_ids))))
 
 
-# -- the world -------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class DecodeSpec:
-    """One decode request and what its prefill does."""
-
-    rid: str
-    backend: str = "mooncake"
-    arrival: float = 0.0
-    transfer_s: float | None = 2.0  # None: the prefill is gone after the indices are sent
-    registered: bool = True  # False: the prefill never registers the room (0.5.10+ pending)
-    retracted: bool = False  # handed to the prealloc queue as retracted (waits for memory)
-    decode_s: float = 1.0
-
-
-@dataclass(frozen=True)
-class DecodeConfig(lockstep.LockstepConfig[DecodeSpec]):
-    # (start, end) simulated seconds while decode memory is full
-    memory_full: tuple[tuple[float, float], ...] = ()
-    # the prefill's DP layout as its bootstrap server reports it (0.5.10+): with dp_size > 1
-    # and no follow_bootstrap_room, the decode asks /query_dp_ranks for each room
-    prefill_dp_size: int = 1
-    lag: float = 0.1
-
-
-@dataclass(frozen=True)
-class DecodeSnapshot:
-    step: int
-    time: float
-    prealloc: tuple[tuple[str, ...], ...]
-    transfer: tuple[tuple[str, ...], ...]
-    retracted: tuple[tuple[str, ...], ...]
-    pending: tuple[tuple[str, ...], ...]
-    running: tuple[tuple[str, ...], ...]
-    req_slots: tuple[int, ...]  # request-pool slots in use, per rank
-    metadata_free: tuple[int, ...]  # free metadata slots, per rank
-
-    def where(self, rid: str, rank: int) -> str | None:
-        """The queues holding ``rid`` on ``rank`` ("prealloc/pending"), or None."""
-        places = [
-            name
-            for name, queues in (
-                ("prealloc", self.prealloc),
-                ("pending", self.pending),
-                ("transfer", self.transfer),
-                ("retracted", self.retracted),
-                ("running", self.running),
-            )
-            if rid in queues[rank]
-        ]
-        return "/".join(places) or None
-
-
-@dataclass
-class DecodeTrace(lockstep.LockstepTrace[DecodeConfig, DecodeSnapshot]):
-    metadata_slots: int
-
-
-METADATA_SLOTS = 64
-REQ_SLOTS = 64
-
-
-class DecodeRank(lockstep.LockstepRank["DecodeWorld"]):
-    """One decode scheduler rank (a thread), with its own copy of the target's classes."""
-
-    def __init__(self, world: DecodeWorld, index: int) -> None:
-        super().__init__(world, index)
-        target = world.target
-        config = world.config
-        self.env = dict(config.env)
-        self.tp_group = Group(index, world.collective if config.ranks > 1 else None)
-        self.cp_group = Group(index, None)
-        self.recorders = standins.Recorders(target.code.pass_along, cast(Any, self))
-        namespaces = target.code.namespaces(
-            standins.for_rank(self, REGISTRY), self.recorders.make, standins.no_import
-        )
-        decode = namespaces[DECODE_PATH]
-        self.tree_cache = DecodeTreeCache(self)
-        self.req_pool = ReqToTokenPool(self, REQ_SLOTS)
-        self.metadata_allocator = MetadataAllocator(METADATA_SLOTS)
-        self.metadata_buffers = MetadataBuffers(target.get_buf)
-        self.kv_used: set[str] = set()
-        self.receivers: dict[str, type] = {}
-        for backend, (rel, name) in target.receivers.items():
-            cls = namespaces[rel][name]
-            assert isinstance(cls, type)
-            given = {
-                key: value() if callable(value) else value
-                for key, value in target.class_defaults[backend].items()
-            }
-            given |= {"sim_arity": target.arity[backend], "sim_manager": None}
-            self.receivers[backend] = type(name, (cls, ReceiverNetwork), given)
-            common = namespaces[rel].get("CommonKVReceiver")
-            if isinstance(common, type):  # its static network look-up, called on the class
-                common.query_prefill_dp_ranks = staticmethod(self.query_dp_ranks)  # type: ignore[attr-defined]
-        # one KV manager per backend, as each backend has its own (the queue's is the first)
-        self.kv_managers = {
-            backend: self._manager(target.manager_waiting_timeout[backend])
-            for backend in self.receivers
-        } or {"mooncake": self._manager(False)}
-        for backend, receiver in self.receivers.items():
-            receiver.sim_manager = self.kv_managers[backend]  # type: ignore[attr-defined]
-        self.kv_manager = next(iter(self.kv_managers.values()))
-        scheduler_cls: Any = type(
-            "Scheduler", (_class(decode, target.mixin), DecodeSchedulerStandIn), {}
-        )
-        self.scheduler = scheduler_cls.__new__(scheduler_cls)
-        self.scheduler.sim_init(self)
-        prealloc_cls: Any = type(PREALLOC_QUEUE, (_class(decode, PREALLOC_QUEUE), QueueState), {})
-        transfer_cls: Any = type(TRANSFER_QUEUE, (_class(decode, TRANSFER_QUEUE), QueueState), {})
-        self.prealloc = prealloc_cls.__new__(prealloc_cls)
-        self.transfer = transfer_cls.__new__(transfer_cls)
-        self.prealloc.sim_init(self)
-        self.transfer.sim_init(self)
-        self.prealloc.transfer_queue = self.transfer
-        self.scheduler.disagg_decode_prealloc_queue = self.prealloc
-        self.scheduler.disagg_decode_transfer_queue = self.transfer
-        self.scheduler.req_to_token_pool = self.req_pool
-        for obj in (self.scheduler, self.prealloc, self.transfer, *self.kv_managers.values()):
-            obj._recorders = self.recorders
-        self.arrivals = sorted(config.requests, key=lambda s: s.arrival)
-        self.running: list[tuple[float, SimReq]] = []
-
-    def _manager(self, has_waiting_timeout: bool) -> DecodeKVManager:
-        """A backend's KV manager, with the prefill's layout and this rank's mapping onto it
-        (one prefill TP rank per decode rank) as try_ensure_parallel_info leaves them
-        (0.5.10+), and ``waiting_timeout`` where the release's manager sets one."""
-        config = self.world.config
-        waiting = self.env.get("SGLANG_DISAGGREGATION_WAITING_TIMEOUT", "300")
-        manager = DecodeKVManager(self, int(waiting) if has_waiting_timeout else None)
-        manager.prefill_info_table[PREFILL_SERVER] = PrefillInfo(
-            "prefill_info",
-            dp_size=config.prefill_dp_size,
-            tp_size=config.ranks,
-            pp_size=1,
-            cp_size=1,
-            attn_tp_size=config.ranks,
-            attn_cp_size=1,
-            page_size=1,
-            kv_cache_dtype=None,
-            follow_bootstrap_room=config.prefill_dp_size == 1,
-            target_tp_rank=self.rank,
-            target_tp_ranks=[self.rank],
-            target_cp_ranks=[0],
-            target_pp_ranks=[0],
-            required_dst_info_num=1,
-            required_prefill_response_num=1,
-            decode_allocation_policy=DISAGG_ARGS["disaggregation_decode_allocation_policy"],
-        )
-        return manager
-
-    # the stand-ins' context (with LockstepRank's now, world_time and record)
-
-    def rid_of(self, room: int) -> str | None:
-        spec = self.world.by_room.get(room)
-        return spec.rid if spec else None
-
-    def script(self, room: int) -> DecodeSpec | None:
-        return self.world.by_room.get(room)
-
-    def memory_full(self) -> bool:
-        now = self.world.time
-        return any(a - EPS <= now < b - EPS for a, b in self.world.config.memory_full)
-
-    def new_receiver(self, *args: Any, **kwargs: Any) -> object:
-        room: Any = kwargs.get("bootstrap_room", args[2] if len(args) > 2 else None)
-        spec = self.world.by_room[int(room)]
-        cls = self.receivers.get(spec.backend)
-        if cls is None:
-            raise MissingStandIn(f"the target has no {RECEIVERS[spec.backend][1]}")
-        if "mgr" in kwargs:  # the backend's own manager
-            kwargs["mgr"] = self.kv_managers[spec.backend]
-        elif args:
-            args = (self.kv_managers[spec.backend], *args[1:])
-        return cls(*args, **kwargs)
-
-    def query_dp_ranks(self, bootstrap_addr: str, rooms: list[int]) -> dict[str, int]:
-        """``/query_dp_ranks`` of the prefill's bootstrap server: the rooms it registered."""
-        found = {}
-        for room in rooms:
-            spec = self.world.by_room.get(room)
-            if spec is not None and spec.registered:
-                found[str(room)] = room % self.world.config.prefill_dp_size
-        return found
-
-    def write_metadata(self, room: int) -> None:
-        for entry in self.transfer.queue:
-            if entry.req.bootstrap_room == room:
-                self.metadata_buffers.rooms[entry.metadata_buffer_index] = room
-
-    def alloc_kv(self, req: SimReq) -> None:
-        self.req_pool.used[req.rid] = len(self.req_pool.used)
-        self.kv_used.add(req.rid)
-        self.record("kv_locked", req)
-
-    def free_kv(self, req: SimReq) -> None:
-        self.req_pool.used.pop(req.rid, None)
-        if req.rid in self.kv_used:
-            self.kv_used.discard(req.rid)
-            self.record("kv_released", req)
-
-    # one iteration of the decode event loop
-
-    def step(self) -> None:
-        now = self.world.time
-        while self.arrivals and self.arrivals[0].arrival <= now + EPS:
-            spec = self.arrivals.pop(0)
-            req = DecodeReq(spec.rid, self.world.rooms[spec.rid])
-            req._recorders = self.recorders
-            self.lag = self.world.config.lag
-            try:
-                if spec.retracted:
-                    self.alloc_kv(req)  # it decoded before it was retracted
-                    self.free_kv(req)  # ... and gave its KV back (offloaded)
-                    self.prealloc.add(req, is_retracted=True)
-                else:
-                    self.prealloc.add(req)
-            finally:
-                self.lag = 0.0
-        self.scheduler.process_decode_queue()
-        for waiting in self.scheduler.waiting_queue:
-            req = waiting
-            self.running.append((now + self.world.specs[req.rid].decode_s, req))
-            self.record("decoding", req)
-        self.scheduler.waiting_queue = []
-        done = [req for at, req in self.running if at <= now + EPS]
-        if done:
-            self.running = [(at, r) for at, r in self.running if at > now + EPS]
-            for finished in done:
-                finished.finished_reason = FINISH_LENGTH(len(finished.output_ids))
-                self.scheduler.stream_output([finished])
-                self.tree_cache.cache_finished_req(finished)
-
-    def rids(self) -> tuple[tuple[str, ...], ...]:
-        return (
-            tuple(d.req.rid for d in self.prealloc.queue),
-            tuple(d.req.rid for d in self.transfer.queue),
-            tuple(r.rid for r in self.prealloc.retracted_queue),
-            tuple(d.req.rid for d in self.prealloc.pending_reqs),
-            tuple(r.rid for _, r in self.running),
-        )
-
-
-def _class(namespace: Mapping[str, object], name: str) -> type:
-    value = namespace[name]
-    assert isinstance(value, type)
-    return value
-
-
 class DecodeReq(SimReq):
     """A decode request: SimReq and what the decode queues read of SGLang's ``Req``."""
 
@@ -1430,70 +955,3 @@ class DecodeReq(SimReq):
 
     def check_finished(self, *_: object) -> None:
         """16 new tokens: not finished after the first."""
-
-
-class DecodeWorld(
-    lockstep.LockstepWorld[DecodeConfig, DecodeSpec, DecodeRank, DecodeSnapshot, DecodeTrace]
-):
-    # the decode ranks' TP group is the prefill world's collective
-    SIMULATION = lockstep.SimulationCode(__name__, _Collective.__module__, on_purpose=(Divergence,))
-
-    def __init__(self, config: DecodeConfig, target: DecodeTarget) -> None:
-        super().__init__(config, target.code)
-        self.target = target
-        self.collective = _Collective(config.ranks)
-        self.ranks = [DecodeRank(self, i) for i in range(config.ranks)]
-
-    def _barriers(self) -> tuple[threading.Barrier, ...]:
-        return (self.collective.barrier,)
-
-    def _snapshot(self) -> DecodeSnapshot:
-        per_rank = [rank.rids() for rank in self.ranks]
-        column = [tuple(r[i] for r in per_rank) for i in range(5)]
-        return DecodeSnapshot(
-            self.step,
-            self.time,
-            column[0],
-            column[1],
-            column[2],
-            column[3],
-            column[4],
-            tuple(len(rank.req_pool.used) for rank in self.ranks),
-            tuple(rank.metadata_allocator.available_size() for rank in self.ranks),
-        )
-
-    def _settled(self) -> bool:
-        if any(rank.arrivals for rank in self.ranks):
-            return False
-        for rank in self.ranks:
-            streamed = {e.rid for e in rank.events if e.kind == "streamed"}
-            if not set(self.specs) <= streamed or any(rank.rids()):
-                return False
-        return True
-
-    def _trace(self, events: list[Event]) -> DecodeTrace:
-        return DecodeTrace(
-            self.config, self.snapshots, events, self.failure, self.time, METADATA_SLOTS
-        )
-
-
-def simulate(config: DecodeConfig, target: DecodeTarget) -> DecodeTrace:
-    return DecodeWorld(config, target).run()
-
-
-def describe(target: DecodeTarget) -> Mapping[str, object]:
-    """What was loaded, for the JSON report."""
-    described = dict(loader.describe(target.code))
-    described["replaced_by_standins"] = list(target.replaced)
-    return described
-
-
-__all__ = [
-    "DecodeConfig",
-    "DecodeSpec",
-    "DecodeTarget",
-    "LoadError",
-    "describe",
-    "load",
-    "simulate",
-]

@@ -12,13 +12,13 @@ import random
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from .. import sglang_names as names
-from ..errors import SimulationGap
-from .loader import Target
-from .lockstep import LAG_STEPS, lag_verdict
-from .spec import RequestSpec
-from .standins import MissingStandIn
-from .world import EPS, Divergence, Trace, WorldConfig
+from ... import sglang_names as names
+from ...errors import SimulationGap
+from ..loader import Target
+from ..lockstep import LAG_STEPS, Divergence, lag_verdict
+from ..spec import Outcome, RequestSpec
+from ..standins import MissingStandIn
+from .world import EPS, Trace, WorldConfig
 
 TIMEOUT_ENV = names.INFLIGHT_TIMEOUT_ENV
 BOOTSTRAP_ENV = names.BOOTSTRAP_TIMEOUT_ENV
@@ -27,13 +27,6 @@ WEDGE_HORIZON = 2 * DEFAULT_TIMEOUT
 BOOTSTRAP_TIMEOUT = 30.0
 RETRY_HOOK_ENV = "SGLANG_TEST_FORCE_OPTIMISTIC_PREFILL_RETRY_PROB"
 WEDGED = RequestSpec("wedged", arrival=0.0, prefill_s=1.0, transfer_s=None)
-
-
-@dataclass(frozen=True)
-class Outcome:
-    verdict: str  # "pass", "fail", "n/a"
-    observed: str
-    seconds: float
 
 
 @dataclass(frozen=True)

@@ -1,4 +1,4 @@
-"""The decode scenarios: the release's own decode queues and KV receivers (``decode_world``)
+"""The decode scenarios: the release's own decode queues and KV receivers (``decode.world``)
 against a prefill that dies, fails a request, never registers it, or a decode that has no
 memory. Each expectation is what the decode fixes (receiver-waiting-timeout,
 decode-queue-bound) should give; on an unpatched release the wedge rows fail and say what the
@@ -13,20 +13,15 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from ..errors import SimulationGap
-from ..tree import SourceTree
-from . import loader, standins
-from . import world as prefill_world
-from .decode_world import (
-    METADATA_SLOTS,
-    DecodeConfig,
-    DecodeSpec,
-    DecodeTarget,
-    DecodeTrace,
-)
-from .lockstep import LAG_STEPS, lag_verdict
-from .scenarios import Outcome, _deadline
-from .spec import RequestSpec
+from ...errors import SimulationGap
+from ...tree import SourceTree
+from .. import prefill, standins
+from ..lockstep import LAG_STEPS, lag_verdict
+from ..prefill import world as prefill_world
+from ..prefill.scenarios import _deadline
+from ..spec import DecodeSpec, Outcome, RequestSpec
+from .loader import DecodeTarget
+from .world import METADATA_SLOTS, DecodeConfig, DecodeTrace
 
 WAITING_TIMEOUT = 300.0
 HORIZON = 2 * WAITING_TIMEOUT
@@ -249,7 +244,7 @@ def _bounded(trace: DecodeTrace) -> Outcome:
 def _prefill_deadline(tree: SourceTree, ranks: int) -> Outcome:
     """The release's own prefill (its inflight queue) with a request whose transfer never
     completes: pdguard's inflight deadline must fail it (the prefill ``wedge`` scenario)."""
-    target = loader.load(tree, standins.KEYS, standins.SchedulerStandIn.REPLACES)
+    target = prefill.load(tree)
     config = prefill_world.WorldConfig(
         (RequestSpec("pair", prefill_s=1.0, transfer_s=None),), ranks, horizon=HORIZON
     )
