@@ -22,6 +22,7 @@ from __future__ import annotations
 import abc
 import array
 import contextlib
+import datetime
 import functools
 import hashlib
 import http
@@ -504,6 +505,7 @@ class SimReq(Strict):
         self.disagg_prefill_dp_rank = None
         self.finished_reason: object = None
         self.to_finish: object = None
+        self.to_abort = False  # Req's flag for an abort requested while it runs
         self.discard_output_reason = None
         self.origin_input_ids = list(range(input_len))
         self.output_ids: list[int] = []
@@ -837,6 +839,7 @@ class SchedulerStandIn(Strict):
         self.tp_rank = ctx.rank
         self.pp_rank = 0
         self.attn_tp_cpu_group = ctx.tp_group
+        self.tp_cpu_group = ctx.tp_group  # the whole TP group (no DP attention: the same)
         self.attn_cp_cpu_group = ctx.cp_group
         self.pp_group = Inert("pp_group")
         self.ps = Config("self.ps", pp_rank=0, tp_rank=ctx.rank, pp_size=1)
@@ -1143,6 +1146,7 @@ REGISTRY: dict[str, Callable[[Context], object]] = {
     "trace_event": _constant(_noop),
     # the standard library, given rather than imported
     "array": _constant(array.array),
+    "datetime.time": _constant(datetime.time),  # a class: ``time.monotonic`` raises on it
     # used only on paths no scenario takes
     "requests": _constant(Unavailable("requests")),
 }
