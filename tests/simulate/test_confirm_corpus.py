@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from pdguard.checks import CONFIRM_CODE
+from tests.corpus import PREFILL
 from tests.simulate.confirm_corpus import (
     ESCAPED,
     HOSTILE_LINES,
@@ -66,7 +67,9 @@ def test_a_scenario_showing_a_request_still_waiting_is_never_a_pass(key: str) ->
 def test_hostile_code_is_refused_and_the_static_verdict_stands(name: str) -> None:
     m = _measured(f"hostile:{name}")
     assert not m.ran and m.simulation.startswith("cannot run: ")
-    assert "sglang/srt/disaggregation/prefill.py:49: cannot " in m.simulation  # its line
+    text = m.case.files[PREFILL]
+    line = text.splitlines().index(f"        {HOSTILE_LINES[name]}") + 1
+    assert f"{PREFILL}:{line}: cannot " in m.simulation  # the hostile line
     assert m.merged == ("PDG001",)  # the tree waits for ever: never "All checks passed!"
     assert not os.path.exists(ESCAPED)
 
