@@ -169,10 +169,10 @@ _HELPER = '''\
         timeout = {read_timeout}
         if timeout <= 0:
             return
-        now = {monotonic}()
+        {now} = {monotonic}()
         for req in self.{queue}:
 {consensus}{parked}            entry_time = getattr(req, "{stamp}", None)
-            if entry_time is None or now - entry_time < timeout:
+            if entry_time is None or {now} - entry_time < timeout:
                 continue
             if req.disagg_kv_sender.poll() in (KVPoll.Success, KVPoll.Failed):
                 # This rank already polls the transfer as ended (the queue went
@@ -187,7 +187,7 @@ _HELPER = '''\
                 "'export {env}=600' (10 minutes)."
             )
             reason = (
-                f"Request {{req.bootstrap_room}} timed out after {{now - entry_time:.1f}}s "
+                f"Request {{req.bootstrap_room}} timed out after {{{now} - entry_time:.1f}}s "
                 f"in the prefill inflight queue waiting for its KV transfer "
                 f"({env}={{timeout}})"
             )
@@ -208,7 +208,7 @@ _PARKED = """\
             if req.pending_bootstrap:
                 # Parked until its bootstrap completes, which the bootstrap
                 # timeout bounds: its KV transfer deadline starts when unparked.
-                req.{stamp} = now
+                req.{stamp} = {now}
                 continue
 """
 
@@ -306,8 +306,8 @@ class InflightDeadlineTransform(Transform):
             "helper": HELPER,
             "queue": QUEUE,
             "stamp": STAMP,
-            "parked": _PARKED.format(stamp=STAMP) if parked else "",
         }
+        self.parked = parked
 
     def scope(self, text: str) -> Scope:
         """The inflight function, whole; elsewhere the statements that name the queue or
@@ -365,9 +365,14 @@ class InflightDeadlineTransform(Transform):
         signature = f"    def {HELPER}({self_param}) -> None:"
         if len(signature) > LINE_LENGTH:  # as black lays it out
             signature = f"    def {HELPER}(\n        {self_param}\n    ) -> None:"
+        # the helper's clock reading: ``now``, unless that is the clock's own name (``from time
+        # import monotonic as now``), which a local ``now`` would shadow
+        now = "current_time" if monotonic.split(".")[0].split("(")[0] == "now" else "now"
         names = {
             **self.names,
             **fail,
+            "now": now,
+            "parked": _PARKED.format(stamp=STAMP, now=now) if self.parked else "",
             "signature": signature,
             "self_param": self_param,
             "consensus_arg": consensus,

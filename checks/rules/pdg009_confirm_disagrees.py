@@ -165,7 +165,9 @@ class ConfirmDisagrees(Rule):
     def check(self, project: Project) -> Iterator[Finding]:
         from pdguard.simulate import confirm
 
-        static = [(f.code, f.line, f.message) for rule in WITNESSED for f in rule.check(project)]
+        static = [
+            (f.code, f.line, f.message, f.path) for rule in WITNESSED for f in rule.check(project)
+        ]
         confirmation = confirm.confirmation_of(project, project.texts)
         modules = {side.path: project.tree(side.path) for side in confirm.SIDES}
         for found in confirm.disagreements(static, confirmation, modules):

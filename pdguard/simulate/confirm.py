@@ -106,25 +106,33 @@ def _shorten(text: str, limit: int = 240) -> str:
 
 
 def disagreements(
-    findings: Iterable[tuple[str, int, str]],
+    findings: Iterable[tuple[str, int, str, str]],
     confirmation: Confirmation,
     modules: dict[str, ast.Module | None],
 ) -> Iterator[Disagreement]:
-    """Where the static verdict (``findings``: code, line, message of the liveness rules) and
-    the scenarios disagree, side by side. ``modules``: each side's parsed file (or None)."""
+    """Where the static verdict (``findings``: code, line, message and file of the liveness
+    rules) and the scenarios disagree, side by side. ``modules``: each side's parsed file (or
+    None). A finding in a file whose code the scenarios did not run (a fork's backend whose
+    sender they do not use) is no part of what they witness."""
     if confirmation.report is None:
         return
-    found: Sequence[tuple[str, int, str]] = list(findings)
+    found: Sequence[tuple[str, int, str, str]] = list(findings)
+    ran = confirmation.report.loaded.get("files")  # the prefill side's modules, as loaded
     for side in SIDES:
         rows = [row for row in confirmation.rows(side) if row.verdict != "n/a"]
         if not rows:
             continue
-        static = [f for f in found if f[0] in side.codes]
+        static = [
+            f
+            for f in found
+            if f[0] in side.codes
+            and (side.name != "prefill" or not isinstance(ran, list) or f[3] in ran)
+        ]
         failing = [row for row in rows if row.verdict == "fail"]
         lead = f"the static rules and the simulation disagree on the {side.name} side: "
         ran = "the simulation ran the tree's own code and"
         if static and not failing:
-            code, at, message = static[0]
+            code, at, message, _ = static[0]
             shown = next((r for r in rows if r.scenario in ("wedge", "prefill-gone")), rows[0])
             why = (
                 f"{code} (line {at}) says {_shorten(message, 160)}; {ran} its {len(rows)} "

@@ -299,6 +299,8 @@ class _Loader:
                 function = _class_methods(node).get(method)
                 if function is not None:
                     todo += [a for a in _self_attrs(function) if a not in skip]
+                for stmt in _class_rebindings(node).get(method, []):  # what it is rebound to
+                    todo += [n.id for n in ast.walk(stmt) if isinstance(n, ast.Name)]
         plans = []
         for where, node, bases in reversed(hierarchy):  # bases first: build order
             methods = [m for m in _class_methods(node) if m in reachable]
@@ -379,10 +381,19 @@ class _Loader:
         patched_names = {
             n.id for stmt in plan.patches for n in ast.walk(stmt) if isinstance(n, ast.Name)
         }
+        # a decorator of a loaded method defined in this module runs as importing would
+        decorators = {
+            n.id
+            for cls in plan.classes
+            for method in _methods_of(cls)
+            for decorator in method.decorator_list
+            for n in ast.walk(decorator)
+            if isinstance(n, ast.Name)
+        }
         functions.update(
             (n.name, n)
             for n in plan.module.body
-            if isinstance(n, ast.FunctionDef) and n.name in patched_names
+            if isinstance(n, ast.FunctionDef) and n.name in patched_names | decorators
         )
         while True:
             plan.code = _compile_module(plan, lambda line: f"{display}:{line}")
@@ -526,7 +537,10 @@ def _compile_module(plan: _ModulePlan, where: Callable[[int], str]) -> CodeType:
     body: list[ast.stmt] = sorted(plan.statements, key=lambda s: order[id(s)])
     for cls in plan.classes:
         functions = _class_methods(cls.node)
-        members: list[ast.stmt] = [functions[m] for m in cls.methods]
+        rebound = {id(s) for m in cls.methods for s in _class_rebindings(cls.node).get(m, [])}
+        # the loaded defs and the class-body statements rebinding them, in the class's order
+        loaded = {id(functions[m]) for m in cls.methods} | rebound
+        members: list[ast.stmt] = [stmt for stmt in cls.node.body if id(stmt) in loaded]
         body.append(
             ast.ClassDef(
                 name=cls.node.name,
@@ -540,6 +554,26 @@ def _compile_module(plan: _ModulePlan, where: Callable[[int], str]) -> CodeType:
     body += plan.patches
     module = ast.fix_missing_locations(ast.Module(body=body, type_ignores=[]))
     return sandbox.restricted_compile(module, plan.rel, where, _FLAGS)
+
+
+def _class_rebindings(node: ast.ClassDef) -> dict[str, list[ast.stmt]]:
+    """Class-body statements that bind the name of one of the class's methods again
+    (``process_x = _expire``): method -> those statements (the class as Python builds it)."""
+    methods = _class_methods(node)
+    found: dict[str, list[ast.stmt]] = {}
+    for stmt in node.body:
+        targets = (
+            stmt.targets
+            if isinstance(stmt, ast.Assign)
+            else [stmt.target]
+            if isinstance(stmt, ast.AnnAssign) and stmt.value is not None
+            else []
+        )
+        for target in targets:
+            for name in ast.walk(target):
+                if isinstance(name, ast.Name) and name.id in methods:
+                    found.setdefault(name.id, []).append(stmt)
+    return found
 
 
 def _patched_class(stmt: ast.stmt, classes: frozenset[str]) -> str | None:
@@ -661,6 +695,10 @@ def _self_reads(functions: list[ast.FunctionDef]) -> dict[str, tuple[str, int]]:
     return reads
 
 
+# stand-in keys that are modules: a from-import of a name spelt like one is another object
+_MODULE_KEYS = frozenset({"time", "os", "hashlib"})
+
+
 def _import_keys(module: ast.Module) -> dict[str, list[str]]:
     """Each name a module-level import binds -> the stand-in keys to try, most specific first:
     ``import time as _t`` -> ["time"]; ``from time import monotonic`` -> ["time.monotonic",
@@ -678,7 +716,9 @@ def _import_keys(module: ast.Module) -> dict[str, list[str]]:
             for alias in node.names:
                 local = alias.asname or alias.name
                 prefix = [f"{node.module}.{alias.name}"] if node.module and not node.level else []
-                keys[local] = [*prefix, alias.name]
+                # ``from datetime import time`` is not the time module
+                bare = [] if alias.name in _MODULE_KEYS else [alias.name]
+                keys[local] = [*prefix, *bare]
     return keys
 
 
@@ -760,6 +800,7 @@ def describe(target: Target) -> Mapping[str, object]:
     """What was loaded, for the JSON report."""
     return {
         "loaded": target.loaded,
+        "files": [m.rel for m in target.modules],  # the modules the scenarios run code of
         "replaced_by_standins": list(target.replaced),
         "standins": sorted({k for m in target.modules for k in m.standins.values()}),
         "unbound_names": {m.rel: m.unbound for m in target.modules if m.unbound},

@@ -23,6 +23,7 @@ from __future__ import annotations
 import abc
 import array
 import contextlib
+import datetime
 import functools
 import hashlib
 import http
@@ -504,6 +505,7 @@ class SimReq(Strict):
         self.disagg_prefill_dp_rank = None
         self.finished_reason: object = None
         self.to_finish: object = None
+        self.to_abort = False  # Req's flag for an abort requested while it runs
         self.discard_output_reason = None
         self.origin_input_ids = list(range(input_len))
         self.output_ids: list[int] = []
@@ -753,6 +755,7 @@ REGISTRY: dict[str, Callable[[Context], object]] = {
     "trace_event": _constant(_noop),
     # the standard library, given rather than imported
     "array": _constant(array.array),
+    "datetime.time": _constant(datetime.time),  # a class: ``time.monotonic`` raises on it
     # used only on paths no scenario takes
     "requests": _constant(Unavailable("requests")),
 }

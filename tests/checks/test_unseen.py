@@ -42,7 +42,7 @@ def _pdg005(prefill_text: str) -> list[tuple[int, str]]:
         (
             "import time",
             ("now = time.monotonic()", "time = 5\n        now = time.monotonic()"),
-            "`time` is bound to an assignment (line 22) in _expire_inflight()",
+            "`time` is bound to an assignment (line 44) in _expire_inflight()",
         ),
     ],
 )

@@ -19,6 +19,7 @@ from ...sglang_names import (
     APPEND_FUNCTION,
     BOOTSTRAP_TIMEOUT_ENV,
     COMMON_CONN_PATH,
+    DISAGGREGATION_DIR,
     ENVIRON_PATH,
     INFLIGHT_FUNCTION,
     MOONCAKE_CONN_PATH,
@@ -38,10 +39,12 @@ from ..loader import (
     _attribute_verdicts,
     _build_order,
     _ClassPlan,
+    _import_keys,
     _is_attr_of,
     _loaded_methods,
     _Loader,
     _methods_of,
+    _patched_class,
     _self_reads,
 )
 
@@ -85,6 +88,7 @@ def load(
     sender_calls = _sender_calls(loader.parsed(PREFILL_PATH))
     nixl = _plan_sender(loader, NIXL_PATH, NIXL_SENDER, sender_calls)
     mooncake = _plan_sender(loader, MOONCAKE_PATH, MOONCAKE_SENDER, sender_calls)
+    _plan_patching_modules(loader)
     loader.resolve()
     self_reads = {
         mixin: _self_reads(_methods_of(mixin_plan)),
@@ -119,6 +123,35 @@ def load(
             if isinstance(n, ast.Attribute)
         ),
     )
+
+
+def _plan_patching_modules(loader: _Loader) -> None:
+    """Plan every other module of the disaggregation package whose module-level code rebinds
+    an attribute of a loaded class it imports (``MooncakeKVSender.abort = ...`` in a fork's
+    ``patches.py``): its rebindings run after that class's module, as importing it would (the
+    simulation takes it as imported; one inside a block is refused as unmodelled)."""
+    loaded = set(loader._class_index)
+    for rel in loader.tree.python_files(DISAGGREGATION_DIR):
+        data = loader.tree.read_bytes(rel)
+        if rel in loader.modules or data is None:
+            continue
+        text = data.decode("utf-8", "replace")
+        if not any(name in text for name in loaded):
+            continue
+        module = loader.parsed(rel)
+        imported = frozenset(
+            name
+            for name in _import_keys(module)
+            if (origin := loader.class_origin(rel, name)) is not None and origin[1] in loaded
+        )
+        if imported and any(
+            isinstance(node, ast.stmt) and _patched_class(node, imported) is not None
+            for stmt in module.body
+            if not isinstance(stmt, ast.FunctionDef | ast.ClassDef | ast.AsyncFunctionDef)
+            for node in ast.walk(stmt)
+        ):
+            loader.module_plan(rel)
+            loader.order.append(rel)
 
 
 def _polls_manager(loader: _Loader, rel: str, name: str) -> bool:

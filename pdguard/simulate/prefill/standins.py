@@ -288,6 +288,7 @@ class SchedulerStandIn(Strict):
         self.tp_rank = ctx.rank
         self.pp_rank = 0
         self.attn_tp_cpu_group = ctx.tp_group
+        self.tp_cpu_group = ctx.tp_group  # the whole TP group (no DP attention: the same)
         self.attn_cp_cpu_group = ctx.cp_group
         self.pp_group = Inert("pp_group")
         self.ps = Config("self.ps", pp_rank=0, tp_rank=ctx.rank, pp_size=1)

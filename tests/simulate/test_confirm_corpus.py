@@ -1,0 +1,99 @@
+"""``check --confirm`` on every case of the hand-written corpus (prefill and decode) and on
+hostile code, against its written ground truth (``tests/simulate/confirm_corpus.py``).
+
+Per case, the merged verdict (what ``check --confirm`` reports) must say unsafe wherever the
+corpus's ground truth does; never "All checks passed!" on a tree that waits for ever or where a
+scenario shows a request still waiting; where the simulation cannot run, the static verdict
+stands alone and the reason is one line; and where it runs, the merged verdict agrees with the
+run-time ground truth (the corpus's plus ``STALL_FAILS``)."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from pdguard.checks import CONFIRM_CODE
+from tests.corpus import PREFILL
+from tests.simulate.confirm_corpus import (
+    ESCAPED,
+    HOSTILE_LINES,
+    STALL_FAILS,
+    Case,
+    Measured,
+    cases,
+    count,
+    measure,
+)
+
+CASES = {f"{c.corpus}:{c.name}": c for c in cases()}
+_MEASURED: dict[str, Measured] = {}
+
+
+def _measured(key: str) -> Measured:
+    if key not in _MEASURED:
+        _MEASURED[key] = measure(CASES[key])
+    return _MEASURED[key]
+
+
+@pytest.mark.parametrize("key", sorted(CASES))
+def test_check_confirm_agrees_with_the_ground_truth(key: str) -> None:
+    m = _measured(key)
+    case: Case = m.case
+    if case.liveness_unsafe:  # it waits for ever (or the corpus says pdguard cannot prove it)
+        assert not m.all_checks_passed, (key, m.simulation)
+    if not case.unsafe:
+        assert not m.merged, (key, m.merged, m.simulation)  # no false positive
+    if m.ran:
+        # where the scenarios ran, check --confirm agrees with the run-time ground truth
+        assert m.merged_says_unsafe == case.unsafe, (key, m.merged, m.simulation)
+        # the witnesses disagree: PDG009 says so (never a silent pass)
+        assert m.static_says_unsafe == m.simulation_says_unsafe or CONFIRM_CODE in m.merged
+    else:
+        # cannot run: one line, and the static verdict stands alone (no PDG009)
+        assert "\n" not in m.simulation, m.simulation
+        assert m.merged == m.static, (key, m.merged)
+
+
+@pytest.mark.parametrize("key", sorted(CASES))
+def test_a_scenario_showing_a_request_still_waiting_is_never_a_pass(key: str) -> None:
+    m = _measured(key)
+    if m.still_waiting:
+        assert not m.all_checks_passed, (key, m.still_waiting)
+
+
+@pytest.mark.parametrize("name", sorted(HOSTILE_LINES))
+def test_hostile_code_is_refused_and_the_static_verdict_stands(name: str) -> None:
+    m = _measured(f"hostile:{name}")
+    assert not m.ran and m.simulation.startswith("cannot run: ")
+    text = m.case.files[PREFILL]
+    line = text.splitlines().index(f"        {HOSTILE_LINES[name]}") + 1
+    assert f"{PREFILL}:{line}: cannot " in m.simulation  # the hostile line
+    assert m.merged == ("PDG001",)  # the tree waits for ever: never "All checks passed!"
+    assert not os.path.exists(ESCAPED)
+
+
+def test_the_stall_ground_truth_names_correct_corpus_cases_only() -> None:
+    prefill = {c.name: c for c in CASES.values() if c.corpus == "prefill"}
+    assert set(prefill) >= STALL_FAILS
+    assert all(not prefill[name].liveness_unsafe for name in STALL_FAILS)
+
+
+def test_the_counts_where_the_simulation_runs() -> None:
+    """Over the prefill corpus: the merged verdict has no false positive against the run-time
+    ground truth and no false negative against the corpus's; each witness alone misses what
+    the other sees (the static rules model no stall; the simulation cannot run every tree)."""
+    measured = [_measured(k) for k in sorted(CASES) if k.startswith("prefill:")]
+    merged = count(measured, "merged")
+    assert merged.fp == 0
+    assert count(measured, "merged", liveness=True).fn == 0
+    static = count(measured, "static")
+    assert static.fn >= len(STALL_FAILS) - 1  # a stall's failed success: the static rules are blind
+    simulation = count(measured, "simulation")
+    assert 0 < simulation.cannot_run < len(measured)
+    assert simulation.fp == 0
+
+
+def test_nothing_escaped() -> None:
+    assert not Path(ESCAPED).exists()
