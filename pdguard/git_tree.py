@@ -6,9 +6,11 @@ HEAD, the index, the working tree and the stash of the repository are never touc
 from __future__ import annotations
 
 import hashlib
+import subprocess
 from collections import OrderedDict
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import PurePosixPath
+from typing import NamedTuple
 
 import git
 from git.objects.fun import tree_entries_from_data
@@ -46,11 +48,14 @@ class GitTree(SourceTree):
     """Paths are resolved through the commit's tree objects, each read once a process (an
     ``ls-tree`` of the path's directories, without GitPython's object per entry)."""
 
-    def __init__(self, repo: git.Repo, ref: str, commit: git.Commit, prefix: str) -> None:
+    def __init__(
+        self, repo: git.Repo, ref: str, commit: git.Commit, prefix: str, root: bytes | None = None
+    ) -> None:
         self.repo = repo
         self.ref = ref
         self.commit = commit
         self.prefix = prefix
+        self._root = root  # the commit's tree id, when known (``Resolved``): no commit read
         self._resolved: dict[str, tuple[int, bytes] | None] = {}
 
     @property
@@ -119,7 +124,9 @@ class GitTree(SourceTree):
         path = path.rstrip("/")
         if path in self._resolved:
             return self._resolved[path]
-        found: tuple[int, bytes] | None = (_TREE_MODE, self.commit.tree.binsha)
+        if self._root is None:
+            self._root = self.commit.tree.binsha
+        found: tuple[int, bytes] | None = (_TREE_MODE, self._root)
         if path:
             parent, _, name = path.rpartition("/")
             above = self.entry(parent)
@@ -200,8 +207,67 @@ class GitTree(SourceTree):
             here = here.parent
 
 
-def open_git_tree(repo: git.Repo, ref: str) -> GitTree:
-    """The SGLang tree at ``ref``: under ``python/`` (upstream's layout) or at the top."""
+class Resolved(NamedTuple):
+    """What a ref names, by object id: the commit and its tree (``resolve_refs``)."""
+
+    commit: str
+    tree: str
+
+
+def resolve_refs(repo: git.Repo, refs: Sequence[str]) -> dict[str, Resolved | None]:
+    """Each ref's commit and tree id, asked of one ``git cat-file --batch-check`` for all of
+    them (not one ``rev_parse`` and commit read each: 300 tags cost one git process). None for
+    a ref that names no commit (unknown, a tree or a blob, objects missing): ``open_git_tree``
+    then says why. Every ref is None when git cannot be asked."""
+    asked = [ref for ref in dict.fromkeys(refs) if ref and "\n" not in ref and "\r" not in ref]
+    resolved: dict[str, Resolved | None] = dict.fromkeys(refs)
+    if not asked:
+        return resolved
+    lines = "".join(f"{ref}^{{commit}}\n{ref}^{{commit}}^{{tree}}\n" for ref in asked)
+    try:
+        done = subprocess.run(
+            [
+                git.Git.GIT_PYTHON_GIT_EXECUTABLE or "git",
+                f"--git-dir={repo.git_dir}",
+                "cat-file",
+                "--batch-check=%(objectname) %(objecttype)",
+            ],
+            input=lines.encode("utf-8", "surrogateescape"),
+            capture_output=True,
+            check=False,
+        )
+    except OSError:
+        return resolved
+    answers = done.stdout.decode("utf-8", "surrogateescape").splitlines()
+    if done.returncode != 0 or len(answers) != 2 * len(asked):
+        return resolved
+    for n, ref in enumerate(asked):
+        commit, tree = answers[2 * n].split(" "), answers[2 * n + 1].split(" ")
+        if commit[-1] == "commit" and tree[-1] == "tree" and len(commit) == len(tree) == 2:
+            resolved[ref] = Resolved(commit[0], tree[0])
+    return resolved
+
+
+def open_git_tree(repo: git.Repo, ref: str, resolved: Resolved | None = None) -> GitTree:
+    """The SGLang tree at ``ref``: under ``python/`` (upstream's layout) or at the top. With
+    ``resolved`` (``resolve_refs``), the tree of that commit, read from its tree id."""
+    if resolved is not None:
+        commit = git.Commit(repo, bytes.fromhex(resolved.commit))
+        root: bytes | None = bytes.fromhex(resolved.tree)
+    else:
+        commit, root = _commit_of(repo, ref), None
+    for prefix in PREFIXES:
+        tree = GitTree(repo, ref, commit, prefix, root)
+        found = tree.entry(f"{prefix}{DISAGGREGATION_DIR}")  # trees read once a process
+        if found is not None and found[0] == _TREE_MODE:
+            return tree
+    raise TargetError(
+        f"{ref}: no SGLang tree at that ref (no python/{DISAGGREGATION_DIR}/ "
+        f"or {DISAGGREGATION_DIR}/)"
+    )
+
+
+def _commit_of(repo: git.Repo, ref: str) -> git.Commit:
     try:
         target = repo.rev_parse(ref)
     except (git.BadName, ValueError) as exc:
@@ -210,20 +276,11 @@ def open_git_tree(repo: git.Repo, ref: str) -> GitTree:
         target = target.object
     if not isinstance(target, git.Commit):
         raise TargetError(f"{ref}: points at a {target.type}, not a commit")
-    commit = target
     try:
-        commit.tree  # noqa: B018 - a shallow clone's boundary may lack it
+        target.tree  # noqa: B018 - a shallow clone's boundary may lack it
     except ValueError as exc:
         raise TargetError(f"{ref}: the commit's tree is missing (a shallow clone?)") from exc
-    for prefix in PREFIXES:
-        tree = GitTree(repo, ref, commit, prefix)
-        found = tree.entry(f"{prefix}{DISAGGREGATION_DIR}")  # trees read once a process
-        if found is not None and found[0] == _TREE_MODE:
-            return tree
-    raise TargetError(
-        f"{ref}: no SGLang tree at that ref (no python/{DISAGGREGATION_DIR}/ "
-        f"or {DISAGGREGATION_DIR}/)"
-    )
+    return target
 
 
 def open_repo(path: str) -> git.Repo:
