@@ -47,7 +47,7 @@ def _git(repo: Path, *args: str) -> str:
 
 
 def build_repo(repo: Path, versions: list[str]) -> None:
-    if (repo / ".git").is_dir() and _git(repo, "tag", "--list").split() == sorted(
+    if (repo / ".git").is_dir() and _git(repo, "tag", "--list", "v*").split() == sorted(
         f"v{v}" for v in versions
     ):
         return  # built by an earlier run (--repo-dir)

@@ -45,8 +45,10 @@ from .errors import PdguardError
 from .tree import CONFIG_SOURCES
 
 if TYPE_CHECKING:
+    import git
+
     from .checks import Finding, Project
-    from .git_tree import GitTree
+    from .git_tree import GitTree, Resolved
     from .tree import SourceTree
 
 # What the commands give and take (``commands.check.CheckResult``, ``commands.verify.RefReport``):
@@ -119,6 +121,8 @@ class ResultCache:
 
     def __init__(self, root: Path | None = None) -> None:
         self.root = root if root is not None else cache_root()
+        self._secret: bytes | None = None
+        self._made: set[Path] = set()  # directories this instance made or found private
 
     def key(self, kind: str, parts: Iterable[str]) -> str:
         import hashlib
@@ -144,19 +148,21 @@ class ResultCache:
         except OSError:
             return False
 
-    @staticmethod
-    def _mac(key: str, value: object) -> str | None:
-        """The entry's keyed hash (HMAC-SHA256 with the user's key, ``state.secret_key``);
-        None when there is no usable key (then nothing is read or written)."""
+    def _mac(self, key: str, value: object) -> str | None:
+        """The entry's keyed hash (HMAC-SHA256 with the user's key, ``state.secret_key``, read
+        once an instance); None when there is no usable key (then nothing is read or
+        written)."""
         import hashlib
         import hmac
 
         from .state import secret_key
 
-        try:
-            secret = secret_key()
-        except OSError:
-            return None
+        if self._secret is None:
+            try:
+                self._secret = secret_key()
+            except OSError:
+                return None
+        secret = self._secret
         data = json.dumps({"key": key, "value": value}, sort_keys=True, separators=(",", ":"))
         return hmac.new(secret, data.encode("utf-8", "surrogatepass"), hashlib.sha256).hexdigest()
 
@@ -183,28 +189,36 @@ class ResultCache:
 
     def put(self, key: str, value: object) -> None:
         """Store ``value`` atomically; a cache that cannot be written is skipped."""
+        self.put_all([(key, value)])
+
+    def put_all(self, entries: Iterable[tuple[str, object]]) -> None:
+        """Store each ``(key, value)``, each atomically (a temporary file renamed: no reader
+        sees half an entry; not fsynced, as ruff's and mypy's caches are not: an entry lost
+        in a crash is a miss); a cache that cannot be written is skipped."""
         import tempfile
 
-        path = self._path(key)
-        mac = self._mac(key, value)
-        if mac is None:
-            return
-        entry = {"key": key, "value": value, "mac": mac}
-        data = json.dumps(entry, separators=(",", ":")).encode()
-        try:
-            for directory in (self.root, path.parent):  # made private: see _trusted
-                with contextlib.suppress(FileExistsError):
-                    directory.mkdir(parents=True, mode=0o700)
-            fd, tmp = tempfile.mkstemp(prefix=f".{key[:16]}-", suffix=".tmp", dir=path.parent)
+        for key, value in entries:
+            path = self._path(key)
+            mac = self._mac(key, value)
+            if mac is None:
+                return
+            data = json.dumps({"key": key, "value": value, "mac": mac}, separators=(",", ":"))
             try:
-                with os.fdopen(fd, "wb") as handle:
-                    handle.write(data)
-                os.replace(tmp, path)
-            except BaseException:
-                os.unlink(tmp)
-                raise
-        except OSError:
-            pass
+                for directory in (self.root, path.parent):  # made private: see _trusted
+                    if directory not in self._made:
+                        with contextlib.suppress(FileExistsError):
+                            directory.mkdir(parents=True, mode=0o700)
+                        self._made.add(directory)
+                fd, tmp = tempfile.mkstemp(prefix=f".{key[:16]}-", suffix=".tmp", dir=path.parent)
+                try:
+                    with os.fdopen(fd, "wb") as handle:
+                        handle.write(data.encode())
+                    os.replace(tmp, path)
+                except BaseException:
+                    os.unlink(tmp)
+                    raise
+            except OSError:
+                return
 
 
 # -- check ------------------------------------------------------------------------------------
@@ -326,51 +340,75 @@ def _report_from(
         return None
 
 
-def verify_refs_cached(
-    repo_path: str,
-    refs: Sequence[str],
+def verify_trees_cached(
+    repo: git.Repo,
+    jobs: Sequence[tuple[str, Resolved | None]],
     store: ResultCache | None,
     *,
-    compute: Callable[[list[str]], list[RefReport]],
+    compute: Callable[[list[tuple[str, Resolved | None]]], list[RefReport]],
     report: Callable[..., RefReport],
     first_miss: Callable[[], None] | None = None,
 ) -> list[RefReport]:
-    """``compute(refs)`` (the refs' reports, in order), asking ``store`` first: only the refs
-    whose key misses are computed, and of refs with the same key (the same content: a tag and
-    the branch at it, a release whose version file alone changed, ...) only the first; a hit
-    is ``report(ref, commit, version, fixes, notes, findings)`` (``RefReport``).
-    ``first_miss()`` is called when the first ref misses (``verify`` forks its workers then)."""
+    """``compute(jobs)`` (the reports of refs of distinct trees, in order: ``verify_git``
+    groups refs by tree id first), asking ``store`` first: only the refs whose key misses are
+    computed, and of refs with the same key (the same content: a release whose version file
+    alone changed, ...) only the first; a hit is ``report(ref, commit, version, fixes, notes,
+    findings)`` (``RefReport``). A ref that names no commit, or whose key cannot be read, is
+    computed (its report is its error row) and never stored; so is a report that errs.
+    ``first_miss()`` is called when the first ref misses (``verify`` forks its workers then).
+    The entries are written together once the misses are computed."""
     if store is None:
-        return compute(list(refs))
-    from .git_tree import open_git_tree, open_repo
+        return compute(list(jobs))
+    import git
 
-    repo = open_repo(repo_path)
+    from .git_tree import open_git_tree
+
     reports: dict[str, RefReport] = {}
-    # key -> [(ref, commit, display prefix, version)]
+    # key -> [(ref, commit, display prefix, version)], and the job computed for it
     pending: dict[str, list[tuple[str, str, str, str | None]]] = {}
-    by_tree: dict[str, tuple[str, str, str | None, object]] = {}  # what a tree id gives
-    for ref in refs:
-        tree = open_git_tree(repo, ref)
-        known = by_tree.get(tree.tree_id.hex())
-        if known is None:  # 1,000 tags on one commit cost one key and one read of the cache
-            key = ref_key(store, tree)
-            known = (key, tree.display(""), tree.sglang_version(), store.get(key))
-            by_tree[tree.tree_id.hex()] = known
-        key, shown, version, value = known
-        seen = (ref, tree.commit.hexsha, shown, version)
-        hit = _report_from(value, *seen, report)
-        if hit is not None:
-            reports[ref] = hit
+    todo: list[tuple[str, Resolved | None]] = []
+    keyed: dict[str, str] = {}  # a computed ref -> its key
+    for ref, resolved in jobs:
+        seen = None
+        if resolved is not None:
+            try:
+                tree = open_git_tree(repo, ref, resolved)
+                key = ref_key(store, tree)
+                seen = (ref, resolved.commit, tree.display(""), tree.sglang_version())
+            except (PdguardError, ValueError, OSError, git.GitError):  # the worker says why
+                seen = None
+        if seen is not None:
+            hit = _report_from(store.get(key), *seen, report)
+            if hit is not None:
+                reports[ref] = hit
+                continue
+        if not todo and first_miss is not None:
+            first_miss()
+        if seen is None:
+            todo.append((ref, resolved))
+        elif key not in pending:
+            pending[key] = [seen]
+            keyed[ref] = key
+            todo.append((ref, resolved))
         else:
-            if not pending and first_miss is not None:
-                first_miss()
-            pending.setdefault(key, []).append(seen)
-    if pending:
-        for computed in compute([same[0][0] for same in pending.values()]):
-            key = next(k for k, same in pending.items() if same[0][0] == computed.ref)
-            value = _report_value(computed, pending[key][0][2])
-            store.put(key, value)
+            pending[key].append(seen)
+    values: list[tuple[str, object]] = []
+    again: list[str] = []  # refs with the key of a ref that erred: each its own error row
+    for computed in compute(todo) if todo else []:
+        reports[computed.ref] = computed
+        key = keyed.get(computed.ref, "")
+        if not key:
+            continue
+        if computed.error is not None:  # the error names its ref: each ref gets its own
+            again += [seen[0] for seen in pending[key][1:]]
+            continue
+        value = _report_value(computed, pending[key][0][2])
+        values.append((key, value))
+        for seen in pending[key][1:]:
+            reports[seen[0]] = _report_from(value, *seen, report)
+    if again:
+        resolved_of = dict(jobs)
+        for computed in compute([(ref, resolved_of[ref]) for ref in again]):
             reports[computed.ref] = computed
-            for seen in pending[key][1:]:
-                reports[seen[0]] = _report_from(value, *seen, report)
-    return [reports[ref] for ref in refs]
+    store.put_all(values)
+    return [reports[ref] for ref, _ in jobs]

@@ -34,6 +34,7 @@ if TYPE_CHECKING:
 
     import git
 
+    from ..git_tree import Resolved
     from ..workspace import Workspace
 from .base import (
     EXIT_CHANGES,
@@ -210,8 +211,9 @@ def _recheck(tree: SourceTree, patched: Project, applied: list[Fix], report: Ref
             )
 
 
-def _verify_git_ref(repo_path: str, ref: str) -> RefReport:
-    """One ref's report; a ref that cannot be verified is an error row (``RefReport.error``)."""
+def _verify_git_ref(repo_path: str, resolved: Resolved | None, ref: str) -> RefReport:
+    """One ref's report (the commit and tree ``resolve_refs`` found for it, or None: it is
+    resolved here); a ref that cannot be verified is an error row (``RefReport.error``)."""
     import git
 
     from ..git_tree import open_git_tree
@@ -219,7 +221,7 @@ def _verify_git_ref(repo_path: str, ref: str) -> RefReport:
     commit = None
     try:
         repo = _worker_repo(repo_path)
-        tree = open_git_tree(repo, ref)
+        tree = open_git_tree(repo, ref, resolved)
         commit = tree.commit.hexsha
         return verify_tree(tree, ref, commit)
     except PdguardError as exc:
@@ -501,47 +503,66 @@ def verify_git(
     refs: Sequence[str],
     processes: int | None = None,
     workers: Workers | None = None,
+    store: cache.ResultCache | None = None,
 ) -> list[RefReport]:
-    from ..git_tree import open_repo
+    """The refs' reports, in order. What a run does scales with distinct trees, not refs: the
+    refs are resolved to commit and tree ids by one git process (``resolve_refs``), and refs
+    whose commits have the same tree (1,000 tags on one commit, a tag and the branch at it, a
+    release re-tagged) are verified once, with the result cache (``store``) or without: the
+    report is a function of the tree, given to each ref with its own name and commit."""
+    from ..git_tree import open_repo, resolve_refs
 
     repo = open_repo(repo_path)  # not a git repository: exit 2 before any worker starts
-    # refs whose commits have the same tree (1,000 tags on one commit, a tag and the branch at
-    # it, a release re-tagged) are verified once: the report is a function of the tree
-    trees: dict[str, list[tuple[str, str]]] = {}
-    alone: list[str] = []
-    for ref in refs:
-        peeled = _tree_of(repo, ref)
-        if peeled is None:
-            alone.append(ref)  # unknown, not a commit, objects missing: its own error row
+    resolved = resolve_refs(repo, refs)
+    trees: dict[str, list[str]] = {}  # tree id -> its refs, in order
+    jobs: list[tuple[str, Resolved | None]] = []  # the first ref of each tree, and the rest
+    for ref in dict.fromkeys(refs):
+        found = resolved[ref]
+        if found is None:
+            jobs.append((ref, None))  # unknown, not a commit, objects missing: its own row
+        elif found.tree not in trees:
+            trees[found.tree] = [ref]
+            jobs.append((ref, found))
         else:
-            trees.setdefault(peeled[0], []).append((ref, peeled[1]))
-    firsts = [same[0][0] for same in trees.values()] + alone
-    done = run_parallel(_verify_git_ref, [(repo_path, ref) for ref in firsts], processes, workers)
+            trees[found.tree].append(ref)
+
+    def analyse(todo: list[tuple[str, Resolved | None]]) -> list[RefReport]:
+        return analyse_git(repo_path, todo, processes, workers)
+
+    done = cache.verify_trees_cached(
+        repo,
+        jobs,
+        store,
+        compute=analyse,
+        report=RefReport,
+        # one tree to analyse: the workers are not forked, it is analysed here
+        first_miss=workers.warm if workers is not None and len(jobs) > 1 else None,
+    )
     by_ref = {report.ref: report for report in done}
+    again: list[tuple[str, Resolved | None]] = []
     for same in trees.values():
-        first = by_ref[same[0][0]]
-        for ref, commit in same[1:]:
+        first = by_ref[same[0]]
+        for ref in same[1:]:
+            found = resolved[ref]
+            assert found is not None  # grouped by its tree id
             if first.error is None:
-                by_ref[ref] = replace(first, ref=ref, commit=commit)
+                by_ref[ref] = replace(first, ref=ref, commit=found.commit)
             else:  # the error names the first ref: each ref gets its own
-                by_ref[ref] = _verify_git_ref(repo_path, ref)
+                again.append((ref, found))
+    if again:
+        by_ref.update((report.ref, report) for report in analyse(again))
     return [by_ref[ref] for ref in refs]
 
 
-def _tree_of(repo: git.Repo, ref: str) -> tuple[str, str] | None:
-    """(tree id, commit id) of the commit ``ref`` names; None if it names none (the worker
-    then reports why)."""
-    import git
-
-    try:
-        target = repo.rev_parse(ref)
-        while isinstance(target, git.TagObject):
-            target = target.object
-        if not isinstance(target, git.Commit):
-            return None
-        return target.tree.hexsha, target.hexsha
-    except Exception:  # BadName, a missing object, ...: the worker reports why
-        return None
+def analyse_git(
+    repo_path: str,
+    jobs: Sequence[tuple[str, Resolved | None]],
+    processes: int | None = None,
+    workers: Workers | None = None,
+) -> list[RefReport]:
+    """Each ``(ref, resolved)``'s report, computed (no cache), in workers (``run_parallel``)."""
+    work = [(repo_path, resolved, ref) for ref, resolved in jobs]
+    return run_parallel(_verify_git_ref, work, processes, workers)
 
 
 def verify_pypi(versions: Sequence[str], processes: int | None = None) -> list[RefReport]:
@@ -667,14 +688,7 @@ def _run(args: argparse.Namespace) -> int:
         # a cached report was not confirmed: --confirm computes every ref
         store = cache.ResultCache() if cache.enabled(args) and not args.confirm else None
         with Workers(args.jobs) as workers:
-            reports = cache.verify_refs_cached(
-                args.repo,
-                refs,
-                store,
-                compute=lambda todo: verify_git(args.repo, todo, args.jobs, workers),
-                report=RefReport,
-                first_miss=workers.warm,
-            )
+            reports = verify_git(args.repo, refs, args.jobs, workers, store)
     else:
         if args.ref or args.tags:
             raise UsageError("--ref/--tags go with --repo, not --pypi")

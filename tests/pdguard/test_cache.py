@@ -1,7 +1,7 @@
 """pdguard's result cache (``pdguard.cache``): ``check`` of a directory tree and ``verify`` of
 git refs, on the hand-written trees of tests/snippets.py.
 
-A hit is seen by the analysis not running: ``check_tree`` (check) or ``verify_git`` (verify)
+A hit is seen by the analysis not running: ``check_tree`` (check) or ``analyse_git`` (verify)
 is replaced by a spy that counts its calls and then does the real work.
 """
 
@@ -37,18 +37,18 @@ def cache_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 def analysed(monkeypatch: pytest.MonkeyPatch) -> list[str]:
     """The trees and refs actually analysed (not served from the cache), in order."""
     calls: list[str] = []
-    real_check, real_verify = checking.check_tree, verifying.verify_git
+    real_check, real_analyse = checking.check_tree, verifying.analyse_git
 
     def check_tree(tree, codes=checking.checks.CODES):  # type: ignore[no-untyped-def]  # a stand-in with check_tree's signature
         calls.append(f"check {tree.label}")
         return real_check(tree, codes)
 
-    def verify_git(repo_path, refs, processes=None, workers=None):  # type: ignore[no-untyped-def]  # a stand-in with verify_git's signature
-        calls.extend(f"verify {ref}" for ref in refs)
-        return real_verify(repo_path, refs, processes=1)
+    def analyse_git(repo_path, jobs, processes=None, workers=None):  # type: ignore[no-untyped-def]  # a stand-in with analyse_git's signature
+        calls.extend(f"verify {ref}" for ref, _ in jobs)
+        return real_analyse(repo_path, jobs, processes=1)
 
     monkeypatch.setattr(checking, "check_tree", check_tree)
-    monkeypatch.setattr(verifying, "verify_git", verify_git)
+    monkeypatch.setattr(verifying, "analyse_git", analyse_git)
     return calls
 
 
@@ -210,7 +210,8 @@ def test_verify_hit_gives_the_same_report(repo, cache_dir, analysed, capsys) -> 
     first = run(capsys, *args)
     assert analysed == ["verify patched", "verify same"]  # `unpatched` is `same`'s tree
     assert run(capsys, *args) == first == run(capsys, *args, "--no-cache")
-    assert len(analysed) == 2 + 3  # the second run analysed nothing, --no-cache everything
+    # the second run analysed nothing, --no-cache each tree once (`same` is `unpatched`'s)
+    assert len(analysed) == 2 + 2
     assert '"applicable"' in first[1] and '"carried"' in first[1]
 
 
