@@ -146,6 +146,10 @@ def main(argv: Sequence[str] | None = None) -> int:
                 from .commands.apply import fix_before_check
 
                 args.fixed = fix_before_check(args)
+            elif args.command == "check" and args.show_fixes:  # what apply's plan would fix
+                from .commands.apply import would_fix
+
+                args.would_fix = would_fix
             code = int(args.func(args))
         sys.stdout.flush()  # a closed pipe shows here, not in the interpreter's final flush
         return code

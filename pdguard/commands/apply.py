@@ -10,6 +10,7 @@ import os
 import re
 import shlex
 import sys
+from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -37,7 +38,7 @@ from .base import (
     shown_path,
     target_tree,
 )
-from .check import add_confirm
+from .check import CheckResult, add_confirm
 
 NAME = "apply"
 HELP = "apply the fixes to an SGLang tree"
@@ -481,6 +482,28 @@ def fix_before_check(args: argparse.Namespace) -> dict[str, list[Finding]]:
             files = ", ".join(sorted(result.shown(rel) for rel in result.changes))
             print(f"pdguard: fixed ({', '.join(names)}): {files}", file=sys.stderr)
     return before
+
+
+def would_fix(
+    result: CheckResult, codes: Sequence[str], disabled: Iterable[str] = ()
+) -> tuple[Counter[tuple[str, str]], list[str]]:
+    """``--show-fixes``: the findings ``pdguard apply`` would fix in the tree (its plan, nothing
+    written, re-checked as check runs), counted by (path, code), and a line for each fix it
+    would refuse."""
+    from .. import checks
+    from .check import check_project, gone
+
+    if result.errors or not result.findings:
+        return Counter(), []
+    planned = plan(result.tree, select_fixes(None, None, disabled), confirm=False)
+    if planned.refused:
+        return Counter(), [
+            f"{name} would be refused: {outcome.note}" for name, outcome in planned.refused.items()
+        ]
+    texts = {**result.project.texts, **{rel: new.text for rel, new in planned.changes.items()}}
+    static = [c for c in codes if c != checks.CONFIRM_CODE]
+    after = check_project(result.tree, type(result.project)(texts), static).findings
+    return gone(result.findings, after), []
 
 
 def repair(

@@ -9,7 +9,7 @@ import os
 import re
 import sys
 from collections import Counter
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -273,6 +273,11 @@ SARIF_SCHEMA = "https://json.schemastore.org/sarif-2.1.0.json"
 
 # A finding as the report's views tell it apart: (the tree's label, the finding).
 Located = tuple[str, Finding]
+# ``apply.would_fix``: (a result, the rule codes, the disabled fixes) -> (the findings apply
+# would fix by (path, code), a line for each fix it would refuse)
+WouldFix = Callable[
+    [CheckResult, Sequence[str], Iterable[str]], tuple[Counter[tuple[str, str]], list[str]]
+]
 
 
 @dataclass(frozen=True)
@@ -656,7 +661,10 @@ def run(args: argparse.Namespace) -> int:
     if before is not None:
         fixed = {r.tree.label: gone(before.get(r.tree.label, []), r.findings) for r in results}
         listing = fix_listing("Fixed", results, fixed)
-    elif args.show_fixes:
+    elif (
+        args.show_fixes
+    ):  # `pdguard.cli` hands over apply's ``would_fix`` (check never imports apply)
+        would_fix: WouldFix = args.would_fix
         planned = {r.tree.label: would_fix(r, codes, settings.disabled_fixes) for r in results}
         would = {label: counts for label, (counts, _) in planned.items()}
         notes = [note for _, refusals in planned.values() for note in refusals]
@@ -694,27 +702,6 @@ def gone(before: Sequence[Finding], after: Sequence[Finding]) -> Counter[tuple[s
     """The findings of ``before`` that ``after`` no longer has, counted by (path, code): lines
     move when a fix is written, so findings are matched by file and rule."""
     return Counter((f.path, f.code) for f in before) - Counter((f.path, f.code) for f in after)
-
-
-def would_fix(
-    result: CheckResult, codes: Sequence[str], disabled: Iterable[str] = ()
-) -> tuple[Counter[tuple[str, str]], list[str]]:
-    """``--show-fixes``: the findings ``pdguard apply`` would fix in the tree (its plan, nothing
-    written, re-checked as check runs), counted by (path, code), and a line for each fix it
-    would refuse."""
-    if result.errors or not result.findings:
-        return Counter(), []
-    from .apply import plan, select_fixes
-
-    planned = plan(result.tree, select_fixes(None, None, disabled), confirm=False)
-    if planned.refused:
-        return Counter(), [
-            f"{name} would be refused: {outcome.note}" for name, outcome in planned.refused.items()
-        ]
-    texts = {**result.project.texts, **{rel: new.text for rel, new in planned.changes.items()}}
-    static = [c for c in codes if c != checks.CONFIRM_CODE]
-    after = check_project(result.tree, Project(texts), static).findings
-    return gone(result.findings, after), []
 
 
 def marked(
