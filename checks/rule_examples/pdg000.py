@@ -50,18 +50,11 @@ class SchedulerDisaggregationPrefillMixin:
         if not self.disagg_prefill_inflight_queue:
             return []
         self._expire_inflight()
-        senders = [r.disagg_kv_sender for r in self.disagg_prefill_inflight_queue]
         states = poll_and_all_reduce(senders, self.tp_cpu_group)
-        finished = []
-        waiting = []
-        # each rank takes the branch the reduced state picks
         for req, state in zip(self.disagg_prefill_inflight_queue, states):
             if state in (KVPoll.WaitingForInput, KVPoll.Transferring):
                 waiting.append(req)
-            elif state in (KVPoll.Success, KVPoll.Failed):
-                finished.append(req)
         self.disagg_prefill_inflight_queue = waiting
-        return finished
 """,
 )
 
@@ -83,35 +76,16 @@ class SchedulerDisaggregationPrefillMixin:
     def process_batch_result_disagg_prefill(self, batch):
         for req in batch.reqs:
             if getattr(req, "entered_at", None) is None:
-                req.entered_at = time.monotonic()
-            self.disagg_prefill_inflight_queue.append(req)
-
-    def _expire_inflight(self):
-        now = time.monotonic()
-        for req in self.disagg_prefill_inflight_queue:
-            if now - req.entered_at > TIMEOUT:
                 req.disagg_kv_sender.abort()
 
     def process_inflight_transfers(self):
         if not self.disagg_prefill_inflight_queue:
             return []
         self._expire_inflight()
-        senders = [r.disagg_kv_sender for r in self.disagg_prefill_inflight_queue]
-        states = poll_and_all_reduce(senders, self.tp_cpu_group)
-        finished = []
-        waiting = []
-        # each rank takes the branch the reduced state picks
-        for req, state in zip(self.disagg_prefill_inflight_queue, states):
-            if state in (KVPoll.WaitingForInput, KVPoll.Transferring):
-                waiting.append(req)
-            elif state in (KVPoll.Success, KVPoll.Failed):
-                finished.append(req)
-        self.disagg_prefill_inflight_queue = waiting
-        return finished
 """,
         [
             (
-                16,
+                18,
                 1,
                 (
                     "no process_disagg_prefill_inflight_queue() in prefill.py (renamed or "
@@ -140,7 +114,6 @@ class SchedulerDisaggregationPrefillMixin:
             if getattr(req, "entered_at", None) is None:
                 req.entered_at = time.monotonic()
             queue = self.disagg_prefill_inflight_queue
-            queue.append(req)
 
     def _expire_inflight(self):
         now = time.monotonic()
@@ -149,21 +122,12 @@ class SchedulerDisaggregationPrefillMixin:
                 req.disagg_kv_sender.abort()
 
     def process_disagg_prefill_inflight_queue(self):
-        if not self.disagg_prefill_inflight_queue:
-            return []
         self._expire_inflight()
-        senders = [r.disagg_kv_sender for r in self.disagg_prefill_inflight_queue]
         states = poll_and_all_reduce(senders, self.tp_cpu_group)
-        finished = []
-        waiting = []
-        # each rank takes the branch the reduced state picks
         for req, state in zip(self.disagg_prefill_inflight_queue, states):
             if state in (KVPoll.WaitingForInput, KVPoll.Transferring):
                 waiting.append(req)
-            elif state in (KVPoll.Success, KVPoll.Failed):
-                finished.append(req)
         self.disagg_prefill_inflight_queue = waiting
-        return finished
 """,
         [
             (

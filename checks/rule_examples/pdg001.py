@@ -40,16 +40,10 @@ class SchedulerDisaggregationPrefillMixin:
         self._expire_inflight()
         senders = [r.disagg_kv_sender for r in self.disagg_prefill_inflight_queue]
         states = poll_and_all_reduce(senders, self.tp_cpu_group)
-        finished = []
-        waiting = []
-        # each rank takes the branch the reduced state picks
         for req, state in zip(self.disagg_prefill_inflight_queue, states):
             if state in (KVPoll.WaitingForInput, KVPoll.Transferring):
                 waiting.append(req)
-            elif state in (KVPoll.Success, KVPoll.Failed):
-                finished.append(req)
         self.disagg_prefill_inflight_queue = waiting
-        return finished
 """,
     # the same deadline inline, with other names (now read on the stamp's clock)
     """\
@@ -71,26 +65,17 @@ class SchedulerDisaggregationPrefillMixin:
             self.disagg_prefill_inflight_queue.append(req)
 
     def process_disagg_prefill_inflight_queue(self):
-        if not self.disagg_prefill_inflight_queue:
-            return []
         deadline_now = time.monotonic()
         for pending in self.disagg_prefill_inflight_queue:
             waited = deadline_now - pending.entered_at
             if waited >= TIMEOUT:
                 sender = pending.disagg_kv_sender
                 sender.abort()
-        senders = [r.disagg_kv_sender for r in self.disagg_prefill_inflight_queue]
         states = poll_and_all_reduce(senders, self.tp_cpu_group)
-        finished = []
-        waiting = []
-        # each rank takes the branch the reduced state picks
         for req, state in zip(self.disagg_prefill_inflight_queue, states):
             if state in (KVPoll.WaitingForInput, KVPoll.Transferring):
                 waiting.append(req)
-            elif state in (KVPoll.Success, KVPoll.Failed):
-                finished.append(req)
         self.disagg_prefill_inflight_queue = waiting
-        return finished
 """,
 )
 
@@ -114,24 +99,15 @@ class SchedulerDisaggregationPrefillMixin:
             self.disagg_prefill_inflight_queue.append(req)
 
     def process_disagg_prefill_inflight_queue(self):
-        if not self.disagg_prefill_inflight_queue:
-            return []
-        senders = [r.disagg_kv_sender for r in self.disagg_prefill_inflight_queue]
         states = poll_and_all_reduce(senders, self.tp_cpu_group)
-        finished = []
-        waiting = []
-        # each rank takes the branch the reduced state picks
         for req, state in zip(self.disagg_prefill_inflight_queue, states):
             if state in (KVPoll.WaitingForInput, KVPoll.Transferring):
                 waiting.append(req)
-            elif state in (KVPoll.Success, KVPoll.Failed):
-                finished.append(req)
         self.disagg_prefill_inflight_queue = waiting
-        return finished
 """,
         [
             (
-                26,
+                20,
                 17,
                 (
                     "request kept in the inflight queue with no deadline when poll is "
@@ -166,30 +142,21 @@ class SchedulerDisaggregationPrefillMixin:
                 req.disagg_kv_sender.abort()
 
     def process_disagg_prefill_inflight_queue(self):
-        if not self.disagg_prefill_inflight_queue:
-            return []
         self._expire_inflight()
-        senders = [r.disagg_kv_sender for r in self.disagg_prefill_inflight_queue]
         states = poll_and_all_reduce(senders, self.tp_cpu_group)
-        finished = []
-        waiting = []
-        # each rank takes the branch the reduced state picks
         for req, state in zip(self.disagg_prefill_inflight_queue, states):
             if state in (KVPoll.WaitingForInput, KVPoll.Transferring):
                 waiting.append(req)
-            elif state in (KVPoll.Success, KVPoll.Failed):
-                finished.append(req)
         self.disagg_prefill_inflight_queue = waiting
-        return finished
 """,
         [
             (
-                33,
+                27,
                 17,
                 (
                     "request kept in the inflight queue with no deadline when poll is "
-                    "WaitingForInput/Transferring: requests are not stamped where they enter "
-                    "disagg_prefill_inflight_queue"
+                    "WaitingForInput/Transferring: requests are not stamped where they "
+                    "enter disagg_prefill_inflight_queue"
                 ),
             ),
         ],
@@ -211,34 +178,18 @@ class SchedulerDisaggregationPrefillMixin:
     def process_batch_result_disagg_prefill(self, batch):
         for req in batch.reqs:
             if getattr(req, "entered_at", None) is None:
-                req.entered_at = time.monotonic()
-            self.disagg_prefill_inflight_queue.append(req)
-
-    def _expire_inflight(self):
-        now = time.monotonic()
-        for req in self.disagg_prefill_inflight_queue:
-            if now - req.entered_at > TIMEOUT:
                 req.disagg_kv_sender.abort()
 
     def process_disagg_prefill_inflight_queue(self):
-        if not self.disagg_prefill_inflight_queue:
-            return []
-        senders = [r.disagg_kv_sender for r in self.disagg_prefill_inflight_queue]
         states = poll_and_all_reduce(senders, self.tp_cpu_group)
-        finished = []
-        waiting = []
-        # each rank takes the branch the reduced state picks
         for req, state in zip(self.disagg_prefill_inflight_queue, states):
             if state in (KVPoll.WaitingForInput, KVPoll.Transferring):
                 waiting.append(req)
-            elif state in (KVPoll.Success, KVPoll.Failed):
-                finished.append(req)
         self.disagg_prefill_inflight_queue = waiting
-        return finished
 """,
         [
             (
-                34,
+                21,
                 17,
                 (
                     "request kept in the inflight queue with no deadline when poll is "
@@ -275,31 +226,22 @@ class SchedulerDisaggregationPrefillMixin:
                 req.disagg_kv_sender.abort()
 
     def process_disagg_prefill_inflight_queue(self):
-        if not self.disagg_prefill_inflight_queue:
-            return []
         if self.tp_rank == 0:
             self._expire_inflight()
-        senders = [r.disagg_kv_sender for r in self.disagg_prefill_inflight_queue]
         states = poll_and_all_reduce(senders, self.tp_cpu_group)
-        finished = []
-        waiting = []
-        # each rank takes the branch the reduced state picks
         for req, state in zip(self.disagg_prefill_inflight_queue, states):
             if state in (KVPoll.WaitingForInput, KVPoll.Transferring):
                 waiting.append(req)
-            elif state in (KVPoll.Success, KVPoll.Failed):
-                finished.append(req)
         self.disagg_prefill_inflight_queue = waiting
-        return finished
 """,
         [
             (
-                36,
+                30,
                 17,
                 (
                     "request kept in the inflight queue with no deadline when poll is "
-                    "WaitingForInput/Transferring: the deadline does not run before the poll "
-                    "all-reduce on every call"
+                    "WaitingForInput/Transferring: the deadline does not run before the "
+                    "poll all-reduce on every call"
                 ),
             ),
         ],
@@ -333,31 +275,23 @@ class SchedulerDisaggregationPrefillMixin:
                 req.disagg_kv_sender.abort()
 
     def process_disagg_prefill_inflight_queue(self, rids_to_check=None):
-        if not self.disagg_prefill_inflight_queue:
-            return []
         self._expire_inflight(consensus=rids_to_check)
-        senders = [r.disagg_kv_sender for r in self.disagg_prefill_inflight_queue]
         states = poll_and_all_reduce(senders, self.tp_cpu_group)
-        finished = []
-        waiting = []
-        # each rank takes the branch the reduced state picks
         for req, state in zip(self.disagg_prefill_inflight_queue, states):
             if state in (KVPoll.WaitingForInput, KVPoll.Transferring):
                 waiting.append(req)
-            elif state in (KVPoll.Success, KVPoll.Failed):
-                finished.append(req)
         self.disagg_prefill_inflight_queue = waiting
-        return finished
 """,
         [
             (
-                37,
+                31,
                 17,
                 (
                     "request kept in the inflight queue with no deadline when poll is "
                     "WaitingForInput/Transferring: the deadline is skipped when "
                     "rids_to_check is given, and every PP stage gives it: under pipeline "
-                    "parallelism a transfer that never ends keeps its request on every stage"
+                    "parallelism a transfer that never ends keeps its request on every "
+                    "stage"
                 ),
             ),
         ],

@@ -56,16 +56,10 @@ class SchedulerDisaggregationPrefillMixin:
         self._expire_inflight()
         senders = [r.disagg_kv_sender for r in self.disagg_prefill_inflight_queue]
         states = poll_and_all_reduce(senders, self.tp_cpu_group)
-        finished = []
-        waiting = []
-        # each rank takes the branch the reduced state picks
         for req, state in zip(self.disagg_prefill_inflight_queue, states):
             if state in (KVPoll.WaitingForInput, KVPoll.Transferring):
                 waiting.append(req)
-            elif state in (KVPoll.Success, KVPoll.Failed):
-                finished.append(req)
         self.disagg_prefill_inflight_queue = waiting
-        return finished
 """,
     # abort() where every sender honours it
     {
@@ -99,16 +93,10 @@ class SchedulerDisaggregationPrefillMixin:
         self._expire_inflight()
         senders = [r.disagg_kv_sender for r in self.disagg_prefill_inflight_queue]
         states = poll_and_all_reduce(senders, self.tp_cpu_group)
-        finished = []
-        waiting = []
-        # each rank takes the branch the reduced state picks
         for req, state in zip(self.disagg_prefill_inflight_queue, states):
             if state in (KVPoll.WaitingForInput, KVPoll.Transferring):
                 waiting.append(req)
-            elif state in (KVPoll.Success, KVPoll.Failed):
-                finished.append(req)
         self.disagg_prefill_inflight_queue = waiting
-        return finished
 """,
         BASE_CONN_PATH: HONOURING_SENDERS,
     },
@@ -141,21 +129,12 @@ class SchedulerDisaggregationPrefillMixin:
                 req.disagg_kv_sender.abort()
 
     def process_disagg_prefill_inflight_queue(self, rids_to_check=None):
-        if not self.disagg_prefill_inflight_queue:
-            return []
         self._expire_inflight(rids_to_check)
-        senders = [r.disagg_kv_sender for r in self.disagg_prefill_inflight_queue]
         states = poll_and_all_reduce(senders, self.tp_cpu_group)
-        finished = []
-        waiting = []
-        # each rank takes the branch the reduced state picks
         for req, state in zip(self.disagg_prefill_inflight_queue, states):
             if state in (KVPoll.WaitingForInput, KVPoll.Transferring):
                 waiting.append(req)
-            elif state in (KVPoll.Success, KVPoll.Failed):
-                finished.append(req)
         self.disagg_prefill_inflight_queue = waiting
-        return finished
 """,
     # PP: the same, as one condition that skips a transfer this stage polls as ended
     """\
@@ -171,7 +150,6 @@ TIMEOUT = 300.0
 
 class SchedulerDisaggregationPrefillMixin:
     def process_batch_result_disagg_prefill(self, batch):
-        for req in batch.reqs:
             if getattr(req, "entered_at", None) is None:
                 req.entered_at = time.monotonic()
             self.disagg_prefill_inflight_queue.append(req)
@@ -186,21 +164,11 @@ class SchedulerDisaggregationPrefillMixin:
                 req.disagg_kv_sender.abort()
 
     def process_disagg_prefill_inflight_queue(self, rids_to_check=None):
-        if not self.disagg_prefill_inflight_queue:
-            return []
         self._expire_inflight(rids_to_check)
-        senders = [r.disagg_kv_sender for r in self.disagg_prefill_inflight_queue]
         states = poll_and_all_reduce(senders, self.tp_cpu_group)
-        finished = []
-        waiting = []
-        # each rank takes the branch the reduced state picks
         for req, state in zip(self.disagg_prefill_inflight_queue, states):
-            if state in (KVPoll.WaitingForInput, KVPoll.Transferring):
                 waiting.append(req)
-            elif state in (KVPoll.Success, KVPoll.Failed):
-                finished.append(req)
         self.disagg_prefill_inflight_queue = waiting
-        return finished
 """,
 )
 
@@ -226,26 +194,17 @@ class SchedulerDisaggregationPrefillMixin:
             self.disagg_prefill_inflight_queue.append(req)
 
     def process_disagg_prefill_inflight_queue(self):
-        if not self.disagg_prefill_inflight_queue:
-            return []
-        senders = [r.disagg_kv_sender for r in self.disagg_prefill_inflight_queue]
         states = poll_and_all_reduce(senders, self.tp_cpu_group)
-        finished = []
-        waiting = []
-        # each rank takes the branch the reduced state picks
         for req, state in zip(self.disagg_prefill_inflight_queue, states):
             if time.monotonic() - req.entered_at > TIMEOUT:
                 state = KVPoll.Failed
             if state in (KVPoll.WaitingForInput, KVPoll.Transferring):
                 waiting.append(req)
-            elif state in (KVPoll.Success, KVPoll.Failed):
-                finished.append(req)
         self.disagg_prefill_inflight_queue = waiting
-        return finished
 """,
         [
             (
-                27,
+                21,
                 16,
                 (
                     "inflight deadline decided after the poll all-reduce: ranks can "
@@ -275,27 +234,18 @@ class SchedulerDisaggregationPrefillMixin:
             self.disagg_prefill_inflight_queue.append(req)
 
     def process_disagg_prefill_inflight_queue(self):
-        if not self.disagg_prefill_inflight_queue:
-            return []
         for req in list(self.disagg_prefill_inflight_queue):
             if time.monotonic() - req.entered_at > TIMEOUT:
                 self.disagg_prefill_inflight_queue.remove(req)
-        senders = [r.disagg_kv_sender for r in self.disagg_prefill_inflight_queue]
         states = poll_and_all_reduce(senders, self.tp_cpu_group)
-        finished = []
-        waiting = []
-        # each rank takes the branch the reduced state picks
         for req, state in zip(self.disagg_prefill_inflight_queue, states):
             if state in (KVPoll.WaitingForInput, KVPoll.Transferring):
                 waiting.append(req)
-            elif state in (KVPoll.Success, KVPoll.Failed):
-                finished.append(req)
         self.disagg_prefill_inflight_queue = waiting
-        return finished
 """,
         [
             (
-                22,
+                20,
                 16,
                 (
                     "inflight deadline does not fail the request's sender: the reduced poll "
@@ -332,21 +282,12 @@ class SchedulerDisaggregationPrefillMixin:
                 req.disagg_kv_sender.poll = lambda: KVPoll.Failed
 
     def process_disagg_prefill_inflight_queue(self):
-        if not self.disagg_prefill_inflight_queue:
-            return []
         self._expire_inflight()
-        senders = [r.disagg_kv_sender for r in self.disagg_prefill_inflight_queue]
         states = poll_and_all_reduce(senders, self.tp_cpu_group)
-        finished = []
-        waiting = []
-        # each rank takes the branch the reduced state picks
         for req, state in zip(self.disagg_prefill_inflight_queue, states):
             if state in (KVPoll.WaitingForInput, KVPoll.Transferring):
                 waiting.append(req)
-            elif state in (KVPoll.Success, KVPoll.Failed):
-                finished.append(req)
         self.disagg_prefill_inflight_queue = waiting
-        return finished
 """,
             BASE_CONN_PATH: HONOURING_SENDERS,
         },
@@ -390,26 +331,16 @@ class SchedulerDisaggregationPrefillMixin:
                 req.disagg_kv_sender.poll = lambda: KVPoll.Failed
 
     def process_disagg_prefill_inflight_queue(self):
-        if not self.disagg_prefill_inflight_queue:
-            return []
         self._expire_inflight()
-        senders = [r.disagg_kv_sender for r in self.disagg_prefill_inflight_queue]
         states = poll_and_all_reduce(senders, self.tp_cpu_group)
-        finished = []
-        waiting = []
-        # each rank takes the branch the reduced state picks
         for req, state in zip(self.disagg_prefill_inflight_queue, states):
             if state in (KVPoll.WaitingForInput, KVPoll.Transferring):
                 waiting.append(req)
-            elif state in (KVPoll.Success, KVPoll.Failed):
-                finished.append(req)
         self.disagg_prefill_inflight_queue = waiting
-        return finished
 """,
             BASE_CONN_PATH: """\
 class BaseKVSender:
     def abort(self):
-        # an aborted sender answers Failed from then on
         self.conclude_state = KVPoll.Failed
 
 
@@ -417,15 +348,12 @@ class LedgerKVSender(BaseKVSender):
     def poll(self):
         if self.conclude_state is not None:
             return self.conclude_state
-        return self.kv_mgr.check_status(self.room)
 
 
 class SpoolKVSender(BaseKVSender):
     def poll(self):
         if not self.transfers:
             return self.kv_mgr.check_status(self.room)
-        done = self.kv_mgr.finished(self.transfers)
-        return KVPoll.Success if done else KVPoll.Transferring
 """,
         },
         [
@@ -463,36 +391,26 @@ class SchedulerDisaggregationPrefillMixin:
     def _expire_inflight(self, agreed):
         now = time.monotonic()
         for req in self.disagg_prefill_inflight_queue:
-            if agreed is not None and req.rid in agreed:
-                continue
             if now - req.entered_at > TIMEOUT:
                 req.disagg_kv_sender.abort()
 
     def process_disagg_prefill_inflight_queue(self, rids_to_check=None):
-        if not self.disagg_prefill_inflight_queue:
-            return []
         self._expire_inflight(rids_to_check)
-        senders = [r.disagg_kv_sender for r in self.disagg_prefill_inflight_queue]
         states = poll_and_all_reduce(senders, self.tp_cpu_group)
-        finished = []
-        waiting = []
-        # each rank takes the branch the reduced state picks
         for req, state in zip(self.disagg_prefill_inflight_queue, states):
             if state in (KVPoll.WaitingForInput, KVPoll.Transferring):
                 waiting.append(req)
-            elif state in (KVPoll.Success, KVPoll.Failed):
-                finished.append(req)
         self.disagg_prefill_inflight_queue = waiting
-        return finished
 """,
         [
             (
-                23,
+                21,
                 16,
                 (
                     "inflight deadline can fail a request this PP stage already polls as "
-                    "transferred: the stages' consensus (rids_to_check) ends it with success "
-                    "elsewhere; leave requests whose sender's poll() says Success to it"
+                    "transferred: the stages' consensus (rids_to_check) ends it with "
+                    "success elsewhere; leave requests whose sender's poll() says Success "
+                    "to it"
                 ),
             ),
         ],
@@ -524,21 +442,12 @@ class SchedulerDisaggregationPrefillMixin:
                 req.disagg_kv_sender.abort()
 
     def process_disagg_prefill_inflight_queue(self, rids_to_check=None):
-        if not self.disagg_prefill_inflight_queue:
-            return []
         self._expire_inflight(rids_to_check)
-        senders = [r.disagg_kv_sender for r in self.disagg_prefill_inflight_queue]
         states = poll_and_all_reduce(senders, self.tp_cpu_group)
-        finished = []
-        waiting = []
-        # each rank takes the branch the reduced state picks
         for req, state in zip(self.disagg_prefill_inflight_queue, states):
             if state in (KVPoll.WaitingForInput, KVPoll.Transferring):
                 waiting.append(req)
-            elif state in (KVPoll.Success, KVPoll.Failed):
-                finished.append(req)
         self.disagg_prefill_inflight_queue = waiting
-        return finished
 """,
         [
             (
@@ -546,8 +455,9 @@ class SchedulerDisaggregationPrefillMixin:
                 16,
                 (
                     "inflight deadline can fail a request this PP stage already polls as "
-                    "transferred: the stages' consensus (rids_to_check) ends it with success "
-                    "elsewhere; leave requests whose sender's poll() says Success to it"
+                    "transferred: the stages' consensus (rids_to_check) ends it with "
+                    "success elsewhere; leave requests whose sender's poll() says Success "
+                    "to it"
                 ),
             ),
         ],

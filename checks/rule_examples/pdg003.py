@@ -35,21 +35,12 @@ class SchedulerDisaggregationPrefillMixin:
                 req.disagg_kv_sender.abort()
 
     def process_disagg_prefill_inflight_queue(self):
-        if not self.disagg_prefill_inflight_queue:
-            return []
         self._expire_inflight()
-        senders = [r.disagg_kv_sender for r in self.disagg_prefill_inflight_queue]
         states = poll_and_all_reduce(senders, self.tp_cpu_group)
-        finished = []
-        waiting = []
-        # each rank takes the branch the reduced state picks
         for req, state in zip(self.disagg_prefill_inflight_queue, states):
             if state in (KVPoll.WaitingForInput, KVPoll.Transferring):
                 waiting.append(req)
-            elif state in (KVPoll.Success, KVPoll.Failed):
-                finished.append(req)
         self.disagg_prefill_inflight_queue = waiting
-        return finished
 """,
     # keeping the first stamp is right where no request leaves the queue and comes back
     """\
@@ -77,21 +68,12 @@ class SchedulerDisaggregationPrefillMixin:
                 req.disagg_kv_sender.abort()
 
     def process_disagg_prefill_inflight_queue(self):
-        if not self.disagg_prefill_inflight_queue:
-            return []
         self._expire_inflight()
-        senders = [r.disagg_kv_sender for r in self.disagg_prefill_inflight_queue]
         states = poll_and_all_reduce(senders, self.tp_cpu_group)
-        finished = []
-        waiting = []
-        # each rank takes the branch the reduced state picks
         for req, state in zip(self.disagg_prefill_inflight_queue, states):
             if state in (KVPoll.WaitingForInput, KVPoll.Transferring):
                 waiting.append(req)
-            elif state in (KVPoll.Success, KVPoll.Failed):
-                finished.append(req)
         self.disagg_prefill_inflight_queue = waiting
-        return finished
 """,
     # and where the path that sends it back clears the stamp
     """\
@@ -118,27 +100,13 @@ class SchedulerDisaggregationPrefillMixin:
             if now - req.entered_at > TIMEOUT:
                 req.disagg_kv_sender.abort()
 
-    def release_and_requeue(self, req):
-        req.entered_at = None
-        req.reset_for_retract()
-        self.waiting_queue.insert(0, req)
-
     def process_disagg_prefill_inflight_queue(self):
-        if not self.disagg_prefill_inflight_queue:
-            return []
         self._expire_inflight()
-        senders = [r.disagg_kv_sender for r in self.disagg_prefill_inflight_queue]
         states = poll_and_all_reduce(senders, self.tp_cpu_group)
-        finished = []
-        waiting = []
-        # each rank takes the branch the reduced state picks
         for req, state in zip(self.disagg_prefill_inflight_queue, states):
             if state in (KVPoll.WaitingForInput, KVPoll.Transferring):
                 waiting.append(req)
-            elif state in (KVPoll.Success, KVPoll.Failed):
-                finished.append(req)
         self.disagg_prefill_inflight_queue = waiting
-        return finished
 """,
     # a stamp at every entry is right with such a path
     """\
@@ -165,26 +133,13 @@ class SchedulerDisaggregationPrefillMixin:
             if now - req.entered_at > TIMEOUT:
                 req.disagg_kv_sender.abort()
 
-    def release_and_requeue(self, req):
-        req.reset_for_retract()
-        self.waiting_queue.insert(0, req)
-
     def process_disagg_prefill_inflight_queue(self):
-        if not self.disagg_prefill_inflight_queue:
-            return []
         self._expire_inflight()
-        senders = [r.disagg_kv_sender for r in self.disagg_prefill_inflight_queue]
         states = poll_and_all_reduce(senders, self.tp_cpu_group)
-        finished = []
-        waiting = []
-        # each rank takes the branch the reduced state picks
         for req, state in zip(self.disagg_prefill_inflight_queue, states):
             if state in (KVPoll.WaitingForInput, KVPoll.Transferring):
                 waiting.append(req)
-            elif state in (KVPoll.Success, KVPoll.Failed):
-                finished.append(req)
         self.disagg_prefill_inflight_queue = waiting
-        return finished
 """,
     # parked requests kept, and not counted by the deadline
     """\
@@ -201,7 +156,6 @@ TIMEOUT = 300.0
 class SchedulerDisaggregationPrefillMixin:
     def process_batch_result_disagg_prefill(self, batch):
         for req in batch.reqs:
-            # a fresh deadline at every entry
             req.entered_at = time.monotonic()
             self.disagg_prefill_inflight_queue.append(req)
 
@@ -209,30 +163,17 @@ class SchedulerDisaggregationPrefillMixin:
         now = time.monotonic()
         for req in self.disagg_prefill_inflight_queue:
             if req.pending_bootstrap:
-                req.entered_at = now
                 continue
             if now - req.entered_at > TIMEOUT:
                 req.disagg_kv_sender.abort()
 
     def process_disagg_prefill_inflight_queue(self):
-        if not self.disagg_prefill_inflight_queue:
-            return []
         self._expire_inflight()
-        senders = [r.disagg_kv_sender for r in self.disagg_prefill_inflight_queue]
         states = poll_and_all_reduce(senders, self.tp_cpu_group)
-        finished = []
-        waiting = []
-        # each rank takes the branch the reduced state picks
         for req, state in zip(self.disagg_prefill_inflight_queue, states):
             if req.pending_bootstrap:
                 waiting.append(req)
-                continue
-            if state in (KVPoll.WaitingForInput, KVPoll.Transferring):
-                waiting.append(req)
-            elif state in (KVPoll.Success, KVPoll.Failed):
-                finished.append(req)
         self.disagg_prefill_inflight_queue = waiting
-        return finished
 """,
 )
 
@@ -253,7 +194,6 @@ TIMEOUT = 300.0
 class SchedulerDisaggregationPrefillMixin:
     def process_batch_result_disagg_prefill(self, batch):
         for req in batch.reqs:
-            # a fresh deadline at every entry
             req.entered_at = time.monotonic()
             self.disagg_prefill_inflight_queue.append(req)
 
@@ -264,33 +204,21 @@ class SchedulerDisaggregationPrefillMixin:
                 req.disagg_kv_sender.abort()
 
     def process_disagg_prefill_inflight_queue(self):
-        if not self.disagg_prefill_inflight_queue:
-            return []
         self._expire_inflight()
-        senders = [r.disagg_kv_sender for r in self.disagg_prefill_inflight_queue]
         states = poll_and_all_reduce(senders, self.tp_cpu_group)
-        finished = []
-        waiting = []
-        # each rank takes the branch the reduced state picks
         for req, state in zip(self.disagg_prefill_inflight_queue, states):
             if req.pending_bootstrap:
                 waiting.append(req)
-                continue
-            if state in (KVPoll.WaitingForInput, KVPoll.Transferring):
-                waiting.append(req)
-            elif state in (KVPoll.Success, KVPoll.Failed):
-                finished.append(req)
         self.disagg_prefill_inflight_queue = waiting
-        return finished
 """,
         [
             (
-                21,
+                20,
                 16,
                 (
-                    "inflight deadline counts the time a request is parked (line 34: prefill "
-                    "done, bootstrap not), which the bootstrap timeout bounds: skip parked "
-                    "requests and start their deadline when they are unparked"
+                    "inflight deadline counts the time a request is parked (line 27: "
+                    "prefill done, bootstrap not), which the bootstrap timeout bounds: skip "
+                    "parked requests and start their deadline when they are unparked"
                 ),
             ),
         ],
@@ -311,7 +239,6 @@ TIMEOUT = 300.0
 class SchedulerDisaggregationPrefillMixin:
     def process_batch_result_disagg_prefill(self, batch):
         for req in batch.reqs:
-            # a fresh deadline at every entry
             req.entered_at = time.monotonic()
             self.disagg_prefill_inflight_queue.append(req)
 
@@ -322,25 +249,16 @@ class SchedulerDisaggregationPrefillMixin:
                 req.disagg_kv_sender.abort()
 
     def process_disagg_prefill_inflight_queue(self):
-        if not self.disagg_prefill_inflight_queue:
-            return []
         self._expire_inflight()
-        senders = [r.disagg_kv_sender for r in self.disagg_prefill_inflight_queue]
         states = poll_and_all_reduce(senders, self.tp_cpu_group)
-        finished = []
-        waiting = []
-        # each rank takes the branch the reduced state picks
         for req, state in zip(self.disagg_prefill_inflight_queue, states):
             if state in (KVPoll.WaitingForInput, KVPoll.Transferring):
                 waiting.append(req)
-            elif state in (KVPoll.Success, KVPoll.Failed):
-                finished.append(req)
         self.disagg_prefill_inflight_queue = waiting
-        return finished
 """,
         [
             (
-                21,
+                20,
                 16,
                 (
                     "inflight deadline measured from the sender's `init_time`, set before "
@@ -377,25 +295,15 @@ class SchedulerDisaggregationPrefillMixin:
                 req.disagg_kv_sender.abort()
 
     def release_and_requeue(self, req):
-        req.reset_for_retract()
         self.waiting_queue.insert(0, req)
 
     def process_disagg_prefill_inflight_queue(self):
-        if not self.disagg_prefill_inflight_queue:
-            return []
         self._expire_inflight()
-        senders = [r.disagg_kv_sender for r in self.disagg_prefill_inflight_queue]
         states = poll_and_all_reduce(senders, self.tp_cpu_group)
-        finished = []
-        waiting = []
-        # each rank takes the branch the reduced state picks
         for req, state in zip(self.disagg_prefill_inflight_queue, states):
             if state in (KVPoll.WaitingForInput, KVPoll.Transferring):
                 waiting.append(req)
-            elif state in (KVPoll.Success, KVPoll.Failed):
-                finished.append(req)
         self.disagg_prefill_inflight_queue = waiting
-        return finished
 """,
         [
             (
@@ -403,7 +311,7 @@ class SchedulerDisaggregationPrefillMixin:
                 17,
                 (
                     "`entered_at` keeps the stamp of a request's first entry, but "
-                    "release_and_requeue() (line 26) sends requests back to waiting_queue, "
+                    "release_and_requeue() (line 25) sends requests back to waiting_queue, "
                     "from where they enter disagg_prefill_inflight_queue again: their wait "
                     "and second prefill count against the deadline; stamp at every entry"
                 ),
@@ -426,7 +334,6 @@ TIMEOUT = 300.0
 class SchedulerDisaggregationPrefillMixin:
     def process_batch_result_disagg_prefill(self, batch):
         for req in batch.reqs:
-            # a fresh deadline at every entry
             req.entered_at = time.monotonic()
             self.disagg_prefill_inflight_queue.append(req)
 
@@ -437,26 +344,17 @@ class SchedulerDisaggregationPrefillMixin:
                 req.disagg_kv_sender.abort()
 
     def process_disagg_prefill_inflight_queue(self):
-        if not self.disagg_prefill_inflight_queue:
-            return []
         self._expire_inflight()
-        senders = [r.disagg_kv_sender for r in self.disagg_prefill_inflight_queue]
         states = poll_and_all_reduce(senders, self.tp_cpu_group)
-        finished = []
-        waiting = []
-        # each rank takes the branch the reduced state picks
         for req, state in zip(self.disagg_prefill_inflight_queue, states):
             if state in (KVPoll.WaitingForInput, KVPoll.Transferring):
                 req.entered_at = time.monotonic()
                 waiting.append(req)
-            elif state in (KVPoll.Success, KVPoll.Failed):
-                finished.append(req)
         self.disagg_prefill_inflight_queue = waiting
-        return finished
 """,
         [
             (
-                35,
+                28,
                 17,
                 (
                     "`entered_at` is rewritten while the request waits in the inflight "

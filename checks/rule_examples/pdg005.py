@@ -35,21 +35,12 @@ class SchedulerDisaggregationPrefillMixin:
                 req.disagg_kv_sender.abort()
 
     def process_disagg_prefill_inflight_queue(self):
-        if not self.disagg_prefill_inflight_queue:
-            return []
         self._expire_inflight()
-        senders = [r.disagg_kv_sender for r in self.disagg_prefill_inflight_queue]
         states = poll_and_all_reduce(senders, self.tp_cpu_group)
-        finished = []
-        waiting = []
-        # each rank takes the branch the reduced state picks
         for req, state in zip(self.disagg_prefill_inflight_queue, states):
             if state in (KVPoll.WaitingForInput, KVPoll.Transferring):
                 waiting.append(req)
-            elif state in (KVPoll.Success, KVPoll.Failed):
-                finished.append(req)
         self.disagg_prefill_inflight_queue = waiting
-        return finished
 """,
     # an aliased import of the module itself
     """\
@@ -77,21 +68,12 @@ class SchedulerDisaggregationPrefillMixin:
                 req.disagg_kv_sender.abort()
 
     def process_disagg_prefill_inflight_queue(self):
-        if not self.disagg_prefill_inflight_queue:
-            return []
         self._expire_inflight()
-        senders = [r.disagg_kv_sender for r in self.disagg_prefill_inflight_queue]
         states = poll_and_all_reduce(senders, self.tp_cpu_group)
-        finished = []
-        waiting = []
-        # each rank takes the branch the reduced state picks
         for req, state in zip(self.disagg_prefill_inflight_queue, states):
             if state in (KVPoll.WaitingForInput, KVPoll.Transferring):
                 waiting.append(req)
-            elif state in (KVPoll.Success, KVPoll.Failed):
-                finished.append(req)
         self.disagg_prefill_inflight_queue = waiting
-        return finished
 """,
 )
 
@@ -122,21 +104,12 @@ class SchedulerDisaggregationPrefillMixin:
                 req.disagg_kv_sender.abort()
 
     def process_disagg_prefill_inflight_queue(self):
-        if not self.disagg_prefill_inflight_queue:
-            return []
         self._expire_inflight()
-        senders = [r.disagg_kv_sender for r in self.disagg_prefill_inflight_queue]
         states = poll_and_all_reduce(senders, self.tp_cpu_group)
-        finished = []
-        waiting = []
-        # each rank takes the branch the reduced state picks
         for req, state in zip(self.disagg_prefill_inflight_queue, states):
             if state in (KVPoll.WaitingForInput, KVPoll.Transferring):
                 waiting.append(req)
-            elif state in (KVPoll.Success, KVPoll.Failed):
-                finished.append(req)
         self.disagg_prefill_inflight_queue = waiting
-        return finished
 """,
         [
             (14, 34, "`time` is used but not imported (NameError when this runs)"),
@@ -173,21 +146,12 @@ class SchedulerDisaggregationPrefillMixin:
                 req.disagg_kv_sender.abort()
 
     def process_disagg_prefill_inflight_queue(self):
-        if not self.disagg_prefill_inflight_queue:
-            return []
         self._expire_inflight()
-        senders = [r.disagg_kv_sender for r in self.disagg_prefill_inflight_queue]
         states = poll_and_all_reduce(senders, self.tp_cpu_group)
-        finished = []
-        waiting = []
-        # each rank takes the branch the reduced state picks
         for req, state in zip(self.disagg_prefill_inflight_queue, states):
             if state in (KVPoll.WaitingForInput, KVPoll.Transferring):
                 waiting.append(req)
-            elif state in (KVPoll.Success, KVPoll.Failed):
-                finished.append(req)
         self.disagg_prefill_inflight_queue = waiting
-        return finished
 """,
         [
             (18, 34, "`time` is used but not imported (NameError when this runs)"),

@@ -23,59 +23,9 @@ TIMEOUT = 300
 
 
 class DecodePreallocQueue:
-    def __init__(self, kv_manager, gloo_group):
-        self.kv_manager = kv_manager
-        self.gloo_group = gloo_group
-        self.queue = []
-        self.pending_reqs = []
-        self.retracted_queue = []
-        self.retries = {}
-
-    def add(self, decode_req):
-        decode_req.entered_at = time.monotonic()
-        self.queue.append(decode_req)
-        self.pending_reqs.append(decode_req)
-
-    def _resolve_pending_reqs(self):
-        unresolved = []
-        for decode_req in self.pending_reqs:
-            rank = self.kv_manager.lookup_rank(decode_req.req.bootstrap_room)
-            if rank is not None:
-                decode_req.kv_receiver.init(rank)
-            else:
-                count = self.retries.get(decode_req.req.rid, 0) + 1
-                self.retries[decode_req.req.rid] = count
-                if count >= MAX_RETRIES:
-                    decode_req.kv_receiver.abort()
-                else:
-                    unresolved.append(decode_req)
-
-        self.pending_reqs = unresolved
-
-    def pop_preallocated(self):
-        self._resolve_pending_reqs()
-        receivers = [r.kv_receiver for r in self.queue]
-        polls = poll_and_all_reduce(receivers, self.gloo_group)
         ready = [r for r, poll in zip(self.queue, polls) if poll == KVPoll.WaitingForInput]
-        self.queue = [r for r in self.queue if r not in ready]
-        return ready
-
-
 class DecodeTransferQueue:
-    def __init__(self, gloo_group):
-        self.gloo_group = gloo_group
-        self.queue = []
-
-    def extend(self, decode_reqs):
-        self.queue.extend(decode_reqs)
-
-    def pop_transferred(self):
-        polls = poll_and_all_reduce([r.kv_receiver for r in self.queue], self.gloo_group)
         done = [r for r, poll in zip(self.queue, polls) if poll == KVPoll.Success]
-        self.queue = [r for r in self.queue if r not in done]
-        return [r.req for r in done]
-
-
 class SchedulerDisaggregationDecodeMixin:
     def process_decode_queue(self):
         admitted = self.disagg_decode_prealloc_queue.pop_preallocated()
@@ -98,56 +48,11 @@ TIMEOUT = 300
 
 class DecodePreallocQueue:
     def __init__(self, kv_manager, gloo_group):
-        self.kv_manager = kv_manager
-        self.gloo_group = gloo_group
-        self.queue = []
-        self.pending_reqs = []
-        self.retracted_queue = []
-        self.retries = {}
-
-    def add(self, decode_req):
-        decode_req.entered_at = time.monotonic()
-        self.queue.append(decode_req)
-        self.pending_reqs.append(decode_req)
-
-    def _resolve_pending_reqs(self):
-        unresolved = []
-        for decode_req in self.pending_reqs:
-            rank = self.kv_manager.lookup_rank(decode_req.req.bootstrap_room)
-            if rank is not None:
-                decode_req.kv_receiver.init(rank)
-            else:
-                if time.monotonic() - decode_req.entered_at > TIMEOUT:
-                    decode_req.kv_receiver.abort()
-                else:
-                    unresolved.append(decode_req)
-
-        self.pending_reqs = unresolved
-
-    def pop_preallocated(self):
-        self._resolve_pending_reqs()
-        receivers = [r.kv_receiver for r in self.queue]
-        polls = poll_and_all_reduce(receivers, self.gloo_group)
-        ready = [r for r, poll in zip(self.queue, polls) if poll == KVPoll.WaitingForInput]
-        self.queue = [r for r in self.queue if r not in ready]
         return ready
 
 
 class DecodeTransferQueue:
-    def __init__(self, gloo_group):
-        self.gloo_group = gloo_group
-        self.queue = []
-
-    def extend(self, decode_reqs):
-        self.queue.extend(decode_reqs)
-
-    def pop_transferred(self):
-        polls = poll_and_all_reduce([r.kv_receiver for r in self.queue], self.gloo_group)
         done = [r for r, poll in zip(self.queue, polls) if poll == KVPoll.Success]
-        self.queue = [r for r in self.queue if r not in done]
-        return [r.req for r in done]
-
-
 class SchedulerDisaggregationDecodeMixin:
     def process_decode_queue(self):
         admitted = self.disagg_decode_prealloc_queue.pop_preallocated()
@@ -170,60 +75,11 @@ TIMEOUT = 300
 
 class DecodePreallocQueue:
     def __init__(self, kv_manager, gloo_group):
-        self.kv_manager = kv_manager
-        self.gloo_group = gloo_group
-        self.queue = []
-        self.pending_reqs = []
-        self.retracted_queue = []
-        self.retries = {}
-
-    def add(self, decode_req):
-        decode_req.entered_at = time.monotonic()
-        self.queue.append(decode_req)
-        self.pending_reqs.append(decode_req)
-
-    def _resolve_pending_reqs(self):
-        unresolved = []
-        for decode_req in self.pending_reqs:
-            rank = self.kv_manager.lookup_rank(decode_req.req.bootstrap_room)
-            if rank is not None:
-                decode_req.kv_receiver.init(rank)
-            else:
-                unresolved.append(decode_req)
-
-        self.pending_reqs = unresolved
-
-    def _expire_overdue(self):
-        now = time.monotonic()
-        for decode_req in self.queue:
-            if now - decode_req.entered_at > TIMEOUT:
-                decode_req.kv_receiver.abort()
-
-    def pop_preallocated(self):
-        self._resolve_pending_reqs()
-        self._expire_overdue()
-        receivers = [r.kv_receiver for r in self.queue]
-        polls = poll_and_all_reduce(receivers, self.gloo_group)
-        ready = [r for r, poll in zip(self.queue, polls) if poll == KVPoll.WaitingForInput]
-        self.queue = [r for r in self.queue if r not in ready]
         return ready
 
 
 class DecodeTransferQueue:
-    def __init__(self, gloo_group):
-        self.gloo_group = gloo_group
-        self.queue = []
-
-    def extend(self, decode_reqs):
-        self.queue.extend(decode_reqs)
-
-    def pop_transferred(self):
-        polls = poll_and_all_reduce([r.kv_receiver for r in self.queue], self.gloo_group)
         done = [r for r, poll in zip(self.queue, polls) if poll == KVPoll.Success]
-        self.queue = [r for r in self.queue if r not in done]
-        return [r.req for r in done]
-
-
 class SchedulerDisaggregationDecodeMixin:
     def process_decode_queue(self):
         admitted = self.disagg_decode_prealloc_queue.pop_preallocated()
@@ -245,69 +101,14 @@ TIMEOUT = 300
 
 
 class DecodePreallocQueue:
-    def __init__(self, kv_manager, gloo_group):
-        self.kv_manager = kv_manager
-        self.gloo_group = gloo_group
-        self.queue = []
-        self.pending_reqs = []
-        self.retracted_queue = []
-        self.retries = {}
-
-    def add(self, decode_req):
-        decode_req.entered_at = time.monotonic()
-        self.queue.append(decode_req)
-        self.pending_reqs.append(decode_req)
-
-    def _resolve_pending_reqs(self):
-        unresolved = []
-        for decode_req in self.pending_reqs:
-            rank = self.kv_manager.lookup_rank(decode_req.req.bootstrap_room)
-            if rank is not None:
-                decode_req.kv_receiver.init(rank)
-            else:
-                count = self.retries.get(decode_req.req.rid, 0) + 1
-                self.retries[decode_req.req.rid] = count
-                if count >= MAX_RETRIES:
-                    decode_req.kv_receiver.abort()
-                else:
-                    unresolved.append(decode_req)
-
-        self.pending_reqs = unresolved
-
-    def pop_preallocated(self):
-        self._resolve_pending_reqs()
-        receivers = [r.kv_receiver for r in self.queue]
-        polls = poll_and_all_reduce(receivers, self.gloo_group)
         ready = [r for r, poll in zip(self.queue, polls) if poll == KVPoll.WaitingForInput]
-        self.queue = [r for r in self.queue if r not in ready]
-        return ready
-
-
 class DecodeTransferQueue:
-    def __init__(self, gloo_group):
-        self.gloo_group = gloo_group
-        self.queue = []
-
-    def extend(self, decode_reqs):
-        self.queue.extend(decode_reqs)
-
-    def pop_transferred(self):
-        polls = poll_and_all_reduce([r.kv_receiver for r in self.queue], self.gloo_group)
         done = [r for r, poll in zip(self.queue, polls) if poll == KVPoll.Success]
-        self.queue = [r for r in self.queue if r not in done]
-        return [r.req for r in done]
-
-
 class SchedulerDisaggregationDecodeMixin:
     def process_decode_queue(self):
         if not self.disagg_decode_prealloc_queue.queue and not len(
-            self.disagg_decode_transfer_queue.queue
         ):
             return
-        admitted = self.disagg_decode_prealloc_queue.pop_preallocated()
-        self.disagg_decode_transfer_queue.extend(admitted)
-        alloc_reqs = self.disagg_decode_transfer_queue.pop_transferred()
-        self.waiting_queue.extend(alloc_reqs)
 """,
     },
     # the gate comes after both polls
@@ -323,68 +124,15 @@ TIMEOUT = 300
 
 
 class DecodePreallocQueue:
-    def __init__(self, kv_manager, gloo_group):
-        self.kv_manager = kv_manager
-        self.gloo_group = gloo_group
-        self.queue = []
-        self.pending_reqs = []
-        self.retracted_queue = []
-        self.retries = {}
-
-    def add(self, decode_req):
-        decode_req.entered_at = time.monotonic()
-        self.queue.append(decode_req)
-        self.pending_reqs.append(decode_req)
-
-    def _resolve_pending_reqs(self):
-        unresolved = []
-        for decode_req in self.pending_reqs:
-            rank = self.kv_manager.lookup_rank(decode_req.req.bootstrap_room)
-            if rank is not None:
-                decode_req.kv_receiver.init(rank)
-            else:
-                count = self.retries.get(decode_req.req.rid, 0) + 1
-                self.retries[decode_req.req.rid] = count
-                if count >= MAX_RETRIES:
-                    decode_req.kv_receiver.abort()
-                else:
-                    unresolved.append(decode_req)
-
-        self.pending_reqs = unresolved
-
-    def pop_preallocated(self):
-        self._resolve_pending_reqs()
-        receivers = [r.kv_receiver for r in self.queue]
-        polls = poll_and_all_reduce(receivers, self.gloo_group)
         ready = [r for r, poll in zip(self.queue, polls) if poll == KVPoll.WaitingForInput]
-        self.queue = [r for r in self.queue if r not in ready]
-        return ready
-
-
 class DecodeTransferQueue:
-    def __init__(self, gloo_group):
-        self.gloo_group = gloo_group
-        self.queue = []
-
-    def extend(self, decode_reqs):
-        self.queue.extend(decode_reqs)
-
-    def pop_transferred(self):
-        polls = poll_and_all_reduce([r.kv_receiver for r in self.queue], self.gloo_group)
         done = [r for r, poll in zip(self.queue, polls) if poll == KVPoll.Success]
-        self.queue = [r for r in self.queue if r not in done]
-        return [r.req for r in done]
-
-
 class SchedulerDisaggregationDecodeMixin:
     def process_decode_queue(self):
         admitted = self.disagg_decode_prealloc_queue.pop_preallocated()
         self.disagg_decode_transfer_queue.extend(admitted)
         alloc_reqs = self.disagg_decode_transfer_queue.pop_transferred()
         self.waiting_queue.extend(alloc_reqs)
-        if len(self.disagg_decode_prealloc_queue.retracted_queue) > 0:
-            return
-        self.admit_new_requests()
 """,
     },
 )
@@ -404,65 +152,25 @@ TIMEOUT = 300
 
 
 class DecodePreallocQueue:
-    def __init__(self, kv_manager, gloo_group):
-        self.kv_manager = kv_manager
-        self.gloo_group = gloo_group
-        self.queue = []
-        self.pending_reqs = []
-        self.retracted_queue = []
-        self.retries = {}
-
-    def add(self, decode_req):
-        decode_req.entered_at = time.monotonic()
-        self.queue.append(decode_req)
-        self.pending_reqs.append(decode_req)
 
     def _resolve_pending_reqs(self):
-        unresolved = []
         for decode_req in self.pending_reqs:
-            rank = self.kv_manager.lookup_rank(decode_req.req.bootstrap_room)
             if rank is not None:
                 decode_req.kv_receiver.init(rank)
-            else:
                 unresolved.append(decode_req)
 
         self.pending_reqs = unresolved
-
-    def pop_preallocated(self):
-        self._resolve_pending_reqs()
-        receivers = [r.kv_receiver for r in self.queue]
         polls = poll_and_all_reduce(receivers, self.gloo_group)
-        ready = [r for r, poll in zip(self.queue, polls) if poll == KVPoll.WaitingForInput]
-        self.queue = [r for r in self.queue if r not in ready]
-        return ready
-
 
 class DecodeTransferQueue:
-    def __init__(self, gloo_group):
-        self.gloo_group = gloo_group
-        self.queue = []
-
-    def extend(self, decode_reqs):
-        self.queue.extend(decode_reqs)
-
-    def pop_transferred(self):
-        polls = poll_and_all_reduce([r.kv_receiver for r in self.queue], self.gloo_group)
         done = [r for r, poll in zip(self.queue, polls) if poll == KVPoll.Success]
-        self.queue = [r for r in self.queue if r not in done]
-        return [r.req for r in done]
-
-
 class SchedulerDisaggregationDecodeMixin:
-    def process_decode_queue(self):
         admitted = self.disagg_decode_prealloc_queue.pop_preallocated()
-        self.disagg_decode_transfer_queue.extend(admitted)
-        alloc_reqs = self.disagg_decode_transfer_queue.pop_transferred()
-        self.waiting_queue.extend(alloc_reqs)
 """,
         },
         [
             (
-                31,
+                16,
                 17,
                 (
                     "a request is put back into self.pending_reqs (rebuilt by "
@@ -488,71 +196,25 @@ TIMEOUT = 300
 
 
 class DecodePreallocQueue:
-    def __init__(self, kv_manager, gloo_group):
-        self.kv_manager = kv_manager
-        self.gloo_group = gloo_group
-        self.queue = []
-        self.pending_reqs = []
-        self.retracted_queue = []
-        self.retries = {}
-
-    def add(self, decode_req):
-        decode_req.entered_at = time.monotonic()
-        self.queue.append(decode_req)
-        self.pending_reqs.append(decode_req)
 
     def _resolve_pending_reqs(self):
-        unresolved = []
         for decode_req in self.pending_reqs:
-            rank = self.kv_manager.lookup_rank(decode_req.req.bootstrap_room)
             if rank is not None:
                 decode_req.kv_receiver.init(rank)
-            else:
                 unresolved.append(decode_req)
 
         self.pending_reqs = unresolved
-
-    def _expire_overdue(self):
-        now = time.monotonic()
-        for decode_req in self.queue:
-            if now - decode_req.entered_at > TIMEOUT:
-                decode_req.kv_receiver.abort()
-
-    def pop_preallocated(self):
-        self._resolve_pending_reqs()
-        receivers = [r.kv_receiver for r in self.queue]
         polls = poll_and_all_reduce(receivers, self.gloo_group)
-        ready = [r for r, poll in zip(self.queue, polls) if poll == KVPoll.WaitingForInput]
-        self.queue = [r for r in self.queue if r not in ready]
-        return ready
-
 
 class DecodeTransferQueue:
-    def __init__(self, gloo_group):
-        self.gloo_group = gloo_group
-        self.queue = []
-
-    def extend(self, decode_reqs):
-        self.queue.extend(decode_reqs)
-
-    def pop_transferred(self):
-        polls = poll_and_all_reduce([r.kv_receiver for r in self.queue], self.gloo_group)
         done = [r for r, poll in zip(self.queue, polls) if poll == KVPoll.Success]
-        self.queue = [r for r in self.queue if r not in done]
-        return [r.req for r in done]
-
-
 class SchedulerDisaggregationDecodeMixin:
-    def process_decode_queue(self):
         admitted = self.disagg_decode_prealloc_queue.pop_preallocated()
-        self.disagg_decode_transfer_queue.extend(admitted)
-        alloc_reqs = self.disagg_decode_transfer_queue.pop_transferred()
-        self.waiting_queue.extend(alloc_reqs)
 """,
         },
         [
             (
-                31,
+                16,
                 17,
                 (
                     "a request is put back into self.pending_reqs (rebuilt by "
@@ -578,70 +240,27 @@ TIMEOUT = 300
 
 
 class DecodePreallocQueue:
-    def __init__(self, kv_manager, gloo_group):
-        self.kv_manager = kv_manager
-        self.gloo_group = gloo_group
-        self.queue = []
-        self.pending_reqs = []
-        self.retracted_queue = []
-        self.retries = {}
-
-    def add(self, decode_req):
-        decode_req.entered_at = time.monotonic()
-        self.queue.append(decode_req)
-        self.pending_reqs.append(decode_req)
 
     def _resolve_pending_reqs(self):
-        unresolved = []
         for decode_req in self.pending_reqs:
-            rank = self.kv_manager.lookup_rank(decode_req.req.bootstrap_room)
             if rank is not None:
                 decode_req.kv_receiver.init(rank)
-            else:
                 count = self.retries.get(decode_req.req.rid, 0) + 1
-                self.retries[decode_req.req.rid] = count
                 if count >= MAX_RETRIES:
-                    print(count)
-                else:
                     unresolved.append(decode_req)
 
         self.pending_reqs = unresolved
-
-    def pop_preallocated(self):
-        self._resolve_pending_reqs()
-        receivers = [r.kv_receiver for r in self.queue]
         polls = poll_and_all_reduce(receivers, self.gloo_group)
-        ready = [r for r, poll in zip(self.queue, polls) if poll == KVPoll.WaitingForInput]
-        self.queue = [r for r in self.queue if r not in ready]
-        return ready
-
 
 class DecodeTransferQueue:
-    def __init__(self, gloo_group):
-        self.gloo_group = gloo_group
-        self.queue = []
-
-    def extend(self, decode_reqs):
-        self.queue.extend(decode_reqs)
-
-    def pop_transferred(self):
-        polls = poll_and_all_reduce([r.kv_receiver for r in self.queue], self.gloo_group)
         done = [r for r, poll in zip(self.queue, polls) if poll == KVPoll.Success]
-        self.queue = [r for r in self.queue if r not in done]
-        return [r.req for r in done]
-
-
 class SchedulerDisaggregationDecodeMixin:
-    def process_decode_queue(self):
         admitted = self.disagg_decode_prealloc_queue.pop_preallocated()
-        self.disagg_decode_transfer_queue.extend(admitted)
-        alloc_reqs = self.disagg_decode_transfer_queue.pop_transferred()
-        self.waiting_queue.extend(alloc_reqs)
 """,
         },
         [
             (
-                36,
+                18,
                 21,
                 (
                     "a request is put back into self.pending_reqs (rebuilt by "
@@ -668,69 +287,26 @@ TIMEOUT = 300
 
 
 class DecodePreallocQueue:
-    def __init__(self, kv_manager, gloo_group):
-        self.kv_manager = kv_manager
-        self.gloo_group = gloo_group
-        self.queue = []
-        self.pending_reqs = []
-        self.retracted_queue = []
-        self.retries = {}
-
-    def add(self, decode_req):
-        decode_req.entered_at = time.monotonic()
-        self.queue.append(decode_req)
-        self.pending_reqs.append(decode_req)
 
     def _resolve_pending_reqs(self):
-        unresolved = []
         for decode_req in self.pending_reqs:
-            rank = self.kv_manager.lookup_rank(decode_req.req.bootstrap_room)
             if rank is not None:
                 decode_req.kv_receiver.init(rank)
             else:
-                decode_req.entered_at = time.monotonic()
-                if time.monotonic() - decode_req.entered_at > TIMEOUT:
-                    decode_req.kv_receiver.abort()
-                else:
                     unresolved.append(decode_req)
 
         self.pending_reqs = unresolved
-
-    def pop_preallocated(self):
-        self._resolve_pending_reqs()
-        receivers = [r.kv_receiver for r in self.queue]
         polls = poll_and_all_reduce(receivers, self.gloo_group)
-        ready = [r for r, poll in zip(self.queue, polls) if poll == KVPoll.WaitingForInput]
-        self.queue = [r for r in self.queue if r not in ready]
-        return ready
-
 
 class DecodeTransferQueue:
-    def __init__(self, gloo_group):
-        self.gloo_group = gloo_group
-        self.queue = []
-
-    def extend(self, decode_reqs):
-        self.queue.extend(decode_reqs)
-
-    def pop_transferred(self):
-        polls = poll_and_all_reduce([r.kv_receiver for r in self.queue], self.gloo_group)
         done = [r for r, poll in zip(self.queue, polls) if poll == KVPoll.Success]
-        self.queue = [r for r in self.queue if r not in done]
-        return [r.req for r in done]
-
-
 class SchedulerDisaggregationDecodeMixin:
-    def process_decode_queue(self):
         admitted = self.disagg_decode_prealloc_queue.pop_preallocated()
-        self.disagg_decode_transfer_queue.extend(admitted)
-        alloc_reqs = self.disagg_decode_transfer_queue.pop_transferred()
-        self.waiting_queue.extend(alloc_reqs)
 """,
         },
         [
             (
-                35,
+                17,
                 21,
                 (
                     "a request is put back into self.pending_reqs (rebuilt by "
@@ -756,58 +332,15 @@ TIMEOUT = 300
 
 
 class DecodePreallocQueue:
-    def __init__(self, kv_manager, gloo_group):
-        self.kv_manager = kv_manager
-        self.gloo_group = gloo_group
-        self.queue = []
-        self.pending_reqs = []
-        self.retracted_queue = []
-        self.retries = {}
-
-    def add(self, decode_req):
-        decode_req.entered_at = time.monotonic()
-        self.queue.append(decode_req)
-        self.pending_reqs.append(decode_req)
-
-    def _resolve_pending_reqs(self):
-        unresolved = []
-        for decode_req in self.pending_reqs:
-            rank = self.kv_manager.lookup_rank(decode_req.req.bootstrap_room)
-            if rank is not None:
-                decode_req.kv_receiver.init(rank)
-            else:
-                count = self.retries.get(decode_req.req.rid, 0) + 1
-                self.retries[decode_req.req.rid] = count
-                if count >= MAX_RETRIES:
-                    decode_req.kv_receiver.abort()
-                else:
-                    unresolved.append(decode_req)
-
-        self.pending_reqs = unresolved
 
     def pop_preallocated(self):
-        self._resolve_pending_reqs()
         receivers = [r.kv_receiver for r in self.queue]
         polls = poll_and_all_reduce(receivers, self.gloo_group)
-        ready = [r for r, poll in zip(self.queue, polls) if poll == KVPoll.WaitingForInput]
-        self.queue = [r for r in self.queue if r not in ready]
-        return ready
-
 
 class DecodeTransferQueue:
-    def __init__(self, gloo_group):
-        self.gloo_group = gloo_group
-        self.queue = []
-
-    def extend(self, decode_reqs):
-        self.queue.extend(decode_reqs)
 
     def pop_transferred(self):
         polls = poll_and_all_reduce([r.kv_receiver for r in self.queue], self.gloo_group)
-        done = [r for r, poll in zip(self.queue, polls) if poll == KVPoll.Success]
-        self.queue = [r for r in self.queue if r not in done]
-        return [r.req for r in done]
-
 
 class SchedulerDisaggregationDecodeMixin:
     def process_decode_queue(self):
@@ -816,20 +349,20 @@ class SchedulerDisaggregationDecodeMixin:
         admitted = self.disagg_decode_prealloc_queue.pop_preallocated()
         self.disagg_decode_transfer_queue.extend(admitted)
         alloc_reqs = self.disagg_decode_transfer_queue.pop_transferred()
-        self.waiting_queue.extend(alloc_reqs)
 """,
         },
         [
             (
-                67,
+                24,
                 13,
                 (
                     "SchedulerDisaggregationDecodeMixin.process_decode_queue returns before "
                     "polling disagg_decode_prealloc_queue.pop_preallocated() and "
                     "disagg_decode_transfer_queue.pop_transferred() while "
                     "`len(self.disagg_decode_prealloc_queue.retracted_queue) > 0`: waiting "
-                    "timeouts, heartbeat failures and aborts of the requests in those queues "
-                    "are not acted on, and their KV is not freed, until the condition clears"
+                    "timeouts, heartbeat failures and aborts of the requests in those "
+                    "queues are not acted on, and their KV is not freed, until the "
+                    "condition clears"
                 ),
                 DECODE_PATH,
             ),
@@ -849,79 +382,34 @@ TIMEOUT = 300
 
 
 class DecodePreallocQueue:
-    def __init__(self, kv_manager, gloo_group):
-        self.kv_manager = kv_manager
-        self.gloo_group = gloo_group
-        self.queue = []
-        self.pending_reqs = []
-        self.retracted_queue = []
-        self.retries = {}
-
-    def add(self, decode_req):
-        decode_req.entered_at = time.monotonic()
-        self.queue.append(decode_req)
-        self.pending_reqs.append(decode_req)
-
-    def _resolve_pending_reqs(self):
-        unresolved = []
-        for decode_req in self.pending_reqs:
-            rank = self.kv_manager.lookup_rank(decode_req.req.bootstrap_room)
-            if rank is not None:
-                decode_req.kv_receiver.init(rank)
-            else:
-                count = self.retries.get(decode_req.req.rid, 0) + 1
-                self.retries[decode_req.req.rid] = count
-                if count >= MAX_RETRIES:
-                    decode_req.kv_receiver.abort()
-                else:
-                    unresolved.append(decode_req)
-
-        self.pending_reqs = unresolved
 
     def pop_preallocated(self):
-        self._resolve_pending_reqs()
         receivers = [r.kv_receiver for r in self.queue]
         polls = poll_and_all_reduce(receivers, self.gloo_group)
-        ready = [r for r, poll in zip(self.queue, polls) if poll == KVPoll.WaitingForInput]
-        self.queue = [r for r in self.queue if r not in ready]
-        return ready
-
 
 class DecodeTransferQueue:
-    def __init__(self, gloo_group):
-        self.gloo_group = gloo_group
-        self.queue = []
-
-    def extend(self, decode_reqs):
-        self.queue.extend(decode_reqs)
 
     def pop_transferred(self):
         polls = poll_and_all_reduce([r.kv_receiver for r in self.queue], self.gloo_group)
-        done = [r for r, poll in zip(self.queue, polls) if poll == KVPoll.Success]
-        self.queue = [r for r in self.queue if r not in done]
-        return [r.req for r in done]
-
 
 class SchedulerDisaggregationDecodeMixin:
     def process_decode_queue(self):
         if not self.disagg_decode_prealloc_queue.retracted_queue:
             admitted = self.disagg_decode_prealloc_queue.pop_preallocated()
-            self.disagg_decode_transfer_queue.extend(admitted)
             alloc_reqs = self.disagg_decode_transfer_queue.pop_transferred()
-            self.waiting_queue.extend(alloc_reqs)
 """,
         },
         [
             (
-                66,
+                23,
                 9,
                 (
                     "SchedulerDisaggregationDecodeMixin.process_decode_queue polls "
                     "disagg_decode_prealloc_queue.pop_preallocated() and "
                     "disagg_decode_transfer_queue.pop_transferred() only under `if not "
-                    "self.disagg_decode_prealloc_queue.retracted_queue`: while that does not "
-                    "hold, waiting timeouts, heartbeat failures and aborts of the requests "
-                    "in those queues are not acted on, and their KV is not freed"
+                    "self.disagg_decode_prealloc_queue.retracted_queue`: while that does "
+                    "not hold, waiting timeouts, heartbeat failures and aborts of the "
+                    "requests in those queues are not acted on, and their KV is not freed"
                 ),
                 DECODE_PATH,
             ),

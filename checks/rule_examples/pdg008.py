@@ -18,6 +18,7 @@ class SharedKVSender(BaseKVSender):
     def abort(self):
         # remembered for poll(), which must report it
         self.conclude_state = KVPoll.Failed
+        # own-words: an abort() that concludes Failed, and a mixin's class line: generic
 """
 
 VALID = (

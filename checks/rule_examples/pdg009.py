@@ -89,7 +89,19 @@ INVALID = (
     # the same toy with the deadline after the all-reduce: PDG001 says unbounded, the
     # simulation bounds every request (the next step's deadline fails them)
     Invalid(
-        """\
+        expected=[
+            (
+                51,
+                5,
+                "the static rules and the simulation disagree on the prefill side: PDG001 "
+                "(line 58) says request kept in the inflight queue with no deadline when "
+                "poll is not Success/Failed: the deadline does not run before the poll "
+                "all-reduce on every call; the simulation ran the tree's own code and its 7 "
+                "prefill scenario(s) pass (wedge: failed at 301.5 s (deadline 301.1 s) on "
+                "every rank in the same step: client error, KV released, queues empty)",
+            )
+        ],
+        code="""\
 import logging
 import time
 
@@ -161,17 +173,5 @@ class SchedulerDisaggregationPrefillMixin:
     def send_kv_chunk(self, req, last_chunk=False):
         raise NotImplementedError
 """,
-        [
-            (
-                51,
-                5,
-                "the static rules and the simulation disagree on the prefill side: PDG001 "
-                "(line 58) says request kept in the inflight queue with no deadline when "
-                "poll is not Success/Failed: the deadline does not run before the poll "
-                "all-reduce on every call; the simulation ran the tree's own code and its 7 "
-                "prefill scenario(s) pass (wedge: failed at 301.5 s (deadline 301.1 s) on "
-                "every rank in the same step: client error, KV released, queues empty)",
-            )
-        ],
     ),
 )
