@@ -23,13 +23,11 @@ class LarkKVSender(BaseKVSender):
 VALID = (
     # the deadline as pdguard writes it: everything modelled
     """\
-import logging
 import time
 
 from sglang.srt.disaggregation.base import KVPoll
 from sglang.srt.disaggregation.utils import poll_and_all_reduce
 
-logger = logging.getLogger(__name__)
 TIMEOUT = 300.0
 
 
@@ -62,21 +60,10 @@ INVALID = (
     # the inflight function renamed: nothing to model
     Invalid(
         """\
-import logging
-import time
-
-from sglang.srt.disaggregation.base import KVPoll
-from sglang.srt.disaggregation.utils import poll_and_all_reduce
-
-logger = logging.getLogger(__name__)
 TIMEOUT = 300.0
 
 
 class SchedulerDisaggregationPrefillMixin:
-    def process_batch_result_disagg_prefill(self, batch):
-        for req in batch.reqs:
-            if getattr(req, "entered_at", None) is None:
-                req.disagg_kv_sender.abort()
 
     def process_inflight_transfers(self):
         if not self.disagg_prefill_inflight_queue:
@@ -85,7 +72,7 @@ class SchedulerDisaggregationPrefillMixin:
 """,
         [
             (
-                18,
+                7,
                 1,
                 (
                     "no process_disagg_prefill_inflight_queue() in prefill.py (renamed or "
@@ -98,13 +85,11 @@ class SchedulerDisaggregationPrefillMixin:
     # the queue bound to another name before the append
     Invalid(
         """\
-import logging
 import time
 
 from sglang.srt.disaggregation.base import KVPoll
 from sglang.srt.disaggregation.utils import poll_and_all_reduce
 
-logger = logging.getLogger(__name__)
 TIMEOUT = 300.0
 
 
@@ -131,7 +116,7 @@ class SchedulerDisaggregationPrefillMixin:
 """,
         [
             (
-                16,
+                14,
                 21,
                 (
                     "disagg_prefill_inflight_queue is bound to another name here: pdguard "

@@ -11,13 +11,11 @@ from pdguard.checks.model import Invalid
 VALID = (
     # stamped at entry, failed through the sender before the all-reduce
     """\
-import logging
 import time
 
 from sglang.srt.disaggregation.base import KVPoll
 from sglang.srt.disaggregation.utils import poll_and_all_reduce
 
-logger = logging.getLogger(__name__)
 TIMEOUT = 300.0
 
 
@@ -47,13 +45,11 @@ class SchedulerDisaggregationPrefillMixin:
 """,
     # the same deadline inline, with other names (now read on the stamp's clock)
     """\
-import logging
 import time
 
 from sglang.srt.disaggregation.base import KVPoll
 from sglang.srt.disaggregation.utils import poll_and_all_reduce
 
-logger = logging.getLogger(__name__)
 TIMEOUT = 300.0
 
 
@@ -83,14 +79,8 @@ INVALID = (
     # no deadline at all
     Invalid(
         """\
-import logging
-import time
-
 from sglang.srt.disaggregation.base import KVPoll
 from sglang.srt.disaggregation.utils import poll_and_all_reduce
-
-logger = logging.getLogger(__name__)
-TIMEOUT = 300.0
 
 
 class SchedulerDisaggregationPrefillMixin:
@@ -107,7 +97,7 @@ class SchedulerDisaggregationPrefillMixin:
 """,
         [
             (
-                20,
+                14,
                 17,
                 (
                     "request kept in the inflight queue with no deadline when poll is "
@@ -120,13 +110,11 @@ class SchedulerDisaggregationPrefillMixin:
     # enforced, never stamped
     Invalid(
         """\
-import logging
 import time
 
 from sglang.srt.disaggregation.base import KVPoll
 from sglang.srt.disaggregation.utils import poll_and_all_reduce
 
-logger = logging.getLogger(__name__)
 TIMEOUT = 300.0
 
 
@@ -151,7 +139,7 @@ class SchedulerDisaggregationPrefillMixin:
 """,
         [
             (
-                27,
+                25,
                 17,
                 (
                     "request kept in the inflight queue with no deadline when poll is "
@@ -164,21 +152,11 @@ class SchedulerDisaggregationPrefillMixin:
     # helper defined but not called
     Invalid(
         """\
-import logging
-import time
-
 from sglang.srt.disaggregation.base import KVPoll
 from sglang.srt.disaggregation.utils import poll_and_all_reduce
 
-logger = logging.getLogger(__name__)
-TIMEOUT = 300.0
-
 
 class SchedulerDisaggregationPrefillMixin:
-    def process_batch_result_disagg_prefill(self, batch):
-        for req in batch.reqs:
-            if getattr(req, "entered_at", None) is None:
-                req.disagg_kv_sender.abort()
 
     def process_disagg_prefill_inflight_queue(self):
         states = poll_and_all_reduce(senders, self.tp_cpu_group)
@@ -189,7 +167,7 @@ class SchedulerDisaggregationPrefillMixin:
 """,
         [
             (
-                21,
+                11,
                 17,
                 (
                     "request kept in the inflight queue with no deadline when poll is "
@@ -202,14 +180,10 @@ class SchedulerDisaggregationPrefillMixin:
     # not on every call
     Invalid(
         """\
-import logging
 import time
 
 from sglang.srt.disaggregation.base import KVPoll
 from sglang.srt.disaggregation.utils import poll_and_all_reduce
-
-logger = logging.getLogger(__name__)
-TIMEOUT = 300.0
 
 
 class SchedulerDisaggregationPrefillMixin:
@@ -236,7 +210,7 @@ class SchedulerDisaggregationPrefillMixin:
 """,
         [
             (
-                30,
+                26,
                 17,
                 (
                     "request kept in the inflight queue with no deadline when poll is "
@@ -249,13 +223,11 @@ class SchedulerDisaggregationPrefillMixin:
     # PP: the deadline skipped whenever the stages' consensus is given
     Invalid(
         """\
-import logging
 import time
 
 from sglang.srt.disaggregation.base import KVPoll
 from sglang.srt.disaggregation.utils import poll_and_all_reduce
 
-logger = logging.getLogger(__name__)
 TIMEOUT = 300.0
 
 
@@ -284,7 +256,7 @@ class SchedulerDisaggregationPrefillMixin:
 """,
         [
             (
-                31,
+                29,
                 17,
                 (
                     "request kept in the inflight queue with no deadline when poll is "

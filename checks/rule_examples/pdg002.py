@@ -27,13 +27,11 @@ class LedgerKVSender(BaseKVSender):
 VALID = (
     # abort() before the poll all-reduce: the MIN makes it unanimous
     """\
-import logging
 import time
 
 from sglang.srt.disaggregation.base import KVPoll
 from sglang.srt.disaggregation.utils import poll_and_all_reduce
 
-logger = logging.getLogger(__name__)
 TIMEOUT = 300.0
 
 
@@ -64,13 +62,11 @@ class SchedulerDisaggregationPrefillMixin:
     # abort() where every sender honours it
     {
         PREFILL: """\
-import logging
 import time
 
 from sglang.srt.disaggregation.base import KVPoll
 from sglang.srt.disaggregation.utils import poll_and_all_reduce
 
-logger = logging.getLogger(__name__)
 TIMEOUT = 300.0
 
 
@@ -102,13 +98,11 @@ class SchedulerDisaggregationPrefillMixin:
     },
     # PP: only a transfer this stage still polls as unfinished is failed
     """\
-import logging
 import time
 
 from sglang.srt.disaggregation.base import KVPoll
 from sglang.srt.disaggregation.utils import poll_and_all_reduce
 
-logger = logging.getLogger(__name__)
 TIMEOUT = 300.0
 
 
@@ -138,13 +132,10 @@ class SchedulerDisaggregationPrefillMixin:
 """,
     # PP: the same, as one condition that skips a transfer this stage polls as ended
     """\
-import logging
 import time
 
 from sglang.srt.disaggregation.base import KVPoll
 from sglang.srt.disaggregation.utils import poll_and_all_reduce
-
-logger = logging.getLogger(__name__)
 TIMEOUT = 300.0
 
 
@@ -176,14 +167,10 @@ INVALID = (
     # the deadline decided after the all-reduce, per rank
     Invalid(
         """\
-import logging
 import time
 
 from sglang.srt.disaggregation.base import KVPoll
 from sglang.srt.disaggregation.utils import poll_and_all_reduce
-
-logger = logging.getLogger(__name__)
-TIMEOUT = 300.0
 
 
 class SchedulerDisaggregationPrefillMixin:
@@ -204,7 +191,7 @@ class SchedulerDisaggregationPrefillMixin:
 """,
         [
             (
-                21,
+                17,
                 16,
                 (
                     "inflight deadline decided after the poll all-reduce: ranks can "
@@ -216,13 +203,11 @@ class SchedulerDisaggregationPrefillMixin:
     # the request dropped from this rank's queue, its sender never failed
     Invalid(
         """\
-import logging
 import time
 
 from sglang.srt.disaggregation.base import KVPoll
 from sglang.srt.disaggregation.utils import poll_and_all_reduce
 
-logger = logging.getLogger(__name__)
 TIMEOUT = 300.0
 
 
@@ -245,7 +230,7 @@ class SchedulerDisaggregationPrefillMixin:
 """,
         [
             (
-                20,
+                18,
                 16,
                 (
                     "inflight deadline does not fail the request's sender: the reduced poll "
@@ -258,13 +243,11 @@ class SchedulerDisaggregationPrefillMixin:
     Invalid(
         {
             PREFILL: """\
-import logging
 import time
 
 from sglang.srt.disaggregation.base import KVPoll
 from sglang.srt.disaggregation.utils import poll_and_all_reduce
 
-logger = logging.getLogger(__name__)
 TIMEOUT = 300.0
 
 
@@ -293,7 +276,7 @@ class SchedulerDisaggregationPrefillMixin:
         },
         [
             (
-                22,
+                20,
                 17,
                 (
                     "inflight deadline sets `poll` on a sender instance, skipping poll()'s "
@@ -307,13 +290,11 @@ class SchedulerDisaggregationPrefillMixin:
     Invalid(
         {
             PREFILL: """\
-import logging
 import time
 
 from sglang.srt.disaggregation.base import KVPoll
 from sglang.srt.disaggregation.utils import poll_and_all_reduce
 
-logger = logging.getLogger(__name__)
 TIMEOUT = 300.0
 
 
@@ -344,12 +325,6 @@ class BaseKVSender:
         self.conclude_state = KVPoll.Failed
 
 
-class LedgerKVSender(BaseKVSender):
-    def poll(self):
-        if self.conclude_state is not None:
-            return self.conclude_state
-
-
 class SpoolKVSender(BaseKVSender):
     def poll(self):
         if not self.transfers:
@@ -358,7 +333,7 @@ class SpoolKVSender(BaseKVSender):
         },
         [
             (
-                22,
+                20,
                 17,
                 (
                     "inflight deadline sets `poll` on a sender instance, skipping poll()'s "
@@ -371,13 +346,11 @@ class SpoolKVSender(BaseKVSender):
     # PP: spares only what the consensus already carries
     Invalid(
         """\
-import logging
 import time
 
 from sglang.srt.disaggregation.base import KVPoll
 from sglang.srt.disaggregation.utils import poll_and_all_reduce
 
-logger = logging.getLogger(__name__)
 TIMEOUT = 300.0
 
 
@@ -404,7 +377,7 @@ class SchedulerDisaggregationPrefillMixin:
 """,
         [
             (
-                21,
+                19,
                 16,
                 (
                     "inflight deadline can fail a request this PP stage already polls as "
@@ -418,13 +391,11 @@ class SchedulerDisaggregationPrefillMixin:
     # PP: no look at this stage's own poll at all
     Invalid(
         """\
-import logging
 import time
 
 from sglang.srt.disaggregation.base import KVPoll
 from sglang.srt.disaggregation.utils import poll_and_all_reduce
 
-logger = logging.getLogger(__name__)
 TIMEOUT = 300.0
 
 
@@ -451,7 +422,7 @@ class SchedulerDisaggregationPrefillMixin:
 """,
         [
             (
-                21,
+                19,
                 16,
                 (
                     "inflight deadline can fail a request this PP stage already polls as "

@@ -11,13 +11,11 @@ from pdguard.checks.model import Invalid
 VALID = (
     # stamped where requests enter the inflight queue
     """\
-import logging
 import time
 
 from sglang.srt.disaggregation.base import KVPoll
 from sglang.srt.disaggregation.utils import poll_and_all_reduce
 
-logger = logging.getLogger(__name__)
 TIMEOUT = 300.0
 
 
@@ -44,13 +42,11 @@ class SchedulerDisaggregationPrefillMixin:
 """,
     # keeping the first stamp is right where no request leaves the queue and comes back
     """\
-import logging
 import time
 
 from sglang.srt.disaggregation.base import KVPoll
 from sglang.srt.disaggregation.utils import poll_and_all_reduce
 
-logger = logging.getLogger(__name__)
 TIMEOUT = 300.0
 
 
@@ -77,13 +73,11 @@ class SchedulerDisaggregationPrefillMixin:
 """,
     # and where the path that sends it back clears the stamp
     """\
-import logging
 import time
 
 from sglang.srt.disaggregation.base import KVPoll
 from sglang.srt.disaggregation.utils import poll_and_all_reduce
 
-logger = logging.getLogger(__name__)
 TIMEOUT = 300.0
 
 
@@ -110,13 +104,11 @@ class SchedulerDisaggregationPrefillMixin:
 """,
     # a stamp at every entry is right with such a path
     """\
-import logging
 import time
 
 from sglang.srt.disaggregation.base import KVPoll
 from sglang.srt.disaggregation.utils import poll_and_all_reduce
 
-logger = logging.getLogger(__name__)
 TIMEOUT = 300.0
 
 
@@ -143,13 +135,9 @@ class SchedulerDisaggregationPrefillMixin:
 """,
     # parked requests kept, and not counted by the deadline
     """\
-import logging
 import time
-
-from sglang.srt.disaggregation.base import KVPoll
 from sglang.srt.disaggregation.utils import poll_and_all_reduce
 
-logger = logging.getLogger(__name__)
 TIMEOUT = 300.0
 
 
@@ -181,13 +169,9 @@ INVALID = (
     # parked requests kept, but counted by the deadline
     Invalid(
         """\
-import logging
 import time
-
-from sglang.srt.disaggregation.base import KVPoll
 from sglang.srt.disaggregation.utils import poll_and_all_reduce
 
-logger = logging.getLogger(__name__)
 TIMEOUT = 300.0
 
 
@@ -213,10 +197,10 @@ class SchedulerDisaggregationPrefillMixin:
 """,
         [
             (
-                20,
+                16,
                 16,
                 (
-                    "inflight deadline counts the time a request is parked (line 27: "
+                    "inflight deadline counts the time a request is parked (line 23: "
                     "prefill done, bootstrap not), which the bootstrap timeout bounds: skip "
                     "parked requests and start their deadline when they are unparked"
                 ),
@@ -226,13 +210,11 @@ class SchedulerDisaggregationPrefillMixin:
     # measured from the sender's init_time: the prefill counts too
     Invalid(
         """\
-import logging
 import time
 
 from sglang.srt.disaggregation.base import KVPoll
 from sglang.srt.disaggregation.utils import poll_and_all_reduce
 
-logger = logging.getLogger(__name__)
 TIMEOUT = 300.0
 
 
@@ -258,7 +240,7 @@ class SchedulerDisaggregationPrefillMixin:
 """,
         [
             (
-                20,
+                18,
                 16,
                 (
                     "inflight deadline measured from the sender's `init_time`, set before "
@@ -271,13 +253,11 @@ class SchedulerDisaggregationPrefillMixin:
     # the first stamp kept, and a path that sends requests back
     Invalid(
         """\
-import logging
 import time
 
 from sglang.srt.disaggregation.base import KVPoll
 from sglang.srt.disaggregation.utils import poll_and_all_reduce
 
-logger = logging.getLogger(__name__)
 TIMEOUT = 300.0
 
 
@@ -307,11 +287,11 @@ class SchedulerDisaggregationPrefillMixin:
 """,
         [
             (
-                15,
+                13,
                 17,
                 (
                     "`entered_at` keeps the stamp of a request's first entry, but "
-                    "release_and_requeue() (line 25) sends requests back to waiting_queue, "
+                    "release_and_requeue() (line 23) sends requests back to waiting_queue, "
                     "from where they enter disagg_prefill_inflight_queue again: their wait "
                     "and second prefill count against the deadline; stamp at every entry"
                 ),
@@ -321,13 +301,11 @@ class SchedulerDisaggregationPrefillMixin:
     # the stamp rewritten where the request is kept: the clock restarts
     Invalid(
         """\
-import logging
 import time
 
 from sglang.srt.disaggregation.base import KVPoll
 from sglang.srt.disaggregation.utils import poll_and_all_reduce
 
-logger = logging.getLogger(__name__)
 TIMEOUT = 300.0
 
 
@@ -354,7 +332,7 @@ class SchedulerDisaggregationPrefillMixin:
 """,
         [
             (
-                28,
+                26,
                 17,
                 (
                     "`entered_at` is rewritten while the request waits in the inflight "

@@ -48,13 +48,6 @@ class NixlKVSender(BaseKVSender):
         BASE_CONN_PATH: _BASE,
         NIXL_CONN_PATH: """\
 import time
-
-from sglang.srt.disaggregation.base.conn import BaseKVSender, KVPoll
-
-
-class NixlKVSender(BaseKVSender):
-    def __init__(self, mgr, room):
-        self.kv_mgr = mgr
 """,
     },
 )
@@ -65,8 +58,6 @@ INVALID = (
         {
             BASE_CONN_PATH: _BASE,
             NIXL_CONN_PATH: """\
-import time
-
 from sglang.srt.disaggregation.base.conn import BaseKVSender, KVPoll
 
 
@@ -82,7 +73,7 @@ class NixlKVSender(BaseKVSender):
         },
         [
             (
-                11,
+                9,
                 5,
                 (
                     "NixlKVSender can stay in Bootstrapping forever: init_time is never set "

@@ -17,7 +17,6 @@ import time
 from sglang.srt.disaggregation.base import KVPoll
 from sglang.srt.disaggregation.utils import poll_and_all_reduce
 
-logger = logging.getLogger(__name__)
 TIMEOUT = 300.0
 
 
@@ -44,13 +43,11 @@ class SchedulerDisaggregationPrefillMixin:
 """,
     # an aliased import of the module itself
     """\
-import logging
 import time as time
 
 from sglang.srt.disaggregation.base import KVPoll
 from sglang.srt.disaggregation.utils import poll_and_all_reduce
 
-logger = logging.getLogger(__name__)
 TIMEOUT = 300.0
 
 
@@ -86,7 +83,6 @@ import logging
 from sglang.srt.disaggregation.base import KVPoll
 from sglang.srt.disaggregation.utils import poll_and_all_reduce
 
-logger = logging.getLogger(__name__)
 TIMEOUT = 300.0
 
 
@@ -112,23 +108,18 @@ class SchedulerDisaggregationPrefillMixin:
         self.disagg_prefill_inflight_queue = waiting
 """,
         [
-            (14, 34, "`time` is used but not imported (NameError when this runs)"),
-            (18, 15, "`time` is used but not imported (NameError when this runs)"),
+            (13, 34, "`time` is used but not imported (NameError when this runs)"),
+            (17, 15, "`time` is used but not imported (NameError when this runs)"),
         ],
     ),
     # imported only under TYPE_CHECKING
     Invalid(
         """\
 import logging
-from typing import TYPE_CHECKING
-
-if TYPE_CHECKING:
-    import time
 
 from sglang.srt.disaggregation.base import KVPoll
 from sglang.srt.disaggregation.utils import poll_and_all_reduce
 
-logger = logging.getLogger(__name__)
 TIMEOUT = 300.0
 
 
@@ -154,8 +145,8 @@ class SchedulerDisaggregationPrefillMixin:
         self.disagg_prefill_inflight_queue = waiting
 """,
         [
-            (18, 34, "`time` is used but not imported (NameError when this runs)"),
-            (22, 15, "`time` is used but not imported (NameError when this runs)"),
+            (13, 34, "`time` is used but not imported (NameError when this runs)"),
+            (17, 15, "`time` is used but not imported (NameError when this runs)"),
         ],
     ),
 )

@@ -70,8 +70,6 @@ import time
 
 from sglang.srt.disaggregation.base.conn import BaseKVReceiver, KVPoll
 
-TIMEOUT = 300
-
 
 class NixlKVReceiver(BaseKVReceiver):
     def __init__(self, mgr, bootstrap_addr, bootstrap_room=None):
@@ -100,15 +98,6 @@ class NixlKVReceiver(BaseKVReceiver):
         BASE_CONN_PATH: _BASE,
         NIXL_CONN_PATH: """\
 import time
-
-from sglang.srt.disaggregation.base.conn import BaseKVReceiver, KVPoll
-
-TIMEOUT = 300
-
-
-class NixlKVReceiver(BaseKVReceiver):
-    def __init__(self, mgr, bootstrap_addr, bootstrap_room=None):
-        self.kv_mgr = mgr
 """,
     },
     # always terminal once init() ran
@@ -128,8 +117,6 @@ import time
 
 from sglang.srt.disaggregation.base.conn import BaseKVReceiver, KVPoll
 
-TIMEOUT = 300
-
 
 class NixlKVReceiver(BaseKVReceiver):
     def __init__(self, mgr, bootstrap_addr, bootstrap_room=None):
@@ -145,7 +132,7 @@ class NixlKVReceiver(BaseKVReceiver):
         },
         [
             (
-                15,
+                13,
                 5,
                 (
                     "NixlKVReceiver can wait forever after its KV indices were sent to the "
@@ -161,11 +148,7 @@ class NixlKVReceiver(BaseKVReceiver):
         {
             BASE_CONN_PATH: _BASE,
             NIXL_CONN_PATH: """\
-import time
-
 from sglang.srt.disaggregation.base.conn import BaseKVReceiver, KVPoll
-
-TIMEOUT = 300
 
 
 class NixlKVReceiver(BaseKVReceiver):
@@ -182,7 +165,7 @@ class NixlKVReceiver(BaseKVReceiver):
         },
         [
             (
-                15,
+                11,
                 5,
                 (
                     "NixlKVReceiver can wait forever after its KV indices were sent to the "
@@ -202,8 +185,6 @@ import time
 
 from sglang.srt.disaggregation.base.conn import BaseKVReceiver, KVPoll
 
-TIMEOUT = 300
-
 
 class NixlKVReceiver(BaseKVReceiver):
     def __init__(self, mgr, bootstrap_addr, bootstrap_room=None):
@@ -222,7 +203,7 @@ class NixlKVReceiver(BaseKVReceiver):
         },
         [
             (
-                15,
+                13,
                 5,
                 (
                     "NixlKVReceiver can wait forever after its KV indices were sent to the "
@@ -242,8 +223,6 @@ import time
 
 from sglang.srt.disaggregation.base.conn import BaseKVReceiver, KVPoll
 
-TIMEOUT = 300
-
 
 class NixlKVReceiver(BaseKVReceiver):
     def __init__(self, mgr, bootstrap_addr, bootstrap_room=None):
@@ -255,14 +234,11 @@ class NixlKVReceiver(BaseKVReceiver):
     def poll(self):
         current = self.kv_mgr.check_status(self.room)
         return current
-
-        if self.init_time is None:
-            return None  # the indices are not out yet
 """,
         },
         [
             (
-                15,
+                13,
                 5,
                 (
                     "NixlKVReceiver can wait forever after its KV indices were sent to the "
@@ -282,8 +258,6 @@ import time
 
 from sglang.srt.disaggregation.base.conn import BaseKVReceiver, KVPoll
 
-TIMEOUT = 300
-
 
 class NixlKVReceiver(BaseKVReceiver):
     def __init__(self, mgr, bootstrap_addr, bootstrap_room=None):
@@ -295,14 +269,11 @@ class NixlKVReceiver(BaseKVReceiver):
     def poll(self):
         current = self.kv_mgr.check_status(self.room)
         return current
-
-        if self.init_time is None:
-            return None  # the indices are not out yet
 """,
         },
         [
             (
-                15,
+                13,
                 5,
                 (
                     "NixlKVReceiver can wait forever after its KV indices were sent to the "
@@ -322,8 +293,6 @@ import time
 
 from sglang.srt.disaggregation.base.conn import BaseKVReceiver, KVPoll
 
-TIMEOUT = 300
-
 
 class NixlKVReceiver(BaseKVReceiver):
     def __init__(self, mgr, bootstrap_addr, bootstrap_room=None):
@@ -340,7 +309,7 @@ class NixlKVReceiver(BaseKVReceiver):
         },
         [
             (
-                15,
+                13,
                 5,
                 (
                     "NixlKVReceiver bounds its wait for the prefill on the wrong clock: its "

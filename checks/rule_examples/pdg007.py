@@ -13,19 +13,6 @@ VALID = (
     # the re-queue bounded by a retry counter that aborts the receiver
     {
         DECODE_PATH: """\
-import time
-
-from sglang.srt.disaggregation.base.conn import KVPoll
-from sglang.srt.disaggregation.utils import poll_and_all_reduce
-
-MAX_RETRIES = 15
-TIMEOUT = 300
-
-
-class DecodePreallocQueue:
-        ready = [r for r, poll in zip(self.queue, polls) if poll == KVPoll.WaitingForInput]
-class DecodeTransferQueue:
-        done = [r for r, poll in zip(self.queue, polls) if poll == KVPoll.Success]
 class SchedulerDisaggregationDecodeMixin:
     def process_decode_queue(self):
         admitted = self.disagg_decode_prealloc_queue.pop_preallocated()
@@ -37,22 +24,6 @@ class SchedulerDisaggregationDecodeMixin:
     # bounded by the time since the request's stamp
     {
         DECODE_PATH: """\
-import time
-
-from sglang.srt.disaggregation.base.conn import KVPoll
-from sglang.srt.disaggregation.utils import poll_and_all_reduce
-
-MAX_RETRIES = 15
-TIMEOUT = 300
-
-
-class DecodePreallocQueue:
-    def __init__(self, kv_manager, gloo_group):
-        return ready
-
-
-class DecodeTransferQueue:
-        done = [r for r, poll in zip(self.queue, polls) if poll == KVPoll.Success]
 class SchedulerDisaggregationDecodeMixin:
     def process_decode_queue(self):
         admitted = self.disagg_decode_prealloc_queue.pop_preallocated()
@@ -64,22 +35,6 @@ class SchedulerDisaggregationDecodeMixin:
     # a deadline the queue enforces on its entries, called from its poll
     {
         DECODE_PATH: """\
-import time
-
-from sglang.srt.disaggregation.base.conn import KVPoll
-from sglang.srt.disaggregation.utils import poll_and_all_reduce
-
-MAX_RETRIES = 15
-TIMEOUT = 300
-
-
-class DecodePreallocQueue:
-    def __init__(self, kv_manager, gloo_group):
-        return ready
-
-
-class DecodeTransferQueue:
-        done = [r for r, poll in zip(self.queue, polls) if poll == KVPoll.Success]
 class SchedulerDisaggregationDecodeMixin:
     def process_decode_queue(self):
         admitted = self.disagg_decode_prealloc_queue.pop_preallocated()
@@ -91,42 +46,12 @@ class SchedulerDisaggregationDecodeMixin:
     # an early return only when both queues are empty
     {
         DECODE_PATH: """\
-import time
 
-from sglang.srt.disaggregation.base.conn import KVPoll
-from sglang.srt.disaggregation.utils import poll_and_all_reduce
-
-MAX_RETRIES = 15
-TIMEOUT = 300
-
-
-class DecodePreallocQueue:
-        ready = [r for r, poll in zip(self.queue, polls) if poll == KVPoll.WaitingForInput]
-class DecodeTransferQueue:
-        done = [r for r, poll in zip(self.queue, polls) if poll == KVPoll.Success]
-class SchedulerDisaggregationDecodeMixin:
-    def process_decode_queue(self):
-        if not self.disagg_decode_prealloc_queue.queue and not len(
-        ):
-            return
 """,
     },
     # the gate comes after both polls
     {
         DECODE_PATH: """\
-import time
-
-from sglang.srt.disaggregation.base.conn import KVPoll
-from sglang.srt.disaggregation.utils import poll_and_all_reduce
-
-MAX_RETRIES = 15
-TIMEOUT = 300
-
-
-class DecodePreallocQueue:
-        ready = [r for r, poll in zip(self.queue, polls) if poll == KVPoll.WaitingForInput]
-class DecodeTransferQueue:
-        done = [r for r, poll in zip(self.queue, polls) if poll == KVPoll.Success]
 class SchedulerDisaggregationDecodeMixin:
     def process_decode_queue(self):
         admitted = self.disagg_decode_prealloc_queue.pop_preallocated()
@@ -142,35 +67,22 @@ INVALID = (
     Invalid(
         {
             DECODE_PATH: """\
-import time
-
-from sglang.srt.disaggregation.base.conn import KVPoll
 from sglang.srt.disaggregation.utils import poll_and_all_reduce
-
-MAX_RETRIES = 15
-TIMEOUT = 300
-
 
 class DecodePreallocQueue:
 
     def _resolve_pending_reqs(self):
         for decode_req in self.pending_reqs:
-            if rank is not None:
                 decode_req.kv_receiver.init(rank)
                 unresolved.append(decode_req)
 
         self.pending_reqs = unresolved
         polls = poll_and_all_reduce(receivers, self.gloo_group)
-
-class DecodeTransferQueue:
-        done = [r for r, poll in zip(self.queue, polls) if poll == KVPoll.Success]
-class SchedulerDisaggregationDecodeMixin:
-        admitted = self.disagg_decode_prealloc_queue.pop_preallocated()
 """,
         },
         [
             (
-                16,
+                8,
                 17,
                 (
                     "a request is put back into self.pending_reqs (rebuilt by "
@@ -186,35 +98,22 @@ class SchedulerDisaggregationDecodeMixin:
     Invalid(
         {
             DECODE_PATH: """\
-import time
-
-from sglang.srt.disaggregation.base.conn import KVPoll
 from sglang.srt.disaggregation.utils import poll_and_all_reduce
-
-MAX_RETRIES = 15
-TIMEOUT = 300
-
 
 class DecodePreallocQueue:
 
     def _resolve_pending_reqs(self):
         for decode_req in self.pending_reqs:
-            if rank is not None:
                 decode_req.kv_receiver.init(rank)
                 unresolved.append(decode_req)
 
         self.pending_reqs = unresolved
         polls = poll_and_all_reduce(receivers, self.gloo_group)
-
-class DecodeTransferQueue:
-        done = [r for r, poll in zip(self.queue, polls) if poll == KVPoll.Success]
-class SchedulerDisaggregationDecodeMixin:
-        admitted = self.disagg_decode_prealloc_queue.pop_preallocated()
 """,
         },
         [
             (
-                16,
+                8,
                 17,
                 (
                     "a request is put back into self.pending_reqs (rebuilt by "
@@ -230,20 +129,12 @@ class SchedulerDisaggregationDecodeMixin:
     Invalid(
         {
             DECODE_PATH: """\
-import time
-
-from sglang.srt.disaggregation.base.conn import KVPoll
 from sglang.srt.disaggregation.utils import poll_and_all_reduce
-
-MAX_RETRIES = 15
-TIMEOUT = 300
-
 
 class DecodePreallocQueue:
 
     def _resolve_pending_reqs(self):
         for decode_req in self.pending_reqs:
-            if rank is not None:
                 decode_req.kv_receiver.init(rank)
                 count = self.retries.get(decode_req.req.rid, 0) + 1
                 if count >= MAX_RETRIES:
@@ -251,16 +142,11 @@ class DecodePreallocQueue:
 
         self.pending_reqs = unresolved
         polls = poll_and_all_reduce(receivers, self.gloo_group)
-
-class DecodeTransferQueue:
-        done = [r for r, poll in zip(self.queue, polls) if poll == KVPoll.Success]
-class SchedulerDisaggregationDecodeMixin:
-        admitted = self.disagg_decode_prealloc_queue.pop_preallocated()
 """,
         },
         [
             (
-                18,
+                10,
                 21,
                 (
                     "a request is put back into self.pending_reqs (rebuilt by "
@@ -277,14 +163,7 @@ class SchedulerDisaggregationDecodeMixin:
     Invalid(
         {
             DECODE_PATH: """\
-import time
-
-from sglang.srt.disaggregation.base.conn import KVPoll
 from sglang.srt.disaggregation.utils import poll_and_all_reduce
-
-MAX_RETRIES = 15
-TIMEOUT = 300
-
 
 class DecodePreallocQueue:
 
@@ -297,16 +176,11 @@ class DecodePreallocQueue:
 
         self.pending_reqs = unresolved
         polls = poll_and_all_reduce(receivers, self.gloo_group)
-
-class DecodeTransferQueue:
-        done = [r for r, poll in zip(self.queue, polls) if poll == KVPoll.Success]
-class SchedulerDisaggregationDecodeMixin:
-        admitted = self.disagg_decode_prealloc_queue.pop_preallocated()
 """,
         },
         [
             (
-                17,
+                10,
                 21,
                 (
                     "a request is put back into self.pending_reqs (rebuilt by "
@@ -322,22 +196,13 @@ class SchedulerDisaggregationDecodeMixin:
     Invalid(
         {
             DECODE_PATH: """\
-import time
-
-from sglang.srt.disaggregation.base.conn import KVPoll
 from sglang.srt.disaggregation.utils import poll_and_all_reduce
-
-MAX_RETRIES = 15
-TIMEOUT = 300
-
 
 class DecodePreallocQueue:
 
     def pop_preallocated(self):
         receivers = [r.kv_receiver for r in self.queue]
         polls = poll_and_all_reduce(receivers, self.gloo_group)
-
-class DecodeTransferQueue:
 
     def pop_transferred(self):
         polls = poll_and_all_reduce([r.kv_receiver for r in self.queue], self.gloo_group)
@@ -353,7 +218,7 @@ class SchedulerDisaggregationDecodeMixin:
         },
         [
             (
-                24,
+                15,
                 13,
                 (
                     "SchedulerDisaggregationDecodeMixin.process_decode_queue returns before "
@@ -372,22 +237,13 @@ class SchedulerDisaggregationDecodeMixin:
     Invalid(
         {
             DECODE_PATH: """\
-import time
-
-from sglang.srt.disaggregation.base.conn import KVPoll
 from sglang.srt.disaggregation.utils import poll_and_all_reduce
-
-MAX_RETRIES = 15
-TIMEOUT = 300
-
 
 class DecodePreallocQueue:
 
     def pop_preallocated(self):
         receivers = [r.kv_receiver for r in self.queue]
         polls = poll_and_all_reduce(receivers, self.gloo_group)
-
-class DecodeTransferQueue:
 
     def pop_transferred(self):
         polls = poll_and_all_reduce([r.kv_receiver for r in self.queue], self.gloo_group)
@@ -401,7 +257,7 @@ class SchedulerDisaggregationDecodeMixin:
         },
         [
             (
-                23,
+                14,
                 9,
                 (
                     "SchedulerDisaggregationDecodeMixin.process_decode_queue polls "
