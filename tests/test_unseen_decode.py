@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 
 from pdguard.checks import Project, run
-from pdguard.checks.pdg006_receiver_waits_forever import _BASE
 from pdguard.checks.pdg007_decode_queue_waits_forever import RETRACTION_GATE, decode
+from pdguard.checks.rule_examples.pdg006 import _BASE
 from pdguard.cli import main
 from tests.helpers import copy_release
 
