@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+import importlib
 import sys
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import ClassVar, NamedTuple
+from typing import Any, ClassVar, NamedTuple
 
 from .project import PREFILL, Project
 
@@ -46,10 +47,27 @@ class Invalid:
         object.__setattr__(self, "expected", tuple(Expected(*e) for e in self.expected))
 
 
+# Where each rule's examples live: one module per rule, named by its code (``pdg001``).
+EXAMPLES_PACKAGE = "pdguard.checks.rule_examples"
+
+
+class _Examples:
+    """``Rule.VALID`` / ``Rule.INVALID``: the tuple of that name in the rule's examples module
+    (``EXAMPLES_PACKAGE``), imported when first asked for (``check`` never loads them)."""
+
+    def __set_name__(self, owner: type, name: str) -> None:
+        self.name = name
+
+    def __get__(self, instance: object, owner: type[Rule]) -> tuple[Any, ...]:
+        module = importlib.import_module(f"{EXAMPLES_PACKAGE}.{owner.code.lower()}")
+        return tuple(getattr(module, self.name))
+
+
 class Rule:
     """A property of the PD-disaggregation code. The docstring of a rule says what it checks
-    and why; ``VALID`` and ``INVALID`` are examples that the tests run. A valid example is a
-    tree (relative path -> source; a single string stands for ``prefill.py``) that must give no
+    and why; ``VALID`` and ``INVALID`` are examples that the tests run, literal code in the
+    rule's examples module (``checks/rule_examples/pdg00N.py``). A valid example is a tree
+    (relative path -> source; a single string stands for ``prefill.py``) that must give no
     finding of the rule; an ``Invalid`` one must give exactly its ``expected`` findings."""
 
     code: ClassVar[str]
@@ -58,8 +76,8 @@ class Rule:
     # ("PDG001: an inflight request can wait forever.") gives the one-line summary.
     summary: ClassVar[str]
     description: ClassVar[str]
-    VALID: ClassVar[tuple[Example, ...]] = ()
-    INVALID: ClassVar[tuple[Invalid, ...]] = ()
+    VALID: ClassVar[tuple[Example, ...]] = _Examples()  # type: ignore[assignment]
+    INVALID: ClassVar[tuple[Invalid, ...]] = _Examples()  # type: ignore[assignment]
 
     def __init_subclass__(cls, **kwargs: object) -> None:
         super().__init_subclass__(**kwargs)

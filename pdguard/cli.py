@@ -52,6 +52,21 @@ exit codes (every command):
 
 
 class _Parser(argparse.ArgumentParser):
+    # the top parser's subcommand parsers, by name: an unknown option is the command's error
+    commands: dict[str, argparse.ArgumentParser]
+
+    def parse_args(  # type: ignore[override]
+        self, args: Sequence[str] | None = None, namespace: argparse.Namespace | None = None
+    ) -> argparse.Namespace:
+        """As argparse's, but an argument no parser took is the chosen command's error
+        (``pdguard: error: check: unrecognized arguments: --x (see `pdguard check --help`)``),
+        not the top parser's."""
+        parsed, extras = self.parse_known_args(args, namespace)
+        if extras:
+            command = getattr(self, "commands", {}).get(getattr(parsed, "command", None) or "")
+            (command or self).error(f"unrecognized arguments: {' '.join(extras)}")
+        return parsed
+
     def error(self, message: str) -> NoReturn:
         """A usage error in the one documented shape, ``pdguard: error: [COMMAND: ]what``,
         on one line, exit 2 (argparse's own is ``pdguard check: error:`` after the usage)."""
@@ -78,6 +93,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--version", action="version", version=f"pdguard {__version__}")
     subparsers = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    parser.commands = {}
     for command in COMMANDS:
         sub = subparsers.add_parser(
             command.NAME,
@@ -88,6 +104,7 @@ def build_parser() -> argparse.ArgumentParser:
             parents=[debug],
         )
         command.add_arguments(sub)
+        parser.commands[command.NAME] = sub
         sub.set_defaults(func=command.run)
     return parser
 
@@ -146,6 +163,10 @@ def main(argv: Sequence[str] | None = None) -> int:
                 from .commands.apply import fix_before_check
 
                 args.fixed = fix_before_check(args)
+            elif args.command == "check" and args.show_fixes:  # what apply's plan would fix
+                from .commands.apply import would_fix
+
+                args.would_fix = would_fix
             code = int(args.func(args))
         sys.stdout.flush()  # a closed pipe shows here, not in the interpreter's final flush
         return code

@@ -48,11 +48,11 @@ def sections(description: str) -> list[tuple[str, str]]:
 
 
 def _fixes(code: str) -> str:
-    from pdguard.commands.rule import fixed_by
+    from pdguard.commands.rule import fixed_by, no_fix
 
     fixes = fixed_by(code)
     if not fixes:
-        return "No automatic fix: change the code by hand, then run `pdguard check` again."
+        return no_fix(code)
     return "\n".join(f"- `{fix['name']}`: {fix['summary']}" for fix in fixes)
 
 

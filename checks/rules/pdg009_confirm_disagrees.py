@@ -44,7 +44,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 from ..project import Project
-from ..rule import PREFILL, Finding, Invalid, Rule
+from ..rule import PREFILL, Finding, Rule
 from .pdg001_inflight_wait_forever import InflightWaitForever
 from .pdg002_deadline_per_rank import DeadlinePerRank
 from .pdg003_deadline_clock import DeadlineClock
@@ -64,103 +64,10 @@ WITNESSED: tuple[Rule, ...] = (
     DecodeQueueWaitsForever(),
 )
 
-# a toy prefill side the simulation can run: a bootstrap queue, the inflight queue's entry and
-# the inflight function (not SGLang's code)
-_TOY = """\
-import logging
-import time
-
-from sglang.srt.disaggregation.base import KVPoll
-from sglang.srt.disaggregation.utils import (
-    KVClassType,
-    get_kv_class,
-    poll_and_all_reduce,
-    prepare_abort,
-)
-from sglang.srt.managers.schedule_batch import FINISH_LENGTH
-
-logger = logging.getLogger(__name__)
-TIMEOUT = 300.0
-
-
-class PrefillBootstrapQueue:
-    def add(self, req):
-        sender_class = get_kv_class(self.transfer_backend, KVClassType.SENDER)
-        req.disagg_kv_sender = sender_class(
-            mgr=self.kv_manager, bootstrap_addr="toy", bootstrap_room=req.bootstrap_room
-        )
-        self.queue.append(req)
-
-    def pop_bootstrapped(self):
-        if not self.queue:
-            return []
-        polls = poll_and_all_reduce([r.disagg_kv_sender for r in self.queue], self.gloo_group)
-        ready = [r for r, p in zip(self.queue, polls) if p == KVPoll.WaitingForInput]
-        self.queue = [r for r in self.queue if r not in ready]
-        return ready
-
-
-class SchedulerDisaggregationPrefillMixin:
-    def process_batch_result_disagg_prefill(self, batch, result):
-        for req in batch.reqs:
-            self.tree_cache.cache_unfinished_req(req)
-            self.send_kv_chunk(req, True)
-            req.entered_at = time.monotonic()
-            self.disagg_prefill_inflight_queue.append(req)
-
-    def _expire_inflight(self):
-        now = time.monotonic()
-        for req in self.disagg_prefill_inflight_queue:
-            if now - req.entered_at <= TIMEOUT:
-                continue
-            if req.disagg_kv_sender.poll() in (KVPoll.Success, KVPoll.Failed):
-                continue  # ended on this rank: the reduced poll decides, never a failed success
-            req.disagg_kv_sender.abort()
-
-    def process_disagg_prefill_inflight_queue(self):
-{before}        senders = [req.disagg_kv_sender for req in self.disagg_prefill_inflight_queue]
-        polls = poll_and_all_reduce(senders, self.attn_tp_cpu_group)
-{after}        undone, done = [], []
-        for req, poll in zip(self.disagg_prefill_inflight_queue, polls):
-            if poll not in (KVPoll.Success, KVPoll.Failed):
-                undone.append(req)
-                continue
-            self.tree_cache.cache_finished_req(req)
-            if poll == KVPoll.Failed:
-                prepare_abort(req, "KV transfer to the decode side failed")
-            else:
-                req.finished_reason = FINISH_LENGTH(length=0)
-            done.append(req)
-        self.stream_output(done, False)
-        self.disagg_prefill_inflight_queue = undone
-
-    def send_kv_chunk(self, req, last_chunk=False):
-        raise NotImplementedError
-"""
-_CALL = "        self._expire_inflight()\n"
-
 
 class ConfirmDisagrees(Rule):
     code = "PDG009"
     name = "confirm-disagrees"
-    VALID = (_TOY.format(before=_CALL, after=""),)
-    INVALID = (
-        Invalid(
-            _TOY.format(before="", after=_CALL),
-            [
-                (
-                    51,
-                    5,
-                    "the static rules and the simulation disagree on the prefill side: PDG001 "
-                    "(line 58) says request kept in the inflight queue with no deadline when "
-                    "poll is not Success/Failed: the deadline does not run before the poll "
-                    "all-reduce on every call; the simulation ran the tree's own code and its 7 "
-                    "prefill scenario(s) pass (wedge: failed at 301.5 s (deadline 301.1 s) on "
-                    "every rank in the same step: client error, KV released, queues empty)",
-                )
-            ],
-        ),
-    )
 
     def check(self, project: Project) -> Iterator[Finding]:
         from pdguard.simulate import confirm

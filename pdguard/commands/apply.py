@@ -10,6 +10,7 @@ import os
 import re
 import shlex
 import sys
+from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -37,7 +38,7 @@ from .base import (
     shown_path,
     target_tree,
 )
-from .check import add_confirm
+from .check import CheckResult, add_confirm
 
 NAME = "apply"
 HELP = "apply the fixes to an SGLang tree"
@@ -445,39 +446,64 @@ def _report(args: argparse.Namespace, report: str) -> None:
         emit(report, args.output_file)
 
 
-def fix_before_check(args: argparse.Namespace) -> int:
+def fix_before_check(args: argparse.Namespace) -> dict[str, list[Finding]]:
     """``check --fix``: plan the fixes of every tree check will read, refuse before writing
-    anything if one is refused, then write; the number of fixes applied. (``pdguard.cli`` runs
-    it before ``check``: check reads what this wrote.)"""
-    from .check import trees_of
+    anything if one is refused, then write; each tree's findings before (by its label: check
+    counts the fixed ones, ``--show-fixes`` lists them). (``pdguard.cli`` runs it before
+    ``check``: check reads what this wrote.)"""
+    from .check import check_tree, select_codes, trees_of
 
     trees = trees_of(args)
     first = None if args.installed else (args.paths or ["."])[0]
     settings = config.load(args, first)
     fixes = select_fixes(None, None, settings.disabled_fixes)
+    codes = select_codes(*settings.rule_codes(args.select, args.ignore))
     quiet = args.quiet
     plans = []
+    before: dict[str, list[Finding]] = {}
     for tree in trees:
         if not isinstance(tree, DirectoryTree):
             continue
         recover_journal(tree)
         try:
+            before[tree.label] = check_tree(tree, codes).findings
             result = plan(tree, fixes)
         except ParseError:
+            before.pop(tree.label, None)
             continue  # reported below as a syntax error of the check
         if result.refused:
             raise RefusedError(result.refusal())
         plans.append(result)
-    applied = 0
     for result in plans:
         if result.changes:
             write(result)
         names = [n for n, o in result.outcomes.items() if o.status is Status.APPLIED]
-        applied += len(names)
         if names and not quiet:
             files = ", ".join(sorted(result.shown(rel) for rel in result.changes))
             print(f"pdguard: fixed ({', '.join(names)}): {files}", file=sys.stderr)
-    return applied
+    return before
+
+
+def would_fix(
+    result: CheckResult, codes: Sequence[str], disabled: Iterable[str] = ()
+) -> tuple[Counter[tuple[str, str]], list[str]]:
+    """``--show-fixes``: the findings ``pdguard apply`` would fix in the tree (its plan, nothing
+    written, re-checked as check runs), counted by (path, code), and a line for each fix it
+    would refuse."""
+    from .. import checks
+    from .check import check_project, gone
+
+    if result.errors or not result.findings:
+        return Counter(), []
+    planned = plan(result.tree, select_fixes(None, None, disabled), confirm=False)
+    if planned.refused:
+        return Counter(), [
+            f"{name} would be refused: {outcome.note}" for name, outcome in planned.refused.items()
+        ]
+    texts = {**result.project.texts, **{rel: new.text for rel, new in planned.changes.items()}}
+    static = [c for c in codes if c != checks.CONFIRM_CODE]
+    after = check_project(result.tree, type(result.project)(texts), static).findings
+    return gone(result.findings, after), []
 
 
 def repair(

@@ -167,11 +167,26 @@ def add_target(parser: argparse.ArgumentParser, help: str) -> None:
     add_installed(parser)
 
 
-def add_installed(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument(
-        "--installed",
-        action="store_true",
-        help="the sglang package this Python would import (found without importing it)",
+INSTALLED_HELP = "the sglang package this Python would import (found without importing it)"
+
+
+def add_installed(parser: argparse.ArgumentParser | argparse._ActionsContainer) -> None:
+    parser.add_argument("--installed", action="store_true", help=INSTALLED_HELP)
+
+
+def installed_checkout(command: str, instead: str) -> Path:
+    """The git work tree holding the installed sglang (an editable install of a checkout,
+    ``pip install -e python``), for a command that reads git (``carry``, ``export``); an
+    installed wheel has none: one error line saying why, and what to run instead."""
+    from ..tree import installed_tree
+
+    package = installed_tree().base / "sglang"
+    for parent in [package, *package.parents]:
+        if (parent / ".git").exists():
+            return parent
+    raise UsageError(
+        f"{command} --installed: {package} is not in a git checkout (an installed wheel), and "
+        f"{command} works on a git checkout; {instead}"
     )
 
 

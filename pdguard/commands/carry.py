@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 from .. import __version__
 from ..errors import RefusedError, TargetError, UsageError
 from .apply import ApplyResult, plan
-from .base import EXIT_OK
+from .base import EXIT_OK, installed_checkout
 
 if TYPE_CHECKING:
     import git
@@ -190,8 +190,13 @@ def _identity(repo: git.Repo) -> dict[str, str]:
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument(
-        "--repo", required=True, metavar="PATH", help="the git repository holding SGLang"
+    source = parser.add_mutually_exclusive_group(required=True)
+    source.add_argument("--repo", metavar="PATH", help="the git repository holding SGLang")
+    source.add_argument(
+        "--installed",
+        action="store_true",
+        help="the git checkout the sglang this Python imports is installed from (pip install "
+        "-e); an installed wheel has none",
     )
     parser.add_argument(
         "--onto",
@@ -225,6 +230,11 @@ FORMATS = {"text": text}
 
 
 def run(args: argparse.Namespace) -> int:
-    done = carry(args.repo, args.onto, args.branch, force=args.force)
+    repo = args.repo
+    if args.installed:
+        repo = str(
+            installed_checkout("carry", "`pdguard apply --installed` patches it where it is")
+        )
+    done = carry(repo, args.onto, args.branch, force=args.force)
     print(FORMATS["text"](done, args.onto))
     return EXIT_OK

@@ -9,7 +9,7 @@ import os
 import re
 import sys
 from collections import Counter
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -275,16 +275,31 @@ def _tree_around(file: Path) -> DirectoryTree | None:
 SARIF_SCHEMA = "https://json.schemastore.org/sarif-2.1.0.json"
 
 
+# A finding as the report's views tell it apart: (the tree's label, the finding).
+Located = tuple[str, Finding]
+# ``apply.would_fix``: (a result, the rule codes, the disabled fixes) -> (the findings apply
+# would fix by (path, code), a line for each fix it would refuse)
+WouldFix = Callable[
+    [CheckResult, Sequence[str], Iterable[str]], tuple[Counter[tuple[str, str]], list[str]]
+]
+
+
 @dataclass(frozen=True)
 class View:
     """How the report is shown: ``statistics`` (counts by code), ``quiet`` (no summary),
-    ``fixable`` (the codes ``pdguard apply`` fixes), ``fixed`` (fixes ``--fix`` wrote)."""
+    ``fixable`` (the findings ``pdguard apply`` fixes, ``fixable_findings``), ``fixed`` (the
+    findings ``--fix`` fixed), ``fixes`` (``--show-fixes``: the listing of what was, or would
+    be, fixed)."""
 
     statistics: bool = False
     quiet: bool = False
-    fixable: frozenset[str] = frozenset()
+    fixable: frozenset[Located] = frozenset()
     fixed: int = 0
     wrap: bool = False  # wrap long messages (text on a terminal)
+    fixes: tuple[str, ...] = ()
+
+    def is_fixable(self, result: CheckResult, finding: Finding) -> bool:
+        return (result.tree.label, finding) in self.fixable
 
 
 def _rows(results: Sequence[CheckResult]) -> Iterator[tuple[str, Finding]]:
@@ -302,13 +317,20 @@ def _names() -> dict[str, str]:
     return {SYNTAX_CODE: SYNTAX_NAME, **{rule.code: rule.name for rule in checks.RULES}}
 
 
-def statistics(results: Sequence[CheckResult], fixable: frozenset[str]) -> list[dict[str, object]]:
-    """Findings counted by code, most first (ruff's ``--statistics``)."""
+def statistics(results: Sequence[CheckResult], view: View = View()) -> list[dict[str, object]]:
+    """Findings counted by code, most first (ruff's ``--statistics``); ``fixable``: how many
+    of them ``pdguard apply`` fixes."""
     counts = Counter(f.code for _, f in _rows(results))
+    fixable = Counter(f.code for r, _, f in _located(results) if view.is_fixable(r, f))
     names = _names()
     order = {code: n for n, code in enumerate(names)}
     return [
-        {"code": code, "name": names.get(code, code), "count": count, "fixable": code in fixable}
+        {
+            "code": code,
+            "name": names.get(code, code),
+            "count": count,
+            "fixable": bool(fixable[code]),
+        }
         for code, count in sorted(counts.items(), key=lambda item: (-item[1], order.get(item[0])))
     ]
 
@@ -316,7 +338,7 @@ def statistics(results: Sequence[CheckResult], fixable: frozenset[str]) -> list[
 def text(results: Sequence[CheckResult], view: View = View()) -> str:
     lines = []
     if view.statistics:
-        for row in statistics(results, view.fixable):
+        for row in statistics(results, view):
             mark = "[*]" if row["fixable"] else "[ ]"
             lines.append(f"{row['count']:>5}  {row['code']:<7} {mark} {row['name']}")
     else:
@@ -324,6 +346,7 @@ def text(results: Sequence[CheckResult], view: View = View()) -> str:
             first = f"{path}:{f.line}:{f.col}: {f.code} "
             lines.extend(terminal.wrap(first, f.message) if view.wrap else [first + f.message])
     if not view.quiet:
+        lines.extend(view.fixes)
         lines.extend(summary_lines(results, view))
     return "\n".join(lines)
 
@@ -331,8 +354,8 @@ def text(results: Sequence[CheckResult], view: View = View()) -> str:
 def summary_lines(results: Sequence[CheckResult], view: View = View()) -> list[str]:
     """``Found N findings (M suppressed, K fixed).`` and ``[*] J fixable with `pdguard apply`.``;
     never "All checks passed!" for a tree that did not parse."""
-    found = [f for _, f in _rows(results)]
-    count = len(found)
+    located = list(_located(results))
+    count = len(located)
     suppressed = sum(r.suppressed for r in results)
     extra = [f"{suppressed} suppressed"] if suppressed else []
     extra += [f"{view.fixed} fixed"] if view.fixed else []
@@ -340,7 +363,7 @@ def summary_lines(results: Sequence[CheckResult], view: View = View()) -> list[s
     if not count:
         return [f"All checks passed!{tail}"]
     lines = [f"Found {count} finding{'s' if count != 1 else ''}{tail}."]
-    fixable = sum(f.code in view.fixable for f in found)
+    fixable = sum(view.is_fixable(r, f) for r, _, f in located)
     if fixable:
         lines.append(f"[*] {fixable} fixable with `pdguard apply` (or `pdguard check --fix`).")
     return lines
@@ -360,7 +383,7 @@ def coloured(report: str) -> str:
                 f"{terminal.paint(match['code'], terminal.BOLD, terminal.RED)} "
                 + line[match.end() :]
             )
-        elif line.startswith(("Found ", "All checks passed!", "[*] ")):
+        elif line.startswith(("Found ", "All checks passed!", "[*] ", "Fixed ", "Would fix ")):
             colour = terminal.GREEN if line.startswith("All") else terminal.BOLD
             line = terminal.paint(line, colour)
         lines.append(line)
@@ -382,9 +405,10 @@ def finding_json(finding: Finding, path: str) -> dict[str, object]:
 
 def as_json(results: Sequence[CheckResult], view: View = View()) -> str:
     if view.statistics:
-        return json.dumps(statistics(results, view.fixable), indent=2)
+        return json.dumps(statistics(results, view), indent=2)
     findings = [
-        {**finding_json(f, path), "fixable": f.code in view.fixable} for path, f in _rows(results)
+        {**finding_json(f, path), "fixable": view.is_fixable(r, f)}
+        for r, path, f in _located(results)
     ]
     return json.dumps({"findings": findings}, indent=2)
 
@@ -531,6 +555,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         action="store_true",
         help="show the count of findings by rule instead of the findings (text or json)",
     )
+    parser.add_argument(
+        "--show-fixes",
+        action="store_true",
+        help="list what was fixed (with --fix), or what `pdguard apply` would fix (its plan, "
+        "nothing written), by file and rule (text format)",
+    )
     add_quiet(parser)
     config.add_arguments(parser)
     parser.add_argument(
@@ -551,11 +581,27 @@ def trees_of(args: argparse.Namespace) -> list[SourceTree]:
     return trees_for(args.paths or ["."])
 
 
-def fixable_codes(disabled: Iterable[str] = ()) -> frozenset[str]:
-    """The rule codes whose findings a fix of ``pdguard apply`` (not disabled) addresses."""
+def could_fix(result: CheckResult, disabled: Iterable[str] = ()) -> list[Finding]:
+    """The findings of ``result`` that a fix of ``pdguard apply`` (not disabled) may remove,
+    told from the parsed files alone: of a code the fix writes code for (``Fix.fixes``). None
+    where apply is bound to refuse (it is all or nothing): a finding of a code that proves a
+    fix but that it does not fix (code pdguard cannot model, a hand-written deadline gone
+    wrong), or a fix's own test (``Fix.fixable_in``) says it would refuse. A necessary
+    condition (it never leaves out what apply fixes); it agrees with apply's plan on every
+    pinned release, and ``--show-fixes`` plans (``would_fix``) to be sure."""
     from ..fixes import FIXES
 
-    return frozenset(code for fix in FIXES if fix.name not in disabled for code in fix.rules)
+    chosen = [fix for fix in FIXES if fix.name not in disabled]
+    blocking = {code for fix in chosen for code in fix.rules if code not in fix.fixes}
+    if any(f.code in blocking for f in result.findings):
+        return []  # apply's re-check runs every fix's rules: that fix is refused, and so all
+    found: list[Finding] = []
+    for fix in chosen:
+        mine = [f for f in result.findings if f.code in fix.fixes]
+        if mine and not fix.fixable_in(result.project):
+            return []
+        found.extend(mine)
+    return found
 
 
 def add_confirm(parser: argparse.ArgumentParser, default: bool) -> None:
@@ -576,12 +622,15 @@ def run(args: argparse.Namespace) -> int:
         raise UsageError("--simulate reports in --format text or json")
     if args.statistics and args.format not in ("text", "json"):
         raise UsageError("--statistics reports in --format text or json")
+    if args.show_fixes and args.format != "text":
+        raise UsageError("--show-fixes lists the fixes in --format text")
     trees = trees_of(args)
     first = None if args.installed else (args.paths or ["."])[0]
     settings = config.load(args, first)
     select, ignore = settings.rule_codes(args.select, args.ignore)
     codes = select_codes(select, ignore, args.confirm)
-    fixed = getattr(args, "fixed", 0)  # --fix: what `pdguard.cli` had apply write first
+    # --fix: each tree's findings before `pdguard.cli` had apply write the fixes
+    before: dict[str, list[Finding]] | None = getattr(args, "fixed", None)
     store = cache.ResultCache() if cache.enabled(args) else None
     results = []
     for tree in trees:
@@ -607,12 +656,31 @@ def run(args: argparse.Namespace) -> int:
     if checks.CONFIRM_CODE in codes:
         _warn_unconfirmed(results)
     failed = any(r.findings for r in results)
+    # "fixable": told from the parsed files (``could_fix``); with --show-fixes, apply's plan
+    fixable = frozenset(
+        (r.tree.label, f) for r in results for f in could_fix(r, settings.disabled_fixes)
+    )
+    fixed: dict[str, Counter[tuple[str, str]]] = {}
+    listing: tuple[str, ...] = ()
+    if before is not None:
+        fixed = {r.tree.label: gone(before.get(r.tree.label, []), r.findings) for r in results}
+        listing = fix_listing("Fixed", results, fixed)
+    elif (
+        args.show_fixes
+    ):  # `pdguard.cli` hands over apply's ``would_fix`` (check never imports apply)
+        would_fix: WouldFix = args.would_fix
+        planned = {r.tree.label: would_fix(r, codes, settings.disabled_fixes) for r in results}
+        would = {label: counts for label, (counts, _) in planned.items()}
+        notes = [note for _, refusals in planned.values() for note in refusals]
+        listing = fix_listing("Would fix", results, would, notes)
+        fixable = frozenset(marked(results, would))
     view = View(
         statistics=args.statistics,
         quiet=args.quiet,
-        fixable=fixable_codes(settings.disabled_fixes),
-        fixed=fixed,
+        fixable=fixable,
+        fixed=sum(sum(c.values()) for c in fixed.values()),
         wrap=args.output_file is None and terminal.is_tty(sys.stdout),
+        fixes=listing if args.show_fixes else (),
     )
     output = FORMATS[args.format](results, view)
     broken = [r for r in results if r.errors]
@@ -632,6 +700,59 @@ def run(args: argparse.Namespace) -> int:
         print(f"pdguard: error: {where}: {first.message}", file=sys.stderr)
         return EXIT_ERROR
     return EXIT_CHANGES if failed and not args.exit_zero else EXIT_OK
+
+
+def gone(before: Sequence[Finding], after: Sequence[Finding]) -> Counter[tuple[str, str]]:
+    """The findings of ``before`` that ``after`` no longer has, counted by (path, code): lines
+    move when a fix is written, so findings are matched by file and rule."""
+    return Counter((f.path, f.code) for f in before) - Counter((f.path, f.code) for f in after)
+
+
+def marked(
+    results: Sequence[CheckResult], counts: Mapping[str, Counter[tuple[str, str]]]
+) -> set[Located]:
+    """The findings ``counts`` (by tree label, then (path, code)) says are fixed: that many of
+    each file's findings of the code."""
+    found: set[Located] = set()
+    for result in results:
+        left = Counter(counts.get(result.tree.label, Counter()))
+        for finding in result.findings:
+            key = (finding.path, finding.code)
+            if left[key] > 0:
+                left[key] -= 1
+                found.add((result.tree.label, finding))
+    return found
+
+
+def fix_listing(
+    verb: str,
+    results: Sequence[CheckResult],
+    counts: Mapping[str, Counter[tuple[str, str]]],
+    notes: Sequence[str] = (),
+) -> tuple[str, ...]:
+    """``--show-fixes``, as ruff's: ``Fixed 7 findings:`` (or ``Would fix``), then each file
+    and, under it, each code's count, its rule and the fix that removes it; then the fixes
+    apply would refuse. Nothing when there is nothing to list."""
+    from ..fixes import FIXES
+
+    names = _names()
+    fix_of = {code: fix.name for fix in reversed(FIXES) for code in fix.fixes}
+    total = sum(sum(c.values()) for c in counts.values())
+    lines: list[str] = []
+    if total:
+        lines.append(f"{verb} {total} finding{'s' if total != 1 else ''}:")
+        for result in results:
+            by_path: dict[str, list[tuple[str, int]]] = {}
+            for (rel, code), count in sorted(counts.get(result.tree.label, Counter()).items()):
+                by_path.setdefault(result.display_rel(rel), []).append((code, count))
+            for path, rows in by_path.items():
+                lines.append(f"- {path}:")
+                lines.extend(
+                    f"    {count} x {code} ({names.get(code, code)}) by {fix_of.get(code, '?')}"
+                    for code, count in rows
+                )
+    lines.extend(notes)
+    return tuple(lines)
 
 
 def _warn_unconfirmed(results: Sequence[CheckResult]) -> None:

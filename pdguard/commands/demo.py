@@ -44,8 +44,15 @@ match its sha256, a refused fix, --keep DIR that already holds the release).
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument(
-        "--release", default=RELEASE, help=f"the pinned release to patch (default: {RELEASE})"
+    source = parser.add_mutually_exclusive_group()
+    source.add_argument(
+        "--release", default=None, help=f"the pinned release to patch (default: {RELEASE})"
+    )
+    source.add_argument(
+        "--installed",
+        action="store_true",
+        help="patch a copy of the sglang package this Python would import instead (found "
+        "without importing it; the package itself is not touched)",
     )
     parser.add_argument(
         "--keep",
@@ -95,7 +102,16 @@ def run(args: argparse.Namespace) -> int:
 def _run(args: argparse.Namespace) -> int:
     from pdguard.vendor_sglang import fetch_release, get_release, is_cached
 
-    release = args.release
+    if args.installed:
+        from ..tree import installed_tree
+
+        tree = installed_tree()
+        release = tree.sglang_version() or "installed"
+        source = tree.base
+        if not args.quiet:
+            print(f"pdguard demo: the installed sglang {release} ({source})", file=sys.stderr)
+        return _copies(args, release, source)
+    release = args.release or RELEASE
     get_release(release)  # an unknown release: one error line, before any progress
     if is_cached(release):
         if not args.quiet:
@@ -104,6 +120,12 @@ def _run(args: argparse.Namespace) -> int:
     else:
         with _progress(f"fetching sglang {release} from PyPI (sha256-pinned, cached after)"):
             source = fetch_release(release)
+    return _copies(args, release, source)
+
+
+def _copies(args: argparse.Namespace, release: str, source: Path) -> int:
+    """The demo on a copy of ``source`` (the directory holding ``sglang``): kept in --keep DIR,
+    or a temporary one."""
     if args.keep is not None:
         copy = Path(args.keep) / f"sglang-{release}"
         if copy.exists():
@@ -114,7 +136,8 @@ def _run(args: argparse.Namespace) -> int:
 
 
 def _demo(args: argparse.Namespace, release: str, source: Path, copy: Path, *, kept: bool) -> int:
-    shutil.copytree(source, copy)
+    # the sglang package only (an installed one sits in site-packages beside others)
+    shutil.copytree(source / "sglang", copy / "sglang", ignore=shutil.ignore_patterns("*.pyc"))
     result = apply.plan(open_tree(copy))
     written = not result.refused
     if written and result.changes:
@@ -135,14 +158,19 @@ def _demo(args: argparse.Namespace, release: str, source: Path, copy: Path, *, k
         payload = json.loads(report_json)
         payload["demo"] = {
             "release": release,
-            "source": "PyPI wheel, sha256-pinned (vendor_sglang)",
+            "source": (
+                f"installed: {source}"
+                if args.installed
+                else "PyPI wheel, sha256-pinned (vendor_sglang)"
+            ),
             "copy": str(copy),  # files_changed and the diff are relative to its parent
             "kept": kept,
             "summary": where,
         }
         print(json.dumps(payload, indent=2))
     else:
-        print(f"pdguard demo: sglang {release} from PyPI (sha256-pinned)")
+        origin = f"installed at {source}" if args.installed else "from PyPI (sha256-pinned)"
+        print(f"pdguard demo: sglang {release} {origin}")
         sys.stdout.write(diff)
         print(report_text)
         print(f"pdguard demo: {where}")

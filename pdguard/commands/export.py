@@ -10,8 +10,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from ..errors import UsageError
-from ..tree import open_tree
-from .base import EXIT_OK, add_format, relative
+from ..tree import find_tree, open_tree
+from .base import EXIT_OK, add_format, installed_checkout, shown_path
 
 if TYPE_CHECKING:
     from ..series import Exported
@@ -41,7 +41,7 @@ def text(commits: list[Exported]) -> str:
     if not commits:
         return "nothing to export: every fix is upstream or not applicable"
     lines = [
-        f"{relative(c.patch)}  {c.fix}  +{c.added} -{c.removed}  ({', '.join(c.files)})"
+        f"{shown_path(c.patch)}  {c.fix}  +{c.added} -{c.removed}  ({', '.join(c.files)})"
         for c in commits
     ]
     total = sum(c.added for c in commits)
@@ -54,7 +54,7 @@ def as_json(commits: list[Exported]) -> str:
         [
             {
                 "fix": c.fix,
-                "patch": relative(c.patch),
+                "patch": shown_path(c.patch),
                 "files": list(c.files),
                 "added": c.added,
                 "removed": c.removed,
@@ -69,7 +69,18 @@ FORMATS = {"text": text, "json": as_json}
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("target", metavar="TARGET", help="the SGLang checkout")
+    parser.add_argument(
+        "target",
+        nargs="?",
+        metavar="TARGET",
+        help="the SGLang checkout (default: ., or the checkout . is in)",
+    )
+    parser.add_argument(
+        "--installed",
+        action="store_true",
+        help="the checkout the sglang this Python imports is installed from (pip install -e); "
+        "an installed wheel has none",
+    )
     parser.add_argument(
         "-o",
         "--output-directory",
@@ -84,12 +95,22 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     from ..series import checkout_root, export
 
-    tree = open_tree(args.target)
+    if args.installed:
+        if args.target is not None:
+            raise UsageError("give TARGET or --installed, not both")
+        tree = open_tree(
+            installed_checkout(
+                "export", "`pdguard apply --installed --diff` prints the fixes as one diff"
+            )
+        )
+    else:
+        tree = find_tree(args.target if args.target is not None else ".")
     checkout_root(tree)  # a one-line error before any work
     out = Path(args.output)
     if out.exists() and not out.is_dir():
         raise UsageError(f"{out}: not a directory")
     if out.is_dir() and any(out.glob("*.patch")):
         raise UsageError(f"{out}: already holds .patch files; name an empty directory")
-    print(FORMATS[args.format](export(tree, out)))
+    # absolute: git format-patch writes from the series' own temporary repository
+    print(FORMATS[args.format](export(tree, out.absolute())))
     return EXIT_OK

@@ -31,17 +31,27 @@ exit codes: 0 printed; 2 error (an unknown rule code, neither CODE nor --all).
 
 
 def fixed_by(code: str) -> list[dict[str, str]]:
-    """The fixes that make rule ``code`` pass: those whose ``rules`` include it."""
-    return [{"name": fix.name, "summary": fix.summary} for fix in FIXES if code in fix.rules]
+    """The fixes that remove rule ``code``'s findings by writing their code (``Fix.fixes``);
+    a fix it only proves refuses while such a finding stands."""
+    return [{"name": fix.name, "summary": fix.summary} for fix in FIXES if code in fix.fixes]
+
+
+def no_fix(code: str) -> str:
+    """What to do about a finding of a rule no fix removes."""
+    proven = [f"`{fix.name}`" for fix in FIXES if code in fix.rules]
+    refuses = (
+        f" `pdguard apply` refuses {' and '.join(proven)} while such a finding stands (it "
+        "writes its code only where there is none to judge)."
+        if proven
+        else ""
+    )
+    return f"No automatic fix: change the code by hand, then run `pdguard check` again.{refuses}"
 
 
 def _how_fixed(code: str) -> str:
     fixes = fixed_by(code)
     if not fixes:
-        return (
-            "pdguard has no automatic fix for this rule: change the code by hand, then run "
-            "`pdguard check` again."
-        )
+        return no_fix(code)
     return "\n".join(
         f"`pdguard apply` runs the `{fix['name']}` fix: {fix['summary']}" for fix in fixes
     )

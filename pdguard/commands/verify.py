@@ -279,6 +279,22 @@ def _verify_release(version: str) -> RefReport:
     return report
 
 
+def verify_installed() -> list[RefReport]:
+    """``verify --installed``: the sglang this Python imports, as it is on disk (no ref, no
+    wheel: what ``apply --installed`` would find)."""
+    from ..tree import installed_tree
+
+    tree = installed_tree()
+    try:
+        return [verify_tree(tree, tree.label, None)]
+    except PdguardError as exc:
+        return [RefReport.errored(tree.label, None, str(exc))]
+
+
+def _source(args: argparse.Namespace) -> str:
+    return "--installed" if args.installed else "--pypi"
+
+
 def select_tags(repo_path: str, pattern: str) -> list[str]:
     from ..git_tree import open_repo
 
@@ -640,6 +656,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="published releases instead: a pinned one (releases.toml's sha256) or any other "
         "on the index (its wheel's sha256 checked against the index's); cached",
     )
+    source.add_argument(
+        "--installed",
+        action="store_true",
+        help="the sglang package this Python would import (found without importing it), its "
+        "files as they are on disk",
+    )
     parser.add_argument(
         "--ref", action="append", default=[], help="a ref to verify (repeat; with --repo)"
     )
@@ -691,8 +713,8 @@ def _run(args: argparse.Namespace) -> int:
             reports = verify_git(args.repo, refs, args.jobs, workers, store)
     else:
         if args.ref or args.tags:
-            raise UsageError("--ref/--tags go with --repo, not --pypi")
-        reports = verify_pypi(args.pypi, args.jobs)
+            raise UsageError(f"--ref/--tags go with --repo, not {_source(args)}")
+        reports = verify_installed() if args.installed else verify_pypi(args.pypi, args.jobs)
     emit(FORMATS[args.format](reports), args.output_file)
     errored = [r for r in reports if r.error is not None]
     for report in errored:

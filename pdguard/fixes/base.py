@@ -16,6 +16,7 @@ from ..fix_names import MARKER_PREFIX, has_marker, marker
 from ..sglang_names import DISAGGREGATION_DIR
 
 if TYPE_CHECKING:
+    from ..checks import Project
     from ..tree import SourceTree
     from ..workspace import Workspace
 
@@ -58,15 +59,30 @@ class Fix:
     name: ClassVar[str]  # e.g. "inflight-deadline": statuses, reports, the marker
     summary: ClassVar[str]  # one line for the command line's help
     rules: ClassVar[tuple[str, ...]]  # the rule codes (checks.RULES) that prove it
+    # The codes of ``rules`` whose findings the fix removes by writing its code (check's
+    # "fixable"); the others (code pdguard cannot model, a hand-written deadline gone wrong)
+    # make it refuse. Default: all of ``rules``.
+    fixes: ClassVar[tuple[str, ...]]
     # what of a tree it reads or writes: directories (their .py files) and single files; the
     # pre-commit hooks' ``files`` cover them all (tests/checks/test_decode_corpus.py)
     reads: ClassVar[tuple[str, ...]] = (DISAGGREGATION_DIR,)
     # whether single classes can be left out of it (``--ignore FIX:Class``)
     per_class: ClassVar[bool] = False
 
+    def __init_subclass__(cls, **kwargs: object) -> None:
+        super().__init_subclass__(**kwargs)
+        if "fixes" not in cls.__dict__ and "rules" in cls.__dict__:
+            cls.fixes = cls.rules
+
     @property
     def marker(self) -> str:
         return marker(self.name)
+
+    def fixable_in(self, project: Project) -> bool:
+        """Whether ``plan`` would write this fix into the tree ``project`` reads, told from the
+        parsed files alone (no LibCST): what ``check`` calls "fixable". A fix whose plan can
+        refuse on its own grounds says so here, with the same test its ``plan`` runs."""
+        return True
 
     def plan(self, workspace: Workspace) -> Outcome:
         """Decide the fix's status; when it applies, put the new texts into ``workspace``."""

@@ -43,6 +43,7 @@ if TYPE_CHECKING:
     from pdguard.checks.models.decode_queues import DecodeQueueModel, EarlyReturn, Entries, Requeue
     from pdguard.codemods.isort_imports import ImportRequest
 
+    from ..checks import Project
     from ..workspace import Workspace
 
 FIX = fix_names.DECODE_QUEUE_BOUND
@@ -69,6 +70,17 @@ class DecodeQueueBoundFix(Fix):
     summary = "a bound on the decode queues' pending re-queue and retraction gate (0.4.7.post1+)"
     rules = ("PDG007",)
     reads = (DISAGGREGATION_DIR, MANAGERS_DIR)
+
+    def fixable_in(self, project: Project) -> bool:
+        """Not where ``plan`` refuses on sight: a hand-written gate it does not rewrite, or a
+        release with a re-queue to bound that reads its timeout nowhere (no file check reads
+        names it)."""
+        model = project.decode_queues
+        if next(iter(model.guarded_polls()), None) is not None:
+            return False
+        return next(iter(model.requeues()), None) is None or any(
+            WAITING_TIMEOUT_ENV in text for text in project.texts.values()
+        )
 
     def plan(self, workspace: Workspace) -> Outcome:
         model = decode_project(workspace).decode_queues

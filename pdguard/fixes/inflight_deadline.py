@@ -31,6 +31,7 @@ from .base import Fix, Outcome, Status, has_marker
 from .sender_index import sender_index
 
 if TYPE_CHECKING:
+    from ..checks import Project
     from ..workspace import Workspace
 
 FIX = fix_names.INFLIGHT_DEADLINE
@@ -280,8 +281,22 @@ class InflightDeadline(Fix):
     name = FIX
     summary = "a deadline for requests waiting in the prefill inflight queue (prefill.py)"
     rules = ("PDG000", "PDG001", "PDG002", "PDG003", "PDG005")
+    # PDG000 (code pdguard cannot model) and a hand-written deadline's faults (PDG002, PDG003,
+    # PDG005) make the fix refuse: it writes a deadline only where there is none
+    fixes = ("PDG001",)
     reads = (DISAGGREGATION_DIR, ENVIRON_PATH)
     concluding = ""  # "module:Class" whose senders are failed through conclude_failure()
+
+    def fixable_in(self, project: Project) -> bool:
+        """No marker (a partly removed fix is ``--repair``'s), no deadline already there (its
+        status would be upstream), and a Failed branch to clean up in: ``plan``'s own tests."""
+        tree = project.tree(PREFILL_PATH)
+        if tree is None or has_marker(project.texts[PREFILL_PATH], FIX):
+            return False
+        if self._refused(tree) is not None:
+            return False
+        model = project.inflight
+        return model is None or not model.valid_checks(project.classes)
 
     def plan(self, workspace: Workspace) -> Outcome:
         tree = workspace.ast(PREFILL_PATH)

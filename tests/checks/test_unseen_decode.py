@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from pdguard.checks import Project, run
-from pdguard.checks.rules.pdg006_receiver_waits_forever import _BASE
+from pdguard.checks.rule_examples.pdg006 import _BASE
 from pdguard.checks.rules.pdg007_decode_queue_waits_forever import RETRACTION_GATE, decode
 from pdguard.cli import main
 from tests.helpers import copy_release

@@ -61,7 +61,7 @@ def test_rule_prints_its_documentation(rule, capsys) -> None:
     for heading in ("What it does", "Why is this bad", "Example", "How pdguard fixes it"):
         assert heading in out
     for fix in FIXES:
-        assert (f"`{fix.name}` fix" in out) == (rule.code in fix.rules)
+        assert (f"`{fix.name}` fix" in out) == (rule.code in fix.fixes)
 
 
 def test_rule_all_and_json(capsys) -> None:
