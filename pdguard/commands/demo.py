@@ -17,6 +17,7 @@ from pathlib import Path
 
 from .. import terminal
 from ..errors import RefusedError, UsageError
+from ..run import Run
 from ..tree import open_tree
 from . import apply
 from .base import EXIT_OK, add_format, add_quiet
@@ -115,7 +116,7 @@ def _run(args: argparse.Namespace) -> int:
 
 def _demo(args: argparse.Namespace, release: str, source: Path, copy: Path, *, kept: bool) -> int:
     shutil.copytree(source, copy)
-    result = apply.plan(open_tree(copy))
+    result = apply.plan(open_tree(copy), run=Run())  # the command's one run
     written = not result.refused
     if written and result.changes:
         apply.write(result)
