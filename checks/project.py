@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import ast
 import re
-from collections import OrderedDict
 from collections.abc import Callable, Mapping
 from functools import cached_property
-from typing import Generic, TypeVar
+from typing import Any
 
+from pdguard.run import Run, run_or_new
 from pdguard.sglang_names import (
     DECODE_NEEDLES,
     DISAGGREGATION_DIR,
@@ -67,19 +67,20 @@ def base_files(chosen: Mapping[str, str], pool: Mapping[str, str]) -> dict[str, 
     return found
 
 
-def parse_module(text: str, rel: str) -> ast.Module:
-    """Parsed once per content, whatever the path: ``verify`` checks a ref before and after
-    patching it, consecutive refs share most files, and the codemods read the tree the checker
-    read (so its models, kept by the tree's identity, are built once).
+def parse_module(text: str, rel: str, run: Run | None = None) -> ast.Module:
+    """Parsed once per content in a run, whatever the path: ``verify`` checks a ref before
+    and after patching it, consecutive refs share most files, and the codemods read the tree
+    the checker read (so its models, kept by the tree, are built once). Without a ``run``, a
+    plain parse (nothing kept).
 
     A new text of a path reuses the top-level statements of the last text parsed for it that
     come before the first line where the two differ (same lines, same positions): only the
     rest is parsed (``_parse_after``). Those statements are shared by both trees, which
     nothing changes once parsed (``checks.nodes``)."""
-    tree = _BY_TEXT.get(text)
+    tree = run.trees.get(text) if run is not None else None
     if tree is None:
         try:
-            tree = _parse_after(text, _LAST.get(rel))
+            tree = _parse_after(text, run.last_tree.get(rel) if run is not None else None)
         except (SyntaxError, ValueError):
             return ast.parse(text, filename=rel)  # raises again, naming the file
         except RecursionError as exc:  # CPython's own limit ("during ast construction")
@@ -87,18 +88,11 @@ def parse_module(text: str, rel: str) -> ast.Module:
             error = SyntaxError(f"nested too deeply for Python's parser ({exc})")
             error.filename, error.lineno, error.offset = rel, 0, 0
             raise error from exc
-        _BY_TEXT[text] = tree
-        while len(_BY_TEXT) > _KEPT_TREES:
-            _BY_TEXT.popitem(last=False)
-    else:
-        _BY_TEXT.move_to_end(text)
-    _LAST[rel] = (text, tree)
+        if run is not None:
+            run.trees.put(text, tree)
+    if run is not None:
+        run.last_tree[rel] = (text, tree)
     return tree
-
-
-_BY_TEXT: OrderedDict[str, ast.Module] = OrderedDict()
-_KEPT_TREES = 256
-_LAST: dict[str, tuple[str, ast.Module]] = {}  # the last text parsed for each path, and its tree
 
 
 def _parse_after(text: str, last: tuple[str, ast.Module] | None) -> ast.Module:
@@ -145,11 +139,19 @@ def _first_difference(old: str, new: str) -> int:
 
 
 class Project:
-    """Texts by relative path (only those that passed ``wanted``), parsed lazily."""
+    """Texts by relative path (only those that passed ``wanted``), parsed lazily; the trees
+    and models are kept in ``run`` (a new one when none is given), so projects of one run with
+    the same files share them: ``check`` and ``apply`` build them for the original and the
+    patched tree, the fixes for each step, and ``verify`` for neighbouring refs, most of whose
+    files are the same. A model is only read once built (its own caches aside)."""
 
-    def __init__(self, texts: Mapping[str, str]) -> None:
+    def __init__(self, texts: Mapping[str, str], run: Run | None = None) -> None:
         self.texts = dict(texts)
+        self.run = run_or_new(run)
         self._trees: dict[str, ast.Module] = {}
+        # PDG009's: the tree to run (``simulate.confirm.attach``), and what running it found
+        self.confirm_tree: Any = None
+        self.confirmation: Any = None
 
     def tree(self, rel: str) -> ast.Module | None:
         return self._parsed(rel) if rel in self.texts else None
@@ -157,39 +159,44 @@ class Project:
     def _parsed(self, rel: str) -> ast.Module:
         """The tree of a path in ``texts``."""
         if rel not in self._trees:
-            self._trees[rel] = parse_module(self.texts[rel], rel)
+            self._trees[rel] = parse_module(self.texts[rel], rel, self.run)
         return self._trees[rel]
 
     @cached_property
     def inflight(self) -> InflightModel | None:
         tree = self.tree(PREFILL)
-        return analyse(tree) if tree is not None else None
+        return inflight_model(tree, self.run) if tree is not None else None
 
-    def _selected(self, test: Callable[[str], bool]) -> tuple[tuple[str, int], ...]:
+    def _selected(self, test: Callable[[str], bool]) -> tuple[tuple[str, ast.Module], ...]:
         """The files whose text passes ``test``, and the files of the project that define their
-        classes' bases (``base_files``), by path: (path, the identity of its tree)."""
+        classes' bases (``base_files``), by path: (path, its tree). A kept model holds its
+        trees, and a tree is its own key (``ast`` nodes compare by identity)."""
         code = {rel: text for rel, text in self.texts.items() if rel not in TEXT_ONLY}
         passed = {rel: text for rel, text in code.items() if test(text)}
         rels = {*passed, *base_files(passed, code)}
-        return tuple((rel, id(self._parsed(rel))) for rel in sorted(rels))
+        return tuple((rel, self._parsed(rel)) for rel in sorted(rels))
 
-    def _index(self, files: tuple[tuple[str, int], ...]) -> ClassIndex:
+    def _index(self, files: tuple[tuple[str, ast.Module], ...]) -> ClassIndex:
         index = ClassIndex()
-        for rel, _ in files:
-            index.add_module(rel, self._parsed(rel), self.texts[rel])
+        for rel, tree in files:
+            index.add_module(rel, tree, self.texts[rel])
         return index
 
     @cached_property
     def classes(self) -> ClassIndex:
         files = self._selected(lambda text: any(needle in text for needle in SENDER_NEEDLES))
-        return _CLASSES.get(files, lambda: self._index(files))
+        model: ClassIndex = self.run.classes.get_or_build(files, lambda: self._index(files))
+        return model
 
     @cached_property
     def receivers(self) -> ReceiverIndex:
         """The ``BaseKVReceiver`` classes (a class index of their own: the sender rules read
         ``classes`` only)."""
         files = self._selected(lambda text: any(needle in text for needle in RECEIVER_NEEDLES))
-        return _RECEIVERS.get(files, lambda: ReceiverIndex(self._index(files)))
+        model: ReceiverIndex = self.run.receivers.get_or_build(
+            files, lambda: ReceiverIndex(self._index(files))
+        )
+        return model
 
     @cached_property
     def decode_queues(self) -> DecodeQueueModel:
@@ -198,34 +205,16 @@ class Project:
         files = self._selected(
             lambda text: REQ_RECEIVER in text and any(needle in text for needle in DECODE_NEEDLES)
         )
-        return _DECODE_QUEUES.get(files, lambda: DecodeQueueModel(self._index(files)))
-
-
-_T = TypeVar("_T")
-
-
-class _Kept(Generic[_T]):
-    """Models by the paths and parsed trees (by identity: ``parse_module`` gives one tree per
-    text) they were built from, for the process; a kept model holds its trees, so an identity
-    in a key is never another tree's. A model is only read once built (its own caches aside),
-    so projects with the same files share one: ``check`` and ``apply`` build them for the
-    original and the patched tree, the fixes for each step, and ``verify`` for neighbouring
-    refs, most of whose files are the same."""
-
-    def __init__(self, size: int = 8) -> None:
-        self.size = size
-        self.kept: OrderedDict[tuple[tuple[str, int], ...], _T] = OrderedDict()
-
-    def get(self, files: tuple[tuple[str, int], ...], build: Callable[[], _T]) -> _T:
-        if files in self.kept:
-            self.kept.move_to_end(files)
-            return self.kept[files]
-        model = self.kept[files] = build()
-        while len(self.kept) > self.size:
-            self.kept.popitem(last=False)
+        model: DecodeQueueModel = self.run.decode_queues.get_or_build(
+            files, lambda: DecodeQueueModel(self._index(files))
+        )
         return model
 
 
-_CLASSES: _Kept[ClassIndex] = _Kept()
-_RECEIVERS: _Kept[ReceiverIndex] = _Kept()
-_DECODE_QUEUES: _Kept[DecodeQueueModel] = _Kept()
+def inflight_model(tree: ast.Module, run: Run | None) -> InflightModel | None:
+    """``inflight.analyse(tree)``, once per tree in ``run``: check and the inflight fix read
+    the same tree."""
+    if run is None:
+        return analyse(tree)
+    model: InflightModel | None = run.inflight.get_or_build(tree, lambda: (analyse(tree),))[0]
+    return model

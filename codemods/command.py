@@ -1,63 +1,43 @@
-"""The base of pdguard's codemods: plain transforms, and the LibCST codemod commands built from
-them on first use.
+"""The base of pdguard's codemods: plain LibCST codemod commands.
 
-A transform (``Transform``) is a plain class: built from its options, ``transform_module(tree)``
-returns the new ``cst.Module`` (subclasses write ``transform_module_impl``, as LibCST's do).
-``pdguard apply`` runs transforms directly, so it never imports ``libcst.codemod``, which imports
-``libcst.matchers`` (about 0.2 s: it defines a dataclass per node type); the transforms test
-nodes with ``isinstance`` (``anchors.find_all``, ``is_name``, ``is_attribute``).
+Each codemod is a ``libcst.codemod.CodemodCommand`` subclass defined at import time, with its
+``DESCRIPTION`` and ``add_args`` (its options are the keyword arguments of ``__init__``), so
+``python -m libcst.tool codemod inflight_deadline.InflightDeadline ...`` runs it as it runs any
+codemod, and ``Command(context, **options).transform_module(tree)`` runs it in a program or a
+test. What belongs to one run is in ``self.context``: the filename, and in
+``context.scratch`` the pdguard ``Run`` (``pdguard.run``: its caches) and the whole text of
+the module (``source``), put there by ``codemods.runner``, which runs codemods for the fixes.
 
-For ``python -m libcst.tool codemod``, each codemod module names its commands with
-``__getattr__, __dir__ = commands(__name__, InflightDeadline=InflightDeadlineTransform)``. The
-first ``getattr(module, "InflightDeadline")`` (what the tool does with a class path) builds a
-``CodemodCommand`` subclass around the transform, with its ``DESCRIPTION`` and ``add_args``,
-and every later one returns the same class. No metadata is computed: ``Codemod.transform_module``
-would wrap the module in a ``MetadataWrapper``, which deep-copies it; the transforms find their
-anchors by shape and need none of that.
+No metadata is computed: ``Codemod.transform_module`` would wrap the module in a
+``MetadataWrapper`` that deep-copies it; the codemods find their anchors by shape (``isinstance``
+and ``libcst.matchers``) and declare no ``METADATA_DEPENDENCIES``, so ``transform_module`` wraps
+the module without a copy.
+
+Hollowing (``codemods.holes``) is the runner's: a codemod that says where it can reach
+(``scope``: one method, from its options and the module's text; a per-class codemod declares
+its methods in ``METHODS`` instead) is run on a module whose unreachable statements are hole
+lines. A codemod that says nothing runs on the whole module.
 """
 
 from __future__ import annotations
 
 import argparse
-from collections import OrderedDict
-from collections.abc import Callable, Iterable
-from typing import Any
+import ast
+from dataclasses import replace
+from typing import ClassVar
 
 import libcst as cst
+from libcst import MetadataWrapper
+from libcst.codemod import CodemodCommand, CodemodContext
 
-from .holes import Scope, fill_known
+from pdguard.checks.project import parse_module
+from pdguard.run import HOLLOWED, RUN, SOURCE, WHOLE_READ, Run
 
-# The source text of the modules ``parse`` made, by identity (LibCST nodes are immutable), so that
-# a transform reading its input as text (``source_of``) need not generate it again.
-_SOURCES: OrderedDict[int, tuple[cst.Module, str]] = OrderedDict()
-_KEPT = 64
-
-
-def parse(code: str) -> cst.Module:
-    """``cst.parse_module(code)``, remembering ``code`` as the module's source."""
-    return with_source(cst.parse_module(code), code)
+from .holes import PREFIX, Hollowed, Scope
 
 
-def with_source(module: cst.Module, code: str) -> cst.Module:
-    """``module``, remembered as parsed from ``code`` (a hollowed module's whole text): what
-    ``source_of`` gives for it."""
-    _SOURCES[id(module)] = (module, code)
-    while len(_SOURCES) > _KEPT:
-        _SOURCES.popitem(last=False)
-    return module
-
-
-def source_of(module: cst.Module) -> str:
-    """``module.code``: the text ``parse`` read it from, if it did, else generated; with the
-    holes of a hollowed module filled (``holes``), so that what is asked of the text is
-    answered for the whole module."""
-    known = _SOURCES.get(id(module))
-    code = known[1] if known is not None and known[0] is module else module.code
-    return fill_known(code)
-
-
-class Transform:
-    """One edit of a module; ``DESCRIPTION`` and ``add_args`` serve its codemod command."""
+class Command(CodemodCommand):
+    """One edit of a module; ``DESCRIPTION`` and ``add_args`` serve ``libcst.tool``."""
 
     DESCRIPTION: str = ""
 
@@ -66,37 +46,79 @@ class Transform:
         """The command-line options, named as the keyword arguments of ``__init__``."""
 
     def key(self) -> str:
-        """The transform and its options (taken before it runs): two transforms with the same
-        key make the same edit of the same text."""
-        options = sorted((name, repr(value)) for name, value in vars(self).items())
+        """The codemod and its options (taken before it runs): two codemods with the same key
+        make the same edit of the same text."""
+        options = sorted(
+            (name, repr(value))
+            for name, value in vars(self).items()
+            if name not in ("context", "metadata")
+        )
         return f"{type(self).__module__}.{type(self).__qualname__}{options}"
 
     def scope(self, text: str) -> Scope | None:
-        """Where in ``text`` (the module's source) the transform can look or edit, so that the
+        """Where in ``text`` (the module's source) the codemod can look or edit, so that the
         rest need not be parsed with LibCST (``holes``); None (the default): anywhere."""
         return None
 
     def transform_module(self, tree: cst.Module) -> cst.Module:
-        """``tree`` with the edit made."""
-        return self.transform_module_impl(tree)
+        """``tree`` with the edit made (``self.module`` is ``tree`` meanwhile)."""
+        if self.METADATA_DEPENDENCIES or self.should_allow_multiple_passes():
+            return super().transform_module(tree)
+        before = self.context
+        self.context = replace(before, wrapper=MetadataWrapper(tree, unsafe_skip_copy=True))
+        try:
+            return self.transform_module_impl(tree)
+        finally:
+            self.context = replace(self.context, wrapper=before.wrapper)
 
-    def transform_module_impl(self, tree: cst.Module) -> cst.Module:
-        raise NotImplementedError
+    @property
+    def run(self) -> Run:
+        """The pdguard run this codemod is part of (a new one, kept in the context, when it
+        runs under ``libcst.tool`` or a test)."""
+        run = self.context.scratch.get(RUN)
+        if not isinstance(run, Run):
+            run = self.context.scratch[RUN] = Run()
+        return run
+
+    def source(self, tree: cst.Module) -> str:
+        """The whole text of ``tree``: the text it was parsed from when the runner knows it,
+        else generated; with the holes of a hollowed module filled, so that what is asked of
+        the text (``ast`` queries: the names a module uses, its bindings, the inflight model)
+        is answered for the whole module. A read of a hollowed module's whole text is noted
+        (``WHOLE_READ``): what the codemod made then depends on more than its module."""
+        scratch = self.context.scratch
+        known = scratch.get(SOURCE)
+        hollowed = scratch.get(HOLLOWED)
+        if known is not None and known[0] is tree:
+            code: str = known[1]
+        else:
+            code = tree.code
+            if not isinstance(hollowed, Hollowed) or PREFIX not in code:
+                return code
+            code = hollowed.fill_present(code)
+        if hollowed is not None:
+            scratch[WHOLE_READ] = True
+        return code
+
+    def checked(self, tree: cst.Module, rel: str = "<module>") -> ast.Module:
+        """``tree``'s whole text parsed as the checker parses it (the same text gives the
+        same tree in a run, whose models are kept)."""
+        return parse_module(self.source(tree), rel, self.run)
 
 
-class ClassTransform(Transform):
-    """A transform of one class of a module (``--class``), which reads only the methods
-    ``methods()`` names (``scope``)."""
+class ClassCommand(Command):
+    """A codemod of one class of a module (``--class``), which reads only the methods
+    ``METHODS`` names (and those ``methods()`` adds from its options), whole."""
 
     class_name: str
-    METHODS: tuple[str, ...] = ()
+    METHODS: ClassVar[tuple[str, ...]] = ()
 
     @staticmethod
     def add_args(arg_parser: argparse.ArgumentParser) -> None:
         arg_parser.add_argument("--class", dest="class_name", required=True)
 
     def methods(self) -> tuple[str, ...]:
-        """The methods of the class the transform reads or edits (whole)."""
+        """The methods of the class the codemod reads or edits (whole)."""
         return self.METHODS
 
     def scope(self, text: str) -> Scope:
@@ -104,52 +126,6 @@ class ClassTransform(Transform):
         return Scope(members=frozenset((self.class_name, name) for name in self.methods()))
 
 
-def _command(module: str, name: str, transform: type[Transform]) -> type:
-    from libcst.codemod import CodemodCommand, CodemodContext
-
-    def __init__(self: Any, context: CodemodContext, *args: Any, **kwargs: Any) -> None:
-        CodemodCommand.__init__(self, context)
-        self.transform = transform(*args, **kwargs)
-
-    def transform_module(self: Any, tree: cst.Module) -> cst.Module:
-        return self.transform_module_impl(tree)
-
-    def transform_module_impl(self: Any, tree: cst.Module) -> cst.Module:
-        result = self.transform.transform_module(tree)
-        assert isinstance(result, cst.Module)
-        return result
-
-    namespace = {
-        "__module__": module,
-        "__qualname__": name,
-        "__doc__": transform.__doc__,
-        "DESCRIPTION": transform.DESCRIPTION,
-        "add_args": staticmethod(transform.add_args),
-        "__init__": __init__,
-        "transform_module": transform_module,
-        "transform_module_impl": transform_module_impl,
-    }
-    return type(name, (CodemodCommand,), namespace)
-
-
-def commands(
-    module: str, **transforms: type[Transform]
-) -> tuple[Callable[[str], Any], Callable[[], Iterable[str]]]:
-    """A module's ``__getattr__`` and ``__dir__`` (PEP 562) that give the codemod command of
-    each transform under its keyword (``InflightDeadline=InflightDeadlineTransform``), built on
-    first use and kept."""
-    import sys
-
-    built: dict[str, type] = {}
-
-    def __getattr__(name: str) -> Any:
-        if name not in transforms:
-            raise AttributeError(f"module {module!r} has no attribute {name!r}")
-        if name not in built:
-            built[name] = _command(module, name, transforms[name])
-        return built[name]
-
-    def __dir__() -> Iterable[str]:
-        return sorted({*vars(sys.modules[module]), *transforms})
-
-    return __getattr__, __dir__
+def context_for(run: Run) -> CodemodContext:
+    """A context for codemods of ``run`` (the runner gives each file its own)."""
+    return CodemodContext(scratch={RUN: run})

@@ -23,6 +23,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 import libcst as cst
+from libcst.codemod import CodemodContext
 
 from pdguard.fix_names import DECODE_GATE_FLAG as GATE_FLAG
 from pdguard.fix_names import DECODE_PENDING_STAMP as PENDING_STAMP
@@ -30,11 +31,11 @@ from pdguard.fix_names import DECODE_QUEUE_BOUND as FIX
 from pdguard.sglang_names import POP_PREALLOCATED, RECEIVER_ABORT, REQ_RECEIVER, RETRACTED_QUEUE
 
 from .anchors import AnchorError, find_all, find_method, is_method_call, is_name, marker, sole
-from .command import Transform, commands
+from .command import Command
 from .holes import Scope
 from .insertion import StatementEdit, apply_edits, parse_statements, simple_statements
 from .isort_imports import (
-    AddIsortedImportsTransform,
+    AddIsortedImports,
     ImportRequest,
     import_requests,
     name_spelling,
@@ -116,7 +117,7 @@ def _comment_lines(lines: Sequence[str]) -> list[cst.EmptyLine]:
     return [cst.EmptyLine(comment=cst.Comment(line)) for line in lines]
 
 
-class DecodeQueueBoundTransform(Transform):
+class DecodeQueueBound(Command):
     DESCRIPTION: str = "Bound the decode queues' pending re-queue and their retraction gate."
 
     @staticmethod
@@ -152,6 +153,7 @@ class DecodeQueueBoundTransform(Transform):
 
     def __init__(
         self,
+        context: CodemodContext,
         pending: Sequence[str] = (),
         rids: Sequence[str | None] = (),
         gate: str | None = None,
@@ -161,6 +163,7 @@ class DecodeQueueBoundTransform(Transform):
         isort_config: isort.Config | None = None,
         fields: Sequence[str] = (),
     ) -> None:
+        super().__init__(context)
         self.pending = list(pending)
         self.fields = list(fields)
         # each re-queue's entries' request id, as an attribute path on the entry (only paths
@@ -186,7 +189,7 @@ class DecodeQueueBoundTransform(Transform):
         edits: list[tuple[cst.CSTNode, StatementEdit]] = []
         imports = list(self.imports)
         if self.pending:
-            clock, time_import = spelling(tree, "time", "monotonic")
+            clock, time_import = spelling(self.checked(tree), "time", "monotonic")
             if time_import is not None:
                 imports.append(time_import)
             for spec, rid in zip(self.pending, self.rids, strict=True):
@@ -200,7 +203,7 @@ class DecodeQueueBoundTransform(Transform):
         if self.gate:
             edits.extend(self._open_gate(tree, self.gate))
         tree = apply_edits(tree, edits)
-        return AddIsortedImportsTransform(imports, self.isort_config).transform_module(tree)
+        return AddIsortedImports(self.context, imports, self.isort_config).transform_module(tree)
 
     # -- the pending re-queue -----------------------------------------------------------
 
@@ -272,7 +275,7 @@ class DecodeQueueBoundTransform(Transform):
         ):
             annotation = "float | None"
         else:
-            optional, field_import = name_spelling(tree, "typing", "Optional")
+            optional, field_import = name_spelling(self.checked(tree), "typing", "Optional")
             annotation = f"{optional}[float]"
         code = _FIELD.format(marker=marker(FIX), stamp=PENDING_STAMP, annotation=annotation)
         new = parse_statements(code, tree.config_for_parsing)
@@ -425,7 +428,3 @@ def _black_deeper(stmt: cst.BaseStatement, indent: int, tree: cst.Module) -> cst
         comment = f"  {trailing.comment.value}"
     (new,) = parse_statements(f"{targets} = (\n    {value}\n){comment}\n", tree.config_for_parsing)
     return new
-
-
-# The LibCST codemod commands (python -m libcst.tool codemod), built on first use: command.py
-__getattr__, __dir__ = commands(__name__, DecodeQueueBound=DecodeQueueBoundTransform)

@@ -1,7 +1,7 @@
 """Parse with LibCST only the part of a module a transform can touch.
 
 LibCST parses a 3,500-line ``decode.py`` in about 0.2 s, and a full pass over it costs as much
-again, though the transforms edit two methods of it. A transform that knows where it can reach
+again, though the transforms edit two methods of it. A codemod that knows where it can reach
 says so with a ``Scope``: the names it looks for (its anchors) and the classes it reads whole.
 ``hollow`` then replaces each run of statements that mentions none of them by one *hole*, a line
 ``__pdguard_hole_<tag>_<n>__`` at the run's indentation; the transform runs on that smaller
@@ -21,11 +21,13 @@ A statement *mentions* an anchor when its source lines contain the anchor's text
 is kept when its name is an anchor (its ``def`` line holds it). Text that holds ``pdguard`` (a
 marker of an earlier run) is always kept.
 
-``source_of`` gives a transform that reads the module as text (``ast`` queries: the names the
-module uses, its bindings) the text with every hole filled, so those answers are the whole
-module's. ``Workspace.transform`` accepts a hollowed result only when every hole is in the
-output once, on a line of its own, at its indentation; otherwise, and when a transform raises
-``AnchorError`` on the hollowed module, it runs the transforms on the whole module instead.
+``Command.source`` gives a codemod that reads the module as text (``ast`` queries: the names
+the module uses, its bindings) the text with every hole filled, so those answers are the whole
+module's. ``codemods.runner`` accepts a hollowed result only when every hole is in the output
+once, on a line of its own, at its indentation; otherwise, and when a codemod raises
+``AnchorError`` on the hollowed module, it runs the codemods on the whole module instead. Hole
+lines are plain expression statements (a ``Name``), so ``libcst.matchers`` patterns of
+definitions, calls and assignments never match one.
 """
 
 from __future__ import annotations
@@ -33,14 +35,17 @@ from __future__ import annotations
 import ast
 import hashlib
 import re
-from collections import OrderedDict
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from pdguard.checks.nodes import first_line
 from pdguard.checks.project import parse_module
 
-__all__ = ["Hollowed", "Scope", "fill_known", "hollow", "whole_reads"]
+if TYPE_CHECKING:
+    from pdguard.run import Run
+
+__all__ = ["Hollowed", "Scope", "hollow"]
 
 PREFIX = "__pdguard_hole_"
 _HOLE = re.compile(r"__pdguard_hole_([0-9a-f]{12})_(\d+)__")
@@ -116,39 +121,17 @@ class Hollowed:
         pieces.append(code[start:])
         return "".join(pieces)
 
-
-# Hollowings by tag, for ``fill_known`` (``source_of``); a tag names a text and its runs.
-_KNOWN: OrderedDict[str, Hollowed] = OrderedDict()
-_KEPT = 64
-
-
-# How often ``fill_known`` was asked about a hollowed text: a transform that asked read more
-# than its hollowed module (``Workspace.transform`` does not reuse what it made).
-_WHOLE_READS = [0]
-
-
-def whole_reads() -> int:
-    """How many times, so far in this process, a hollowed text was filled to be read whole."""
-    return _WHOLE_READS[0]
-
-
-def fill_known(code: str) -> str:
-    """``code`` with the holes of every hollowing made in this process filled (as far as
-    they are in it): the text an ``ast`` query about the module should read."""
-    if PREFIX not in code:
-        return code
-    _WHOLE_READS[0] += 1
-    tags = {match.group(1) for match in _HOLE.finditer(code)}
-    for tag in tags:
-        hollowed = _KNOWN.get(tag)
-        if hollowed is None:
-            continue
-        for name, (indent, ending, original) in hollowed.holes.items():
+    def fill_present(self, code: str) -> str:
+        """``code`` with the lines of each hole that is in it, as it is, put back: the text
+        an ``ast`` query about the module should read (``Command.source``)."""
+        for name, (indent, ending, original) in self.holes.items():
             code = code.replace(f"{indent}{name}{ending}", original, 1)
-    return code
+        return code
 
 
-def hollow(text: str, scope: Scope, *, by_content: bool = False) -> Hollowed | None:
+def hollow(
+    text: str, scope: Scope, *, by_content: bool = False, run: Run | None = None
+) -> Hollowed | None:
     """``text`` with holes for the runs ``scope`` cannot reach; None when there is none worth
     making, or the text is one pdguard does not hollow (a bare ``\\r`` line ending, or a name
     that looks like a hole).
@@ -156,12 +139,12 @@ def hollow(text: str, scope: Scope, *, by_content: bool = False) -> Hollowed | N
     The holes' names carry a tag. By default it names the text and its runs, so two hollowings
     never share a name. ``by_content`` names only what the holes leave (the kept lines and
     where each hole sits): two versions of a file that differ only inside holes then hollow to
-    the same text, which ``Workspace.transform`` parses (and may transform) once; such a tag
-    stands, for ``fill_known``, for the latest text hollowed to it."""
+    the same text, which ``codemods.runner`` parses (and may transform) once in a ``run``
+    (whose parsed trees ``hollow`` shares)."""
     if PREFIX in text or "\r" in text.replace("\r\n", ""):
         return None
     try:
-        tree = parse_module(text, "<hollow>")
+        tree = parse_module(text, "<hollow>", run)
     except (SyntaxError, ValueError):
         return None
     lines = _lines(text)
@@ -193,10 +176,6 @@ def hollow(text: str, scope: Scope, *, by_content: bool = False) -> Hollowed | N
     tag = digest.hexdigest()
     hollowed = Hollowed(template.replace(f"{PREFIX}{placeholder}_", f"{PREFIX}{tag}_"), tag)
     hollowed.holes = {f"{PREFIX}{tag}{suffix}": hole for suffix, hole in holes.items()}
-    _KNOWN[tag] = hollowed
-    _KNOWN.move_to_end(tag)
-    while len(_KNOWN) > _KEPT:
-        _KNOWN.popitem(last=False)
     return hollowed
 
 

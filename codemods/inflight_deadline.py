@@ -42,10 +42,11 @@ import ast
 from typing import TYPE_CHECKING
 
 import libcst as cst
+from libcst.codemod import CodemodContext
 
-from pdguard.checks.models.inflight import Entry, analyse, single_request
+from pdguard.checks.models.inflight import Entry, InflightModel, single_request
 from pdguard.checks.nodes import walk
-from pdguard.checks.project import parse_module
+from pdguard.checks.project import inflight_model, parse_module
 from pdguard.fix_names import INFLIGHT_DEADLINE as FIX
 from pdguard.fix_names import INFLIGHT_HELPER as HELPER
 from pdguard.fix_names import INFLIGHT_STAMP as STAMP
@@ -66,7 +67,7 @@ from .anchors import (
     marker,
     nodes,
 )
-from .command import Transform, commands, source_of
+from .command import Command
 from .holes import Scope
 from .inflight_timeout import (
     CONVENTIONS,
@@ -84,7 +85,7 @@ from .insertion import (
     parse_statements,
 )
 from .isort_imports import (
-    AddIsortedImportsTransform,
+    AddIsortedImports,
     ImportRequest,
     name_spelling,
     spelling,
@@ -236,7 +237,7 @@ def _is_logger_assignment(stmt: cst.CSTNode) -> bool:
     )
 
 
-class InflightDeadlineTransform(Transform):
+class InflightDeadline(Command):
     DESCRIPTION: str = "Fail requests that wait in the prefill inflight queue past a deadline."
 
     @staticmethod
@@ -282,6 +283,7 @@ class InflightDeadlineTransform(Transform):
 
     def __init__(
         self,
+        context: CodemodContext,
         isort_config: isort.Config | None = None,
         record: bool = False,
         replace: bool = False,
@@ -290,6 +292,7 @@ class InflightDeadlineTransform(Transform):
         pp: bool = True,
         conclude: str | None = None,
     ) -> None:
+        super().__init__(context)
         self.isort_config = isort_config
         self.pp = pp  # a PP prefill loop passes the stages' consensus (0.5.2+)
         self.convention = convention
@@ -313,7 +316,7 @@ class InflightDeadlineTransform(Transform):
         """The inflight function, whole; elsewhere the statements that name the queue or
         pdguard's own names, and those the checker's model finds putting requests into the
         queue (they are stamped)."""
-        model = analyse(parse_module(text, PREFILL_PATH))
+        model = inflight_model(parse_module(text, PREFILL_PATH, self.run), self.run)
         entries = frozenset(entry.stmt.lineno for entry in model.entries) if model else frozenset()
         return Scope(
             mentions=frozenset({FUNCTION, QUEUE, HELPER, STAMP, READER}),
@@ -323,32 +326,35 @@ class InflightDeadlineTransform(Transform):
 
     def transform_module_impl(self, tree: cst.Module) -> cst.Module:
         # Every anchor is found on the original tree first; then one pass makes all edits.
-        function, poll, entries, logger_stmt = _anchors(tree)
+        checked = self.checked(tree, PREFILL_PATH)
+        model = inflight_model(checked, self.run)
+        function, poll, entries, logger_stmt = _anchors(tree, checked, model)
         names, imports = self._names_for(tree, function)
         edits = _edits(tree.config_for_parsing, names, function, poll, entries, logger_stmt)
         tree = apply_edits(tree, edits)
-        return AddIsortedImportsTransform(imports, self.isort_config).transform_module(tree)
+        return AddIsortedImports(self.context, imports, self.isort_config).transform_module(tree)
 
     def _names_for(
         self, tree: cst.Module, function: cst.FunctionDef
     ) -> tuple[dict[str, str], list[ImportRequest]]:
         """The names the snippets are filled with, reusing the module's own imports (``import
         time as _t``, ``from os import environ``), and the imports still missing."""
-        monotonic, time_import = spelling(tree, "time", "monotonic")
+        checked = self.checked(tree)
+        monotonic, time_import = spelling(checked, "time", "monotonic")
         imports = [time_import] if time_import is not None else []
         if self.convention == REGISTRY:
             read_timeout, timeout_imports = registry_read(tree)
             setting = ""
         else:
             # as the release reads its sibling timeouts (Mooncake's managers, 0.4.7 - 0.5.7)
-            reader_names, timeout_imports = reader_setting(tree)
+            reader_names, timeout_imports = reader_setting(tree, checked)
             read_timeout = f'{reader_names["get_int_env_var"]}("{ENV_VAR}", {DEFAULT_TIMEOUT})'
             setting = ""
         imports = [*timeout_imports, *imports]
         fail = {}
         if self.conclude is not None:
             module_name, _, class_name = self.conclude.partition(":")
-            sender_class, class_import = name_spelling(tree, module_name, class_name)
+            sender_class, class_import = name_spelling(checked, module_name, class_name)
             imports += [class_import] if class_import is not None else []
             fail = {"abort": _indented(_CONCLUDE.format(sender_class=sender_class))}
 
@@ -385,7 +391,7 @@ class InflightDeadlineTransform(Transform):
 
 
 def _anchors(
-    tree: cst.Module,
+    tree: cst.Module, module: ast.Module, model: InflightModel | None
 ) -> tuple[
     cst.FunctionDef,
     cst.BaseStatement,
@@ -397,7 +403,7 @@ def _anchors(
     missing."""
     _, function = find_method(tree, FUNCTION)
     poll = _poll_statement(function)
-    entries = _entry_statements(tree)
+    entries = _entry_statements(tree, module, model)
     if not entries:
         raise AnchorError(
             f"no statement puts requests into self.{QUEUE} (append, extend, insert, +=, ...) "
@@ -462,12 +468,13 @@ def _is_named(node: ast.expr) -> bool:
     return isinstance(node, ast.Name)
 
 
-def _entry_statements(tree: cst.Module) -> list[tuple[cst.SimpleStatementLine, Entry]]:
+def _entry_statements(
+    tree: cst.Module, module: ast.Module, model: InflightModel | None
+) -> list[tuple[cst.SimpleStatementLine, Entry]]:
     """The simple statements that put requests into the queue, found by the checker's own
-    model (so a keep inside the inflight function is not one), each with its entry."""
-    # parsed as the checker parses it: the same text gives the same tree, whose model is kept
-    module = parse_module(source_of(tree), PREFILL_PATH)
-    model = analyse(module)
+    model (so a keep inside the inflight function is not one), each with its entry.
+    ``module``: the whole text parsed as the checker parses it (``Command.checked``: the same
+    text gives the same tree, whose ``model`` the run keeps)."""
     if model is None:
         raise AnchorError(f"no {FUNCTION}()")
     wanted: dict[tuple[str, str], list[Entry]] = {}
@@ -549,7 +556,3 @@ def _poll_statement(function: cst.FunctionDef) -> cst.BaseStatement:
             f"{FUNCTION}() has {len(polls)} poll_and_all_reduce*() calls, expected one"
         )
     return enclosing_statement(function, polls[0])
-
-
-# The LibCST codemod commands (python -m libcst.tool codemod), built on first use: command.py
-__getattr__, __dir__ = commands(__name__, InflightDeadline=InflightDeadlineTransform)

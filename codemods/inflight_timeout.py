@@ -19,6 +19,7 @@ In both, 0 (or less) turns the deadline off.
 from __future__ import annotations
 
 import argparse
+import ast
 
 import libcst as cst
 
@@ -33,7 +34,7 @@ from pdguard.sglang_names import (
 from pdguard.sglang_names import INFLIGHT_TIMEOUT_ENV as ENV_VAR
 
 from .anchors import AnchorError, marker
-from .command import Transform, commands
+from .command import Command
 from .holes import Scope
 from .insertion import StatementEdit, apply_edits, parse_statements
 from .isort_imports import ImportRequest, reference_to, top_level_bindings
@@ -67,12 +68,15 @@ def registry_read(module: cst.Module) -> tuple[str, list[ImportRequest]]:
     return f"{ENVIRON_OBJECT}.{ENV_VAR}.get()", [ImportRequest(ENVIRON_MODULE, ENVIRON_OBJECT)]
 
 
-def reader_setting(module: cst.Module) -> tuple[dict[str, str], list[ImportRequest]]:
-    """The names the ``get_int_env_var`` reader is written with, and the imports it needs."""
+def reader_setting(
+    module: cst.Module, checked: ast.Module
+) -> tuple[dict[str, str], list[ImportRequest]]:
+    """The names the ``get_int_env_var`` reader is written with in ``module`` (``checked``:
+    its whole text parsed with ``ast``), and the imports it needs."""
     imports: list[ImportRequest] = []
     names: dict[str, str] = {}
     for key, origin, attr in (("get_int_env_var", UTILS_MODULE, "get_int_env_var"),):
-        existing = reference_to(module, origin, attr)
+        existing = reference_to(checked, origin, attr)
         if existing is None:
             if attr in top_level_bindings(module):
                 raise AnchorError(f"`{attr}` is bound to something else than {origin}'s")
@@ -82,7 +86,7 @@ def reader_setting(module: cst.Module) -> tuple[dict[str, str], list[ImportReque
     return names, imports
 
 
-class InflightTimeoutEntryTransform(Transform):
+class InflightTimeoutEntry(Command):
     DESCRIPTION: str = (
         "Add SGLANG_DISAGGREGATION_INFLIGHT_TIMEOUT to SGLang's env registry (environ.py), "
         "next to its sibling timeouts and of their type."
@@ -137,6 +141,3 @@ def _entry_type(stmt: cst.BaseStatement, name: str) -> str | None:
     ):
         return assign.value.func.value
     return None
-
-
-__getattr__, __dir__ = commands(__name__, InflightTimeoutEntry=InflightTimeoutEntryTransform)

@@ -21,13 +21,13 @@ from functools import cache
 from typing import TYPE_CHECKING
 
 import libcst as cst
+from libcst.codemod import CodemodContext
 
 from pdguard.checks.bindings import bindings_in_force, imported_as
 from pdguard.checks.nodes import walk
-from pdguard.checks.project import parse_module
 
 from .anchors import AnchorError, is_docstring
-from .command import Transform, commands, source_of
+from .command import Command
 from .holes import Scope
 from .insertion import Statement
 
@@ -148,15 +148,16 @@ def top_level_bindings(module: cst.Module) -> dict[str, tuple[str, str | None]]:
     return bound
 
 
-def reference_to(module: cst.Module, module_name: str, attr: str) -> str | None:
-    """How code in ``module`` can spell ``module_name.attr`` with the imports it has, if any.
+def reference_to(checked: ast.Module, module_name: str, attr: str) -> str | None:
+    """How code in ``checked`` (a module's whole text parsed with ``ast``: ``Command.checked``,
+    ``Workspace.ast``) can spell ``module_name.attr`` with the imports it has, if any.
 
     ``import time`` gives ``time.monotonic``, ``import time as _t`` gives ``_t.monotonic`` and
     ``from time import monotonic as mono`` gives ``mono``. Only a binding still in force at
     module level counts: after ``import time`` and then ``from datetime import time``, ``time``
     is datetime's.
     """
-    in_force = _in_force(module)
+    in_force = bindings_in_force(checked.body)
     found = None
     for local, stmt in in_force.items():
         bound = imported_as(local, stmt)
@@ -167,16 +168,17 @@ def reference_to(module: cst.Module, module_name: str, attr: str) -> str | None:
     return found
 
 
-def spelling(module: cst.Module, module_name: str, attr: str) -> tuple[str, ImportRequest | None]:
-    """How to spell ``module_name.attr`` in ``module``, and the import to add for it, if any:
-    a binding in force is reused; otherwise ``import module_name``, or, where that name is
-    already bound to something else (``from datetime import time``), an import under a free
-    alias (``import time as _time``), so that neither the module's code nor ours breaks."""
-    existing = reference_to(module, module_name, attr)
+def spelling(checked: ast.Module, module_name: str, attr: str) -> tuple[str, ImportRequest | None]:
+    """How to spell ``module_name.attr`` in the module ``checked`` (parsed with ``ast``), and
+    the import to add for it, if any: a binding in force is reused; otherwise ``import
+    module_name``, or, where that name is already bound to something else (``from datetime
+    import time``), an import under a free alias (``import time as _time``), so that neither
+    the module's code nor ours breaks."""
+    existing = reference_to(checked, module_name, attr)
     if existing is not None:
         return existing, None
     local = module_name.split(".")[0]
-    taken = names_used(module)
+    taken = names_used(checked)
     if local not in taken:
         return f"{module_name}.{attr}", ImportRequest(module_name)
     for alias in (f"_{local}", f"_{local}_module", f"_pdguard_{local}"):
@@ -186,28 +188,25 @@ def spelling(module: cst.Module, module_name: str, attr: str) -> tuple[str, Impo
 
 
 def name_spelling(
-    module: cst.Module, module_name: str, name: str
+    checked: ast.Module, module_name: str, name: str
 ) -> tuple[str, ImportRequest | None]:
-    """How to name ``module_name.name`` (a class, ``typing.Optional``) in ``module``: a
+    """How to name ``module_name.name`` (a class, ``typing.Optional``) in the module
+    ``checked`` (parsed with ``ast``): a
     binding in force is reused, else ``from module_name import name`` where that name is free,
     else as ``spelling`` gives it."""
-    existing = reference_to(module, module_name, name)
+    existing = reference_to(checked, module_name, name)
     if existing is not None:
         return existing, None
-    if name not in names_used(module):
+    if name not in names_used(checked):
         return name, ImportRequest(module_name, name)
-    return spelling(module, module_name, name)
+    return spelling(checked, module_name, name)
 
 
-def _in_force(module: cst.Module) -> dict[str, ast.stmt]:
-    return bindings_in_force(_ast_of(module).body)
-
-
-def names_used(module: cst.Module) -> set[str]:
-    """Every identifier the module binds or reads anywhere (a name we bind must clash with
-    none of them)."""
+def names_used(checked: ast.Module) -> set[str]:
+    """Every identifier the module ``checked`` (parsed with ``ast``) binds or reads anywhere
+    (a name we bind must clash with none of them)."""
     names: set[str] = set()
-    for node in walk(_ast_of(module)):
+    for node in walk(checked):
         if isinstance(node, ast.Name):
             names.add(node.id)
         elif isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
@@ -217,13 +216,6 @@ def names_used(module: cst.Module) -> set[str]:
         elif isinstance(node, ast.alias):
             names.add((node.asname or node.name).split(".")[0])
     return names
-
-
-def _ast_of(module: cst.Module) -> ast.Module:
-    """Parsed as the checker parses it (the same text gives the same tree); the text is the
-    one the module was parsed from where known: generating a large module's code again for
-    each name asked about costs more than parsing it."""
-    return parse_module(source_of(module), "<module>")
 
 
 def _sorts_before(new_line: str, existing: cst.SimpleStatementLine, config: isort.Config) -> bool:
@@ -262,7 +254,7 @@ def _blank() -> cst.EmptyLine:
     return cst.EmptyLine(indent=False)
 
 
-class AddIsortedImportsTransform(Transform):
+class AddIsortedImports(Command):
     """Add the imports a generated snippet needs, at the positions isort would give them."""
 
     DESCRIPTION: str = __doc__ or ""
@@ -279,9 +271,11 @@ class AddIsortedImportsTransform(Transform):
 
     def __init__(
         self,
+        context: CodemodContext,
         imports: Sequence[ImportRequest | str],
         isort_config: isort.Config | None = None,
     ) -> None:
+        super().__init__(context)
         self.requests = import_requests(imports)
         self.isort_config = isort_config
 
@@ -386,7 +380,3 @@ class AddIsortedImportsTransform(Transform):
         rendered = isort.code(cst.Module(body=[merged]).code, config=self.config)
         new_stmt = cst.parse_statement(rendered)
         return new_stmt.with_changes(leading_lines=stmt.leading_lines)
-
-
-# The LibCST codemod commands (python -m libcst.tool codemod), built on first use: command.py
-__getattr__, __dir__ = commands(__name__, AddIsortedImports=AddIsortedImportsTransform)

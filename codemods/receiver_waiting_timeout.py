@@ -27,6 +27,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 import libcst as cst
+from libcst.codemod import CodemodContext
 
 from pdguard.fix_names import RECEIVER_WAITING_TIMEOUT as FIX
 from pdguard.fix_names import RECEIVER_WAITING_TIMEOUT_ATTR as WAITING_TIMEOUT_ATTR
@@ -51,11 +52,11 @@ from .anchors import (
     marker,
     sole,
 )
-from .command import ClassTransform, Transform, commands
+from .command import ClassCommand, Command
 from .holes import Scope
 from .insertion import Statement, StatementEdit, apply_edits, parse_statements, simple_statements
 from .isort_imports import (
-    AddIsortedImportsTransform,
+    AddIsortedImports,
     ImportRequest,
     add_import_args,
     import_requests,
@@ -169,13 +170,13 @@ def _is_docstring(stmt: cst.CSTNode) -> bool:
     return expr is not None and isinstance(expr.value, cst.SimpleString)
 
 
-class ReceiverWaitingTimeoutTransform(ClassTransform):
+class ReceiverWaitingTimeout(ClassCommand):
     DESCRIPTION: str = "Give a KV receiver a waiting timeout once its KV indices are sent."
     METHODS = ("__init__", "poll")
 
     @staticmethod
     def add_args(arg_parser: argparse.ArgumentParser) -> None:
-        ClassTransform.add_args(arg_parser)
+        ClassCommand.add_args(arg_parser)
         arg_parser.add_argument("--check", dest="check", choices=["status", "final"])
         arg_parser.add_argument("--send-method", dest="send_method", default="init")
         arg_parser.add_argument(
@@ -192,6 +193,7 @@ class ReceiverWaitingTimeoutTransform(ClassTransform):
 
     def __init__(
         self,
+        context: CodemodContext,
         class_name: str,
         check: str = "status",
         send_method: str = "init",
@@ -204,6 +206,7 @@ class ReceiverWaitingTimeoutTransform(ClassTransform):
         manager_class: str | None = None,
         latch: bool = False,
     ) -> None:
+        super().__init__(context)
         self.class_name = class_name
         # the timeout read once in this manager's decode branch (else in each receiver)
         self.manager_class = manager_class
@@ -230,7 +233,7 @@ class ReceiverWaitingTimeoutTransform(ClassTransform):
 
     def transform_module_impl(self, tree: cst.Module) -> cst.Module:
         # time.time(), as upstream's receivers measure it; the module's own spelling of it.
-        self.clock, time_import = spelling(tree, "time", "time")
+        self.clock, time_import = spelling(self.checked(tree), "time", "time")
         imports = [*self.imports, *([time_import] if time_import else [])]
         edits = [self._init(tree), self._stamp(tree), self._poll(tree)]
         if self.manager_class is not None:
@@ -238,7 +241,7 @@ class ReceiverWaitingTimeoutTransform(ClassTransform):
         if self.latch:
             edits.append(self._latch_first(tree))
         tree = apply_edits(tree, edits)
-        return AddIsortedImportsTransform(imports, self.isort_config).transform_module(tree)
+        return AddIsortedImports(self.context, imports, self.isort_config).transform_module(tree)
 
     def _init(self, tree: cst.Module) -> tuple[cst.CSTNode, StatementEdit]:
         config = tree.config_for_parsing
@@ -433,7 +436,7 @@ def _assigns(stmt: cst.BaseStatement, name: str) -> bool:
     )
 
 
-class NixlHeartbeatRoomsTransform(Transform):
+class NixlHeartbeatRooms(Command):
     """The NIXL decode heartbeat of 0.5.3 - 0.5.5.post3 forgets, on every healthy probe, each
     tracked room that has not received a chunk yet, and on a node failure fails only the rooms
     that have: a room still waiting for its first chunk is never failed. This ports 0.5.6's
@@ -447,7 +450,8 @@ class NixlHeartbeatRoomsTransform(Transform):
         arg_parser.add_argument("--manager", dest="manager_class", required=True)
         arg_parser.add_argument("--receiver", dest="receiver_class", required=True)
 
-    def __init__(self, manager_class: str, receiver_class: str) -> None:
+    def __init__(self, context: CodemodContext, manager_class: str, receiver_class: str) -> None:
+        super().__init__(context)
         self.manager_class = manager_class
         self.receiver_class = receiver_class
 
@@ -564,11 +568,3 @@ class NixlHeartbeatRoomsTransform(Transform):
             _DONE.format(marker=marker(FIX), tracker=ROOMS_TRACKER), tree.config_for_parsing
         )
         return first, StatementEdit(before=new)
-
-
-# The LibCST codemod commands (python -m libcst.tool codemod), built on first use: command.py
-__getattr__, __dir__ = commands(
-    __name__,
-    ReceiverWaitingTimeout=ReceiverWaitingTimeoutTransform,
-    NixlHeartbeatRooms=NixlHeartbeatRoomsTransform,
-)

@@ -25,12 +25,14 @@ from __future__ import annotations
 import argparse
 
 import libcst as cst
+import libcst.matchers as m
+from libcst.codemod import CodemodContext
 
 from pdguard.fix_names import SENDER_ABORT as FIX
 from pdguard.sglang_names import KVPOLL
 
 from .anchors import AnchorError, find_method, is_docstring, marker
-from .command import ClassTransform, commands
+from .command import ClassCommand
 from .insertion import StatementEdit, apply_edits, parse_method, parse_statements
 from .isort_imports import top_level_bindings
 
@@ -84,8 +86,21 @@ if {FAILURE_REASON} is not None:
 """
 
 
+# ``raise SomeError("a fixed text", ...)``, alone on its line
+_FIXED_RAISE = m.SimpleStatementLine(
+    body=[m.Raise(exc=m.Call(func=m.Name(), args=[m.ZeroOrMore(m.Arg(value=m.SimpleString()))]))]
+)
+
+
 def _code(node: cst.CSTNode) -> str:
     return cst.Module(body=[]).code_for_node(node)
+
+
+# ``states = [self.kv_mgr.agent.check_xfer_state(x) for x in self.xfer_handles]``
+_STATES = m.Assign(
+    targets=[m.AssignTarget(target=m.Name())],
+    value=m.ListComp(for_in=m.CompFor(iter=m.Attribute(value=m.Name("self")))),
+)
 
 
 def _posted_transfers(body: list[cst.CSTNode]) -> dict[str, str] | None:
@@ -102,17 +117,10 @@ def _posted_transfers(body: list[cst.CSTNode]) -> dict[str, str] | None:
                 ended.extend(_compared_strings(stmt.test, states))
             continue
         small = stmt.body[0]
-        if (
-            listcomp is None
-            and isinstance(small, cst.Assign)
-            and len(small.targets) == 1
-            and isinstance(small.targets[0].target, cst.Name)
-            and isinstance(small.value, cst.ListComp)
-            and isinstance(small.value.for_in.iter, cst.Attribute)
-            and isinstance(small.value.for_in.iter.value, cst.Name)
-            and small.value.for_in.iter.value.value == "self"
-        ):
-            listcomp, states = small.value, small.targets[0].target.value
+        if listcomp is None and m.matches(small, _STATES):
+            assign = cst.ensure_type(small, cst.Assign)
+            listcomp = cst.ensure_type(assign.value, cst.ListComp)
+            states = cst.ensure_type(assign.targets[0].target, cst.Name).value
     if listcomp is None or len(ended) < 2:
         return None
     return {
@@ -123,37 +131,35 @@ def _posted_transfers(body: list[cst.CSTNode]) -> dict[str, str] | None:
     }
 
 
+# ``all([...])`` or ``any(...)`` of one comprehension, and its ``x == "DONE"``
+_ALL_OR_ANY = m.Call(
+    func=m.Name("all") | m.Name("any"), args=[m.Arg(value=m.ListComp() | m.GeneratorExp())]
+)
+_EQUALS_STRING = m.Comparison(
+    comparisons=[m.ComparisonTarget(operator=m.Equal(), comparator=m.SimpleString())]
+)
+
+
 def _compared_strings(test: cst.BaseExpression, states: str) -> list[str]:
     """The string literals ``all([x == "DONE" for x in states])``-like tests compare the
     states with (``if all(...)``, ``if any(...)``)."""
-    if not (
-        isinstance(test, cst.Call)
-        and isinstance(test.func, cst.Name)
-        and test.func.value in ("all", "any")
-        and len(test.args) == 1
-        and isinstance(test.args[0].value, cst.ListComp | cst.GeneratorExp)
-    ):
+    if not m.matches(test, _ALL_OR_ANY):
         return []
-    comp = test.args[0].value
-    iterated = comp.for_in.iter
-    elt = comp.elt
-    if not (isinstance(iterated, cst.Name) and iterated.value == states):
+    comp = cst.ensure_type(test, cst.Call).args[0].value
+    assert isinstance(comp, cst.ListComp | cst.GeneratorExp)
+    if not m.matches(comp.for_in.iter, m.Name(states)) or not m.matches(comp.elt, _EQUALS_STRING):
         return []
-    if not (isinstance(elt, cst.Comparison) and len(elt.comparisons) == 1):
-        return []
-    right = elt.comparisons[0].comparator
-    if isinstance(elt.comparisons[0].operator, cst.Equal) and isinstance(right, cst.SimpleString):
-        return [right.value]
-    return []
+    right = cst.ensure_type(comp.elt, cst.Comparison).comparisons[0].comparator
+    return [cst.ensure_type(right, cst.SimpleString).value]
 
 
-class SenderAbortTransform(ClassTransform):
+class SenderAbort(ClassCommand):
     DESCRIPTION: str = "Make a KV sender's poll() report Failed once abort() is called."
     METHODS = ("__init__", "poll", "failure_exception")
 
     @staticmethod
     def add_args(arg_parser: argparse.ArgumentParser) -> None:
-        ClassTransform.add_args(arg_parser)
+        ClassCommand.add_args(arg_parser)
         arg_parser.add_argument(
             "--no-init-state",
             dest="init_state",
@@ -181,12 +187,14 @@ class SenderAbortTransform(ClassTransform):
 
     def __init__(
         self,
+        context: CodemodContext,
         class_name: str,
         init_state: bool = True,
         check_first: bool = True,
         add_abort: bool = True,
         read_record: bool = False,
     ) -> None:
+        super().__init__(context)
         self.class_name = class_name
         self.init_state = init_state
         self.check_first = check_first
@@ -250,32 +258,21 @@ class SenderAbortTransform(ClassTransform):
         if body and is_docstring(body[0]):
             body = body[1:]
         last = body[-1] if body else None
-        fixed = (
-            last.body[0].exc
-            if isinstance(last, cst.SimpleStatementLine)
-            and len(last.body) == 1
-            and isinstance(last.body[0], cst.Raise)
-            else None
-        )
-        if (
-            last is None
-            or not isinstance(fixed, cst.Call)
-            or not isinstance(fixed.func, cst.Name)
-            or not all(isinstance(a.value, cst.SimpleString) for a in fixed.args)
-        ):
+        if last is None or not m.matches(last, _FIXED_RAISE):
             raise AnchorError(
                 f"{self.class_name}.failure_exception() does not end by raising a fixed text"
             )
         if KV_TRANSFER_ERROR in top_level_bindings(tree):
             error = f"{KV_TRANSFER_ERROR}(self.bootstrap_room, {FAILURE_REASON})"
         else:
-            error = f"{fixed.func.value}({FAILURE_REASON})"
+            raised = cst.ensure_type(
+                cst.ensure_type(last, cst.SimpleStatementLine).body[0], cst.Raise
+            )
+            call = cst.ensure_type(raised.exc, cst.Call)
+            error = f"{cst.ensure_type(call.func, cst.Name).value}({FAILURE_REASON})"
         config = tree.config_for_parsing
         take = parse_statements(_TAKE_RECORD.format(marker=marker(FIX)), config)
         raise_ = parse_statements(_RAISE_RECORD.format(marker=marker(FIX), error=error), config)
         if body[0] is last:
             return [(last, StatementEdit(before=[*take, *raise_]))]
         return [(body[0], StatementEdit(before=take)), (last, StatementEdit(before=raise_))]
-
-
-__getattr__, __dir__ = commands(__name__, SenderAbort=SenderAbortTransform)

@@ -25,6 +25,7 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, TypeVar
 
 import libcst as cst
+from libcst.codemod import CodemodContext
 
 from pdguard.checks.nodes import HOLDS_STATEMENTS, children, first_line, statement_walk, walk
 from pdguard.fix_names import SENDER_BOOTSTRAP_TIMEOUT as FIX
@@ -45,11 +46,11 @@ from .anchors import (
     is_name,
     marker,
 )
-from .command import ClassTransform, Transform, commands
+from .command import ClassCommand, Command
 from .holes import Scope
 from .insertion import Statement, StatementEdit, apply_edits, parse_statements
 from .isort_imports import (
-    AddIsortedImportsTransform,
+    AddIsortedImports,
     ImportRequest,
     add_import_args,
     import_requests,
@@ -170,13 +171,13 @@ def _check_status_returns(poll: cst.FunctionDef) -> list[cst.SimpleStatementLine
     ]
 
 
-class SenderBootstrapTimeoutTransform(ClassTransform):
+class SenderBootstrapTimeout(ClassCommand):
     DESCRIPTION: str = "Let a KV sender's bootstrap timeout fire while it reports Bootstrapping."
     METHODS = ("__init__", "init", "poll")
 
     @staticmethod
     def add_args(arg_parser: argparse.ArgumentParser) -> None:
-        ClassTransform.add_args(arg_parser)
+        ClassCommand.add_args(arg_parser)
         arg_parser.add_argument("--no-init-time", dest="set_init_time", action="store_false")
         arg_parser.add_argument("--no-check", dest="add_check", action="store_false")
         arg_parser.add_argument("--check", dest="check_style", choices=["helper", "inline"])
@@ -187,6 +188,7 @@ class SenderBootstrapTimeoutTransform(ClassTransform):
 
     def __init__(
         self,
+        context: CodemodContext,
         class_name: str,
         set_init_time: bool = True,
         add_check: bool = True,
@@ -197,6 +199,7 @@ class SenderBootstrapTimeoutTransform(ClassTransform):
         imports: Sequence[ImportRequest | str] = (),
         isort_config: isort.Config | None = None,
     ) -> None:
+        super().__init__(context)
         self.class_name = class_name
         self.set_init_time = set_init_time
         self.add_check = add_check
@@ -212,7 +215,7 @@ class SenderBootstrapTimeoutTransform(ClassTransform):
     def transform_module_impl(self, tree: cst.Module) -> cst.Module:
         # time.time(), as _check_bootstrap_timeout() and Mooncake measure it; reuse the
         # module's own spelling of it.
-        self.clock, time_import = spelling(tree, "time", "time")
+        self.clock, time_import = spelling(self.checked(tree), "time", "time")
         imports = [*self.imports, *([time_import] if time_import else [])]
         edits: list[tuple[cst.CSTNode, StatementEdit]] = []
         if self.add_check:
@@ -221,7 +224,7 @@ class SenderBootstrapTimeoutTransform(ClassTransform):
             edits.append(self._set_init_time(tree))
             edits.extend(self._restarts_in_init(tree))
         tree = apply_edits(tree, edits)
-        return AddIsortedImportsTransform(imports, self.isort_config).transform_module(tree)
+        return AddIsortedImports(self.context, imports, self.isort_config).transform_module(tree)
 
     # -- __init__ ---------------------------------------------------------------------------
 
@@ -403,7 +406,7 @@ def may_raise_default(module: ast.Module, env: str, text: str) -> bool:
     return False
 
 
-class RaiseBootstrapTimeoutDefaultTransform(Transform):
+class RaiseBootstrapTimeoutDefault(Command):
     DESCRIPTION: str = (
         "Raise SGLANG_DISAGGREGATION_BOOTSTRAP_TIMEOUT's default below 300 s to 300 s "
         "(upstream's from 0.4.9.post1; the clock starts at the sender's creation)."
@@ -413,7 +416,8 @@ class RaiseBootstrapTimeoutDefaultTransform(Transform):
     def add_args(arg_parser: argparse.ArgumentParser) -> None:
         arg_parser.add_argument("--env", required=True, help="the variable's name")
 
-    def __init__(self, env: str) -> None:
+    def __init__(self, context: CodemodContext, env: str) -> None:
+        super().__init__(context)
         self.env = env
         self.raised = 0
 
@@ -429,7 +433,7 @@ class _DefaultRaiser(cst.CSTTransformer):
     """``get_int_env_var("<env>", N)`` with N below the raised default: N raised, and the
     statement that holds it marked."""
 
-    def __init__(self, command: RaiseBootstrapTimeoutDefaultTransform) -> None:
+    def __init__(self, command: RaiseBootstrapTimeoutDefault) -> None:
         self.command = command
         self.pending = 0
 
@@ -503,7 +507,7 @@ def consensus_assert(function: cst.FunctionDef) -> tuple[cst.SimpleStatementLine
     return None
 
 
-class PPBootstrapConsensusTransform(Transform):
+class PPBootstrapConsensus(Command):
     DESCRIPTION: str = (
         "PP: a later stage fails a request the stage before ended that it still polls "
         "Bootstrapping, instead of asserting (pop_bootstrapped, 0.5.2 - 0.5.6)."
@@ -527,12 +531,3 @@ class PPBootstrapConsensusTransform(Transform):
         code = _PP_BOOTSTRAPPING.format(marker=marker(FIX), poll=poll)
         new = parse_statements(code, tree.config_for_parsing)
         return apply_edits(tree, [(stmt, StatementEdit(before=new))])
-
-
-# The LibCST codemod commands (python -m libcst.tool codemod), built on first use: command.py
-__getattr__, __dir__ = commands(
-    __name__,
-    SenderBootstrapTimeout=SenderBootstrapTimeoutTransform,
-    RaiseBootstrapTimeoutDefault=RaiseBootstrapTimeoutDefaultTransform,
-    PPBootstrapConsensus=PPBootstrapConsensusTransform,
-)

@@ -728,6 +728,7 @@ def export(tree: DirectoryTree, out: Path) -> list[Exported]:
     and so on; the commits made, in order. Nothing is written when a fix is refused."""
     from .commands.apply import plan, write
     from .fixes import FIXES, Status
+    from .run import Run
     from .tree import open_tree
 
     root = checkout_root(tree)
@@ -740,7 +741,8 @@ def export(tree: DirectoryTree, out: Path) -> list[Exported]:
         _git(repo, "add", "-A")
         _git(repo, "commit", "-q", "-m", "base", author=author)
         base = _git(repo, "rev-parse", "HEAD").strip()
-        whole = plan(open_tree(repo), markers=False)
+        run = Run()  # the export's one run: the steps share its parses and models
+        whole = plan(open_tree(repo), markers=False, run=run)
         package = repo / PACKAGE_ROOT
         final = {
             rel: whole.changes[rel].text if rel in whole.changes else (package / rel).read_text()
@@ -751,7 +753,7 @@ def export(tree: DirectoryTree, out: Path) -> list[Exported]:
         applied = [f for f in FIXES if whole.outcomes[f.name].status is Status.APPLIED]
         made: list[tuple[str, tuple[str, ...]]] = []
         for fix in applied:
-            step = plan(open_tree(repo), (fix,), markers=False)
+            step = plan(open_tree(repo), (fix,), markers=False, run=run)
             if step.refused:
                 raise RefusedError(step.refusal())
             if step.outcomes[fix.name].status is not Status.APPLIED or not step.changes:

@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 
 from .checks.nodes import first_line
 from .checks.segments import line_starts
+from .run import Run
 
 _PREFIX = re.compile(r"#\s*pdguard:\s*", re.I)
 _SEGMENT = re.compile(r"#\s*pdguard:", re.I)
@@ -55,7 +56,7 @@ class Suppressions:
         return codes is None or code in codes
 
 
-def _comments(text: str) -> Iterable[tuple[int, int, str]]:
+def _comments(text: str, run: Run | None) -> Iterable[tuple[int, int, str]]:
     """(line, col, comment) for each comment in ``text`` on a line that holds ``# pdguard:``.
 
     A line is tokenized from the first line of the innermost statement that holds it (its
@@ -67,7 +68,7 @@ def _comments(text: str) -> Iterable[tuple[int, int, str]]:
     candidates = sorted(
         {bisect.bisect_right(lines, match.start()) for match in _SEGMENT.finditer(text)}
     )
-    tree = _tree(text)
+    tree = _tree(text, run)
     if tree is None or "\r" in text.replace("\r\n", ""):
         yield from _all_comments(text, set(candidates))
         return
@@ -80,11 +81,11 @@ def _comments(text: str) -> Iterable[tuple[int, int, str]]:
         yield from found
 
 
-def _tree(text: str) -> ast.Module | None:
-    from .checks.project import parse_module  # parsed once per text: check parsed it already
+def _tree(text: str, run: Run | None) -> ast.Module | None:
+    from .checks.project import parse_module  # parsed once per text in a run: check parsed it
 
     try:
-        return parse_module(text, "<suppressions>")
+        return parse_module(text, "<suppressions>", run)
     except (SyntaxError, ValueError):
         return None
 
@@ -137,10 +138,10 @@ def _all_comments(text: str, wanted: set[int]) -> Iterable[tuple[int, int, str]]
         return  # a file that does not tokenize is reported as a parse error elsewhere
 
 
-def _segments(text: str) -> Iterable[tuple[int, int, str]]:
+def _segments(text: str, run: Run | None) -> Iterable[tuple[int, int, str]]:
     """Each ``# pdguard:`` part of each comment, also after another tool's comment on the same
     line (``# noqa: E501  # pdguard: ignore[PDG001]``): (line, col, the comment from there)."""
-    for line, col, comment in _comments(text):
+    for line, col, comment in _comments(text, run):
         for match in _SEGMENT.finditer(comment):
             yield line, col + match.start(), comment[match.start() :]
 
@@ -174,12 +175,13 @@ def _interpret(
     return frozenset(named), None
 
 
-def parse(text: str, known: Collection[str]) -> Suppressions:
-    """The suppressions in ``text``; ``known`` are the rule codes that exist."""
+def parse(text: str, known: Collection[str], run: Run | None = None) -> Suppressions:
+    """The suppressions in ``text``; ``known`` are the rule codes that exist; ``run``: the
+    run whose parsed trees are shared."""
     found = Suppressions()
     if "pdguard" not in text.lower():
         return found  # the usual case: no pdguard comment at all
-    for line, col, comment in _segments(text):
+    for line, col, comment in _segments(text, run):
         meaning = _interpret(comment, known)
         if meaning is None:
             continue

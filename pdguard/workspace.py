@@ -7,98 +7,26 @@ a fix is ``present`` or ``upstream`` needs ``ast`` only.
 from __future__ import annotations
 
 import ast
-import operator
-from collections import OrderedDict
-from functools import lru_cache, reduce
-from typing import TYPE_CHECKING, TypeVar
+from typing import TYPE_CHECKING
 
 from pdguard.checks.project import base_files, parse_module
 
 from .deep import deep_call
 from .errors import TargetError, does_not_parse
 from .fix_names import unmark
+from .run import Run, run_or_new
 from .sglang_names import DISAGGREGATION_DIR
 from .source_file import SourceFile
 from .tree import SourceTree
-
-_K = TypeVar("_K")
 
 if TYPE_CHECKING:
     from collections.abc import Iterable, Sequence
 
     import isort
     import libcst as cst
+    from libcst.codemod import CodemodContext
 
-    from pdguard.codemods.command import Transform
-
-# What transforms made of a text (or the AnchorError message they raised), by the text and their
-# keys, for the process: ``verify`` meets the same file in consecutive refs.
-_TRANSFORMED: OrderedDict[tuple[str, bool, tuple[str, ...]], tuple[bool, str]] = OrderedDict()
-# What they made of a hollowed text (holes named by content) when they read nothing else of the
-# module: another version of the file that differs only inside the holes gets it, filled.
-_HOLLOW_MADE: OrderedDict[tuple[str, tuple[str, ...]], tuple[bool, str]] = OrderedDict()
-_KEPT = 256
-
-
-def _keep(
-    cache: OrderedDict[_K, tuple[bool, str]], key: _K, value: tuple[bool, str]
-) -> tuple[bool, str]:
-    cache[key] = value
-    cache.move_to_end(key)
-    while len(cache) > _KEPT:
-        cache.popitem(last=False)
-    return value
-
-
-@lru_cache(maxsize=64)  # LibCST modules are large: verify meets hundreds of texts
-def _parse_cst(text: str) -> cst.Module:
-    from pdguard.codemods.command import parse
-
-    return parse(text)
-
-
-# Whether transforms that declare their scope run on the hollowed module (``codemods/holes``);
-# the tests turn it off to compare.
-HOLLOW = True
-
-
-def _transformed(
-    text: str, transforms: Sequence[Transform], keys: tuple[str, ...]
-) -> tuple[bool, str]:
-    """(True, the new text) or (False, the ``AnchorError`` message). Where every transform
-    declares its scope, they run on the hollowed module first; a result whose holes cannot
-    all be filled, or an ``AnchorError`` there, sends them to the whole module."""
-    from pdguard.codemods.holes import hollow, whole_reads
-
-    scopes = [s for s in (t.scope(text) for t in transforms) if s is not None] if HOLLOW else []
-    if scopes and len(scopes) == len(transforms):  # every transform says where it reaches
-        hollowed = hollow(text, reduce(operator.or_, scopes), by_content=True)
-        if hollowed is not None:
-            key = (hollowed.text, keys)
-            made = _HOLLOW_MADE.get(key)
-            if made is None:
-                reads = whole_reads()
-                made = _run(_parse_cst(hollowed.text), transforms)
-                if whole_reads() == reads:  # a function of the hollowed text and the keys
-                    _keep(_HOLLOW_MADE, key, made)
-            done, result = made
-            filled = hollowed.fill(result) if done else None
-            if filled is not None:
-                return True, filled
-    return _run(_parse_cst(text), transforms)
-
-
-def _run(module: cst.Module, transforms: Sequence[Transform]) -> tuple[bool, str]:
-    from pdguard.codemods.anchors import AnchorError
-    from pdguard.codemods.insertion import new_module
-
-    new_module()
-    try:
-        for transform in transforms:
-            module = transform.transform_module(module)
-    except AnchorError as exc:
-        return False, str(exc)
-    return True, module.code
+    from pdguard.codemods.command import Command
 
 
 class Workspace:
@@ -109,8 +37,9 @@ class Workspace:
     a later run recognises the code by what it does (``upstream``). The one place this is
     decided: every fix writes through ``transform``."""
 
-    def __init__(self, tree: SourceTree, *, markers: bool = True) -> None:
+    def __init__(self, tree: SourceTree, *, markers: bool = True, run: Run | None = None) -> None:
         self.tree = tree
+        self.run = run_or_new(run)
         self.markers = markers
         self.originals: dict[str, SourceFile] = {}
         self.current: dict[str, str] = {}
@@ -138,44 +67,39 @@ class Workspace:
     def ast(self, rel: str) -> ast.Module:
         text = self.text(rel)
         try:
-            return parse_module(text, rel)
+            return parse_module(text, rel, self.run)
         except (SyntaxError, ValueError) as exc:  # ValueError: a NUL byte, before 3.11.4
             raise does_not_parse(self.tree.display(rel), exc, text) from exc
 
     def module_statements(self, rel: str) -> cst.Module:
         """The module-level statements of ``rel`` with LibCST (each run of definitions is a
-        hole: ``codemods/holes``), for the import helpers (``top_level_bindings``,
-        ``spelling``), which read nothing else."""
-        from pdguard.codemods.command import with_source
-        from pdguard.codemods.holes import Scope, hollow
+        hole: ``codemods/holes``), for ``top_level_bindings``, which reads nothing else."""
+        from pdguard.codemods.runner import module_statements
 
         self.ast(rel)  # a clear error (file:line:col) for code that does not parse
-        text = self.text(rel)
-        hollowed = hollow(text, Scope(), by_content=True) if HOLLOW else None
-        if hollowed is None:
-            return _parse_cst(text)
-        # versions of the file with the same module-level statements share one parse; the
-        # module handed out is a copy of its own, whose source (``source_of``) is this text
-        return with_source(_parse_cst(hollowed.text).with_changes(), text)
+        return module_statements(self.run, self.text(rel))
 
-    def transform(self, rel: str, transforms: Sequence[Transform]) -> bool:
-        """Run ``transforms`` one after another on the current text of ``rel`` and keep the
-        result; whether the text changed. An ``AnchorError`` propagates and nothing changes.
-        The outcome is kept by text and the transforms' keys, so the same file in another ref
-        is neither parsed with LibCST nor transformed again."""
+    def context(self) -> CodemodContext:
+        """A ``CodemodContext`` of this run, to build a codemod with (``transform`` gives it
+        the file's own when it runs)."""
+        from pdguard.codemods.command import context_for
+
+        return context_for(self.run)
+
+    def transform(self, rel: str, commands: Sequence[Command]) -> bool:
+        """Run the codemods ``commands`` one after another on the current text of ``rel`` and
+        keep the result; whether the text changed. An ``AnchorError`` propagates and nothing
+        changes. The outcome is kept in the run by text and the codemods' keys
+        (``codemods.runner``), so the same file in another ref is neither parsed with LibCST
+        nor transformed again."""
         from pdguard.codemods.anchors import AnchorError
+        from pdguard.codemods.runner import transform
 
         text = self.text(rel)
-        keys = tuple(transform.key() for transform in transforms)
-        key = (text, HOLLOW, keys)
-        known = _TRANSFORMED.get(key)
-        if known is None:
-            self.ast(rel)  # a clear error (file:line:col) for code that does not parse
-            made = deep_call(self.tree.display(rel), lambda: _transformed(text, transforms, keys))
-            known = _keep(_TRANSFORMED, key, made)
-        else:
-            _TRANSFORMED.move_to_end(key)
-        done, result = known
+        self.ast(rel)  # a clear error (file:line:col) for code that does not parse
+        done, result = deep_call(
+            self.tree.display(rel), lambda: transform(self.run, rel, text, commands)
+        )
         if not done:
             raise AnchorError(result)
         if not self.markers:

@@ -18,7 +18,7 @@ from __future__ import annotations
 import ast
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
-from functools import cached_property, lru_cache
+from functools import cached_property
 
 from pdguard.sglang_names import (
     BOOTSTRAP_QUEUE,
@@ -1803,10 +1803,10 @@ def _cleared(stmt: ast.stmt) -> Iterator[str]:
                 yield str(first.value)
 
 
-@lru_cache(maxsize=16)  # by the tree's identity: check and the inflight fix read the same tree
 def analyse(module: ast.Module) -> InflightModel | None:
     """The model of ``prefill.py``; None without ``process_disagg_prefill_inflight_queue``.
-    The model is read, never changed, by its callers."""
+    The model is read, never changed, by its callers (a run keeps it by the tree:
+    ``checks.project.inflight_model``)."""
     index = _ModuleIndex(module)
     function = index.methods.get(FUNCTION)
     if function is None:

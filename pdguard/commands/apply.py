@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING
 from .. import config
 from ..errors import ParseError, RefusedError, TargetError, UsageError
 from ..fixes import FIXES, Fix, Outcome, Status
+from ..run import Run
 from ..sglang_names import DISAGGREGATION_DIR, INFLIGHT_TIMEOUT_ENV
 from ..source_file import SourceFile
 from ..tree import DirectoryTree, SourceTree
@@ -142,6 +143,7 @@ def plan(
     *,
     markers: bool = True,
     confirm: bool = False,
+    run: Run | None = None,
 ) -> ApplyResult:
     """Every fix's outcome and every file's new content; nothing is written. ``markers``: whether
     the new code carries the fixes' marker comments (``Workspace``).
@@ -153,11 +155,12 @@ def plan(
     (``--ignore FIX:Class``); check's findings on them are not held against the fixes. With
     ``confirm``, where something changes, the re-check also runs the patched code in
     simulate's sandbox (PDG009, as ``check --confirm``): a fix whose side the scenarios still
-    show unbounded is refused too."""
+    show unbounded is refused too. ``run``: the command's ``Run`` (a new one when None), whose
+    parsed trees and models the fixes and the re-check share."""
     from ..checks.project import parse_module
     from ..workspace import Workspace
 
-    workspace = Workspace(tree, markers=markers)
+    workspace = Workspace(tree, markers=markers, run=run)
     workspace.left_out = dict(left_out or {})
     chosen = {fix.name for fix in fixes}
     outcomes = {
@@ -170,7 +173,7 @@ def plan(
     changes = workspace.changed()
     for rel, new in changes.items():
         try:  # parsed once per text: the re-check reads the same tree
-            compile(parse_module(new.text, rel), rel, "exec", dont_inherit=True)
+            compile(parse_module(new.text, rel, workspace.run), rel, "exec", dont_inherit=True)
         except SyntaxError as exc:  # a bug in pdguard: never write it
             name = next(n for n, o in outcomes.items() if o.status is Status.APPLIED)
             outcomes[name] = Outcome(
@@ -179,7 +182,15 @@ def plan(
             return result
     proven = [f for f in fixes if outcomes[f.name].status in _PROVEN]
     excused = frozenset().union(*workspace.left_out.values())
-    _recheck(tree, changes, proven, outcomes, excused, confirm=confirm and bool(changes))
+    _recheck(
+        tree,
+        changes,
+        proven,
+        outcomes,
+        excused,
+        confirm=confirm and bool(changes),
+        run=workspace.run,
+    )
     if not result.refused:
         result.changes = changes
     return result
@@ -197,6 +208,7 @@ def _recheck(
     outcomes: dict[str, Outcome],
     excused: frozenset[str] = frozenset(),
     confirm: bool = False,
+    run: Run | None = None,
 ) -> None:
     """Run each fix's rules on the result, through check's own code path; a fix whose rules
     still report something is refused, naming the first finding. A finding on a class the
@@ -207,11 +219,11 @@ def _recheck(
         return
     from .check import check_project, load_project
 
-    project = load_project(tree)
+    project = load_project(tree, run)
     if changes:
         texts = dict(project.texts)
         texts.update({rel: new.text for rel, new in changes.items()})
-        project = type(project)(texts)
+        project = type(project)(texts, project.run)
     codes = sorted({code for fix in fixes for code in fix.rules})
     checked = tree
     if confirm:
@@ -461,13 +473,14 @@ def fix_before_check(args: argparse.Namespace) -> dict[str, list[Finding]]:
     quiet = args.quiet
     plans = []
     before: dict[str, list[Finding]] = {}
+    run_ = Run()
     for tree in trees:
         if not isinstance(tree, DirectoryTree):
             continue
         recover_journal(tree)
         try:
-            before[tree.label] = check_tree(tree, codes).findings
-            result = plan(tree, fixes)
+            before[tree.label] = check_tree(tree, codes, run_).findings
+            result = plan(tree, fixes, run=run_)
         except ParseError:
             before.pop(tree.label, None)
             continue  # reported below as a syntax error of the check
@@ -507,7 +520,7 @@ def would_fix(
 
 
 def repair(
-    tree: DirectoryTree, fixes: tuple[Fix, ...], result: ApplyResult
+    tree: DirectoryTree, fixes: tuple[Fix, ...], result: ApplyResult, run: Run | None = None
 ) -> tuple[ApplyResult, list[str]]:
     """The plan that restores the partly removed fixes of ``result`` (a refused plan), and one
     note per restored file; a RefusedError when it cannot be done safely."""
@@ -519,7 +532,7 @@ def repair(
     files = sorted({rel for rels in partial.values() for rel in rels})
     sources = {rel: pristine(tree, rel) for rel in files}
     restored = RestoredTree(tree.root, tree.base, {rel: d for rel, (d, _) in sources.items()})
-    again = plan(restored, fixes)
+    again = plan(restored, fixes, run=run)
     if again.refused:
         raise RefusedError(f"--repair: {again.refusal()}")
     originals = {}
@@ -566,11 +579,17 @@ def run(args: argparse.Namespace) -> int:
     dry_run = args.diff or args.check
     recover_journal(tree, dry_run=dry_run)
     fixes = select_fixes(args.select, args.ignore, settings.disabled_fixes)
+    run_ = Run()  # the command's one run, dropped when it returns
     result = plan(
-        tree, fixes, left_out_classes(args.ignore), markers=args.markers, confirm=args.confirm
+        tree,
+        fixes,
+        left_out_classes(args.ignore),
+        markers=args.markers,
+        confirm=args.confirm,
+        run=run_,
     )
     if result.refused and args.repair and isinstance(tree, DirectoryTree):
-        result, notes = repair(tree, fixes, result)
+        result, notes = repair(tree, fixes, result, run_)
         for note in notes:
             print(note, file=sys.stderr)
     if result.refused:

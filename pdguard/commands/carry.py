@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING
 
 from .. import __version__
 from ..errors import RefusedError, TargetError, UsageError
+from ..run import Run
 from .apply import ApplyResult, plan
 from .base import EXIT_OK, installed_checkout
 
@@ -86,7 +87,7 @@ def carry(repo_path: str, onto: str, branch: str, *, force: bool = False) -> Car
                 "that a worktree has checked out"
             )
     old = repo.git.rev_parse("--verify", "--quiet", head_name) if exists else ""
-    result = plan(tree)
+    result = plan(tree, run=Run())  # the command's one run
     if result.refused:
         raise RefusedError(result.refusal())
     if not result.changes:

@@ -22,6 +22,7 @@ from pdguard.docs import rule_url
 
 from .. import config, terminal
 from ..errors import ParseError, TargetError, UsageError, does_not_parse
+from ..run import Run
 from ..sglang_names import DISAGGREGATION_DIR, ENVIRON_PATH, MANAGERS_DIR
 from ..source_file import SourceFile
 from ..suppressions import SuppressionWarning
@@ -140,8 +141,8 @@ def syntax_result(tree: SourceTree, error: ParseError) -> CheckResult:
     return CheckResult(tree, [], 0, Project({}), errors=[finding])
 
 
-def load_project(tree: SourceTree) -> Project:
-    """The files the rules can need (text prefilter first), decoded."""
+def load_project(tree: SourceTree, run: Run | None = None) -> Project:
+    """The files the rules can need (text prefilter first), decoded; parsed in ``run``."""
     texts = {}
     others = {}
     for rel in [*tree.python_files(DISAGGREGATION_DIR), *tree.python_files(MANAGERS_DIR)]:
@@ -157,7 +158,7 @@ def load_project(tree: SourceTree) -> Project:
     data = tree.read_bytes(ENVIRON_PATH)  # the env registry, read as text (PDG005)
     if data is not None:
         texts[ENVIRON_PATH] = SourceFile.decode(ENVIRON_PATH, data).text
-    return Project(texts)
+    return Project(texts, run)
 
 
 def _parse_all(tree: SourceTree, project: Project) -> None:
@@ -172,8 +173,10 @@ def _parse_all(tree: SourceTree, project: Project) -> None:
             raise does_not_parse(tree.display(rel), exc, text) from exc
 
 
-def check_tree(tree: SourceTree, codes: Iterable[str] = checks.STATIC_CODES) -> CheckResult:
-    project = load_project(tree)
+def check_tree(
+    tree: SourceTree, codes: Iterable[str] = checks.STATIC_CODES, run: Run | None = None
+) -> CheckResult:
+    project = load_project(tree, run)
     _parse_all(tree, project)
     return check_project(tree, project, codes)
 
@@ -196,7 +199,8 @@ def check_project(
     except SyntaxError as exc:
         raise does_not_parse(tree.display(exc.filename or ""), exc) from exc
     suppressions = {
-        rel: parse_suppressions(text, checks.CODES) for rel, text in project.texts.items()
+        rel: parse_suppressions(text, checks.CODES, project.run)
+        for rel, text in project.texts.items()
     }
     kept = [f for f in found if not suppressions[f.path].suppresses(f.line, f.code)]
     warnings = [(rel, w) for rel, s in sorted(suppressions.items()) for w in s.warnings]
@@ -208,7 +212,7 @@ def suppression_warnings(project: Project) -> list[tuple[str, SuppressionWarning
     return [
         (rel, warning)
         for rel, text in sorted(project.texts.items())
-        for warning in parse_suppressions(text, checks.CODES).warnings
+        for warning in parse_suppressions(text, checks.CODES, project.run).warnings
     ]
 
 
@@ -633,11 +637,17 @@ def run(args: argparse.Namespace) -> int:
     before: dict[str, list[Finding]] | None = getattr(args, "fixed", None)
     store = cache.ResultCache() if cache.enabled(args) else None
     results = []
+    run_ = Run()  # the command's one run: every tree's parses and models are kept in it
     for tree in trees:
         try:
             results.append(
                 cache.check_tree_cached(
-                    tree, codes, store, compute=check_tree, load=load_project, result=CheckResult
+                    tree,
+                    codes,
+                    store,
+                    compute=lambda tree, codes: check_tree(tree, codes, run_),
+                    load=lambda tree: load_project(tree, run_),
+                    result=CheckResult,
                 )
             )
         except ParseError as exc:

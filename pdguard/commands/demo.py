@@ -17,6 +17,7 @@ from pathlib import Path
 
 from .. import terminal
 from ..errors import RefusedError, UsageError
+from ..run import Run
 from ..tree import open_tree
 from . import apply
 from .base import EXIT_OK, add_format, add_quiet
@@ -138,7 +139,7 @@ def _copies(args: argparse.Namespace, release: str, source: Path) -> int:
 def _demo(args: argparse.Namespace, release: str, source: Path, copy: Path, *, kept: bool) -> int:
     # the sglang package only (an installed one sits in site-packages beside others)
     shutil.copytree(source / "sglang", copy / "sglang", ignore=shutil.ignore_patterns("*.pyc"))
-    result = apply.plan(open_tree(copy))
+    result = apply.plan(open_tree(copy), run=Run())  # the command's one run
     written = not result.refused
     if written and result.changes:
         apply.write(result)

@@ -27,6 +27,7 @@ from pdguard.checks.project import Project
 from .. import terminal
 from ..errors import ConfigError, PdguardError, TargetError, UsageError
 from ..fixes import FIXES, Fix, Status
+from ..run import Run, run_or_new
 from ..tree import DirectoryTree, SourceTree
 
 if TYPE_CHECKING:
@@ -127,23 +128,27 @@ def repo_path(tree: SourceTree, rel: str) -> str:
     return rel if isinstance(tree, DirectoryTree) else tree.display(rel)
 
 
-def verify_tree(tree: SourceTree, ref: str, commit: str | None) -> RefReport:
+def verify_tree(
+    tree: SourceTree, ref: str, commit: str | None, run: Run | None = None
+) -> RefReport:
     """All fixes on one in-memory workspace (they touch different files), then one check of
-    the result for the rules of the fixes that applied."""
+    the result for the rules of the fixes that applied; in ``run`` (a new one when None),
+    which the refs a process verifies share."""
     from ..workspace import Workspace
 
-    result = check_tree(tree)
+    run = run_or_new(run)
+    result = check_tree(tree, run=run)
     report = RefReport(ref, commit, tree.sglang_version())
     report.findings = [finding_json(f, repo_path(tree, f.path)) for f in result.findings]
-    workspace = Workspace(tree)
+    workspace = Workspace(tree, run=run)
     applied = _plan_fixes(tree, workspace, report)
     changed = {rel: new.text for rel, new in workspace.changed().items()} if applied else {}
     if applied:
         texts = dict(result.project.texts)
         texts.update(changed)
-        _recheck(tree, Project(texts), applied, report)
+        _recheck(tree, Project(texts, run), applied, report)
     if CONFIRM:
-        _confirm(tree, changed, report)
+        _confirm(tree, changed, report, run)
     return report
 
 
@@ -151,7 +156,7 @@ def verify_tree(tree: SourceTree, ref: str, commit: str | None) -> RefReport:
 CONFIRM = False
 
 
-def _confirm(tree: SourceTree, changed: dict[str, str], report: RefReport) -> None:
+def _confirm(tree: SourceTree, changed: dict[str, str], report: RefReport, run: Run) -> None:
     """Run the ref's code (patched where a fix applies) in simulate's sandbox: a PDG009
     finding (the scenarios disagree with the static verdict) is added to the ref's findings,
     and the fix that answers for that side is drifted, with both witnesses in its note."""
@@ -160,7 +165,7 @@ def _confirm(tree: SourceTree, changed: dict[str, str], report: RefReport) -> No
     checked = confirm.OverlayTree(tree, changed) if changed else tree
     from .check import check_tree as check
 
-    result = check(checked, [*checks.STATIC_CODES, checks.CONFIRM_CODE])
+    result = check(checked, [*checks.STATIC_CODES, checks.CONFIRM_CODE], run)
     why = confirm.why_not_confirmed(result.project)
     if why is not None:
         report.notes["confirm"] = f"not confirmed: {why}"
@@ -211,7 +216,9 @@ def _recheck(tree: SourceTree, patched: Project, applied: list[Fix], report: Ref
             )
 
 
-def _verify_git_ref(repo_path: str, resolved: Resolved | None, ref: str) -> RefReport:
+def _verify_git_ref(
+    repo_path: str, resolved: Resolved | None, ref: str, run: Run | None = None
+) -> RefReport:
     """One ref's report (the commit and tree ``resolve_refs`` found for it, or None: it is
     resolved here); a ref that cannot be verified is an error row (``RefReport.error``)."""
     import git
@@ -223,7 +230,7 @@ def _verify_git_ref(repo_path: str, resolved: Resolved | None, ref: str) -> RefR
         repo = _worker_repo(repo_path)
         tree = open_git_tree(repo, ref, resolved)
         commit = tree.commit.hexsha
-        return verify_tree(tree, ref, commit)
+        return verify_tree(tree, ref, commit, run)
     except PdguardError as exc:
         return RefReport.errored(ref, commit, str(exc))
     except (git.GitError, ValueError, OSError) as exc:  # GitPython on a broken repository
@@ -247,7 +254,7 @@ def _worker_repo(repo_path: str) -> git.Repo:
     return _REPO[0][2]
 
 
-def _verify_release(version: str) -> RefReport:
+def _verify_release(version: str, run: Run | None = None) -> RefReport:
     """A published release: a pinned one (releases.toml's sha256), or any other version on the
     index (the wheel's sha256 checked against the one the index gives); the wheel is recorded
     in the report."""
@@ -270,7 +277,7 @@ def _verify_release(version: str) -> RefReport:
     except PdguardError as exc:  # not published, not verified: no wheel to record
         return RefReport.errored(version, None, str(exc))
     try:
-        report = verify_tree(open_tree(path), version, None)
+        report = verify_tree(open_tree(path), version, None, run)
     except PdguardError as exc:
         report = RefReport.errored(version, None, str(exc))
     wheel = wheel_of(path)
@@ -337,8 +344,9 @@ def run_parallel(
             return run_parallel(worker, jobs, processes, own)
     if (len(jobs) == 1 and not workers.started) or workers.size == 1:
         reports = []
+        run = Run()  # the refs of this process share one run
         for n, job in enumerate(jobs, 1):
-            reports.append(worker(*job))
+            reports.append(worker(*job, run=run))
             _progress(n, len(jobs))
         return reports
     pool, shared = workers.start()
@@ -458,6 +466,7 @@ def _lane(
     top (``top``) or its bottom, until none is left (or Ctrl-C stopped the run)."""
     shared = _SHARED[0]
     done: list[tuple[int, RefReport]] = []
+    run = Run()  # the lane's refs, met one after another, share one run
     while not shared[_STOP]:
         with shared.get_lock():
             low, high = shared[2 * segment], shared[2 * segment + 1]
@@ -465,7 +474,7 @@ def _lane(
                 break
             position = low if top else high
             shared[2 * segment + (0 if top else 1)] = low + 1 if top else high - 1
-        done.append((position, worker(*jobs[position])))
+        done.append((position, worker(*jobs[position], run=run)))
         with shared.get_lock():
             shared[_DONE] += 1
     return done

@@ -234,11 +234,12 @@ class DecodeQueueBoundFix(Fix):
 
     def _run_codemods(self, workspace: Workspace, plans: dict[str, _FilePlan]) -> None:
         from pdguard.codemods.anchors import AnchorError
-        from pdguard.codemods.decode_queue_bound import DecodeQueueBoundTransform
+        from pdguard.codemods.decode_queue_bound import DecodeQueueBound
 
         for rel, plan in sorted(plans.items()):
             plan.log = "logger" in bindings_in_force(workspace.ast(rel).body)
-            transform = DecodeQueueBoundTransform(
+            transform = DecodeQueueBound(
+                workspace.context(),
                 pending=plan.pending,
                 rids=plan.rids,
                 gate=plan.gate,

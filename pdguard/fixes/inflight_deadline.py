@@ -8,8 +8,8 @@ import re
 from typing import TYPE_CHECKING
 
 from pdguard.checks.classes import find_method
-from pdguard.checks.models.inflight import analyse
 from pdguard.checks.models.kv_senders import ClassIndex
+from pdguard.checks.project import inflight_model
 
 from .. import fix_names
 from ..sglang_names import (
@@ -32,6 +32,7 @@ from .sender_index import sender_index
 
 if TYPE_CHECKING:
     from ..checks import Project
+    from ..run import Run
     from ..workspace import Workspace
 
 FIX = fix_names.INFLIGHT_DEADLINE
@@ -248,7 +249,7 @@ def _reads_env(call: ast.Call) -> bool:
     )
 
 
-def _missing_pieces(tree: ast.Module, environ: ast.Module | None) -> list[str]:
+def _missing_pieces(tree: ast.Module, environ: ast.Module | None, run: Run) -> list[str]:
     """The parts of pdguard's fix that are not in ``tree`` (``prefill.py``) or, where the
     release reads its timeouts from its env registry, ``environ`` (``environ.py``)."""
     missing = []
@@ -269,7 +270,7 @@ def _missing_pieces(tree: ast.Module, environ: ast.Module | None) -> list[str]:
         for n in ast.walk(function)
     ):
         missing.append(f"the {HELPER}() call in {FUNCTION}()")
-    model = analyse(tree)
+    model = inflight_model(tree, run)
     unstamped = [e for e in model.unstamped() if e.line] if model is not None else []
     if unstamped:
         lines = ", ".join(str(e.line) for e in unstamped)
@@ -320,7 +321,7 @@ class InflightDeadline(Fix):
         ]
         if not marked:
             return None
-        missing = _missing_pieces(tree, environ)
+        missing = _missing_pieces(tree, environ, workspace.run)
         if missing:
             return Outcome(
                 Status.REFUSED,
@@ -335,7 +336,7 @@ class InflightDeadline(Fix):
         as PDG001 judges it: with what its fail action does in this tree's sender classes."""
         if _function(tree, FUNCTION) is None:
             return None  # refused by the next step
-        model = analyse(tree)
+        model = inflight_model(tree, workspace.run)
         valid = model.valid_checks(sender_index(workspace)) if model is not None else []
         if not valid:
             return None
@@ -432,8 +433,8 @@ class InflightDeadline(Fix):
         """Run the codemods: on ``prefill.py``, and on ``environ.py`` where the release reads
         its timeouts from its env registry."""
         from pdguard.codemods.anchors import AnchorError
-        from pdguard.codemods.inflight_deadline import InflightDeadlineTransform as Codemod
-        from pdguard.codemods.inflight_timeout import InflightTimeoutEntryTransform
+        from pdguard.codemods.inflight_deadline import InflightDeadline as Codemod
+        from pdguard.codemods.inflight_timeout import InflightTimeoutEntry
         from pdguard.codemods.isort_imports import top_level_bindings
 
         module = workspace.module_statements(PREFILL_PATH)
@@ -444,12 +445,13 @@ class InflightDeadline(Fix):
         reason, refused = self._senders(workspace)
         if refused is not None:
             return refused
-        model = analyse(workspace.ast(PREFILL_PATH))
+        model = inflight_model(workspace.ast(PREFILL_PATH), workspace.run)
         if model is None:
             return Outcome(Status.REFUSED, f"no {FUNCTION}() in {PREFILL_PATH}", PREFILL_PATH)
         environ_tree = _environ(workspace)
         style = convention(environ_tree)
         codemod = Codemod(
+            workspace.context(),
             convention=style,
             isort_config=workspace.isort_config(PREFILL_PATH),
             record=reason == _RECORD,
@@ -468,7 +470,7 @@ class InflightDeadline(Fix):
             and registry_entry(environ_tree, INFLIGHT_TIMEOUT_ENV) is None
         ):  # the timeout's entry next to its siblings (one already there is used as it is)
             try:
-                workspace.transform(ENVIRON_PATH, [InflightTimeoutEntryTransform()])
+                workspace.transform(ENVIRON_PATH, [InflightTimeoutEntry(workspace.context())])
             except AnchorError as exc:
                 workspace.set_text(PREFILL_PATH, prefill_before)  # all of the fix or nothing
                 return Outcome(Status.REFUSED, str(exc), ENVIRON_PATH)

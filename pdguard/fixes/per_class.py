@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Protocol, TypeVar
 from .base import Refused
 
 if TYPE_CHECKING:
-    from pdguard.codemods.command import Transform
+    from pdguard.codemods.command import Command
 
     from ..workspace import Workspace
 
@@ -33,7 +33,7 @@ E = TypeVar("E", bound=ClassEdit)
 def run_per_class(
     workspace: Workspace,
     edits: Iterable[E],
-    transforms_for: Callable[[E], Sequence[Transform]],
+    transforms_for: Callable[[E], Sequence[Command]],
 ) -> None:
     """Make every edit into ``workspace``: file by file in order of path, the transforms of the
     edits of one file in the order given (``transforms_for`` builds a class's). A codemod's

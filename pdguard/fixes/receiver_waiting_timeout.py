@@ -93,7 +93,7 @@ def decode_project(workspace: Workspace) -> Project:
     ]
     for rel in rels:
         workspace.ast(rel)  # a file that does not parse: the workspace's file:line:col error
-    return Project(workspace.project_texts(rels))
+    return Project(workspace.project_texts(rels), workspace.run)
 
 
 def failed_poll_raises(workspace: Workspace) -> int | None:
@@ -353,7 +353,7 @@ class ReceiverWaitingTimeoutFix(Fix):
             reader = env_reader(project, BOOTSTRAP_TIMEOUT_ENV)
             setting = _as_waiting_reader(reader[0]) if reader else None
         if reader is None or setting is None:
-            environ, os_import = spelling(module, "os", "environ")
+            environ, os_import = spelling(workspace.ast(edit.rel), "os", "environ")
             edit.timeout_setting = (
                 f'int({environ}.get("{WAITING_TIMEOUT_ENV}", "{DEFAULT_WAITING_TIMEOUT}"))'
             )
@@ -366,17 +366,18 @@ class ReceiverWaitingTimeoutFix(Fix):
             edit.imports = (ImportRequest(origin, name),)
 
     def _run_codemods(self, workspace: Workspace, edits: dict[str, _ClassEdit]) -> None:
-        from pdguard.codemods.command import Transform
+        from pdguard.codemods.command import Command
         from pdguard.codemods.receiver_waiting_timeout import (
-            NixlHeartbeatRoomsTransform,
-            ReceiverWaitingTimeoutTransform,
+            NixlHeartbeatRooms,
+            ReceiverWaitingTimeout,
         )
 
-        def transforms_for(edit: _ClassEdit) -> list[Transform]:
-            transforms: list[Transform] = []
+        def transforms_for(edit: _ClassEdit) -> list[Command]:
+            transforms: list[Command] = []
             if edit.timer:
                 transforms.append(
-                    ReceiverWaitingTimeoutTransform(
+                    ReceiverWaitingTimeout(
+                        workspace.context(),
                         class_name=edit.class_name,
                         check=edit.check,
                         send_method=edit.send_method,
@@ -392,7 +393,8 @@ class ReceiverWaitingTimeoutFix(Fix):
                 )
             if edit.heartbeat_manager:
                 transforms.append(
-                    NixlHeartbeatRoomsTransform(
+                    NixlHeartbeatRooms(
+                        workspace.context(),
                         manager_class=edit.heartbeat_manager,
                         receiver_class=edit.class_name,
                     )

@@ -211,11 +211,12 @@ class SenderAbortFix(Fix):
 
     def _run_codemods(self, workspace: Workspace, edits: dict[str, _ClassEdit]) -> None:
         """The codemod once per class to change, file by file, into ``workspace``."""
-        from pdguard.codemods.sender_abort import SenderAbortTransform
+        from pdguard.codemods.sender_abort import SenderAbort
 
-        def transforms_for(edit: _ClassEdit) -> list[SenderAbortTransform]:
+        def transforms_for(edit: _ClassEdit) -> list[SenderAbort]:
             return [
-                SenderAbortTransform(
+                SenderAbort(
+                    workspace.context(),
                     class_name=edit.class_name,
                     init_state=edit.init_state,
                     check_first=edit.check_first,

@@ -168,11 +168,12 @@ class SenderBootstrapTimeoutFix(Fix):
 
     def _run_codemods(self, workspace: Workspace, edits: dict[str, _ClassEdit]) -> None:
         """The codemod once per class to fix, file by file, into ``workspace``."""
-        from pdguard.codemods.sender_bootstrap_timeout import SenderBootstrapTimeoutTransform
+        from pdguard.codemods.sender_bootstrap_timeout import SenderBootstrapTimeout
 
-        def transforms_for(edit: _ClassEdit) -> list[SenderBootstrapTimeoutTransform]:
+        def transforms_for(edit: _ClassEdit) -> list[SenderBootstrapTimeout]:
             return [
-                SenderBootstrapTimeoutTransform(
+                SenderBootstrapTimeout(
+                    workspace.context(),
                     class_name=edit.class_name,
                     set_init_time=edit.set_init_time,
                     add_check=edit.add_check,
@@ -207,9 +208,9 @@ class SenderBootstrapTimeoutFix(Fix):
             for node in ast.walk(tree)
         ):
             return None
-        from pdguard.codemods.sender_bootstrap_timeout import PPBootstrapConsensusTransform
+        from pdguard.codemods.sender_bootstrap_timeout import PPBootstrapConsensus
 
-        workspace.transform(PREFILL_PATH, [PPBootstrapConsensusTransform()])
+        workspace.transform(PREFILL_PATH, [PPBootstrapConsensus(workspace.context())])
         return PREFILL_PATH
 
     def _raise_default(self, workspace: Workspace, edits: dict[str, _ClassEdit]) -> list[str]:
@@ -219,7 +220,7 @@ class SenderBootstrapTimeoutFix(Fix):
         memory. The files changed (the inline checks pdguard writes read the raised value)."""
         from pdguard.codemods.sender_bootstrap_timeout import (
             RAISED_DEFAULT,
-            RaiseBootstrapTimeoutDefaultTransform,
+            RaiseBootstrapTimeoutDefault,
             may_raise_default,
         )
 
@@ -231,7 +232,7 @@ class SenderBootstrapTimeoutFix(Fix):
                 workspace.ast(rel), BOOTSTRAP_TIMEOUT_ENV, workspace.text(rel)
             ):
                 continue
-            codemod = RaiseBootstrapTimeoutDefaultTransform(BOOTSTRAP_TIMEOUT_ENV)
+            codemod = RaiseBootstrapTimeoutDefault(workspace.context(), BOOTSTRAP_TIMEOUT_ENV)
             if workspace.transform(rel, [codemod]):
                 changed.append(rel)
         for edit in edits.values():
@@ -339,7 +340,7 @@ class SenderBootstrapTimeoutFix(Fix):
         module = workspace.module_statements(edit.rel)
         reader = index.timeout_reader()
         if reader is None:
-            environ, os_import = spelling(module, "os", "environ")
+            environ, os_import = spelling(workspace.ast(edit.rel), "os", "environ")
             edit.timeout_setting = f'int({environ}.get("{BOOTSTRAP_TIMEOUT_ENV}", "300"))'
             edit.imports = (os_import,) if os_import else ()
             return

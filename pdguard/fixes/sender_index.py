@@ -19,4 +19,4 @@ def sender_index(workspace: Workspace) -> ClassIndex:
     rels = workspace.files_containing(DISAGGREGATION_DIR, *SENDER_NEEDLES)
     for rel in rels:
         workspace.ast(rel)  # a file that does not parse: the workspace's file:line:col error
-    return Project(workspace.project_texts(rels)).classes
+    return Project(workspace.project_texts(rels), workspace.run).classes

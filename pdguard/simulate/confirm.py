@@ -15,12 +15,16 @@ from __future__ import annotations
 import ast
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from ..errors import LoadError, SimulationGap
 from ..sglang_names import DECODE_PATH, INFLIGHT_FUNCTION, PREFILL_PATH
 from ..tree import SourceTree
 from . import DECODE_SCENARIOS, NAMES, Row, SimulationReport
 from . import run as simulate
+
+if TYPE_CHECKING:
+    from pdguard.checks.project import Project
 
 CODE = "PDG009"
 PROCESS_DECODE_QUEUE = "process_decode_queue"
@@ -215,25 +219,24 @@ def side_of(path: str) -> Side | None:
     return next((side for side in SIDES if side.path == path), None)
 
 
-# the tree a Project was read from, where a command attached one (``attach``); the confirmation
-# of each, once a process
-_TREES: dict[int, SourceTree] = {}
-_CONFIRMED: dict[int, Confirmation] = {}
+# The tree a Project was read from, where a command attached one (``attach``), and its
+# confirmation, once: kept on the project itself (``Project.confirm_tree``,
+# ``Project.confirmation``), so they end with it.
 
 
-def attach(project: object, tree: SourceTree) -> None:
+def attach(project: Project, tree: SourceTree) -> None:
     """Run PDG009 on ``project`` against ``tree`` (every file of it, not only the rules')."""
-    _TREES[id(project)] = tree
+    project.confirm_tree = tree
 
 
-def confirmation_of(project: object, texts: dict[str, str]) -> Confirmation:
-    key = id(project)
-    if key not in _CONFIRMED:
-        _CONFIRMED[key] = confirm(_TREES.get(key) or TextTree(dict(texts)))
-    return _CONFIRMED[key]
+def confirmation_of(project: Project, texts: dict[str, str]) -> Confirmation:
+    if project.confirmation is None:
+        project.confirmation = confirm(project.confirm_tree or TextTree(dict(texts)))
+    found: Confirmation = project.confirmation
+    return found
 
 
-def why_not_confirmed(project: object) -> str | None:
+def why_not_confirmed(project: Project) -> str | None:
     """Why PDG009 could not run ``project``'s tree (None: it ran, or was not asked to)."""
-    found = _CONFIRMED.get(id(project))
+    found: Confirmation | None = project.confirmation
     return found.why_not if found is not None else None

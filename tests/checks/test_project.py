@@ -9,8 +9,8 @@ import textwrap
 
 import pytest
 
-from pdguard.checks import project
 from pdguard.checks.project import _parse_after, parse_module
+from pdguard.run import Run
 from pdguard.vendor_sglang import Release, fetch_release
 from tests.helpers import RELEASES
 
@@ -73,18 +73,21 @@ def test_a_new_text_reuses_what_comes_before_its_first_change(
     assert _reused(before, after) == reused
 
 
-def test_parse_module_keeps_the_last_text_of_each_path(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(project, "_LAST", {})
-    first = parse_module(BEFORE, "pkg/toy.py")
+def test_parse_module_keeps_the_last_text_of_each_path() -> None:
+    run = Run()
+    first = parse_module(BEFORE, "pkg/toy.py", run)
     changed = BEFORE.replace("    return LIMIT\n", "    return LIMIT + 2\n")
-    second = parse_module(changed, "pkg/toy.py")
+    second = parse_module(changed, "pkg/toy.py", run)
     assert second.body[1] is first.body[1]  # ``import os``, shared
     assert second.body[-1] is not first.body[-1]  # ``later``, parsed again
-    assert parse_module(changed, "pkg/toy.py") is second  # by text, once
-    other = parse_module(BEFORE.replace("import os", "import sys"), "pkg/other.py")
+    assert parse_module(changed, "pkg/toy.py", run) is second  # by text, once
+    other = parse_module(BEFORE.replace("import os", "import sys"), "pkg/other.py", run)
     assert not any(stmt is old for stmt in other.body for old in first.body)  # another path
+    # another run (another command) shares nothing; no run keeps nothing
+    assert parse_module(changed, "pkg/toy.py", Run()) is not second
+    assert parse_module(changed, "pkg/toy.py") is not parse_module(changed, "pkg/toy.py")
     with pytest.raises(SyntaxError) as raised:
-        parse_module(changed.replace("def later():", "def later(:"), "pkg/toy.py")
+        parse_module(changed.replace("def later():", "def later(:"), "pkg/toy.py", run)
     assert raised.value.filename == "pkg/toy.py" and raised.value.lineno == 17
 
 

@@ -1,6 +1,6 @@
-"""The codemods run both ways: as plain transforms inside ``pdguard apply``, which never imports
-``libcst.matchers`` or ``libcst.codemod``, and as LibCST codemod commands through
-``python -m libcst.tool codemod`` under their documented class paths (``codemods/command.py``)."""
+"""The codemods are plain LibCST codemod commands, defined at import time: ``pdguard apply`` runs
+them through a run (``codemods.runner``), ``python -m libcst.tool codemod`` under their
+documented class paths (``codemods/command.py``)."""
 
 from __future__ import annotations
 
@@ -15,6 +15,7 @@ import pytest
 from pdguard.fix_names import INFLIGHT_DEADLINE, SENDER_ABORT
 from pdguard.fixes import FIXES
 from tests.helpers import copy_release
+from pdguard.run import Run
 
 
 def _codemod(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
@@ -85,94 +86,132 @@ def test_a_fix_codemod_runs_through_libcst_tool_with_its_options(tmp_path: Path)
     assert "--no-init-time" in helped.stdout
 
 
-def test_the_commands_are_codemod_commands_built_once() -> None:
+def _codemod_classes() -> list[type]:
+    import importlib
+    import inspect
+    import pkgutil
+
+    import pdguard.codemods as package
+    from pdguard.codemods.command import ClassCommand, Command
+
+    found = []
+    for info in pkgutil.iter_modules(package.__path__, "pdguard.codemods."):
+        module = importlib.import_module(info.name)
+        found += [
+            value
+            for value in vars(module).values()
+            if inspect.isclass(value)
+            and issubclass(value, Command)
+            and value not in (Command, ClassCommand)
+            and value.__module__ == module.__name__
+        ]
+    return found
+
+
+def test_every_codemod_is_a_codemod_command_defined_at_import_time() -> None:
     from libcst.codemod import CodemodCommand
 
     from pdguard.codemods import inflight_deadline, receiver_waiting_timeout
 
-    command = inflight_deadline.InflightDeadline
-    assert issubclass(command, CodemodCommand)
-    assert command is inflight_deadline.InflightDeadline
-    assert command.__module__ == "pdguard.codemods.inflight_deadline"
-    assert command.DESCRIPTION == inflight_deadline.InflightDeadlineTransform.DESCRIPTION
-    assert {"ReceiverWaitingTimeout", "NixlHeartbeatRooms"} <= set(dir(receiver_waiting_timeout))
-    with pytest.raises(AttributeError, match="NoSuchCodemod"):
-        _ = receiver_waiting_timeout.NoSuchCodemod
+    classes = _codemod_classes()
+    assert {c.__name__ for c in classes} >= {
+        "AddIsortedImports",
+        "DecodeQueueBound",
+        "InflightDeadline",
+        "InflightTimeoutEntry",
+        "NixlHeartbeatRooms",
+        "PPBootstrapConsensus",
+        "RaiseBootstrapTimeoutDefault",
+        "ReceiverWaitingTimeout",
+        "SenderAbort",
+        "SenderBootstrapTimeout",
+    }
+    for codemod in classes:
+        assert issubclass(codemod, CodemodCommand), codemod
+        assert codemod.DESCRIPTION, codemod  # what `libcst.tool list` shows
+    assert "InflightDeadline" in vars(inflight_deadline)  # a class of the module, not built
+    assert "NixlHeartbeatRooms" in vars(receiver_waiting_timeout)
 
 
 _MODULES_AFTER_APPLY = """
 import json, sys
 from pdguard.cli import main
-code = main(["apply", sys.argv[1], "--select", sys.argv[2], "--format", "json", "-o", sys.argv[3]])
-heavy = (["libcst", "matchers"], ["libcst", "codemod"])
-loaded = sorted(m for m in sys.modules if m.split(".")[:2] in heavy)
+code = main(["apply", sys.argv[1], "--check", "--format", "json", "-o", sys.argv[2]])
+loaded = sorted(m for m in sys.modules if m.split(".")[0] == "libcst")
 print(json.dumps({"exit": code, "loaded": loaded}))
 """
 
 
 @pytest.mark.releases
-@pytest.mark.parametrize("fix", [fix.name for fix in FIXES])
-def test_apply_imports_neither_libcst_matchers_nor_codemod(fix: str, tmp_path: Path) -> None:
-    """On 0.4.9 every fix applies (the NIXL sender, the Mooncake receiver, ...); the inflight
-    deadline with sender-abort, which it needs there (NIXL's poll() ignores abort())."""
+def test_apply_on_a_tree_carrying_every_fix_imports_no_libcst(tmp_path: Path) -> None:
+    """The pre-commit case: every fix is present, decided with ``ast``; LibCST (and with it
+    ``libcst.codemod`` and ``libcst.matchers``) is loaded only when a fix writes."""
+    from pdguard.cli import main
+
     target = copy_release("0.4.9", tmp_path / "sglang")
-    select = f"{SENDER_ABORT},{fix}" if fix == INFLIGHT_DEADLINE else fix
+    assert main(["apply", str(target)]) == 0
     done = subprocess.run(
-        [sys.executable, "-c", _MODULES_AFTER_APPLY, str(target), select, str(tmp_path / "r.json")],
+        [sys.executable, "-c", _MODULES_AFTER_APPLY, str(target), str(tmp_path / "r.json")],
         capture_output=True,
         text=True,
         check=True,
     )
     result = json.loads(done.stdout.splitlines()[-1])
-    assert result["exit"] == 0
-    assert json.loads((tmp_path / "r.json").read_text())["fixes"][fix] == "applied"
-    assert result["loaded"] == []
+    assert result == {"exit": 0, "loaded": []}
+    assert set(json.loads((tmp_path / "r.json").read_text())["fixes"].values()) == {"present"}
 
 
-def _workspace(root: Path, text: str):
+def _workspace(root: Path, text: str, run: Run):
     from pdguard.tree import open_tree
     from pdguard.workspace import Workspace
 
     (root / "sglang/srt/disaggregation").mkdir(parents=True)
     (root / "sglang/srt/disaggregation/relay.py").write_text(text)
     (root / "sglang/srt/disaggregation/prefill.py").write_text("")
-    return Workspace(open_tree(root))
+    return Workspace(open_tree(root), run=run)
 
 
-def test_workspace_transform_is_kept_by_text_and_options(tmp_path: Path, monkeypatch) -> None:
-    """What transforms made of a text is kept for the process (``verify`` meets a file in many
-    refs): the same text and options again is not parsed with LibCST; another text, or other
-    options, is transformed afresh; an anchor error is kept as one."""
-    import pdguard.workspace
+def test_workspace_transform_is_kept_in_the_run_by_text_and_options(tmp_path: Path) -> None:
+    """What codemods made of a text is kept for the run (``verify`` meets a file in many
+    refs): the same text and options again is neither parsed with LibCST nor transformed;
+    other options are transformed afresh (the text's parse reused), another text is parsed
+    and transformed afresh; an anchor error is kept as one; another run keeps nothing of
+    this one."""
     from pdguard.codemods.anchors import AnchorError
-    from pdguard.codemods.isort_imports import AddIsortedImportsTransform
-    from pdguard.codemods.sender_bootstrap_timeout import SenderBootstrapTimeoutTransform
+    from pdguard.codemods.isort_imports import AddIsortedImports
+    from pdguard.codemods.sender_bootstrap_timeout import SenderBootstrapTimeout
 
     rel = "sglang/srt/disaggregation/relay.py"
     text = "import sys\n\n\ndef relay(line):\n    sys.stdout.write(line)\n"
-    first = _workspace(tmp_path / "a", text)
-    assert first.transform(rel, [AddIsortedImportsTransform(["time"])])
+    run = Run(hollow=False)
+    first = _workspace(tmp_path / "a", text, run)
+    assert first.transform(rel, [AddIsortedImports(first.context(), ["time"])])
     assert first.text(rel).startswith("import sys\nimport time\n")
+    assert (len(run.cst_modules), len(run.transformed)) == (1, 1)
 
-    def no_parse(code: str) -> None:
-        raise AssertionError("parsed again")
-
-    monkeypatch.setattr(pdguard.workspace, "_parse_cst", no_parse)
-    again = _workspace(tmp_path / "b", text)
-    assert again.transform(rel, [AddIsortedImportsTransform(["time"])])
+    again = _workspace(tmp_path / "b", text, run)
+    assert again.transform(rel, [AddIsortedImports(again.context(), ["time"])])
     assert again.text(rel) == first.text(rel)
-    with pytest.raises(AssertionError, match="parsed again"):  # other options: not kept
-        again.transform(rel, [AddIsortedImportsTransform(["os"])])
-    changed = _workspace(tmp_path / "c", text.replace("relay(line)", "relay(line, end)"))
-    with pytest.raises(AssertionError, match="parsed again"):  # another text: not kept
-        changed.transform(rel, [AddIsortedImportsTransform(["time"])])
-    monkeypatch.undo()
+    assert (len(run.cst_modules), len(run.transformed)) == (1, 1)  # kept: nothing done
+    again = _workspace(tmp_path / "c", text, run)
+    assert again.transform(rel, [AddIsortedImports(again.context(), ["os"])])
+    assert (len(run.cst_modules), len(run.transformed)) == (1, 2)  # other options
+    changed = _workspace(tmp_path / "d", text.replace("relay(line)", "relay(line, end)"), run)
+    assert changed.transform(rel, [AddIsortedImports(changed.context(), ["time"])])
+    assert (len(run.cst_modules), len(run.transformed)) == (2, 3)  # another text
 
-    for root in ("d", "e"):  # refused, then refused from what was kept, text unchanged
-        refused = _workspace(tmp_path / root, text)
+    other = Run(hollow=False)
+    elsewhere = _workspace(tmp_path / "e", text, other)
+    assert elsewhere.transform(rel, [AddIsortedImports(elsewhere.context(), ["time"])])
+    assert (len(other.cst_modules), len(other.transformed)) == (1, 1)  # its own
+
+    for root in ("f", "g"):  # refused, then refused from what was kept, text unchanged
+        refused = _workspace(tmp_path / root, text, run)
+        codemod = SenderBootstrapTimeout(refused.context(), class_name="PipeSender")
         with pytest.raises(AnchorError, match="PipeSender"):
-            refused.transform(rel, [SenderBootstrapTimeoutTransform(class_name="PipeSender")])
+            refused.transform(rel, [codemod])
         assert refused.text(rel) == text and not refused.changed()
+    assert len(run.transformed) == 4
 
 
 _ISORT_AFTER_APPLY = """

@@ -10,17 +10,21 @@ import ast
 import textwrap
 from collections.abc import Callable
 from pathlib import Path
+from typing import ClassVar
 
 import libcst as cst
+import libcst.matchers as m
 import pytest
+from libcst.codemod import CodemodContext
 
-import pdguard.codemods.holes as holes_module
-import pdguard.workspace as workspace_module
-from pdguard.codemods.command import Transform, parse, source_of
+from pdguard.codemods import runner
+from pdguard.codemods.command import Command
 from pdguard.codemods.holes import PREFIX, Scope, hollow
 from pdguard.commands.apply import plan
+from pdguard.run import Run
 from pdguard.tree import open_tree
 from pdguard.vendor_sglang import Release, fetch_release
+from pdguard.workspace import Workspace
 from tests.helpers import RELEASES
 
 SOURCE = textwrap.dedent(
@@ -146,33 +150,59 @@ def test_crlf_and_statements_sharing_a_line() -> None:
     assert hollowed.fill(hollowed.text) == text
 
 
+class _Reader(Command):
+    """Toy codemod: records the module it was handed and what ``source`` gives for it and
+    for a module it made (whose text is generated)."""
+
+    seen: ClassVar[list[tuple[str, str, str]]] = []
+
+    def scope(self, text: str) -> Scope:
+        return Scope(mentions=frozenset({"stash"}))
+
+    def transform_module_impl(self, tree: cst.Module) -> cst.Module:
+        made = tree.with_changes(header=[])
+        _Reader.seen.append((tree.code, self.source(tree), self.source(made)))
+        return tree
+
+
 def test_source_of_a_hollowed_module_is_the_whole_text() -> None:
-    """What a transform asks of the module's text (the names it uses, for instance) is
-    answered for the whole module."""
-    hollowed = hollow(SOURCE, Scope(mentions=frozenset({"stash"})))
-    assert hollowed is not None
-    module = parse(hollowed.text)
-    assert source_of(module) == SOURCE
-    renamed = module.with_changes(header=[])  # another module: its text is generated
-    assert "def unrelated(a):" in source_of(renamed)
+    """What a codemod asks of the module's text (the names it uses, for instance) is answered
+    for the whole module: the runner hands it the hollowed module and, in its context, the
+    whole text."""
+    _Reader.seen.clear()
+    run = Run()
+    assert runner.transform(run, "toy.py", SOURCE, [_Reader(CodemodContext())]) == (True, SOURCE)
+    ((handed, source, generated),) = _Reader.seen
+    assert PREFIX in handed and "def unrelated(a):" not in handed  # it ran hollowed
+    assert source == SOURCE
+    assert "def unrelated(a):" in generated and PREFIX not in generated
+    # outside a run (libcst.tool, a test) the text is the module's own
+    module = cst.parse_module(SOURCE)
+    assert _Reader(CodemodContext()).source(module) == SOURCE
 
 
-class _AddLine(Transform):
-    """Toy transform: ``line`` after every ``self.things.append``; with ``reads_whole``, the
-    line records how many lines ``unrelated`` has, read from the whole module (``source_of``),
+class _AddLine(Command):
+    """Toy codemod: ``line`` after every ``self.things.append``; with ``reads_whole``, the
+    line records how many lines ``unrelated`` has, read from the whole module (``source``),
     where ``unrelated`` is a hole."""
 
-    def __init__(self, reads_whole: bool) -> None:
+    handed: ClassVar[list[str]] = []  # the code of each module it ran on
+
+    def __init__(self, context: CodemodContext, reads_whole: bool) -> None:
+        super().__init__(context)
         self.reads_whole = reads_whole
 
     def scope(self, text: str) -> Scope:
         return Scope(mentions=frozenset({"stash"}))
 
     def transform_module_impl(self, tree: cst.Module) -> cst.Module:
+        _AddLine.handed.append(tree.code)
         line = "self.seen = True"
         if self.reads_whole:
             unrelated = next(
-                n for n in ast.parse(source_of(tree)).body if getattr(n, "name", "") == "unrelated"
+                n
+                for n in ast.parse(self.source(tree)).body
+                if getattr(n, "name", "") == "unrelated"
             )
             assert unrelated.end_lineno is not None
             line = f"self.unrelated_lines = {unrelated.end_lineno - unrelated.lineno + 1}"
@@ -188,42 +218,80 @@ class _AddLine(Transform):
         return tree.visit(Adder())
 
 
+class _AddLineByMatcher(Command):
+    """The same edit as ``_AddLine`` written with ``libcst.matchers``: the ``stash`` method
+    found by a pattern, and the line added after the statement a pattern matches in it."""
+
+    handed: ClassVar[list[str]] = []
+
+    def scope(self, text: str) -> Scope:
+        return Scope(mentions=frozenset({"stash"}))
+
+    def transform_module_impl(self, tree: cst.Module) -> cst.Module:
+        _AddLineByMatcher.handed.append(tree.code)
+        appends = m.SimpleStatementLine(
+            body=[
+                m.Expr(
+                    m.Call(
+                        func=m.Attribute(
+                            value=m.Attribute(value=m.Name("self"), attr=m.Name("things")),
+                            attr=m.Name("append"),
+                        )
+                    )
+                )
+            ]
+        )
+        (stash,) = m.findall(tree, m.FunctionDef(name=m.Name("stash")))
+        assert isinstance(stash, cst.FunctionDef)
+        (target,) = m.findall(stash, appends)
+        line = cst.parse_statement("self.seen = True")
+
+        class Adder(m.MatcherDecoratableTransformer):
+            def leave_SimpleStatementLine(
+                self, original_node: cst.SimpleStatementLine, updated_node: cst.SimpleStatementLine
+            ) -> cst.SimpleStatementLine | cst.FlattenSentinel[cst.BaseStatement]:
+                if original_node is not target:
+                    return updated_node
+                return cst.FlattenSentinel([updated_node, line])
+
+        return tree.visit(Adder())
+
+
+@pytest.mark.parametrize("command", [_AddLine, _AddLineByMatcher])
 def test_workspace_result_is_the_same_with_and_without_holes(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, command: type[Command]
 ) -> None:
+    """A run hollows around a codemod that says where it reaches, and the bytes are the ones
+    the whole module gives; a codemod written with ``libcst.matchers`` too (no pattern of a
+    definition, a call or a statement matches a hole line)."""
     package = tmp_path / "sglang/srt/disaggregation"
     package.mkdir(parents=True)
-    for name in ("prefill.py", "toy.py", "other.py"):
+    for name in ("prefill.py", "toy.py"):
         (package / name).write_text(SOURCE)
-    made: list[object] = []
-
-    def spy(text: str, scope: Scope, **options: bool) -> object:
-        made.append(hollow(text, scope, **options))
-        return made[-1]
-
-    monkeypatch.setattr(holes_module, "hollow", spy)
+    handed: list[str] = command.handed  # type: ignore[attr-defined]
+    handed.clear()
     results = []
-    for hollow_flag, name in ((True, "toy.py"), (False, "other.py")):
-        rel = f"sglang/srt/disaggregation/{name}"
-        monkeypatch.setattr(workspace_module, "HOLLOW", hollow_flag)
-        space = workspace_module.Workspace(open_tree(tmp_path))
-        assert space.transform(rel, [_AddLine(reads_whole=False)])
-        results.append(space.text(rel))
+    for hollowing in (True, False):
+        run = Run(hollow=hollowing)
+        space = Workspace(open_tree(tmp_path), run=run)
+        options = {"reads_whole": False} if command is _AddLine else {}
+        assert space.transform(
+            "sglang/srt/disaggregation/toy.py", [command(space.context(), **options)]
+        )
+        results.append(space.text("sglang/srt/disaggregation/toy.py"))
+        assert len(run.hollow_made) == (1 if hollowing else 0)
     assert results[0] == results[1]
     assert "        self.seen = True\n" in results[0]
-    assert len(made) == 1 and made[0] is not None  # the first ran on the hollowed module
+    assert [PREFIX in code for code in handed] == [True, False]  # the first ran hollowed
 
 
 @pytest.mark.parametrize("info", RELEASES, ids=lambda r: r.version)
-def test_apply_plans_the_same_bytes_with_and_without_holes(
-    info: Release, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_apply_plans_the_same_bytes_with_and_without_holes(info: Release) -> None:
     """Every fix's outcome and every changed byte, on each CI release."""
     tree = open_tree(fetch_release(info.version))
     results = []
-    for hollow_flag in (True, False):
-        monkeypatch.setattr(workspace_module, "HOLLOW", hollow_flag)
-        result = plan(tree)
+    for hollowing in (True, False):
+        result = plan(tree, run=Run(hollow=hollowing))
         results.append(
             (
                 {name: (o.status, o.note, o.where) for name, o in result.outcomes.items()},
@@ -295,8 +363,9 @@ def test_two_hollowings_of_one_text_never_share_a_hole() -> None:
     narrow = hollow(SOURCE, Scope(mentions=frozenset({"stash"})))
     assert wide is not None and narrow is not None
     assert not set(wide.holes) & set(narrow.holes)
-    assert source_of(parse(wide.text)) == SOURCE
-    assert source_of(parse(narrow.text)) == SOURCE
+    assert wide.fill_present(wide.text) == SOURCE
+    assert narrow.fill_present(narrow.text) == SOURCE
+    assert wide.fill_present(narrow.text) == narrow.text  # none of its holes is there
 
 
 def test_members_keep_a_class_s_named_methods_and_hollow_the_rest_of_it() -> None:
@@ -317,37 +386,32 @@ CHANGED = SOURCE.replace("        total += item\n", "        total += item\n    
 
 @pytest.mark.parametrize("reads_whole", [False, True])
 def test_versions_differing_only_in_holes_share_a_run_unless_the_transform_reads_them(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, reads_whole: bool
+    tmp_path: Path, reads_whole: bool
 ) -> None:
     """Two versions of a file whose differences all fall in holes hollow to one text (holes
-    named by content): what the transforms made of it is made once and filled with each
-    version's own lines, unless a transform read the whole module (its result may depend on
-    the holes: it runs again)."""
+    named by content): what the codemods made of it is made once in a run and filled with
+    each version's own lines, unless a codemod read the whole module (its result may depend
+    on the holes: it runs again)."""
+    context = CodemodContext()
     first, second = (
-        hollow(SOURCE, _AddLine(False).scope(SOURCE), by_content=True),
-        hollow(CHANGED, _AddLine(False).scope(CHANGED), by_content=True),
+        hollow(SOURCE, _AddLine(context, False).scope(SOURCE), by_content=True),
+        hollow(CHANGED, _AddLine(context, False).scope(CHANGED), by_content=True),
     )
     assert first is not None and second is not None and first.text == second.text
     assert hollow(SOURCE, Scope()).text != hollow(CHANGED, Scope()).text  # type: ignore[union-attr]
-    runs: list[str] = []
-    real_run = workspace_module._run
-
-    def spy(module: cst.Module, transforms: object) -> tuple[bool, str]:
-        runs.append(module.code)
-        return real_run(module, transforms)  # type: ignore[arg-type]
-
-    monkeypatch.setattr(workspace_module, "_run", spy)
-    monkeypatch.setattr(workspace_module, "_HOLLOW_MADE", type(workspace_module._HOLLOW_MADE)())
+    _AddLine.handed.clear()
+    run = Run()  # one run: verify meeting the file in two refs
     results = []
     for name, text in (("a", SOURCE), ("b", CHANGED)):
         package = tmp_path / name / "sglang/srt/disaggregation"
         package.mkdir(parents=True)
         for file in ("prefill.py", "toy.py"):
             (package / file).write_text(text)
-        space = workspace_module.Workspace(open_tree(tmp_path / name))
-        assert space.transform("sglang/srt/disaggregation/toy.py", [_AddLine(reads_whole)])
+        space = Workspace(open_tree(tmp_path / name), run=run)
+        codemod = _AddLine(space.context(), reads_whole)
+        assert space.transform("sglang/srt/disaggregation/toy.py", [codemod])
         results.append(space.text("sglang/srt/disaggregation/toy.py"))
-    assert len(runs) == (2 if reads_whole else 1)
+    assert len(_AddLine.handed) == (2 if reads_whole else 1)
     assert "        total -= 0\n" not in results[0] and "        total -= 0\n" in results[1]
     if reads_whole:
         assert "self.unrelated_lines = 5\n" in results[0]
@@ -359,17 +423,19 @@ def test_versions_differing_only_in_holes_share_a_run_unless_the_transform_reads
         )
 
 
-def test_module_statements_share_a_parse_but_each_reads_as_its_own_text(
+def test_module_statements_of_versions_with_the_same_module_level_share_a_parse(
     tmp_path: Path,
 ) -> None:
-    """Two versions with the same module-level statements parse them once; what each module
-    handed out reads as (``source_of``) is its own version's whole text."""
+    """Two versions with the same module-level statements parse them once in a run (the
+    import helpers read nothing else); another run parses them afresh."""
+    run = Run()
     spaces = []
     for name, text in (("a", SOURCE), ("b", CHANGED)):
         package = tmp_path / name / "sglang/srt/disaggregation"
         package.mkdir(parents=True)
         (package / "prefill.py").write_text(text)
-        spaces.append(workspace_module.Workspace(open_tree(tmp_path / name)))
+        spaces.append(Workspace(open_tree(tmp_path / name), run=run))
     first, second = (s.module_statements("sglang/srt/disaggregation/prefill.py") for s in spaces)
-    assert first is not second and first.body[0] is second.body[0]  # one parse, two modules
-    assert source_of(first) == SOURCE and source_of(second) == CHANGED
+    assert first is second and "import os" in first.code and "def unrelated" not in first.code
+    again = Workspace(open_tree(tmp_path / "a"), run=Run())
+    assert again.module_statements("sglang/srt/disaggregation/prefill.py") is not first

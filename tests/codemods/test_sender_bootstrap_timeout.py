@@ -289,7 +289,7 @@ def _patch(src: str, class_name: str = "NixlKVSender", **kwargs) -> str:
 def test_a_default_below_upstreams_is_raised_and_marked() -> None:
     """0.4.7 - 0.4.8: 30 s while the clock now starts at the sender's creation; upstream raised
     it to 120 s when it made the same change (0.4.8.post1), then to 300 s (0.4.9.post1)."""
-    from pdguard.codemods.sender_bootstrap_timeout import RaiseBootstrapTimeoutDefaultTransform
+    from pdguard.codemods.sender_bootstrap_timeout import RaiseBootstrapTimeoutDefault
 
     src = (
         "class MooncakeKVManager:\n"
@@ -299,14 +299,18 @@ def test_a_default_below_upstreams_is_raised_and_marked() -> None:
         "        )\n"
         '        self.other = get_int_env_var("SGLANG_OTHER", 30)\n'
     )
-    codemod = RaiseBootstrapTimeoutDefaultTransform("SGLANG_DISAGGREGATION_BOOTSTRAP_TIMEOUT")
+    codemod = RaiseBootstrapTimeoutDefault(
+        CodemodContext(), "SGLANG_DISAGGREGATION_BOOTSTRAP_TIMEOUT"
+    )
     out = codemod.transform_module(cst.parse_module(src)).code
     assert codemod.raised == 1
     assert '"SGLANG_DISAGGREGATION_BOOTSTRAP_TIMEOUT", 300\n' in out
     assert '"SGLANG_OTHER", 30' in out
     assert "        # pdguard: sender-bootstrap-timeout: the clock now starts" in out
     # a default at or above upstream's is left alone
-    again = RaiseBootstrapTimeoutDefaultTransform("SGLANG_DISAGGREGATION_BOOTSTRAP_TIMEOUT")
+    again = RaiseBootstrapTimeoutDefault(
+        CodemodContext(), "SGLANG_DISAGGREGATION_BOOTSTRAP_TIMEOUT"
+    )
     assert again.transform_module(cst.parse_module(out)).code == out and again.raised == 0
 
 
@@ -332,12 +336,14 @@ def test_the_ast_prefilter_holds_for_every_module_the_transform_changes(
     import ast
 
     from pdguard.codemods.sender_bootstrap_timeout import (
-        RaiseBootstrapTimeoutDefaultTransform,
+        RaiseBootstrapTimeoutDefault,
         may_raise_default,
     )
 
     src = f"def settings():\n    {line}\n    return x\n"
-    codemod = RaiseBootstrapTimeoutDefaultTransform("SGLANG_DISAGGREGATION_BOOTSTRAP_TIMEOUT")
+    codemod = RaiseBootstrapTimeoutDefault(
+        CodemodContext(), "SGLANG_DISAGGREGATION_BOOTSTRAP_TIMEOUT"
+    )
     changed = codemod.transform_module(cst.parse_module(src)).code != src
     assert changed == raises
     env = "SGLANG_DISAGGREGATION_BOOTSTRAP_TIMEOUT"
@@ -463,9 +469,9 @@ def test_a_later_pp_stage_fails_what_it_still_polls_bootstrapping_instead_of_ass
     the request on; this stage still polls it Bootstrapping. It fails it too (no assert)."""
     import types
 
-    from pdguard.codemods.sender_bootstrap_timeout import PPBootstrapConsensusTransform
+    from pdguard.codemods.sender_bootstrap_timeout import PPBootstrapConsensus
 
-    out = PPBootstrapConsensusTransform().transform_module(cst.parse_module(_QUEUE)).code
+    out = PPBootstrapConsensus(CodemodContext()).transform_module(cst.parse_module(_QUEUE)).code
     assert "                if poll == KVPoll.Bootstrapping:\n" in out
     kvpoll = types.SimpleNamespace(Failed=0, Bootstrapping=1, WaitingForInput=2)
     namespace: dict[str, object] = {"KVPoll": kvpoll}
@@ -478,6 +484,6 @@ def test_a_later_pp_stage_fails_what_it_still_polls_bootstrapping_instead_of_ass
     # without the consensus (the first stage) Bootstrapping still waits
     assert queue.pop_bootstrapped() == ([], [])
     with pytest.raises(AnchorError, match="no assert on the PP consensus"):
-        PPBootstrapConsensusTransform().transform_module(
+        PPBootstrapConsensus(CodemodContext()).transform_module(
             cst.parse_module(_QUEUE.replace("assert", "print(").replace("Failed\n", "Failed)\n"))
         )

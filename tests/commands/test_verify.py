@@ -729,8 +729,8 @@ def test_verify_malformed_isort_settings_is_an_error(upstream: Upstream, tmp_pat
     assert "bad:python/pyproject.toml: cannot read its isort settings" in line, line
 
 
-def _stamped(tag: str) -> verifying.RefReport:
-    """A stand-in worker: which process took ``tag``, and when."""
+def _stamped(tag: str, run: object = None) -> verifying.RefReport:
+    """A stand-in worker (``run``: the lane's ``Run``): which process took ``tag``, and when."""
     import time
 
     time.sleep(0.02)  # long enough for both workers to take refs

@@ -39,9 +39,9 @@ def analysed(monkeypatch: pytest.MonkeyPatch) -> list[str]:
     calls: list[str] = []
     real_check, real_analyse = checking.check_tree, verifying.analyse_git
 
-    def check_tree(tree, codes=checking.checks.CODES):  # type: ignore[no-untyped-def]  # a stand-in with check_tree's signature
+    def check_tree(tree, codes=checking.checks.CODES, run=None):  # type: ignore[no-untyped-def]  # a stand-in with check_tree's signature
         calls.append(f"check {tree.label}")
-        return real_check(tree, codes)
+        return real_check(tree, codes, run)
 
     def analyse_git(repo_path, jobs, processes=None, workers=None):  # type: ignore[no-untyped-def]  # a stand-in with analyse_git's signature
         calls.extend(f"verify {ref}" for ref, _ in jobs)

@@ -118,7 +118,7 @@ _SLOW_VERIFY = """\
 import sys, time
 from pdguard.commands import verify
 
-def slow(version):
+def slow(version, run=None):
     sys.stderr.write("started\\n")
     sys.stderr.flush()
     time.sleep(4)

@@ -1,0 +1,103 @@
+"""One run of pdguard: the ``Run`` that owns every cache a command fills, and the hollowing
+switch.
+
+A command makes one ``Run`` (``check``, ``apply``, ``verify``, ``carry``, ``demo``, ``export``,
+``simulate``: each ``run(args)``), hands it down (``Workspace(tree, run=...)``,
+``Project(texts, run=...)``, ``check_tree(tree, run=...)``, ``apply.plan(tree, run=...)``), and
+drops it when it ends; the codemods find it in their ``CodemodContext``
+(``context.scratch[RUN]``, put there by ``codemods.runner``), with the whole text of the module
+they edit (``context.scratch[SOURCE]``). A library caller or a test that passes none gets a
+fresh ``Run`` at each entry point, so nothing outlives the call; a test that wants to steer a
+run (no hollowing, a spy on what was transformed) builds its own ``Run`` and passes it.
+
+Every cache is keyed by content (a text, a parsed tree held by the cache itself), never by
+``id()`` of an object the cache does not hold. The module imports nothing of pdguard: the
+checks, the codemods and the commands all import it.
+"""
+
+from __future__ import annotations
+
+import ast
+from collections import OrderedDict
+from collections.abc import Callable, Hashable
+from dataclasses import dataclass, field
+from typing import Any, Generic, TypeVar
+
+_K = TypeVar("_K", bound=Hashable)
+_V = TypeVar("_V")
+
+# The keys of what a run puts in a codemod's ``CodemodContext.scratch``.
+RUN = "pdguard.run"  # the Run
+SOURCE = "pdguard.source"  # (the module handed to the codemod, its whole text)
+HOLLOWED = "pdguard.hollowed"  # the hollowing of that text (codemods.holes.Hollowed) or None
+WHOLE_READ = "pdguard.whole_read"  # set when a codemod read the text beyond its hollowed module
+
+
+class Kept(Generic[_K, _V]):
+    """A bounded map, the least recently used entry dropped first."""
+
+    def __init__(self, size: int) -> None:
+        self.size = size
+        self.entries: OrderedDict[_K, _V] = OrderedDict()
+
+    def get(self, key: _K) -> _V | None:
+        value = self.entries.get(key)
+        if value is not None:
+            self.entries.move_to_end(key)
+        return value
+
+    def put(self, key: _K, value: _V) -> _V:
+        self.entries[key] = value
+        self.entries.move_to_end(key)
+        while len(self.entries) > self.size:
+            self.entries.popitem(last=False)
+        return value
+
+    def get_or_build(self, key: _K, build: Callable[[], _V]) -> _V:
+        value = self.get(key)
+        return self.put(key, build()) if value is None else value
+
+    def __len__(self) -> int:
+        return len(self.entries)
+
+
+@dataclass
+class Run:
+    """What one command keeps while it runs.
+
+    * ``hollow``: whether codemods that say where they reach (``Command.scope``) run on the
+      hollowed module (``codemods.holes``); a test turns it off to compare bytes.
+    * ``trees``: ``ast`` trees by text (``checks.project.parse_module``), and ``last_tree``,
+      the last text parsed for each path with its tree (a new version of the file reuses its
+      leading statements).
+    * ``classes``, ``receivers``, ``decode_queues``: the models of ``checks.project.Project``
+      by the files (path, tree) they were built from; ``inflight``: the inflight model by the
+      ``prefill.py`` tree it was built from.
+    * ``cst_modules``: LibCST modules by text; ``transformed``: what codemods made of a text
+      (by the text, the hollowing switch and the codemods' keys); ``hollow_made``: what they
+      made of a hollowed text when they read nothing else of the module.
+    """
+
+    hollow: bool = True
+    trees: Kept[str, ast.Module] = field(default_factory=lambda: Kept(256))
+    last_tree: dict[str, tuple[str, ast.Module]] = field(default_factory=dict)
+    classes: Kept[tuple[tuple[str, ast.Module], ...], Any] = field(default_factory=lambda: Kept(8))
+    receivers: Kept[tuple[tuple[str, ast.Module], ...], Any] = field(
+        default_factory=lambda: Kept(8)
+    )
+    decode_queues: Kept[tuple[tuple[str, ast.Module], ...], Any] = field(
+        default_factory=lambda: Kept(8)
+    )
+    inflight: Kept[ast.Module, tuple[Any]] = field(default_factory=lambda: Kept(16))
+    cst_modules: Kept[str, Any] = field(default_factory=lambda: Kept(64))
+    transformed: Kept[tuple[str, bool, tuple[str, ...]], tuple[bool, str]] = field(
+        default_factory=lambda: Kept(256)
+    )
+    hollow_made: Kept[tuple[str, tuple[str, ...]], tuple[bool, str]] = field(
+        default_factory=lambda: Kept(256)
+    )
+
+
+def run_or_new(run: Run | None) -> Run:
+    """``run``, or a new one for a caller that has none (a library call, a test)."""
+    return Run() if run is None else run
