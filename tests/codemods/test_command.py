@@ -12,10 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from pdguard.fix_names import INFLIGHT_DEADLINE, SENDER_ABORT
-from pdguard.fixes import FIXES
-from tests.helpers import copy_release
 from pdguard.run import Run
+from tests.helpers import copy_release
 
 
 def _codemod(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
