@@ -302,6 +302,9 @@ class DecodeKVManager(Strict):
         """The prefill's parallel info is cached (its bootstrap server answered)."""
         return bootstrap_addr in self.prefill_info_table
 
+    # upstream's later name for the same question (forks on 0.5.21+)
+    ensure_parallel_info = try_ensure_parallel_info
+
     # Mooncake's status table
 
     def get_session_id(self) -> str:
