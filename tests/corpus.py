@@ -11,9 +11,11 @@ from __future__ import annotations
 import textwrap
 from dataclasses import dataclass, field
 
-PREFILL = "sglang/srt/disaggregation/prefill.py"
-BASE_CONN = "sglang/srt/disaggregation/base/conn.py"
-BACKEND_CONN = "sglang/srt/disaggregation/forkbackend/conn.py"
+from pdguard.sglang_names import BASE_CONN_PATH, DISAGGREGATION_DIR, INFLIGHT_FUNCTION
+from pdguard.sglang_names import PREFILL_PATH as PREFILL
+
+BASE_CONN = BASE_CONN_PATH
+BACKEND_CONN = f"{DISAGGREGATION_DIR}/forkbackend/conn.py"
 
 _HEAD = """\
 from __future__ import annotations
@@ -658,8 +660,8 @@ _SEMANTICS: tuple[Case, ...] = (
     _case(
         "decorated-inflight-function",
         prefill(extra="\n\ndef _legacy(function):\n    return lambda self: []\n").replace(
-            "    def process_disagg_prefill_inflight_queue",
-            "    @_legacy\n    def process_disagg_prefill_inflight_queue",
+            f"    def {INFLIGHT_FUNCTION}",
+            f"    @_legacy\n    def {INFLIGHT_FUNCTION}",
         ),
         "PDG000",
         why="the decorator replaces the function the proof reads",
@@ -685,7 +687,7 @@ _SEMANTICS: tuple[Case, ...] = (
         "mixin-defined-again",
         prefill(
             extra="\n\nclass SchedulerDisaggregationPrefillMixin:\n"
-            "    def process_disagg_prefill_inflight_queue(self):\n        return []\n"
+            f"    def {INFLIGHT_FUNCTION}(self):\n        return []\n"
         ),
         "PDG000",
     ),

@@ -292,7 +292,7 @@ def test_a_default_below_upstreams_is_raised_and_marked() -> None:
     from pdguard.codemods.sender_bootstrap_timeout import RaiseBootstrapTimeoutDefault
 
     src = (
-        "class MooncakeKVManager:\n"
+        "class QuillKVManager:\n"
         "    def __init__(self):\n"
         "        self.bootstrap_time_out = get_int_env_var(\n"
         '            "SGLANG_DISAGGREGATION_BOOTSTRAP_TIMEOUT", 30\n'

@@ -23,7 +23,7 @@ import pytest
 from pdguard import simulate
 from pdguard.cli import main
 from pdguard.errors import SimulationGap
-from pdguard.sglang_names import POLL_ALL_REDUCE_PREFIX
+from pdguard.sglang_names import INFLIGHT_FUNCTION, POLL_ALL_REDUCE_PREFIX
 from pdguard.simulate import DECODE_SCENARIOS, SCENARIOS
 from pdguard.tree import open_tree
 from pdguard.vendor_sglang import fetch_release
@@ -63,7 +63,7 @@ def _hand_deadline(
     if not fresh:
         stamp = f"if not hasattr(req, 'hand_entered_at'):\n{pad}    {stamp}"
     text = text[: append.start()] + f"\n{pad}{stamp}" + text[append.start() :]
-    start = text.index("def process_disagg_prefill_inflight_queue")
+    start = text.index(f"def {INFLIGHT_FUNCTION}")
     at = text.index("        done_reqs = []\n", start)
     act = (
         "self.disagg_prefill_inflight_queue.remove(req)\n"

@@ -610,6 +610,7 @@ def test_a_kept_receiver_verdict_is_reused_only_while_its_answers_hold() -> None
     changed works it out again."""
     from pdguard.checks.models import kv_receivers
     from pdguard.checks.project import Project
+    from pdguard.run import Run
 
     texts = {
         "sglang/srt/disaggregation/base/conn.py": (
@@ -627,13 +628,14 @@ def test_a_kept_receiver_verdict_is_reused_only_while_its_answers_hold() -> None
         ),
     }
     kv_receivers._KEPT.clear()
-    first = Project(texts).receivers.verdict("ToyKVReceiver")
+    run = Run()  # one run: the projects share its parsed trees
+    first = Project(texts, run).receivers.verdict("ToyKVReceiver")
     assert first.violates
     # another project over the same texts (the same parsed trees): the verdict is reused
-    assert Project(dict(texts)).receivers.verdict("ToyKVReceiver") is first
+    assert Project(dict(texts), run).receivers.verdict("ToyKVReceiver") is first
     # poll() now fails the wait: the kept verdict's answers no longer hold
     rel = "sglang/srt/disaggregation/toy/conn.py"
     changed = dict(texts)
     changed[rel] = texts[rel].replace("KVPoll.WaitingForInput", "KVPoll.Failed")
-    again = Project(changed).receivers.verdict("ToyKVReceiver")
+    again = Project(changed, run).receivers.verdict("ToyKVReceiver")
     assert again is not first and not again.violates
