@@ -52,9 +52,9 @@ def analysed(monkeypatch: pytest.MonkeyPatch) -> list[str]:
     calls: list[str] = []
     real_verify, real_resolve = verifying.verify_tree, git_tree.resolve_refs
 
-    def verify_tree(tree, ref, commit):  # type: ignore[no-untyped-def]  # verify_tree's signature
+    def verify_tree(tree, ref, commit, run=None):  # type: ignore[no-untyped-def]  # its signature
         calls.append(ref)
-        return real_verify(tree, ref, commit)
+        return real_verify(tree, ref, commit, run)
 
     def resolve_refs(repo, refs):  # type: ignore[no-untyped-def]  # resolve_refs' signature
         calls.append(f"resolve {len(refs)}")
