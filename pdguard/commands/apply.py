@@ -426,7 +426,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "pristine copy (the last commit, or the release's wheel) and apply it again; refused "
         "if that would lose a change that is not pdguard's",
     )
-    add_quiet(parser, "report (unless a fix is refused)")
+    add_quiet(parser, "the report (unless a fix is refused)")
     config.add_arguments(parser)
 
 

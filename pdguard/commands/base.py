@@ -153,9 +153,8 @@ def tree_root(tree: object) -> Path | None:
 
 def add_quiet(parser: argparse.ArgumentParser, what: str = "the summary line") -> None:
     """``-q/--quiet`` (ruff's): only the report's own lines, no summary, no progress."""
-    parser.add_argument(
-        "-q", "--quiet", action="store_true", help=f"print no {what} and no progress"
-    )
+    shown = what if "progress" in what else f"{what} or progress"
+    parser.add_argument("-q", "--quiet", action="store_true", help=f"do not print {shown}")
 
 
 def add_target(parser: argparse.ArgumentParser, help: str) -> None:

@@ -680,7 +680,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_format(parser, FORMATS)
     add_output_file(parser, "verify.json")
     add_exit_zero(parser, "a fix is applicable or drifted")
-    add_quiet(parser, "progress bar")
+    add_quiet(parser, "the progress bar")
     parser.add_argument(
         "--jobs",
         type=jobs,
