@@ -46,7 +46,13 @@ from typing import Any, TypeVar
 from .. import sglang_names as names
 from ..errors import SimulationGap
 from .decode.loader import DecodeTarget
-from .decode.world import METADATA_SLOTS, DecodeConfig, DecodeSnapshot, DecodeTrace
+from .decode.world import (
+    METADATA_SLOTS,
+    SCRIPTED,
+    DecodeConfig,
+    DecodeSnapshot,
+    DecodeTrace,
+)
 from .decode.world import simulate as run_decode_world
 from .loader import Target
 from .lockstep import EPS, LAG_STEPS, Event, LockstepConfig, lag_verdict
@@ -266,7 +272,7 @@ def decode_schedule(seed: int, target: DecodeTarget, ranks: int) -> DecodeConfig
     """The decode-side fault schedule of ``seed`` for ``target`` (only the faults its code has
     paths for: the pending path on 0.5.10+, retraction on 0.4.7.post1+)."""
     rng = random.Random(f"decode:{seed}")  # a stream of its own: the prefill schedule is kept
-    backends = sorted(target.receivers) or ["mooncake"]
+    backends = sorted(target.receivers) or [SCRIPTED]  # no receiver class: a scripted one
     pends = target.pends and rng.random() < 0.4
     kinds = ["healthy", "healthy", "prefill-gone", "stall"]
     if pends:

@@ -85,6 +85,11 @@ class DecodeTarget:
     # DecodeRequest's fields with a default: name -> the default (an enum member by its
     # lower-case name, as ``_EnumNames`` gives it)
     request_fields: dict[str, object] = field(default_factory=dict)
+    # queue class -> ``self.X = <literal>`` of its own ``__init__`` (which the world replaces):
+    # a fork's queue keeps state of its own there (``self.awaiting_rank = []``)
+    init_literals: dict[str, dict[str, str]] = field(default_factory=dict)
+    # queue class -> the containers its loaded methods keep on self (``loader.own_state``)
+    own_state: dict[str, dict[str, str]] = field(default_factory=dict)
 
     @property
     def retracts(self) -> bool:
@@ -124,7 +129,7 @@ def load(tree: SourceTree) -> DecodeTarget:
         (*PREALLOC_ENTRIES, *_called_on(module, PREALLOC_HOLDERS)),
         PREALLOC_REPLACED,
     )
-    ldr.plan_class(
+    transfer = ldr.plan_class(
         DECODE_PATH,
         TRANSFER_QUEUE,
         (*TRANSFER_ENTRIES, *_called_on(module, TRANSFER_HOLDERS)),
@@ -148,6 +153,7 @@ def load(tree: SourceTree) -> DecodeTarget:
         display={rel: tree.display(rel) for rel in ldr.order},
     )
     add = methods_of(prealloc.node).get("add")
+    queues = {PREALLOC_QUEUE: prealloc, TRANSFER_QUEUE: transfer}
     return DecodeTarget(
         label=tree.label,
         version=tree.sglang_version(),
@@ -162,6 +168,10 @@ def load(tree: SourceTree) -> DecodeTarget:
         env_defaults=_env_defaults(tree),
         request_fields=_request_fields(ldr.classes(DECODE_PATH).get("DecodeRequest")),
         add_params=tuple(a.arg for a in add.args.args) if add is not None else (),
+        init_literals={name: loader.init_literals(plan.node) for name, plan in queues.items()},
+        own_state={
+            name: loader.own_state(loader._methods_of(plan)) for name, plan in queues.items()
+        },
         replaced=tuple(
             sorted(
                 {f"{PREALLOC_QUEUE}.{m}" for m in PREALLOC_REPLACED - {"__init__"}}
