@@ -46,7 +46,13 @@ from typing import Any, TypeVar
 from .. import sglang_names as names
 from ..errors import SimulationGap
 from .decode.loader import DecodeTarget
-from .decode.world import METADATA_SLOTS, DecodeConfig, DecodeSnapshot, DecodeTrace
+from .decode.world import (
+    METADATA_SLOTS,
+    SCRIPTED,
+    DecodeConfig,
+    DecodeSnapshot,
+    DecodeTrace,
+)
 from .decode.world import simulate as run_decode_world
 from .loader import Target
 from .lockstep import EPS, LAG_STEPS, Event, LockstepConfig, lag_verdict
@@ -264,9 +270,10 @@ def describe(config: WorldConfig) -> str:
 
 def decode_schedule(seed: int, target: DecodeTarget, ranks: int) -> DecodeConfig:
     """The decode-side fault schedule of ``seed`` for ``target`` (only the faults its code has
-    paths for: the pending path on 0.5.10+, retraction on 0.4.7.post1+)."""
+    paths for: the pending path on 0.5.10+, retraction on 0.4.7.post1+, and, where the tree's
+    prefill has optimistic prefill (0.5.13+), requests its prefill yielded and re-prefilled)."""
     rng = random.Random(f"decode:{seed}")  # a stream of its own: the prefill schedule is kept
-    backends = sorted(target.receivers) or ["mooncake"]
+    backends = sorted(target.receivers) or [SCRIPTED]  # no receiver class: a scripted one
     pends = target.pends and rng.random() < 0.4
     kinds = ["healthy", "healthy", "prefill-gone", "stall"]
     if pends:
@@ -304,6 +311,10 @@ def decode_schedule(seed: int, target: DecodeTarget, ranks: int) -> DecodeConfig
         stalls = ((start, start + round(rng.uniform(5.0, 30.0), 2)),)
         kind = rng.choice(("healthy", "prefill-gone"))
         requests.append(request(kind, round(rng.uniform(*stalls[0]), 2)))  # during the pause
+    if target.prefill_requeues:
+        # its own stream, so that what was drawn above stays what it was for every seed
+        requeue = random.Random(f"decode-requeue:{seed}")
+        requests = [_requeued(spec, requeue) for spec in requests]
     return DecodeConfig(
         tuple(requests),
         ranks,
@@ -313,6 +324,21 @@ def decode_schedule(seed: int, target: DecodeTarget, ranks: int) -> DecodeConfig
         prefill_dp_size=2 if pends else 1,
         clock_offsets=tuple(-skew * r / max(ranks - 1, 1) for r in range(ranks)),
         stalls=stalls,
+    )
+
+
+def _requeued(spec: DecodeSpec, rng: random.Random) -> DecodeSpec:
+    """``spec``, its prefill's optimistic prefill yielding it 1-2 times (30% of the requests
+    whose prefill answers): each yield re-prefills it from scratch, 5-30 s, before the KV
+    reaches the decode (the decode's receiver waits on, its indices long sent)."""
+    if spec.transfer_s is None or not spec.registered or spec.retracted or spec.register_s:
+        return spec
+    if rng.random() >= 0.3:
+        return spec
+    times = rng.randint(1, 2)
+    delay = round(sum(rng.uniform(5.0, 30.0) for _ in range(times)), 2)
+    return dataclasses.replace(
+        spec, transfer_s=round(spec.transfer_s + delay, 2), requeues=times, requeue_s=delay
     )
 
 
@@ -471,6 +497,12 @@ def run_decode_schedule(config: DecodeConfig, target: DecodeTarget) -> list[Viol
 
 def _decode_faults(config: DecodeConfig) -> list[DecodeConfig]:
     simpler = []
+    for i, spec in enumerate(config.requests):
+        if spec.requeues and spec.transfer_s is not None:  # the same request, never yielded
+            transfer = round(spec.transfer_s - spec.requeue_s, 2)
+            plain = dataclasses.replace(spec, transfer_s=transfer, requeues=0, requeue_s=0.0)
+            requests = (*config.requests[:i], plain, *config.requests[i + 1 :])
+            simpler.append(dataclasses.replace(config, requests=requests))
     if config.memory_full:
         simpler.append(dataclasses.replace(config, memory_full=()))
     if config.stalls:
@@ -504,6 +536,8 @@ def describe_decode(config: DecodeConfig) -> str:
             part += f", room registered after {s.register_s:g} s"
         if s.retracted:
             part += ", retracted"
+        if s.requeues:
+            part += f" after {s.requeues} optimistic requeue(s) of its prefill ({s.requeue_s:g} s)"
         parts.append(part)
     faults = []
     if any(config.clock_offsets):

@@ -182,3 +182,32 @@ def test_run_seeds_draws_decode_schedules_wherever_the_tree_has_a_decode_side(
         (1, "decode"),
     ]
     assert not any(r.violations for r in results)
+
+
+def test_optimistic_requeues_are_drawn_where_the_prefill_has_them(
+    unpatched: DecodeTarget, patched: DecodeTarget
+) -> None:
+    """0.5.14's prefill has optimistic prefill: seed 46 draws two requests its prefill yields
+    twice and re-prefills before their KV reaches the decode. On the patched release every
+    property holds: the one the re-prefills push past its deadline (indices at 7.5 s, KV at
+    about 75 s) is failed at its deadline, not before; the other completes, never failed."""
+    assert unpatched.prefill_requeues
+    config = seeds.decode_schedule(46, unpatched, 2)
+    requeued = {s.rid: (s.requeues, s.requeue_s) for s in config.requests if s.requeues}
+    assert requeued == {"d46-0-stall": (2, 40.84), "d46-1-healthy": (2, 37.9)}
+    assert "after 2 optimistic requeue(s) of its prefill (40.84 s)" in seeds.describe_decode(config)
+    assert seeds.run_decode_schedule(config, patched) == []
+    trace = run_decode(config, patched)
+    ended = {
+        rid: [(e.time, e.detail.split("(")[0]) for e in trace.events_of("streamed", rid)]
+        for rid in requeued
+    }
+    assert ended["d46-0-stall"][0] == (67.5, "FINISH_ABORT")  # 60 s after its indices
+    assert ended["d46-1-healthy"][0][1] == "FINISH_LENGTH"
+    # the shrinker can take the requeues away, and a prefill without optimistic prefill
+    # (0.5.10) draws none for the same seed
+    plain = seeds._decode_faults(config)[0]
+    assert not plain.requests[0].requeues and plain.requests[0].transfer_s == 26.85
+    older = decode_loader.load(open_tree(fetch_release("0.5.10")))
+    assert not older.prefill_requeues
+    assert not any(s.requeues for s in seeds.decode_schedule(46, older, 2).requests)

@@ -37,7 +37,7 @@ from typing import Any
 from ... import sglang_names as names
 from ...errors import LoadError
 from .. import standins
-from ..loader import EnvRegistry, Target
+from ..loader import EnvRegistry, Target, give_own_state
 from ..lockstep import (
     BARRIER_TIMEOUT,
     EPS,
@@ -149,6 +149,11 @@ class Rank(LockstepRank["World"]):
         self.queue: Any = queue_cls.__new__(queue_cls)
         self.queue.sim_init(self, self.scheduler, allocator)
         _give_recorders(self.recorders, self.scheduler, self.queue)
+        for owner, obj in (
+            (target.mixin[1], self.scheduler),
+            (target.bootstrap_queue[1], self.queue),
+        ):
+            give_own_state(obj, target.own_state.get(owner, {}))
         self.scheduler.disagg_prefill_bootstrap_queue = self.queue
         self._add_takes_heads = len(inspect.signature(queue_cls.add).parameters) > 2
         self.arrivals = sorted(config.requests, key=lambda s: s.arrival)
