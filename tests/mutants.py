@@ -233,6 +233,37 @@ def _stamp_at_sender_creation(texts: Texts) -> Texts | None:
     return _edit(texts, PREFILL, change)
 
 
+def skips_every_parked(texts: Texts) -> Texts | None:
+    """Where the queue holds parked requests (0.5.16+), the deadline helper skips every parked
+    request, not only those whose sender still bootstraps: under PP a bootstrapped one is
+    never unparked and never failed."""
+
+    def change(source: _Source) -> bool:
+        helper = next(_function(source, DEADLINE_HELPER), None)
+        skip = next(
+            (
+                n
+                for n in source.nodes(ast.If)
+                if helper is not None
+                and _inside(n, helper)
+                and isinstance(n.test, ast.BoolOp)
+                and {"pending_bootstrap", "Bootstrapping"}
+                <= {a.attr for a in ast.walk(n.test) if isinstance(a, ast.Attribute)}
+            ),
+            None,
+        )
+        if skip is None:
+            return False
+        source.replace(
+            skip.lineno,
+            skip.body[0].lineno - 1,
+            [f"{source.indent(skip)}if req.pending_bootstrap:\n"],
+        )
+        return True
+
+    return _edit(texts, PREFILL, change)
+
+
 def restamp_on_keep(texts: Texts) -> Texts | None:
     """The stamp written again where the inflight function keeps a waiting request for another
     step: the clock restarts on every poll."""
@@ -396,8 +427,10 @@ def counts_parked_time(texts: Texts) -> Texts | None:
                 for n in source.nodes(ast.If)
                 if helper is not None
                 and _inside(n, helper)
-                and isinstance(n.test, ast.Attribute)
-                and n.test.attr == "pending_bootstrap"
+                and any(
+                    isinstance(a, ast.Attribute) and a.attr == "pending_bootstrap"
+                    for a in ast.walk(n.test)
+                )
             ),
             None,
         )
@@ -951,6 +984,7 @@ MUTANTS = (
     Mutant("stamp removed", "PDG001", _remove_stamp),
     Mutant("stamp moved to sender creation", "PDG003", _stamp_at_sender_creation),
     Mutant("deadline counts parked time", "PDG003", counts_parked_time),
+    Mutant("deadline skips every parked request", "PDG003", skips_every_parked),
     Mutant("stamp rewritten on keep", "PDG003", restamp_on_keep),
     Mutant("first stamp kept across a requeue", "PDG003", first_stamp_kept_across_requeue),
     Mutant("deadline moved after the all-reduce", "PDG002", _deadline_after_reduce),
@@ -1022,9 +1056,11 @@ def _inline_loop(texts: Texts) -> Texts | None:
             f"{i}        kv_sender = waiting.disagg_kv_sender\n",
         ]
         if "pending_bootstrap" in ast.unparse(next(_function(source, DEADLINE_HELPER))):
-            # parked requests (0.5.16+): not counted, their clock starts when unparked
+            # parked requests (0.5.16+): not counted while their sender bootstraps
             inline[3:3] = [
-                f"{i}    if waiting.pending_bootstrap:\n",
+                f"{i}    if waiting.pending_bootstrap and (\n",
+                f"{i}        waiting.disagg_kv_sender.poll() == KVPoll.Bootstrapping\n",
+                f"{i}    ):\n",
                 f"{i}        waiting.{STAMP_ATTR} = current\n",
                 f"{i}        continue\n",
             ]
