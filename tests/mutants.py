@@ -233,37 +233,6 @@ def _stamp_at_sender_creation(texts: Texts) -> Texts | None:
     return _edit(texts, PREFILL, change)
 
 
-def skips_every_parked(texts: Texts) -> Texts | None:
-    """Where the queue holds parked requests (0.5.16+), the deadline helper skips every parked
-    request, not only those whose sender still bootstraps: under PP a bootstrapped one is
-    never unparked and never failed."""
-
-    def change(source: _Source) -> bool:
-        helper = next(_function(source, DEADLINE_HELPER), None)
-        skip = next(
-            (
-                n
-                for n in source.nodes(ast.If)
-                if helper is not None
-                and _inside(n, helper)
-                and isinstance(n.test, ast.BoolOp)
-                and {"pending_bootstrap", "Bootstrapping"}
-                <= {a.attr for a in ast.walk(n.test) if isinstance(a, ast.Attribute)}
-            ),
-            None,
-        )
-        if skip is None:
-            return False
-        source.replace(
-            skip.lineno,
-            skip.body[0].lineno - 1,
-            [f"{source.indent(skip)}if req.pending_bootstrap:\n"],
-        )
-        return True
-
-    return _edit(texts, PREFILL, change)
-
-
 def restamp_on_keep(texts: Texts) -> Texts | None:
     """The stamp written again where the inflight function keeps a waiting request for another
     step: the clock restarts on every poll."""
@@ -415,28 +384,48 @@ def abort_check_removed(texts: Texts) -> Texts | None:
     return _edit(texts, NIXL, change)
 
 
+def _parked_skip(source: _Source) -> ast.If | None:
+    """The deadline helper's skip of parked requests (an ``if`` testing ``pending_bootstrap``)."""
+    helper = next(_function(source, DEADLINE_HELPER), None)
+    return next(
+        (
+            n
+            for n in source.nodes(ast.If)
+            if helper is not None and _inside(n, helper) and "pending_bootstrap" in _attrs(n.test)
+        ),
+        None,
+    )
+
+
+def _attrs(node: ast.AST) -> set[str]:
+    return {a.attr for a in ast.walk(node) if isinstance(a, ast.Attribute)}
+
+
 def counts_parked_time(texts: Texts) -> Texts | None:
     """Where the queue holds parked requests (0.5.16+), the deadline helper's skip of them
     removed: their wait for bootstrap counts against the inflight deadline."""
 
     def change(source: _Source) -> bool:
-        helper = next(_function(source, DEADLINE_HELPER), None)
-        skip = next(
-            (
-                n
-                for n in source.nodes(ast.If)
-                if helper is not None
-                and _inside(n, helper)
-                and any(
-                    isinstance(a, ast.Attribute) and a.attr == "pending_bootstrap"
-                    for a in ast.walk(n.test)
-                )
-            ),
-            None,
-        )
+        skip = _parked_skip(source)
         if skip is None:
             return False
         source.remove(skip)
+        return True
+
+    return _edit(texts, PREFILL, change)
+
+
+def skips_every_parked(texts: Texts) -> Texts | None:
+    """Where the queue holds parked requests (0.5.16+), the deadline helper skips every parked
+    request, not only those whose sender still bootstraps: under PP a bootstrapped one is
+    never unparked and never failed."""
+
+    def change(source: _Source) -> bool:
+        skip = _parked_skip(source)
+        if skip is None or "Bootstrapping" not in _attrs(skip.test):
+            return False
+        test = f"{source.indent(skip)}if req.pending_bootstrap:\n"
+        source.replace(skip.lineno, skip.body[0].lineno - 1, [test])
         return True
 
     return _edit(texts, PREFILL, change)

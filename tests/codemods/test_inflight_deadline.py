@@ -8,6 +8,7 @@ import os
 import string
 import textwrap
 import types
+from typing import Any
 
 import libcst as cst
 import pytest
@@ -593,10 +594,9 @@ def test_replace_without_failure_records_only_aborts(monkeypatch) -> None:
     assert getattr(req, SENDER).aborted == 1 and not hasattr(getattr(req, SENDER), "kv_mgr")
 
 
-def test_parked_time_is_not_counted(monkeypatch) -> None:
-    """0.5.16+: a request parked in the queue (prefill done, bootstrap not) is bounded by the
-    bootstrap timeout while its sender bootstraps; its inflight deadline starts when the
-    bootstrap ends."""
+def _parked(monkeypatch) -> tuple[Any, Any, Any, _AbortableSender]:
+    """A patched toy whose queue holds one parked request, its sender still bootstrapping:
+    the clock, the scheduler, the request and its sender."""
     module, clock = _load(monkeypatch, env="60", parked=True)
     scheduler = _scheduler(module)
     req = _req("parked")
@@ -605,6 +605,14 @@ def test_parked_time_is_not_counted(monkeypatch) -> None:
     sender.state = 1  # Bootstrapping
     setattr(req, SENDER, sender)
     scheduler.hand_over(types.SimpleNamespace(reqs=[req]))
+    return clock, scheduler, req, sender
+
+
+def test_parked_time_is_not_counted(monkeypatch) -> None:
+    """0.5.16+: a request parked in the queue (prefill done, bootstrap not) is bounded by the
+    bootstrap timeout while its sender bootstraps; its inflight deadline starts when the
+    bootstrap ends."""
+    clock, scheduler, req, sender = _parked(monkeypatch)
     clock.now += 250.0
     assert _run(scheduler) == []
     sender.state = 2  # bootstrap done
@@ -619,14 +627,7 @@ def test_a_parked_request_that_bootstrapped_is_counted(monkeypatch) -> None:
     """A parked request whose sender has bootstrapped but that nobody unparks (a PP stage
     looks only at the requests the stages agreed have ended, 0.5.16+) is no longer bounded by
     the bootstrap timeout: its deadline runs from the end of its bootstrap."""
-    module, clock = _load(monkeypatch, env="60", parked=True)
-    scheduler = _scheduler(module)
-    req = _req("parked")
-    setattr(req, PARKED, True)
-    sender = _AbortableSender()
-    sender.state = 1  # Bootstrapping
-    setattr(req, SENDER, sender)
-    scheduler.hand_over(types.SimpleNamespace(reqs=[req]))
+    clock, scheduler, _, sender = _parked(monkeypatch)
     clock.now += 30.0
     assert _run(scheduler) == []
     sender.state = 2  # bootstrapped, still parked
