@@ -202,16 +202,23 @@ class Rank(LockstepRank["World"]):
     # one step of the prefill event loop
 
     def step(self) -> None:
+        try:
+            self._step()
+        finally:
+            self.lag = 0.0
+
+    def _step(self) -> None:
+        """One step. Once the rank has handled an arrival or a prefill result (``lag`` into the
+        step), its clock stays there for the rest of the step: a rank's clock never goes back,
+        so the inflight function that runs after the handling never reads an earlier time than
+        a stamp the handling took."""
         now = self.world.time
         while self.arrivals and self.arrivals[0].arrival <= now + EPS:
             spec = self.arrivals.pop(0)
             req = SimReq(spec.rid, self.world.rooms[spec.rid])
             req._recorders = self.recorders
             self.lag = self.handling_lag
-            try:
-                self.queue.add(req, 8) if self._add_takes_heads else self.queue.add(req)
-            finally:
-                self.lag = 0.0
+            self.queue.add(req, 8) if self._add_takes_heads else self.queue.add(req)
         self.scheduler.waiting_queue.extend(self.queue.pop_bootstrapped())
         if not self.pool_full():  # admit the waiting queue: each request's prefill starts
             for req in self.scheduler.waiting_queue:
@@ -232,10 +239,7 @@ class Rank(LockstepRank["World"]):
             _give_recorders(self.recorders, batch, result)
             self.lag = self.handling_lag
             before = {id(r) for r in self.scheduler.disagg_prefill_inflight_queue}
-            try:
-                self.scheduler.process_batch_result_disagg_prefill(batch, result)
-            finally:
-                self.lag = 0.0
+            self.scheduler.process_batch_result_disagg_prefill(batch, result)
             for req in self.scheduler.disagg_prefill_inflight_queue:
                 if id(req) not in before:
                     self.record("entered_inflight", req)
