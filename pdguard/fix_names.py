@@ -32,6 +32,12 @@ _MARKER_LINE = re.compile(
 )
 
 
+def is_marker_line(line: str) -> bool:
+    """Whether ``line`` is a marker comment of one of pdguard's fixes, as the codemods write it."""
+    match = _MARKER_LINE.match(line)
+    return match is not None and match["name"] in FIX_NAMES
+
+
 def unmark(text: str, original: str) -> str:
     """``text`` (a fix's result) without the marker comments of the fixes whose marker
     ``original`` does not hold: the marker-free code ``apply --no-markers`` writes, which later

@@ -563,13 +563,17 @@ def repair(
 
 
 def _way_forward(args: argparse.Namespace, result: ApplyResult) -> str:
-    """For a fix that was partly removed: the exact command that restores it."""
+    """For a fix that was partly removed (or an older pdguard wrote): the exact command that
+    restores it."""
     from ..repair import partly_removed
 
     if args.repair or not partly_removed(result.refused, result.originals):
         return ""
     target = "--installed" if args.installed else shlex.quote(args.target or ".")
-    return f"; the fix was partly removed: `pdguard apply --repair {target}` restores it"
+    return (
+        f"; the fix was partly removed, or written by an older pdguard: "
+        f"`pdguard apply --repair {target}` restores it"
+    )
 
 
 def run(args: argparse.Namespace) -> int:
