@@ -57,3 +57,14 @@ def _own_state_dir(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
         del os.environ["PDGUARD_STATE"]
     else:
         os.environ["PDGUARD_STATE"] = before
+
+
+@pytest.fixture(autouse=True)
+def _no_leftover_readers() -> Iterator[None]:
+    """Each test starts the ``git cat-file`` readers it needs (``pdguard.git_objects``) and
+    they are stopped after it: none is handed to the next test."""
+    from pdguard.git_objects import close_readers
+
+    close_readers()
+    yield
+    close_readers()
