@@ -66,20 +66,14 @@ class Kept(Generic[_K, _V]):
 GIT_BLOB_BYTES = 64 << 20
 
 
-class Bounded(Generic[_K, _S]):
-    """A map bounded by the total length of its values, the least recently used dropped
-    first (never the last one put)."""
+class Bounded(Kept[_K, _S]):
+    """A ``Kept`` bounded by the total length of its values (``limit``), not their number;
+    never the last one put is dropped."""
 
     def __init__(self, limit: int) -> None:
+        super().__init__(0)
         self.limit = limit
         self.total = 0
-        self.entries: OrderedDict[_K, _S] = OrderedDict()
-
-    def get(self, key: _K) -> _S | None:
-        value = self.entries.get(key)
-        if value is not None:
-            self.entries.move_to_end(key)
-        return value
 
     def put(self, key: _K, value: _S) -> _S:
         old = self.entries.pop(key, None)
@@ -90,9 +84,6 @@ class Bounded(Generic[_K, _S]):
         while self.total > self.limit and len(self.entries) > 1:
             self.total -= len(self.entries.popitem(last=False)[1])
         return value
-
-    def __len__(self) -> int:
-        return len(self.entries)
 
 
 class Settings(NamedTuple):

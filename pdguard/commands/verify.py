@@ -469,29 +469,19 @@ def _lane(
 ) -> list[tuple[int, RefReport]]:
     """Run ``worker`` on the jobs of ``segment`` not yet taken, one after another, from its
     top (``top``) or its bottom, until none is left (or Ctrl-C stopped the run)."""
-    with Run.of(settings) as run:  # the lane's refs, met one after another, share one run
-        return _drain(worker, jobs, segment, top, run)
-
-
-def _drain(
-    worker: Callable[..., RefReport],
-    jobs: list[tuple[object, ...]],
-    segment: int,
-    top: bool,
-    run: Run,
-) -> list[tuple[int, RefReport]]:
     shared = _SHARED[0]
     done: list[tuple[int, RefReport]] = []
-    while not shared[_STOP]:
-        with shared.get_lock():
-            low, high = shared[2 * segment], shared[2 * segment + 1]
-            if low > high:
-                break
-            position = low if top else high
-            shared[2 * segment + (0 if top else 1)] = low + 1 if top else high - 1
-        done.append((position, worker(*jobs[position], run=run)))
-        with shared.get_lock():
-            shared[_DONE] += 1
+    with Run.of(settings) as run:  # the lane's refs, met one after another, share one run
+        while not shared[_STOP]:
+            with shared.get_lock():
+                low, high = shared[2 * segment], shared[2 * segment + 1]
+                if low > high:
+                    break
+                position = low if top else high
+                shared[2 * segment + (0 if top else 1)] = low + 1 if top else high - 1
+            done.append((position, worker(*jobs[position], run=run)))
+            with shared.get_lock():
+                shared[_DONE] += 1
     return done
 
 

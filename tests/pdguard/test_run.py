@@ -5,7 +5,6 @@ request (and at exit)."""
 
 from __future__ import annotations
 
-import subprocess
 from pathlib import Path
 
 import libcst as cst
@@ -16,23 +15,15 @@ from pdguard.codemods.insertion import editing, parse_statements
 from pdguard.commands import verify as verifying
 from pdguard.git_tree import open_git_tree, open_repo
 from pdguard.run import Run
+from tests.helpers import git, init_repo
 from tests.snippets import PREFILL_REL, make_tree
-
-
-def git(repo: Path, *args: str) -> str:
-    return subprocess.run(
-        ["git", "-C", str(repo), *args], check=True, capture_output=True, text=True
-    ).stdout
 
 
 @pytest.fixture
 def repo(tmp_path: Path) -> Path:
     """Two commits, ``one`` and ``two``: the second changes prefill.py only."""
-    repo = tmp_path / "repo"
+    repo = init_repo(tmp_path / "repo")
     make_tree(repo / "python")
-    git(repo, "init", "-q", "-b", "main")
-    for key, value in {"user.name": "t", "user.email": "t@example.com"}.items():
-        git(repo, "config", key, value)
     git(repo, "add", "-A")
     git(repo, "commit", "-q", "-m", "one")
     git(repo, "tag", "one")
