@@ -143,8 +143,9 @@ def header_fields(data: bytes) -> dict[bytes, bytes]:
 # after any failure the child is killed and the next read starts a new one, so what one run
 # read never changes what another reads. Keeping one per process spares each run (``verify``'s
 # command and each worker's lane) starting its own git. A forked worker starts its own (the
-# pid is checked); all are closed at exit (``close_readers``, also what tests call after each
-# test, so that none depends on a reader an earlier one left).
+# pid is checked); all are closed at exit (``close_readers``: atexit, and ``runtime.exit_now``,
+# which skips it; tests call it after each test, so none depends on a reader an earlier one
+# left).
 _READERS: dict[str, CatFile] = {}
 
 
