@@ -43,6 +43,9 @@ def patched_release(request: pytest.FixtureRequest, tmp_path: Path):
 @pytest.fixture(autouse=True)
 def _no_result_cache(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("PDGUARD_NO_CACHE", "1")
+    # not in a GitHub workflow, even when the tests run in one (paths in annotations and SARIF
+    # are then named from its workspace): a test that wants one sets it
+    monkeypatch.delenv("GITHUB_WORKSPACE", raising=False)
 
 
 @pytest.fixture(autouse=True)

@@ -566,7 +566,8 @@ def repair(
 def _does_not_parse(args: argparse.Namespace, tree: SourceTree, error: ParseError) -> int:
     """A file the fixes read does not parse: the report is that file's diagnostic (``E999
     syntax-error``, as ``check`` gives it: text ``PATH:LINE:COL: E999 ...``, or the JSON
-    report's ``errors``), nothing is written, one error line on stderr, exit 2."""
+    report's ``errors``), nothing is written, one error line on stderr, exit 2. With
+    ``--diff`` in text the report would go to stderr too: the error line alone says it."""
     checked = syntax_result(tree, error)
     first = checked.errors[0]
     path = checked.display_path(first)
@@ -578,7 +579,7 @@ def _does_not_parse(args: argparse.Namespace, tree: SourceTree, error: ParseErro
             "errors": [finding_json(f, checked.display_path(f)) for f in checked.errors],
         }
         _report(args, json.dumps(payload, indent=2))
-    else:
+    elif not (args.diff and args.output_file is None):  # there, the report is on stderr
         _report(args, f"{where}: {SYNTAX_CODE} {first.message}")
     print(f"pdguard: error: {where}: {first.message}", file=sys.stderr)
     return EXIT_ERROR

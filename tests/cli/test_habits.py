@@ -344,6 +344,7 @@ def test_apply_on_a_file_that_does_not_parse_reports_it(
     assert code == 2
     assert one_error_line(err).startswith(f"pdguard: error: tree/{PREFILL_REL}:{line}:")
     report = Path("out").read_text()
+    why = one_error_line(err).split(f":{line}:12: ", 1)[1]
     if fmt == "json":
         (error,) = json.loads(report)["errors"]
         assert (error["code"], error["path"], error["line"]) == (
@@ -357,5 +358,7 @@ def test_apply_on_a_file_that_does_not_parse_reports_it(
     monkeypatch.chdir(tree.parent / "elsewhere")
     code, out, err = run_main(capsys, "apply", "../tree", "--format", fmt, "--diff")
     assert code == 2 and "../tree/" not in out + err  # files absolute (the target as typed)
-    assert f"{(tree / PREFILL_REL).resolve()}:{line}:" in err
+    assert one_error_line(err).endswith(f"{(tree / PREFILL_REL).resolve()}:{line}:12: {why}")
+    if fmt == "json":  # the report on stdout, the diff's place
+        assert json.loads(out)["errors"][0]["path"] == str((tree / PREFILL_REL).resolve())
     assert (tree / PREFILL_REL).read_text() == before
