@@ -608,7 +608,6 @@ def test_a_kept_receiver_verdict_is_reused_only_while_its_answers_hold() -> None
     """A verdict is kept with what it asked of the class index; another index that answers
     the same (the same class nodes) reuses it, and one where a method the verdict read
     changed works it out again."""
-    from pdguard.checks.models import kv_receivers
     from pdguard.checks.project import Project
     from pdguard.run import Run
 
@@ -627,8 +626,7 @@ def test_a_kept_receiver_verdict_is_reused_only_while_its_answers_hold() -> None
             "        return KVPoll.WaitingForInput\n"
         ),
     }
-    kv_receivers._KEPT.clear()
-    run = Run()  # one run: the projects share its parsed trees
+    run = Run()  # one run: the projects share its parsed trees and kept verdicts
     first = Project(texts, run).receivers.verdict("ToyKVReceiver")
     assert first.violates
     # another project over the same texts (the same parsed trees): the verdict is reused
@@ -639,3 +637,8 @@ def test_a_kept_receiver_verdict_is_reused_only_while_its_answers_hold() -> None
     changed[rel] = texts[rel].replace("KVPoll.WaitingForInput", "KVPoll.Failed")
     again = Project(changed, run).receivers.verdict("ToyKVReceiver")
     assert again is not first and not again.violates
+    assert len(run.verdicts) == 1 and len(run.verdicts.get("ToyKVReceiver") or []) == 2
+    # another run shares nothing with this one: its verdict is its own
+    other = Run()
+    alone = Project(texts, other).receivers.verdict("ToyKVReceiver")
+    assert alone is not first and alone.violates and len(other.verdicts) == 1
