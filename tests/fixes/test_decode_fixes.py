@@ -579,6 +579,94 @@ _PENDING_AFTER = """
             self.waiting_queue += self.disagg_decode_transfer_queue.pop_transferred()
 """
 
+_POLL_BEFORE = """
+    class ToyPreallocQueue:
+        def _resolve_pending_reqs(self):
+            self.pending_reqs = [r for r in self.pending_reqs if not self.resolved(r)]
+
+        def _update_handshake_waiters(self):
+            self.reduce_and_mark_failures()
+
+        def pop_preallocated(self):
+            self._resolve_pending_reqs()
+            self._update_handshake_waiters()
+            gone = set()
+            for i, entry in enumerate(self.queue):
+                if isinstance(entry.req.finished_reason, FINISH_ABORT):
+                    self.scheduler.stream_output([entry.req], entry.req.return_logprob)
+                    gone.add(i)
+            self.queue = [e for i, e in enumerate(self.queue) if i not in gone]
+            return self.admit()
+
+
+    class ToyDecodeScheduler:
+        def process_decode_queue(self):
+            if self.disagg_decode_prealloc_queue.retracted_queue:
+                return
+            admitted = self.disagg_decode_prealloc_queue.pop_preallocated()
+            self.disagg_decode_transfer_queue.extend(admitted)
+"""
+
+_POLL_AFTER = '''
+    class ToyPreallocQueue:
+        def _resolve_pending_reqs(self):
+            self.pending_reqs = [r for r in self.pending_reqs if not self.resolved(r)]
+
+        def _update_handshake_waiters(self):
+            self.reduce_and_mark_failures()
+
+        def poll_pending_reqs(self) -> None:
+            """Resolve and bound the pending requests while retracted requests wait for memory.
+
+            pop_preallocated() is not called then (no new request is admitted), nor with it the
+            pending requests' bound and the delivery of the failures it makes: this runs them.
+            It allocates no KV.
+            """
+            # pdguard: decode-queue-bound: on every step, before the retraction gate
+            if not self.retracted_queue:
+                return  # pop_preallocated() resolves and polls them
+            self._resolve_pending_reqs()
+            self._update_handshake_waiters()
+            failed_reqs = []
+            for entry in self.queue:
+                if isinstance(entry.req.finished_reason, FINISH_ABORT):
+                    self.scheduler.stream_output([entry.req], entry.req.return_logprob)
+                    failed_reqs.append(entry)
+            if failed_reqs:
+                failed_ids = {id(r) for r in failed_reqs}
+                self.queue = [r for r in self.queue if id(r) not in failed_ids]
+                self.pending_reqs = [
+                    r for r in self.pending_reqs if id(r) not in failed_ids
+                ]
+
+        def pop_preallocated(self):
+            self._resolve_pending_reqs()
+            self._update_handshake_waiters()
+            gone = set()
+            for i, entry in enumerate(self.queue):
+                if isinstance(entry.req.finished_reason, FINISH_ABORT):
+                    self.scheduler.stream_output([entry.req], entry.req.return_logprob)
+                    gone.add(i)
+            self.queue = [e for i, e in enumerate(self.queue) if i not in gone]
+            return self.admit()
+
+
+    class ToyDecodeScheduler:
+        def process_decode_queue(self):
+            # pdguard: decode-queue-bound: while retracted requests wait, pending requests
+            # are still resolved and bounded, and failures delivered (none is admitted).
+            self.disagg_decode_prealloc_queue.poll_pending_reqs()
+            # pdguard: decode-queue-bound: while retracted requests wait for memory,
+            # admit no new request (as the early return did), but still poll the
+            # transfer queue: its failures, timeouts and aborts free their KV.
+            retracted_waiting = self.disagg_decode_prealloc_queue.retracted_queue
+            # pdguard: decode-queue-bound: not while retracted requests wait
+            if not retracted_waiting:
+                admitted = self.disagg_decode_prealloc_queue.pop_preallocated()
+                self.disagg_decode_transfer_queue.extend(admitted)
+'''
+_POLL_SPEC = "ToyPreallocQueue:pending_reqs:_resolve_pending_reqs"
+
 
 class TestDecodeQueueBound(CodemodTest):
     TRANSFORM = DecodeQueueBound
@@ -590,6 +678,28 @@ class TestDecodeQueueBound(CodemodTest):
             pending=["ToyPreallocQueue._resolve_pending_reqs:unresolved:decode_req"],
             gate="ToyDecodeScheduler.process_decode_queue",
         )
+
+    def test_pending_requests_are_polled_before_the_gate(self) -> None:
+        """The pending list's resolution (its bound) and the delivery of failures run on
+        every step, before the gate; the release's own failed branch delivers them, without
+        its index bookkeeping. A second run changes nothing."""
+        gate = "ToyDecodeScheduler.process_decode_queue"
+        self.assertCodemod(_POLL_BEFORE, _POLL_AFTER, gate=gate, poll_pending=_POLL_SPEC)
+        with pytest.raises(AnchorError, match="already has a method poll_pending_reqs"):
+            DecodeQueueBound(CodemodContext(), gate=gate, poll_pending=_POLL_SPEC).transform_module(
+                cst.parse_module(textwrap.dedent(_POLL_AFTER))
+            )
+
+    def test_poll_pending_needs_the_release_s_handshake_poll(self) -> None:
+        module = cst.parse_module(
+            textwrap.dedent(_POLL_BEFORE).replace("_update_handshake_waiters", "_other")
+        )
+        with pytest.raises(AnchorError, match="_update_handshake_waiters"):
+            DecodeQueueBound(
+                CodemodContext(),
+                gate="ToyDecodeScheduler.process_decode_queue",
+                poll_pending=_POLL_SPEC,
+            ).transform_module(module)
 
     def test_the_stamp_is_a_field_of_the_entries_dataclass(self) -> None:
         # _PENDING_BEFORE's entries as a @dataclass of the module, in Optional[...] style
