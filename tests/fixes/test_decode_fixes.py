@@ -968,6 +968,9 @@ class _Queue:
     def resolve_deferred_releases(self) -> None:
         pass
 
+    def poll_pending_reqs(self) -> None:
+        self.calls.append("poll_pending_reqs")
+
 
 @pytest.mark.releases
 @pytest.mark.parametrize("version", ["0.4.8", "0.5.23"])
@@ -995,6 +998,12 @@ def test_patched_retraction_gate_polls_transfers_but_admits_nothing(version: str
         del scheduler.polling_count  # hasattr() is False, as on a fresh scheduler
         mixin.process_decode_queue(scheduler)
         assert ("pop_preallocated" in prealloc.calls) == admitted, (retracted, prealloc.calls)
+        # 0.5.10+: the pending requests' bound runs on every step, before the gate
+        assert prealloc.calls.count("poll_pending_reqs") == (version != "0.4.8"), prealloc.calls
+        if version != "0.4.8" and admitted:
+            assert prealloc.calls.index("poll_pending_reqs") < prealloc.calls.index(
+                "pop_preallocated"
+            )
         assert transfer.calls.count("pop_transferred") == 1, transfer.calls
         assert scheduler.waiting_queue == ["finished"]
 
