@@ -23,7 +23,11 @@ Read-only analysis on ``ast``, over the modules that name a decode queue or a re
   enforces a deadline on its entries (a loop over a queue attribute that compares an
   elapsed time since an entry's stamp and fails the entry) in a method its poll methods reach.
   A retry counter must be incremented in the function; an elapsed time does not count when
-  its stamp is written again on every pass before it is read (it then never grows).
+  its stamp is written again on every pass before it is read (it then never grows). And the
+  bound must run on every step: some polling function calls a method that reaches it, not
+  behind the retraction gate (``bounded_wait.reach``); a bound only the gated
+  ``pop_preallocated()`` reaches is a *gated* re-queue (one per list, unless the gate is an
+  early return reported on its own).
 """
 
 from __future__ import annotations
