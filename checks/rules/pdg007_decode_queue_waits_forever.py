@@ -222,32 +222,31 @@ class DecodeQueueWaitsForever(Rule):
         model = project.decode_queues
         for requeue in model.requeues():
             if requeue.gated:
-                yield self.finding(
-                    requeue.owner.rel,
-                    requeue.node.lineno,
-                    requeue.node.col_offset + 1,
-                    f"{requeue.owner.name}.{requeue.func.name}",
+                message = (
                     f"a request put back into self.{requeue.attr} (rebuilt by "
                     f"{requeue.method}) is bounded only where the polling functions call it "
                     "behind the retraction gate: while retracted requests wait for memory the "
                     "bound never runs, and if the prefill never answers for it, it waits as "
-                    "long as they do",
+                    "long as they do"
                 )
-                continue
+            else:
+                message = (
+                    f"a request is put back into self.{requeue.attr} (rebuilt by "
+                    f"{requeue.method}, before its KV receiver is initialised) with "
+                    + (
+                        "a retry counter or deadline whose limit fails nothing (no abort(), no "
+                        "prepare_abort(), no KVPoll.Failed)"
+                        if requeue.inert
+                        else "no retry counter or deadline"
+                    )
+                    + ": if the prefill never answers for it, it waits forever"
+                )
             yield self.finding(
                 requeue.owner.rel,
                 requeue.node.lineno,
                 requeue.node.col_offset + 1,
                 f"{requeue.owner.name}.{requeue.func.name}",
-                f"a request is put back into self.{requeue.attr} (rebuilt by "
-                f"{requeue.method}, before its KV receiver is initialised) with "
-                + (
-                    "a retry counter or deadline whose limit fails nothing (no abort(), no "
-                    "prepare_abort(), no KVPoll.Failed)"
-                    if requeue.inert
-                    else "no retry counter or deadline"
-                )
-                + ": if the prefill never answers for it, it waits forever",
+                message,
             )
         for early in model.early_returns():
             where = f"{early.owner.name}.{early.func.name}" if early.owner else early.func.name
