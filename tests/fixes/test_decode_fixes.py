@@ -1096,3 +1096,43 @@ def test_unpatched_code_shows_the_wedges_these_tests_catch() -> None:
     receiver.bootstrap_room, receiver.conclude_state, receiver.started_transfer = 7, None, True
     clock.now += 10_000
     assert receiver.poll() == _KVPoll.WaitingForInput
+
+
+def _before_poll_pending(text: str) -> str:
+    """``text`` patched as pdguard did before ``poll_pending_reqs``: the pending bound in
+    ``_resolve_pending_reqs`` only (the method and its call, with its comment, taken out)."""
+    start = text.index("    def poll_pending_reqs(self)")
+    text = text[:start] + text[text.index("    def pop_preallocated(", start) :]
+    call = "        self.disagg_decode_prealloc_queue.poll_pending_reqs()\n"
+    end = text.index(call) + len(call)
+    start = text.rindex(
+        "        # pdguard: decode-queue-bound: while retracted requests wait", 0, end
+    )
+    return text[:start] + text[end:]
+
+
+@pytest.mark.releases
+def test_a_tree_patched_before_poll_pending_is_reported_and_repaired(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """0.5.14 patched by the previous version: PDG007 reports the pending bound behind the
+    gate, apply refuses naming --repair, and --repair gives the bytes of a fresh apply."""
+    from tests.helpers import patched_copy
+
+    root = patched_copy("0.5.14", tmp_path / "0.5.14")
+    fresh = (root / DECODE).read_text()
+    (root / DECODE).write_text(_before_poll_pending(fresh))
+    code, report = _json(capsys, "check", str(root), "--select", "PDG007", "--format", "json")
+    assert code == 1
+    assert {(f["symbol"], f["message"].split(":")[0]) for f in report["findings"]} == {
+        (
+            "DecodePreallocQueue._resolve_pending_reqs",
+            "a request put back into self.pending_reqs (rebuilt by _resolve_pending_reqs) is "
+            "bounded only where the polling functions call it behind the retraction gate",
+        )
+    }
+    code, report = _json(capsys, "apply", str(root), "--format", "json")
+    assert code == 2 and report["fixes"]["decode-queue-bound"] == "refused"
+    assert "`pdguard apply --repair`" in report["notes"]["decode-queue-bound"]
+    assert main(["apply", "--repair", str(root)]) == 0
+    assert (root / DECODE).read_text() == fresh
