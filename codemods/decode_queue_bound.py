@@ -246,8 +246,14 @@ class DecodeQueueBound(Command):
         if self.gate:
             names.add(self.gate.rpartition(".")[2])
         if self.poll_pending:
-            names |= {POP_PREALLOCATED, POLL_PENDING}
-        return Scope(mentions=frozenset(names), functions=frozenset(names))
+            _, _, resolve = self.poll_pending.split(":")
+            names |= {POP_PREALLOCATED, POLL_PENDING, UPDATE_HANDSHAKE_WAITERS, resolve}
+        # the entries' @dataclass whole: its fields are what _field reads
+        return Scope(
+            mentions=frozenset(names),
+            classes=frozenset(self.fields),
+            functions=frozenset(names),
+        )
 
     def transform_module_impl(self, tree: cst.Module) -> cst.Module:
         edits: list[tuple[cst.CSTNode, StatementEdit]] = []
