@@ -74,15 +74,17 @@ class DecodeQueueBoundFix(Fix):
     reads = (DISAGGREGATION_DIR, MANAGERS_DIR)
 
     def fixable_in(self, project: Project) -> bool:
-        """Not where ``plan`` refuses on sight: a hand-written gate it does not rewrite, or a
-        release with a re-queue to bound that reads its timeout nowhere (no file check reads
-        names it)."""
+        """Not where ``plan`` refuses on sight: a hand-written gate it does not rewrite, a
+        pending bound behind a gate that is not the early return it rewrites (a tree patched
+        before ``poll_pending_reqs``: ``apply --repair``), or a release with a re-queue to
+        bound that reads its timeout nowhere (no file check reads names it)."""
         model = project.decode_queues
         if next(iter(model.guarded_polls()), None) is not None:
             return False
-        return next(iter(model.requeues()), None) is None or any(
-            WAITING_TIMEOUT_ENV in text for text in project.texts.values()
-        )
+        requeues = list(model.requeues())
+        if any(r.gated for r in requeues) and next(iter(model.early_returns()), None) is None:
+            return False  # a bound behind a gate plan does not rewrite: refused on sight
+        return not requeues or any(WAITING_TIMEOUT_ENV in text for text in project.texts.values())
 
     def plan(self, workspace: Workspace) -> Outcome:
         model = decode_project(workspace).decode_queues
