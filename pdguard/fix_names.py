@@ -81,6 +81,9 @@ RECEIVER_WAITING_TIMEOUT_ATTR = "waiting_timeout"
 # decode-queue-bound writes these into decode.py.
 DECODE_PENDING_STAMP = "pending_since"  # on a DecodeRequest: first time it was put back
 DECODE_GATE_FLAG = "retracted_waiting"  # in process_decode_queue: the retraction gate's verdict
+# on the prealloc queue, called by process_decode_queue on every step before its retraction gate:
+# while retracted requests wait, resolves and bounds pending_reqs and delivers the failures
+DECODE_POLL_PENDING = "poll_pending_reqs"
 
 # Every fix's name, as its marker writes it (the registry, ``fixes.FIXES``, holds one of each).
 FIX_NAMES = frozenset(

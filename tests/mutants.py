@@ -24,6 +24,7 @@ from pdguard.checks.models.inflight import analyse
 from pdguard.checks.project import PREFILL
 from pdguard.fix_names import (
     DECODE_GATE_FLAG,
+    DECODE_POLL_PENDING,
     DECODE_QUEUE_BOUND,
     RECEIVER_WAITING_TIMEOUT,
     marker,
@@ -932,6 +933,26 @@ def _gate_still_returns(texts: Texts) -> Texts | None:
     return _edit(texts, DECODE_PATH, change)
 
 
+def _poll_pending_removed(texts: Texts) -> Texts | None:
+    """pdguard's ``poll_pending_reqs()`` call taken out of ``process_decode_queue`` (the
+    previous version's patch): the pending bound runs only in ``pop_preallocated()``, behind
+    the retraction gate (seed 41)."""
+
+    def change(source: _Source) -> bool:
+        for node in source.nodes(ast.Expr):
+            call = node.value
+            if (
+                isinstance(call, ast.Call)
+                and isinstance(call.func, ast.Attribute)
+                and call.func.attr == DECODE_POLL_PENDING
+            ):
+                source.remove(node, DECODE_MARKER)
+                return True
+        return False
+
+    return _edit(texts, DECODE_PATH, change)
+
+
 def _receiver_mutants() -> list[Mutant]:
     found = []
     for what, change, always in (
@@ -966,6 +987,7 @@ DECODE_MUTANTS = (
     Mutant("pending stamp rewritten every step", "PDG007", _pending_stamp_every_step),
     Mutant("pending counter never incremented", "PDG007", _pending_counter_not_incremented),
     Mutant("retraction gate still returns", "PDG007", _gate_still_returns, DECODE_PATH),
+    Mutant("pending bound only behind the gate", "PDG007", _poll_pending_removed),
 )
 
 

@@ -351,8 +351,22 @@ def test_a_gate_that_skips_only_admission_is_back_pressure() -> None:
     """Returning after the transfer queue was polled, before the prealloc queue hands new
     requests to it, while retracted requests wait for memory, is what ``decode-queue-bound``
     makes of the gate (and what the PP mixin's ``process_prealloc_queue`` does): the
-    requests it skips hold no KV yet. Not reported."""
+    requests it skips hold no KV yet. The gate is not reported; the pending list's retry
+    counter, which only pop_preallocated() reaches, is (seed 41): behind the gate it never
+    runs while retracted requests wait."""
     texts = _gate_after_transfers("len(self.disagg_decode_prealloc_queue.retracted_queue) > 0")
+    [finding] = DecodeQueueWaitsForever().check(Project(texts))
+    assert finding.symbol == "DecodePreallocQueue._resolve_pending_reqs"
+    assert "bounded only where the polling functions call it behind the retraction gate" in (
+        finding.message
+    )
+    # the bound also run before the gate, on every step: nothing to report
+    decode_py = next(iter(texts))
+    texts[decode_py] = texts[decode_py].replace(
+        "    def process_decode_queue(self):\n",
+        "    def process_decode_queue(self):\n"
+        "        self.disagg_decode_prealloc_queue._resolve_pending_reqs()\n",
+    )
     assert list(DecodeQueueWaitsForever().check(Project(texts))) == []
 
 
