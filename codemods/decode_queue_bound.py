@@ -296,7 +296,7 @@ class DecodeQueueBound(Command):
             func = funcs[0]
         gates = [
             stmt
-            for stmt in func.body.body
+            for stmt, level in _straight_line(func.body, 2)
             if isinstance(stmt, cst.If)
             and stmt.orelse is None
             and _mentions(stmt.test, RETRACTED_QUEUE)
@@ -310,8 +310,9 @@ class DecodeQueueBound(Command):
                 "expected one"
             )
         gate = gates[0]
+        level = dict((id(stmt), level) for stmt, level in _straight_line(func.body, 2))[id(gate)]
         edits: list[tuple[cst.CSTNode, StatementEdit]] = [
-            (gate, StatementEdit(replacement=self._flag(tree, gate)))
+            (gate, StatementEdit(replacement=self._flag(tree, gate, level)))
         ]
         admissions = [
             stmt for stmt in simple_statements(func, lambda s: bool(self._admission_targets(s)))
@@ -339,10 +340,10 @@ class DecodeQueueBound(Command):
             edits.append((following, StatementEdit(replacement=None)))
         return edits
 
-    def _flag(self, tree: cst.Module, gate: cst.If) -> cst.SimpleStatementLine:
+    def _flag(self, tree: cst.Module, gate: cst.If, level: int = 2) -> cst.SimpleStatementLine:
         test = _flat(gate.test)
         code = f"{GATE_FLAG} = {test}\n"
-        if 2 * len(tree.default_indent) + len(code) - 1 > LINE_LENGTH:
+        if level * len(tree.default_indent) + len(code) - 1 > LINE_LENGTH:
             code = f"{GATE_FLAG} = (\n    {test}\n)\n"
         (flag,) = parse_statements(code, tree.config_for_parsing)
         assert isinstance(flag, cst.SimpleStatementLine)  # `flag = <test>`
@@ -405,6 +406,20 @@ class DecodeQueueBound(Command):
             body=guard.body.with_changes(body=body),
             leading_lines=[*stmts[0].leading_lines, *comment],
         )
+
+
+def _straight_line(block: cst.BaseSuite, level: int) -> list[tuple[cst.BaseStatement, int]]:
+    """The statements of ``block`` that run whenever it runs, with their indentation level:
+    its own, and those of a ``try:`` body or a ``with`` body among them (a fork that wraps
+    the whole step in ``try: ... finally:`` to time it keeps its gate one level deeper)."""
+    if not isinstance(block, cst.IndentedBlock):
+        return []
+    out: list[tuple[cst.BaseStatement, int]] = []
+    for stmt in block.body:
+        out.append((stmt, level))
+        if isinstance(stmt, cst.Try | cst.With):
+            out += _straight_line(stmt.body, level + 1)
+    return out
 
 
 def _black_deeper(stmt: cst.BaseStatement, indent: int, tree: cst.Module) -> cst.BaseStatement:
