@@ -79,6 +79,8 @@ DEADLINE, EARLY_DEADLINE = "deadline:", "early-deadline:"
 STATUS = "@status"  # the status the receiver last wrote for its room
 # A collection an ``assert`` said is not empty (``assert len(self.peers) > 0``, ``assert
 # self.peers``): a ``for`` over it runs its body at least once, until it is assigned again.
+# (SGLang runs without ``python -O``: an assert that does not hold raises, so no receiver
+# exists past it with the collection empty.)
 NONEMPTY = "nonempty"
 # What a call the analysis cannot follow returned (a dispatch table's handler, a function of
 # another module): "opaque:<callee source>", always beside UNKNOWN.
