@@ -438,7 +438,7 @@ class DecodeQueueBound(Command):
             func = funcs[0]
         gates = [
             stmt
-            for stmt in func.body.body
+            for stmt, level in _straight_line(func.body, 2)
             if isinstance(stmt, cst.If)
             and stmt.orelse is None
             and _mentions(stmt.test, RETRACTED_QUEUE)
@@ -452,7 +452,8 @@ class DecodeQueueBound(Command):
                 "expected one"
             )
         gate = gates[0]
-        flag = self._flag(tree, gate)
+        level = dict((id(stmt), level) for stmt, level in _straight_line(func.body, 2))[id(gate)]
+        flag = self._flag(tree, gate, level)
         if not poll_pending:
             edits: list[tuple[cst.CSTNode, StatementEdit]] = [
                 (gate, StatementEdit(replacement=flag))
@@ -503,10 +504,10 @@ class DecodeQueueBound(Command):
         comments = [line for line in gate.leading_lines if line.comment is not None]
         return [call.with_changes(leading_lines=[*comments, *_comment_lines(lines)])]
 
-    def _flag(self, tree: cst.Module, gate: cst.If) -> cst.SimpleStatementLine:
+    def _flag(self, tree: cst.Module, gate: cst.If, level: int = 2) -> cst.SimpleStatementLine:
         test = _flat(gate.test)
         code = f"{GATE_FLAG} = {test}\n"
-        if 2 * len(tree.default_indent) + len(code) - 1 > LINE_LENGTH:
+        if level * len(tree.default_indent) + len(code) - 1 > LINE_LENGTH:
             code = f"{GATE_FLAG} = (\n    {test}\n)\n"
         (flag,) = parse_statements(code, tree.config_for_parsing)
         assert isinstance(flag, cst.SimpleStatementLine)  # `flag = <test>`
@@ -583,6 +584,20 @@ def _bookkeeping(stmt: cst.BaseStatement, item: str) -> bool:
         and isinstance(call.func.value, cst.Name)
         and call.func.value.value != item
     )
+
+
+def _straight_line(block: cst.BaseSuite, level: int) -> list[tuple[cst.BaseStatement, int]]:
+    """The statements of ``block`` that run whenever it runs, with their indentation level:
+    its own, and those of a ``try:`` body or a ``with`` body among them (a fork that wraps
+    the whole step in ``try: ... finally:`` to time it keeps its gate one level deeper)."""
+    if not isinstance(block, cst.IndentedBlock):
+        return []
+    out: list[tuple[cst.BaseStatement, int]] = []
+    for stmt in block.body:
+        out.append((stmt, level))
+        if isinstance(stmt, cst.Try | cst.With):
+            out += _straight_line(stmt.body, level + 1)
+    return out
 
 
 def _black_deeper(stmt: cst.BaseStatement, indent: int, tree: cst.Module) -> cst.BaseStatement:

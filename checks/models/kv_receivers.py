@@ -77,6 +77,11 @@ ELAPSED, EARLY_ELAPSED = "elapsed", "early-elapsed"
 REMAINING, EARLY_REMAINING = "remaining", "early-remaining"
 DEADLINE, EARLY_DEADLINE = "deadline:", "early-deadline:"
 STATUS = "@status"  # the status the receiver last wrote for its room
+# A collection an ``assert`` said is not empty (``assert len(self.peers) > 0``, ``assert
+# self.peers``): a ``for`` over it runs its body at least once, until it is assigned again.
+# (SGLang runs without ``python -O``: an assert that does not hold raises, so no receiver
+# exists past it with the collection empty.)
+NONEMPTY = "nonempty"
 # What a call the analysis cannot follow returned (a dispatch table's handler, a function of
 # another module): "opaque:<callee source>", always beside UNKNOWN.
 OPAQUE = "opaque:"
@@ -534,8 +539,13 @@ class _Interpreter:
             for st in no:
                 out += self.block(node.orelse, st, owner) if node.orelse else [("fall", st, _UNK)]
             return out
+        if isinstance(node, ast.Assert):
+            return [("fall", _asserted_nonempty(node.test, state), _UNK)]
         if isinstance(node, ast.For | ast.AsyncFor | ast.While):
-            out = [("fall", state, _UNK)]  # no iteration
+            once = isinstance(node, ast.For | ast.AsyncFor) and NONEMPTY in _iterated(
+                node.iter, state
+            )
+            out = [] if once else [("fall", state, _UNK)]  # no iteration
             for kind, st, value in self.block(node.body, state, owner):
                 out.append(
                     ("fall", st, _UNK)
@@ -628,6 +638,62 @@ class _Interpreter:
         hit = [(state.bind(*target, yes), yes)] if yes is not None else []
         miss = [(state.bind(*target, no), no)] if no is not None else []
         return hit, miss
+
+
+def _collection(node: ast.expr) -> tuple[str | None, str | None] | None:
+    """The binding ``node`` names, if it is ``self.<attr>`` or a local name."""
+    if _self_attr(node) is not None or isinstance(node, ast.Name):
+        return _binding(node)
+    return None
+
+
+def _sized(node: ast.expr) -> ast.expr | None:
+    """``X`` of ``len(X)``."""
+    if (
+        isinstance(node, ast.Call)
+        and isinstance(node.func, ast.Name)
+        and node.func.id == "len"
+        and len(node.args) == 1
+        and not node.keywords
+    ):
+        return node.args[0]
+    return None
+
+
+def _asserted_nonempty(test: ast.expr, state: State) -> State:
+    """``state`` after ``assert test`` passed: a collection it says is not empty (``X``,
+    ``len(X)``, ``len(X) > 0``, ``len(X) >= 1``, ``len(X) != 0``, each operand of an
+    ``and``) is marked so. Nothing else is narrowed."""
+    if isinstance(test, ast.BoolOp) and isinstance(test.op, ast.And):
+        for operand in test.values:
+            state = _asserted_nonempty(operand, state)
+        return state
+    subject: ast.expr | None = test
+    if isinstance(test, ast.Compare) and len(test.ops) == 1:
+        op, bound = test.ops[0], test.comparators[0]
+        limit = bound.value if isinstance(bound, ast.Constant) else None
+        says = (
+            (isinstance(op, ast.Gt | ast.NotEq) and limit == 0)
+            or (isinstance(op, ast.GtE) and limit == 1)
+        ) and not isinstance(limit, bool)
+        subject = _sized(test.left) if says else None
+    elif _sized(test) is not None:
+        subject = _sized(test)
+    binding = _collection(subject) if subject is not None else None
+    if binding is None:
+        return state
+    name, attr = binding
+    value = state.attr(attr) if attr is not None else state.local(name or "")
+    return state.bind(name, attr, value | {NONEMPTY})
+
+
+def _iterated(node: ast.expr, state: State) -> Val:
+    """What a ``for`` iterates, as far as non-emptiness goes."""
+    binding = _collection(node)
+    if binding is None:
+        return _UNK
+    name, attr = binding
+    return state.attr(attr) if attr is not None else state.local(name or "")
 
 
 def _sent_from_here(state: State) -> State:

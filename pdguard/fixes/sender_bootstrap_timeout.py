@@ -20,6 +20,7 @@ from .per_class import run_per_class
 from .sender_index import sender_index
 
 if TYPE_CHECKING:
+    from pdguard.checks.project import Project
     from pdguard.codemods.isort_imports import ImportRequest
 
     from ..workspace import Workspace
@@ -97,6 +98,18 @@ class SenderBootstrapTimeoutFix(Fix):
     name = FIX
     summary = "a bootstrap timeout that can fire in every *KVSender (NIXL 0.4.7 - 0.5.17, ...)"
     rules = ("PDG004",)
+
+    def fixable_in(self, project: Project) -> bool:
+        """Not where ``plan`` refuses on sight (``_edits``): a sender it would have to fix
+        whose ``init_time`` is a state flag ``poll()`` decides on, or a clock ``poll()``
+        restarts on every call."""
+        index = project.classes
+        for name in index.senders():
+            facts = index.facts(name)
+            refused = facts.init_time_flag or facts.restamp
+            if facts.can_bootstrap and not facts.healthy and refused:
+                return False
+        return True
 
     def plan(self, workspace: Workspace) -> Outcome:
         index = sender_index(workspace)
