@@ -595,14 +595,15 @@ class DecodeQueueModel:
                         yield min(gated, key=lambda r: r.func is not func)
 
     def _gate_reported(self, cls: str, bounds: list[ast.FunctionDef]) -> bool:
-        """Is a call that runs one of ``bounds`` skipped by an early return reported on its own
-        (``early_returns``)? Rewriting that gate is the fix; one finding says so."""
+        """Is a call that runs one of ``bounds`` skipped by an early return, or held under an
+        ``if``, reported on its own (``early_returns``, ``guarded_polls``)? Rewriting that gate
+        is the fix; one finding says so."""
         wanted = {id(f) for f in bounds}
         return any(
             self.index.resolve(cls, name.rsplit(".", 1)[-1]) is not None
             and any(id(f) in wanted for f in self.reached(cls, name.rsplit(".", 1)[-1]))
-            for early in self.early_returns()
-            for name in early.skipped
+            for gate in (*self.early_returns(), *self.guarded_polls())
+            for name in gate.skipped
         )
 
     def _every_step(self, cls: str, bounds: list[ast.FunctionDef]) -> bool:
