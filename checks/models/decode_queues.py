@@ -599,11 +599,12 @@ class DecodeQueueModel:
         ``if``, reported on its own (``early_returns``, ``guarded_polls``)? Rewriting that gate
         is the fix; one finding says so."""
         wanted = {id(f) for f in bounds}
+        skipped = [name for early in self.early_returns() for name in early.skipped]
+        skipped += [name for guarded in self.guarded_polls() for name in guarded.skipped]
         return any(
             self.index.resolve(cls, name.rsplit(".", 1)[-1]) is not None
             and any(id(f) in wanted for f in self.reached(cls, name.rsplit(".", 1)[-1]))
-            for gate in (*self.early_returns(), *self.guarded_polls())
-            for name in gate.skipped
+            for name in skipped
         )
 
     def _every_step(self, cls: str, bounds: list[ast.FunctionDef]) -> bool:
