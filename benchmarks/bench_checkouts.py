@@ -34,14 +34,18 @@ def main() -> None:
 
     for python in args.python:
         head = subprocess.run(
-            [python, "-c", "import pdguard, os; print(os.path.dirname(pdguard.__file__))"],
+            [python, "-P", "-c", "import pdguard.checks as c; print(c.__file__)"],
             capture_output=True,
             text=True,
             check=True,
         ).stdout.strip()
-        print(f"{python}: pdguard from {head}")
+        print(f"{python}: pdguard.checks from {head}")
     load = load_average()
-    results = timings([[python, "-m", "pdguard", *command] for python in args.python], args.runs)
+    # -P: not the current directory first on sys.path (a checkout's root would shadow the
+    # installed pdguard of every other checkout)
+    results = timings(
+        [[python, "-P", "-m", "pdguard", *command] for python in args.python], args.runs
+    )
     print(f"pdguard {' '.join(command)}")
     print(f"load average before the runs: {load}; after: {load_average()}")
     print(f"medians of {args.runs} alternating runs after one warm-up each:   wall       CPU")
