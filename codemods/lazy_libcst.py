@@ -4,8 +4,8 @@ Every codemod is a ``libcst.codemod.CodemodCommand``, and importing ``libcst.cod
 ``libcst.matchers``, whose ``__init__`` is a generated module of about 170 frozen dataclasses
 (one matcher per node type, fields typed with large ``Union``s): executing it costs about
 0.2 s of CPU in a fresh process (0.08 s of it ``dataclasses`` building each class's docstring
-from its signature), more than LibCST's nodes. ``libcst.codemod`` itself needs two classes of
-the package's submodule ``_visitors`` (``ContextAwareTransformer``'s bases); its
+from its signature), about what ``import libcst`` costs. ``libcst.codemod`` itself needs two
+classes of the package's submodule ``_visitors`` (``ContextAwareTransformer``'s bases); its
 ``visitors`` package, which ``_command`` reaches for ``AddImportsVisitor``, uses matchers while
 its ``__init__`` defines a class (``_apply_type_annotations``).
 
@@ -14,9 +14,9 @@ installs ``FINDER``), ``libcst.matchers`` and ``libcst.codemod.visitors`` are en
 ``sys.modules`` as their own modules with their package bodies not yet run: their submodules
 import as usual, and the first read of any other name runs the body, in the same module object
 (so a name read before and after is the same object). ``libcst.matchers`` is given the two
-visitor classes beforehand. A codemod that uses matchers (``sender_abort``) loads them when it
-first matches; every other codemod never does. Where LibCST is laid out otherwise, or
-``libcst.codemod`` was imported first, nothing is deferred.
+visitor classes beforehand. A codemod that uses matchers (``sender_abort``, whose patterns are
+module constants) loads them when it is imported; the other codemods never do. Where LibCST is
+laid out otherwise, or ``libcst.codemod`` was imported first, nothing is deferred.
 """
 
 from __future__ import annotations
