@@ -212,7 +212,7 @@ class Project:
         ``classes`` only)."""
         files = self._selected(lambda text: any(needle in text for needle in RECEIVER_NEEDLES))
         model: ReceiverIndex = self.run.receivers.get_or_build(
-            files, lambda: ReceiverIndex(self._index(files))
+            files, lambda: ReceiverIndex(self._index(files), self.run.verdicts)
         )
         return model
 

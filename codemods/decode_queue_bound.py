@@ -12,6 +12,14 @@
   queue with what it returns) is skipped while the flag is set, as the return skipped it. The
   transfer queue is still polled, so its failures, timeouts and aborts are acted on and free
   their KV.
+* ``poll_pending`` (with ``gate``): the pending re-queue's bound runs inside
+  ``pop_preallocated()``, which the gate skips. The prealloc queue gets a method
+  (``poll_pending_reqs``) that ``process_decode_queue`` calls on every step, before the gate:
+  while retracted requests wait, it resolves the pending requests (the bound with it: it
+  allocates nothing), polls the queue's handshakes (the MIN all-reduce the release's own
+  ``_update_handshake_waiters`` does, so every rank fails a request together) and delivers
+  what failed as ``pop_preallocated()`` does (the release's own statements of its
+  ``FINISH_ABORT`` branch), dropping it from the queue and from ``pending_reqs``.
 
 Every inserted piece carries the marker comment ``# pdguard: decode-queue-bound``.
 """
@@ -27,13 +35,28 @@ from libcst.codemod import CodemodContext
 
 from pdguard.fix_names import DECODE_GATE_FLAG as GATE_FLAG
 from pdguard.fix_names import DECODE_PENDING_STAMP as PENDING_STAMP
+from pdguard.fix_names import DECODE_POLL_PENDING as POLL_PENDING
 from pdguard.fix_names import DECODE_QUEUE_BOUND as FIX
-from pdguard.sglang_names import POP_PREALLOCATED, RECEIVER_ABORT, REQ_RECEIVER, RETRACTED_QUEUE
+from pdguard.sglang_names import (
+    DECODE_QUEUE_LIST,
+    FINISH_ABORT,
+    POP_PREALLOCATED,
+    RECEIVER_ABORT,
+    REQ_RECEIVER,
+    RETRACTED_QUEUE,
+    UPDATE_HANDSHAKE_WAITERS,
+)
 
 from .anchors import AnchorError, find_all, find_method, is_method_call, is_name, marker, sole
 from .command import Command
 from .holes import Scope
-from .insertion import StatementEdit, apply_edits, parse_statements, simple_statements
+from .insertion import (
+    StatementEdit,
+    apply_edits,
+    parse_method,
+    parse_statements,
+    simple_statements,
+)
 from .isort_imports import (
     AddIsortedImports,
     ImportRequest,
@@ -77,6 +100,37 @@ _LOG_NO_RID = """\
         f"Request: prefill DP rank not resolved in {{pending_waited:.0f}}s"
     )
 """
+
+# The prealloc queue's method run on every step (its failed-request branch is the release's).
+_POLL_PENDING = '''\
+    def {method}(self) -> None:
+        """Resolve and bound the pending requests while retracted requests wait for memory.
+
+        pop_preallocated() is not called then (no new request is admitted), nor with it the
+        pending requests' bound and the delivery of the failures it makes: this runs them.
+        It allocates no KV.
+        """
+        {marker}: on every step, before the retraction gate
+        if not self.{retracted}:
+            return  # pop_preallocated() resolves and polls them
+        self.{resolve}()
+        self.{handshake}()
+        failed_reqs = []
+        for {item} in self.{queue}:
+            if {test}:
+                failed_reqs.append({item})
+        if failed_reqs:
+            failed_ids = {{id(r) for r in failed_reqs}}
+            self.{queue} = [r for r in self.{queue} if id(r) not in failed_ids]
+            self.{pending} = [
+                r for r in self.{pending} if id(r) not in failed_ids
+            ]
+'''
+
+_CALL_COMMENT = (
+    "{marker}: while retracted requests wait, pending requests",
+    "# are still resolved and bounded, and failures delivered (none is admitted).",
+)
 
 _GATE_COMMENT = (
     "{marker}: while retracted requests wait for memory,",
@@ -148,6 +202,12 @@ class DecodeQueueBound(Command):
             default=[],
             help="a @dataclass (Class) the entries are: the stamp becomes a field of it",
         )
+        arg_parser.add_argument(
+            "--poll-pending",
+            default=None,
+            help="Class:pending_list:resolve_method: with --gate, the pending list's bound and "
+            "the queue's failures run on every step, before the gate",
+        )
         arg_parser.add_argument("--no-log", dest="log", action="store_false")
         arg_parser.add_argument("--import", dest="imports", action="append", default=[])
 
@@ -162,8 +222,10 @@ class DecodeQueueBound(Command):
         imports: Sequence[ImportRequest | str] = (),
         isort_config: isort.Config | None = None,
         fields: Sequence[str] = (),
+        poll_pending: str | None = None,
     ) -> None:
         super().__init__(context)
+        self.poll_pending = poll_pending
         self.pending = list(pending)
         self.fields = list(fields)
         # each re-queue's entries' request id, as an attribute path on the entry (only paths
@@ -183,7 +245,15 @@ class DecodeQueueBound(Command):
         names |= set(self.fields)
         if self.gate:
             names.add(self.gate.rpartition(".")[2])
-        return Scope(mentions=frozenset(names), functions=frozenset(names))
+        if self.poll_pending:
+            _, _, resolve = self.poll_pending.split(":")
+            names |= {POP_PREALLOCATED, POLL_PENDING, UPDATE_HANDSHAKE_WAITERS, resolve}
+        # the entries' @dataclass whole: its fields are what _field reads
+        return Scope(
+            mentions=frozenset(names),
+            classes=frozenset(self.fields),
+            functions=frozenset(names),
+        )
 
     def transform_module_impl(self, tree: cst.Module) -> cst.Module:
         edits: list[tuple[cst.CSTNode, StatementEdit]] = []
@@ -201,7 +271,13 @@ class DecodeQueueBound(Command):
             if field_import is not None:
                 imports.append(field_import)
         if self.gate:
-            edits.extend(self._open_gate(tree, self.gate))
+            if self.poll_pending:
+                edits.append(self._poll_pending(tree, self.poll_pending))
+                edits.extend(self._open_gate(tree, self.gate, poll_pending=True))
+            else:
+                edits.extend(self._open_gate(tree, self.gate))
+        elif self.poll_pending:
+            raise AnchorError("--poll-pending is called before the gate: it needs --gate")
         tree = apply_edits(tree, edits)
         return AddIsortedImports(self.context, imports, self.isort_config).transform_module(tree)
 
@@ -281,9 +357,75 @@ class DecodeQueueBound(Command):
         new = parse_statements(code, tree.config_for_parsing)
         return (fields[-1], StatementEdit(after=new)), field_import
 
+    # -- the pending requests on every step ---------------------------------------------
+
+    def _poll_pending(self, tree: cst.Module, spec: str) -> tuple[cst.CSTNode, StatementEdit]:
+        """The prealloc queue's ``poll_pending_reqs()``, before its ``pop_preallocated()``
+        (``_open_gate`` writes its call)."""
+        class_name, pending, resolve = spec.split(":")
+        cls, pop = find_method(tree, POP_PREALLOCATED, class_name)
+        if any(
+            isinstance(s, cst.FunctionDef) and s.name.value == POLL_PENDING for s in cls.body.body
+        ):
+            raise AnchorError(f"{class_name} already has a method {POLL_PENDING}()")
+        for name in (resolve, UPDATE_HANDSHAKE_WAITERS):
+            find_method(tree, name, class_name)  # AnchorError when the release has none
+        branch, item = self._failed_branch(pop)
+        code = _POLL_PENDING.format(
+            method=POLL_PENDING,
+            marker=marker(FIX),
+            retracted=RETRACTED_QUEUE,
+            resolve=resolve,
+            handshake=UPDATE_HANDSHAKE_WAITERS,
+            item=item,
+            queue=DECODE_QUEUE_LIST,
+            test=_flat(branch.test),
+            pending=pending,
+        )
+        method = parse_method(code, tree.config_for_parsing)
+        # the release's own statements of its failed branch, without its index bookkeeping
+        assert isinstance(branch.body, cst.IndentedBlock)  # _failed_branch
+        kept = [s for s in branch.body.body if not _bookkeeping(s, item)]
+        loop = next(n for n in find_all(method, cst.For))
+        inner = loop.body.body[0]
+        assert isinstance(inner, cst.If) and isinstance(inner.body, cst.IndentedBlock)
+        inner_new = inner.with_changes(body=inner.body.with_changes(body=[*kept, *inner.body.body]))
+        replaced = method.deep_replace(inner, inner_new)
+        assert isinstance(replaced, cst.FunctionDef)
+        return pop, StatementEdit(before=[replaced])
+
+    @staticmethod
+    def _failed_branch(pop: cst.FunctionDef) -> tuple[cst.If, str]:
+        """``pop_preallocated``'s ``if isinstance(<item>.req.finished_reason, FINISH_ABORT):``
+        inside its loop over the queue, and the loop's entry name."""
+        found = []
+        for loop in find_all(pop, cst.For):
+            target: cst.BaseExpression = loop.target
+            if isinstance(target, cst.Tuple) and target.elements:
+                target = target.elements[-1].value
+            if not isinstance(target, cst.Name) or not isinstance(loop.body, cst.IndentedBlock):
+                continue
+            for stmt in loop.body.body:
+                if (
+                    isinstance(stmt, cst.If)
+                    and stmt.orelse is None
+                    and isinstance(stmt.body, cst.IndentedBlock)
+                    and any(is_name(n, FINISH_ABORT) for n in find_all(stmt.test, cst.Name))
+                    and any(is_name(n, target.value) for n in find_all(stmt.test, cst.Name))
+                ):
+                    found.append((stmt, target.value))
+        if len(found) != 1:
+            raise AnchorError(
+                f"{POP_PREALLOCATED}() has {len(found)} `if <entry> ... {FINISH_ABORT}` "
+                "branches in a loop; expected one"
+            )
+        return found[0]
+
     # -- the retraction gate ------------------------------------------------------------
 
-    def _open_gate(self, tree: cst.Module, where: str) -> list[tuple[cst.CSTNode, StatementEdit]]:
+    def _open_gate(
+        self, tree: cst.Module, where: str, poll_pending: bool = False
+    ) -> list[tuple[cst.CSTNode, StatementEdit]]:
         class_name, _, name = where.rpartition(".")
         if class_name:
             _, func = find_method(tree, name, class_name)
@@ -310,9 +452,15 @@ class DecodeQueueBound(Command):
                 "expected one"
             )
         gate = gates[0]
-        edits: list[tuple[cst.CSTNode, StatementEdit]] = [
-            (gate, StatementEdit(replacement=self._flag(tree, gate)))
-        ]
+        flag = self._flag(tree, gate)
+        if not poll_pending:
+            edits: list[tuple[cst.CSTNode, StatementEdit]] = [
+                (gate, StatementEdit(replacement=flag))
+            ]
+        else:
+            edits = [
+                (gate, StatementEdit(before=[*self._call(tree, gate), flag], replacement=None))
+            ]
         admissions = [
             stmt for stmt in simple_statements(func, lambda s: bool(self._admission_targets(s)))
         ]
@@ -338,6 +486,22 @@ class DecodeQueueBound(Command):
             edits.append((stmt, StatementEdit(replacement=wrapped)))
             edits.append((following, StatementEdit(replacement=None)))
         return edits
+
+    def _call(self, tree: cst.Module, gate: cst.If) -> list[cst.SimpleStatementLine]:
+        """``<prealloc queue>.poll_pending_reqs()``, through the attribute the gate reads the
+        retracted requests of."""
+        owners = {
+            _flat(a.value)
+            for a in find_all(gate.test, cst.Attribute)
+            if a.attr.value == RETRACTED_QUEUE
+        }
+        if len(owners) != 1:
+            raise AnchorError(f"the gate reads {RETRACTED_QUEUE} of {len(owners)} queues")
+        (call,) = parse_statements(f"{owners.pop()}.{POLL_PENDING}()\n", tree.config_for_parsing)
+        assert isinstance(call, cst.SimpleStatementLine)
+        lines = [_CALL_COMMENT[0].format(marker=marker(FIX)), *_CALL_COMMENT[1:]]
+        comments = [line for line in gate.leading_lines if line.comment is not None]
+        return [call.with_changes(leading_lines=[*comments, *_comment_lines(lines)])]
 
     def _flag(self, tree: cst.Module, gate: cst.If) -> cst.SimpleStatementLine:
         test = _flat(gate.test)
@@ -405,6 +569,20 @@ class DecodeQueueBound(Command):
             body=guard.body.with_changes(body=body),
             leading_lines=[*stmts[0].leading_lines, *comment],
         )
+
+
+def _bookkeeping(stmt: cst.BaseStatement, item: str) -> bool:
+    """A line that records an entry in a local of the loop's function (``failed_reqs.append(
+    decode_req)``, ``indices_to_remove.add(i)``): ``poll_pending_reqs`` keeps its own."""
+    expr = sole(stmt, cst.Expr)
+    call = expr.value if expr is not None else None
+    return (
+        isinstance(call, cst.Call)
+        and isinstance(call.func, cst.Attribute)
+        and call.func.attr.value in ("append", "add")
+        and isinstance(call.func.value, cst.Name)
+        and call.func.value.value != item
+    )
 
 
 def _black_deeper(stmt: cst.BaseStatement, indent: int, tree: cst.Module) -> cst.BaseStatement:

@@ -29,8 +29,10 @@ decode restart it can wait forever. This codemod:
    manager's ``record_failure`` (``--record``; with ``--replace``, where some sender never
    pops its record, it only replaces the record ``abort()`` made; with neither it is logged
    per request, as nothing else says it). Parked requests
-   (``pending_bootstrap``, 0.5.16+), whose wait the bootstrap timeout bounds, are not
-   counted: their deadline starts when they are unparked.
+   (``pending_bootstrap``, 0.5.16+) are not counted while this rank's sender still polls
+   Bootstrapping (the bootstrap timeout bounds that): their deadline starts when the bootstrap
+   ends, unparked or not (a PP stage never unparks a request the stages have not agreed on,
+   which a bootstrapped parked request never is).
 
 Every inserted piece carries the marker comment ``# pdguard: inflight-deadline``.
 """
@@ -205,10 +207,17 @@ _CONSENSUS = """\
                 continue
 """
 # Where the inflight queue also holds parked requests (prefill done, bootstrap not: 0.5.16+).
+# A parked request is not counted while its bootstrap runs (the bootstrap timeout bounds
+# that); once this rank's sender has bootstrapped it is, unparked or not: a PP stage looks
+# only at the requests the stages agreed have ended, so it never unparks one (0.5.16+).
 _PARKED = """\
-            if req.pending_bootstrap:
-                # Parked until its bootstrap completes, which the bootstrap
-                # timeout bounds: its KV transfer deadline starts when unparked.
+            if (
+                req.pending_bootstrap
+                and req.disagg_kv_sender.poll() == KVPoll.Bootstrapping
+            ):
+                # Parked while its bootstrap runs, which the bootstrap timeout
+                # bounds: its KV transfer deadline starts when the bootstrap ends,
+                # whether or not the request is unparked then.
                 req.{stamp} = {now}
                 continue
 """

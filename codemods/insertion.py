@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass, field
-from functools import lru_cache
 from typing import TypeVar, cast
 
 import libcst as cst
+
+from pdguard.run import Run
 
 from .anchors import COMPOUND as _COMPOUND
 from .anchors import HOLDERS as _HOLDERS
@@ -112,26 +115,41 @@ def parse_statements(code: str, config: cst.PartialParserConfig) -> list[Stateme
     """Statements of ``code`` (written with ``\\n``), in the target's line endings, keeping
     comment lines above the first one (a plain parse would make them the module's header).
 
-    A snippet is parsed once a process (``verify``'s refs insert the same ones) and its nodes
-    shared between modules, never within one: anchors are found by identity, so a second
-    request for it before ``new_module()`` gets nodes of its own."""
+    While a run edits a module (``editing``), a snippet is parsed once a run (``Run.snippets``:
+    ``verify``'s refs insert the same ones) and its nodes shared between modules, never within
+    one: anchors are found by identity, so a second request for it in the same module gets
+    nodes of its own. Outside (a codemod run by ``libcst.tool`` or a ``CodemodTest``), each
+    request is parsed."""
+    now = _EDITING.get()
+    if now is None:
+        return list(_parsed_statements(code, config))
+    run, given = now
     key = (code, config)
-    if key in _GIVEN:
-        return list(_parsed_statements.__wrapped__(code, config))
-    _GIVEN.add(key)
-    return list(_parsed_statements(code, config))
+    if key in given:
+        return list(_parsed_statements(code, config))
+    given.add(key)
+    return list(run.snippets.get_or_build(key, lambda: _parsed_statements(code, config)))
 
 
-# The snippets handed out since the module being edited was started (``new_module``).
-_GIVEN: set[tuple[str, cst.PartialParserConfig]] = set()
+# The module a run is editing: its run, and the snippets handed out for it so far. Set by
+# ``editing`` for the codemods of one module and reset after them (a context variable, not a
+# cache: nothing in it outlives the module).
+_EDITING: ContextVar[tuple[Run, set[tuple[str, cst.PartialParserConfig]]] | None] = ContextVar(
+    "pdguard_editing", default=None
+)
 
 
-def new_module() -> None:
-    """Edits of another module begin: the snippets parsed so far may be handed out again."""
-    _GIVEN.clear()
+@contextmanager
+def editing(run: Run) -> Iterator[None]:
+    """The codemods of one module run in the block (``codemods.runner``): snippets come from
+    ``run``, each handed out once in the module."""
+    token = _EDITING.set((run, set()))
+    try:
+        yield
+    finally:
+        _EDITING.reset(token)
 
 
-@lru_cache(maxsize=256)
 def _parsed_statements(code: str, config: cst.PartialParserConfig) -> tuple[Statement, ...]:
     newline = config.default_newline if isinstance(config.default_newline, str) else "\n"
     code = f"pass\n{code}".replace("\n", newline)

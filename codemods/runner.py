@@ -24,7 +24,7 @@ from pdguard.run import HOLLOWED, RUN, SOURCE, WHOLE_READ, Run
 from .anchors import AnchorError
 from .command import Command
 from .holes import Hollowed, Scope, hollow
-from .insertion import new_module
+from .insertion import editing
 
 
 def cst_module(run: Run, text: str) -> cst.Module:
@@ -79,12 +79,12 @@ def _run(
     the whole text of a hollowed module."""
     module = cst_module(run, text if hollowed is None else hollowed.text)
     scratch = {RUN: run, SOURCE: (module, text), HOLLOWED: hollowed}
-    new_module()
     try:
-        for command in commands:
-            # the file's context, as libcst.tool gives each file its own
-            command.context = replace(command.context, filename=rel, scratch=scratch)
-            module = command.transform_module(module)
+        with editing(run):
+            for command in commands:
+                # the file's context, as libcst.tool gives each file its own
+                command.context = replace(command.context, filename=rel, scratch=scratch)
+                module = command.transform_module(module)
     except AnchorError as exc:
         return (False, str(exc)), bool(scratch.get(WHOLE_READ))
     return (True, module.code), bool(scratch.get(WHOLE_READ))

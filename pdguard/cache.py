@@ -49,6 +49,7 @@ if TYPE_CHECKING:
 
     from .checks import Finding, Project
     from .git_tree import GitTree, Resolved
+    from .run import Run
     from .tree import SourceTree
 
 # What the commands give and take (``commands.check.CheckResult``, ``commands.verify.RefReport``):
@@ -348,6 +349,7 @@ def verify_trees_cached(
     compute: Callable[[list[tuple[str, Resolved | None]]], list[RefReport]],
     report: Callable[..., RefReport],
     first_miss: Callable[[], None] | None = None,
+    run: Run | None = None,
 ) -> list[RefReport]:
     """``compute(jobs)`` (the reports of refs of distinct trees, in order: ``verify_git``
     groups refs by tree id first), asking ``store`` first: only the refs whose key misses are
@@ -356,7 +358,8 @@ def verify_trees_cached(
     findings)`` (``RefReport``). A ref that names no commit, or whose key cannot be read, is
     computed (its report is its error row) and never stored; so is a report that errs.
     ``first_miss()`` is called when the first ref misses (``verify`` forks its workers then).
-    The entries are written together once the misses are computed."""
+    The keys' git objects are read in ``run`` (``verify``'s). The entries are written together
+    once the misses are computed."""
     if store is None:
         return compute(list(jobs))
     import git
@@ -372,7 +375,7 @@ def verify_trees_cached(
         seen = None
         if resolved is not None:
             try:
-                tree = open_git_tree(repo, ref, resolved)
+                tree = open_git_tree(repo, ref, resolved, run)
                 key = ref_key(store, tree)
                 seen = (ref, resolved.commit, tree.display(""), tree.sglang_version())
             except (PdguardError, ValueError, OSError, git.GitError):  # the worker says why

@@ -32,6 +32,12 @@ _MARKER_LINE = re.compile(
 )
 
 
+def is_marker_line(line: str) -> bool:
+    """Whether ``line`` is a marker comment of one of pdguard's fixes, as the codemods write it."""
+    match = _MARKER_LINE.match(line)
+    return match is not None and match["name"] in FIX_NAMES
+
+
 def unmark(text: str, original: str) -> str:
     """``text`` (a fix's result) without the marker comments of the fixes whose marker
     ``original`` does not hold: the marker-free code ``apply --no-markers`` writes, which later
@@ -75,6 +81,9 @@ RECEIVER_WAITING_TIMEOUT_ATTR = "waiting_timeout"
 # decode-queue-bound writes these into decode.py.
 DECODE_PENDING_STAMP = "pending_since"  # on a DecodeRequest: first time it was put back
 DECODE_GATE_FLAG = "retracted_waiting"  # in process_decode_queue: the retraction gate's verdict
+# on the prealloc queue, called by process_decode_queue on every step before its retraction gate:
+# while retracted requests wait, resolves and bounds pending_reqs and delivers the failures
+DECODE_POLL_PENDING = "poll_pending_reqs"
 
 # Every fix's name, as its marker writes it (the registry, ``fixes.FIXES``, holds one of each).
 FIX_NAMES = frozenset(

@@ -11,6 +11,7 @@ read never gets another object's leftovers.
 
 from __future__ import annotations
 
+import atexit
 import hashlib
 import os
 import select
@@ -136,6 +137,15 @@ def header_fields(data: bytes) -> dict[bytes, bytes]:
     return fields
 
 
+# The readers of this process, by git directory. They stay process-wide, not in a ``Run``: a
+# reader is a process resource (a child ``git cat-file`` and its pipes), not a cache. It
+# holds no answer: every read hands back the object's own bytes, checked against its id, and
+# after any failure the child is killed and the next read starts a new one, so what one run
+# read never changes what another reads. Keeping one per process spares each run (``verify``'s
+# command and each worker's lane) starting its own git. A forked worker starts its own (the
+# pid is checked); all are closed at exit (``close_readers``: atexit, and ``runtime.exit_now``,
+# which skips it; tests call it after each test, so none depends on a reader an earlier one
+# left).
 _READERS: dict[str, CatFile] = {}
 
 
@@ -145,3 +155,14 @@ def cat_file(git_dir: str) -> CatFile:
     if reader is None:
         reader = _READERS[git_dir] = CatFile(git_dir)
     return reader
+
+
+def close_readers() -> None:
+    """Stop every reader this process started (each starts again on its next read)."""
+    readers = list(_READERS.values())
+    _READERS.clear()
+    for reader in readers:
+        reader.close()
+
+
+atexit.register(close_readers)

@@ -6,7 +6,6 @@ HEAD, the index, the working tree and the stash of the repository are never touc
 from __future__ import annotations
 
 import subprocess
-from collections import OrderedDict
 from collections.abc import Iterator, Sequence
 from pathlib import PurePosixPath
 from typing import NamedTuple
@@ -16,16 +15,11 @@ from git.objects.fun import tree_entries_from_data
 
 from .errors import ConfigError, TargetError
 from .git_objects import ObjectError, cat_file, header_fields
+from .run import Run, run_or_new
 from .sglang_names import CHECKOUT_PREFIXES as PREFIXES
 from .sglang_names import DISAGGREGATION_DIR
 from .tree import CONFIG_SOURCES, SOURCE_LIMIT, SourceTree, too_large
 
-# Git objects are immutable: a tree's entries and a blob's bytes, by object id, serve every ref
-# of the process (``verify`` reads neighbouring releases, which share most of them).
-_TREES: dict[bytes, dict[str, tuple[int, bytes]]] = {}
-_BLOBS: OrderedDict[bytes, bytes] = OrderedDict()
-_BLOB_BYTES = 64 << 20  # kept blobs, at most (least recently used go first)
-_blob_bytes = 0
 _TREE_MODE = 0o040000
 _SUBMODULE_MODE = 0o160000
 _SYMLINK_MODE = 0o120000
@@ -45,12 +39,22 @@ def _is_blob(mode: int) -> bool:
 
 
 class GitTree(SourceTree):
-    """Paths are resolved through the commit's tree objects, each read once a process (an
-    ``ls-tree`` of the path's directories, without GitPython's object per entry)."""
+    """Paths are resolved through the commit's tree objects, each read once a run (an
+    ``ls-tree`` of the path's directories, without GitPython's object per entry). Git objects
+    are immutable: a tree's entries and a blob's bytes, by object id, are kept in ``run``
+    (``Run.git_trees``, ``Run.git_blobs``) for every ref it reads (``verify`` reads
+    neighbouring releases, which share most of them)."""
 
     def __init__(
-        self, repo: git.Repo, ref: str, commit: git.Commit, tree_id: bytes, prefix: str
+        self,
+        repo: git.Repo,
+        ref: str,
+        commit: git.Commit,
+        tree_id: bytes,
+        prefix: str,
+        run: Run | None = None,
     ) -> None:
+        self.run = run_or_new(run)
         self.repo = repo
         self.ref = ref
         self.commit = commit
@@ -80,14 +84,14 @@ class GitTree(SourceTree):
         return f"{self.prefix}{rel}"
 
     def _entries(self, binsha: bytes, path: str = "") -> dict[str, tuple[int, bytes]]:
-        entries = _TREES.get(binsha)
+        entries = self.run.git_trees.get(binsha)
         if entries is None:
             data = self._read(binsha, path)
             try:
                 entries = {name: (mode, sha) for sha, mode, name in tree_entries_from_data(data)}
             except (ValueError, IndexError, UnicodeDecodeError) as exc:
                 raise self._broken(binsha, path, f"not a valid tree object ({exc})") from exc
-            _TREES[binsha] = entries
+            self.run.git_trees[binsha] = entries
         return entries
 
     def _read(self, binsha: bytes, path: str) -> bytes:
@@ -140,16 +144,9 @@ class GitTree(SourceTree):
         )
 
     def _blob(self, binsha: bytes, path: str) -> bytes:
-        global _blob_bytes
-        data = _BLOBS.get(binsha)
-        if data is not None:
-            _BLOBS.move_to_end(binsha)
-            return data
-        data = self._read(binsha, path)
-        _BLOBS[binsha] = data
-        _blob_bytes += len(data)
-        while _blob_bytes > _BLOB_BYTES and len(_BLOBS) > 1:
-            _blob_bytes -= len(_BLOBS.popitem(last=False)[1])
+        data = self.run.git_blobs.get(binsha)
+        if data is None:
+            data = self.run.git_blobs.put(binsha, self._read(binsha, path))
         return data
 
     def python_files(self, rel_dir: str) -> list[str]:
@@ -230,17 +227,21 @@ def resolve_refs(repo: git.Repo, refs: Sequence[str]) -> dict[str, Resolved | No
     return resolved
 
 
-def open_git_tree(repo: git.Repo, ref: str, resolved: Resolved | None = None) -> GitTree:
+def open_git_tree(
+    repo: git.Repo, ref: str, resolved: Resolved | None = None, run: Run | None = None
+) -> GitTree:
     """The SGLang tree at ``ref``: under ``python/`` (upstream's layout) or at the top. With
-    ``resolved`` (``resolve_refs``), the tree of that commit, read from its tree id."""
+    ``resolved`` (``resolve_refs``), the tree of that commit, read from its tree id. Its git
+    objects are kept in ``run`` (a new one when None)."""
+    run = run_or_new(run)
     if resolved is not None:
         commit = git.Commit(repo, bytes.fromhex(resolved.commit))
         tree_id = bytes.fromhex(resolved.tree)
     else:
         commit, tree_id = _commit_of(repo, ref)
     for prefix in PREFIXES:
-        tree = GitTree(repo, ref, commit, tree_id, prefix)
-        found = tree.entry(f"{prefix}{DISAGGREGATION_DIR}")  # trees read once a process
+        tree = GitTree(repo, ref, commit, tree_id, prefix, run)
+        found = tree.entry(f"{prefix}{DISAGGREGATION_DIR}")  # trees read once a run
         if found is not None and found[0] == _TREE_MODE:
             return tree
     raise TargetError(

@@ -5,7 +5,7 @@ from __future__ import annotations
 import configparser
 import re
 import tempfile
-from functools import cache
+from functools import lru_cache
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -63,7 +63,9 @@ def _why(exc: BaseException) -> str:
     return f"{kind}{where}: a setting has a value isort does not accept"
 
 
-@cache
+# A memo of a pure function of a settings file's content, process-wide (docs/architecture.md,
+# "A run"): the same answer in any run, an isort.Config (frozen), bounded.
+@lru_cache(maxsize=32)
 def _config_from(name: str, content: bytes) -> isort.Config | None:
     """isort's own reading of a settings file (it reads from disk: give it a private copy)."""
     import isort

@@ -12,9 +12,10 @@ import subprocess
 from collections import Counter
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
+from difflib import SequenceMatcher
 
 from .errors import PdguardError, RefusedError
-from .fix_names import MARKER_PREFIX, has_marker
+from .fix_names import MARKER_PREFIX, has_marker, is_marker_line
 from .source_file import SourceFile
 from .tree import DirectoryTree
 
@@ -96,13 +97,27 @@ def pristine(tree: DirectoryTree, rel: str) -> tuple[bytes, str]:
 def foreign_line(current: str, base: str, fixed: str) -> str | None:
     """A line in which ``current`` differs from ``base`` that is not pdguard's change of
     ``base`` into ``fixed``; None when there is none. Lines are compared as multisets, blank
-    lines left out (a blank line more or less loses nothing)."""
-    current_lines, base_lines, fixed_lines = (
-        Counter(line for line in t.splitlines() if line.strip()) for t in (current, base, fixed)
+    lines left out (a blank line more or less loses nothing).
+
+    A change of ``base`` that carries one of pdguard's marker comments (one run of changed
+    lines, between lines both texts share) is pdguard's too: an older pdguard wrote it, and a
+    fix it wrote differently from today's is what ``--repair`` is for."""
+    base_lines, current_lines, fixed_lines = (
+        [line for line in t.splitlines() if line.strip()] for t in (base, current, fixed)
     )
-    added = current_lines - base_lines
-    removed = base_lines - current_lines
-    fix_added = fixed_lines - base_lines
-    fix_removed = base_lines - fixed_lines
+    ours_added: Counter[str] = Counter()
+    ours_removed: Counter[str] = Counter()
+    matcher = SequenceMatcher(None, base_lines, current_lines, autojunk=False)
+    for tag, i1, i2, j1, j2 in matcher.get_opcodes():
+        if tag != "equal" and any(is_marker_line(line) for line in current_lines[j1:j2]):
+            ours_added.update(current_lines[j1:j2])
+            ours_removed.update(base_lines[i1:i2])
+    base_count, current_count, fixed_count = (
+        Counter(lines) for lines in (base_lines, current_lines, fixed_lines)
+    )
+    added = current_count - base_count - ours_added
+    removed = base_count - current_count - ours_removed
+    fix_added = fixed_count - base_count
+    fix_removed = base_count - fixed_count
     extra = (added - fix_added) or (removed - fix_removed)
     return next(iter(extra), None) if extra else None

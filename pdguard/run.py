@@ -19,12 +19,13 @@ from __future__ import annotations
 
 import ast
 from collections import OrderedDict
-from collections.abc import Callable, Hashable
+from collections.abc import Callable, Hashable, Sized
 from dataclasses import dataclass, field
-from typing import Any, Generic, TypeVar
+from typing import Any, Generic, NamedTuple, TypeVar
 
 _K = TypeVar("_K", bound=Hashable)
 _V = TypeVar("_V")
+_S = TypeVar("_S", bound=Sized)
 
 # The keys of what a run puts in a codemod's ``CodemodContext.scratch``.
 RUN = "pdguard.run"  # the Run
@@ -61,6 +62,37 @@ class Kept(Generic[_K, _V]):
         return len(self.entries)
 
 
+# Git blob bytes a run keeps, at most (least recently used go first).
+GIT_BLOB_BYTES = 64 << 20
+
+
+class Bounded(Kept[_K, _S]):
+    """A ``Kept`` bounded by the total length of its values (``limit``), not their number;
+    never the last one put is dropped."""
+
+    def __init__(self, limit: int) -> None:
+        super().__init__(0)
+        self.limit = limit
+        self.total = 0
+
+    def put(self, key: _K, value: _S) -> _S:
+        old = self.entries.pop(key, None)
+        if old is not None:
+            self.total -= len(old)
+        self.entries[key] = value
+        self.total += len(value)
+        while self.total > self.limit and len(self.entries) > 1:
+            self.total -= len(self.entries.popitem(last=False)[1])
+        return value
+
+
+class Settings(NamedTuple):
+    """What a run is asked to do (``Run.settings``)."""
+
+    hollow: bool
+    confirm: bool
+
+
 @dataclass
 class Run:
     """What one command keeps while it runs.
@@ -75,10 +107,22 @@ class Run:
       ``prefill.py`` tree it was built from.
     * ``cst_modules``: LibCST modules by text; ``transformed``: what codemods made of a text
       (by the text, the hollowing switch and the codemods' keys); ``hollow_made``: what they
-      made of a hollowed text when they read nothing else of the module.
+      made of a hollowed text when they read nothing else of the module; ``snippets``: the
+      statements codemods insert, parsed once per (code, parser config)
+      (``codemods.insertion.parse_statements``).
+    * ``verdicts``: the receiver verdicts of ``checks.models.kv_receivers`` by class name,
+      with the answers they were worked out from.
+    * ``git_trees``, ``git_blobs``: git tree entries and blob bytes by object id
+      (``pdguard.git_tree``; blobs bounded by ``GIT_BLOB_BYTES``), which neighbouring refs of
+      one ``verify`` share.
+    * ``confirm``: ``verify --confirm`` (each ref also run in simulate's sandbox).
+    * ``repos``: the git repositories the run opened by path (``verify``'s workers: one each,
+      whose ``git cat-file`` processes serve every ref of its lane); ``close()`` (or leaving a
+      ``with Run() as run:``) closes them.
     """
 
     hollow: bool = True
+    confirm: bool = False
     trees: Kept[str, ast.Module] = field(default_factory=lambda: Kept(256))
     last_tree: dict[str, tuple[str, ast.Module]] = field(default_factory=dict)
     classes: Kept[tuple[tuple[str, ast.Module], ...], Any] = field(default_factory=lambda: Kept(8))
@@ -96,6 +140,33 @@ class Run:
     hollow_made: Kept[tuple[str, tuple[str, ...]], tuple[bool, str]] = field(
         default_factory=lambda: Kept(256)
     )
+    snippets: Kept[tuple[str, Any], tuple[Any, ...]] = field(default_factory=lambda: Kept(256))
+    verdicts: Kept[str, list[tuple[Any, Any]]] = field(default_factory=lambda: Kept(256))
+    git_trees: dict[bytes, dict[str, tuple[int, bytes]]] = field(default_factory=dict)
+    git_blobs: Bounded[bytes, bytes] = field(default_factory=lambda: Bounded(GIT_BLOB_BYTES))
+    repos: dict[str, Any] = field(default_factory=dict)
+
+    def settings(self) -> Settings:
+        """What a run is asked to do, without what it keeps (``verify`` hands it to each
+        worker's lane: ``Run.of(settings)``)."""
+        return Settings(self.hollow, self.confirm)
+
+    @classmethod
+    def of(cls, settings: Settings) -> Run:
+        """A new run of the same command (keeping nothing yet)."""
+        return cls(hollow=settings.hollow, confirm=settings.confirm)
+
+    def close(self) -> None:
+        """Close what the run opened (its repositories); what it keeps is dropped with it."""
+        repos, self.repos = self.repos, {}
+        for repo in repos.values():
+            repo.close()
+
+    def __enter__(self) -> Run:
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self.close()
 
 
 def run_or_new(run: Run | None) -> Run:

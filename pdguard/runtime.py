@@ -30,6 +30,9 @@ def exit_now(code: int) -> NoReturn:
             stream.flush()
     if "coverage" in sys.modules or sys.getprofile() is not None or sys.gettrace() is not None:
         sys.exit(code)
+    objects = sys.modules.get("pdguard.git_objects")
+    if objects is not None:  # its atexit hook would not run: stop the git readers here
+        objects.close_readers()
     os._exit(code)
 
 

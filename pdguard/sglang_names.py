@@ -107,6 +107,10 @@ COUNT_RETRACTED = "count_retracted"
 # method that resolves them every step.
 PENDING_REQS = "pending_reqs"
 RESOLVE_PENDING_REQS = "_resolve_pending_reqs"
+# The prealloc queue's reduced poll of its requests' handshakes (0.5.10+): a Failed poll
+# becomes ``prepare_abort``; and the abort reason ``pop_preallocated`` streams and drops.
+UPDATE_HANDSHAKE_WAITERS = "_update_handshake_waiters"
+FINISH_ABORT = "FINISH_ABORT"
 # SGLang's typed environment (0.5.8+): ``envs.<NAME>.get()``.
 ENVIRON_MODULE = "sglang.srt.environ"
 ENVIRON_OBJECT = "envs"

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from .errors import ConfigError, TargetError
-from .sglang_names import DISAGGREGATION_DIR, PREFILL_PATH, VERSION_PATHS
+from .sglang_names import DECODE_PATH, DISAGGREGATION_DIR, PREFILL_PATH, VERSION_PATHS
 
 __all__ = ["DISAGGREGATION_DIR", "PREFILL_PATH", "DirectoryTree", "SourceTree", "read_regular"]
 
@@ -284,8 +284,9 @@ def open_tree(target: str | os.PathLike[str]) -> DirectoryTree:
             "name the one to use"
         )
     for base in found:
-        if not (base / PREFILL_PATH).is_file():
-            raise TargetError(f"{base / DISAGGREGATION_DIR}: has no prefill.py")
+        if not (base / PREFILL_PATH).is_file() and not (base / DECODE_PATH).is_file():
+            # a decode-only tree (a decode fork, a decode corpus case) has its decode side
+            raise TargetError(f"{base / DISAGGREGATION_DIR}: has no prefill.py or decode.py")
         return DirectoryTree(root=root, base=base)
     raise TargetError(
         f"{root}: not an SGLang tree (no {DISAGGREGATION_DIR}/ here, under python/, "

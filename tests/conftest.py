@@ -43,6 +43,9 @@ def patched_release(request: pytest.FixtureRequest, tmp_path: Path):
 @pytest.fixture(autouse=True)
 def _no_result_cache(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("PDGUARD_NO_CACHE", "1")
+    # not in a GitHub workflow, even when the tests run in one (paths in annotations and SARIF
+    # are then named from its workspace): a test that wants one sets it
+    monkeypatch.delenv("GITHUB_WORKSPACE", raising=False)
 
 
 @pytest.fixture(autouse=True)
@@ -57,3 +60,14 @@ def _own_state_dir(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
         del os.environ["PDGUARD_STATE"]
     else:
         os.environ["PDGUARD_STATE"] = before
+
+
+@pytest.fixture(autouse=True)
+def _no_leftover_readers() -> Iterator[None]:
+    """Each test starts the ``git cat-file`` readers it needs (``pdguard.git_objects``) and
+    they are stopped after it: none is handed to the next test."""
+    from pdguard.git_objects import close_readers
+
+    close_readers()
+    yield
+    close_readers()

@@ -24,6 +24,7 @@ from pdguard.checks.models.inflight import analyse
 from pdguard.checks.project import PREFILL
 from pdguard.fix_names import (
     DECODE_GATE_FLAG,
+    DECODE_POLL_PENDING,
     DECODE_QUEUE_BOUND,
     RECEIVER_WAITING_TIMEOUT,
     marker,
@@ -384,26 +385,48 @@ def abort_check_removed(texts: Texts) -> Texts | None:
     return _edit(texts, NIXL, change)
 
 
+def _parked_skip(source: _Source) -> ast.If | None:
+    """The deadline helper's skip of parked requests (an ``if`` testing ``pending_bootstrap``)."""
+    helper = next(_function(source, DEADLINE_HELPER), None)
+    return next(
+        (
+            n
+            for n in source.nodes(ast.If)
+            if helper is not None and _inside(n, helper) and "pending_bootstrap" in _attrs(n.test)
+        ),
+        None,
+    )
+
+
+def _attrs(node: ast.AST) -> set[str]:
+    return {a.attr for a in ast.walk(node) if isinstance(a, ast.Attribute)}
+
+
 def counts_parked_time(texts: Texts) -> Texts | None:
     """Where the queue holds parked requests (0.5.16+), the deadline helper's skip of them
     removed: their wait for bootstrap counts against the inflight deadline."""
 
     def change(source: _Source) -> bool:
-        helper = next(_function(source, DEADLINE_HELPER), None)
-        skip = next(
-            (
-                n
-                for n in source.nodes(ast.If)
-                if helper is not None
-                and _inside(n, helper)
-                and isinstance(n.test, ast.Attribute)
-                and n.test.attr == "pending_bootstrap"
-            ),
-            None,
-        )
+        skip = _parked_skip(source)
         if skip is None:
             return False
         source.remove(skip)
+        return True
+
+    return _edit(texts, PREFILL, change)
+
+
+def skips_every_parked(texts: Texts) -> Texts | None:
+    """Where the queue holds parked requests (0.5.16+), the deadline helper skips every parked
+    request, not only those whose sender still bootstraps: under PP a bootstrapped one is
+    never unparked and never failed."""
+
+    def change(source: _Source) -> bool:
+        skip = _parked_skip(source)
+        if skip is None or "Bootstrapping" not in _attrs(skip.test):
+            return False
+        test = f"{source.indent(skip)}if req.pending_bootstrap:\n"
+        source.replace(skip.lineno, skip.body[0].lineno - 1, [test])
         return True
 
     return _edit(texts, PREFILL, change)
@@ -910,6 +933,26 @@ def _gate_still_returns(texts: Texts) -> Texts | None:
     return _edit(texts, DECODE_PATH, change)
 
 
+def _poll_pending_removed(texts: Texts) -> Texts | None:
+    """pdguard's ``poll_pending_reqs()`` call taken out of ``process_decode_queue`` (the
+    previous version's patch): the pending bound runs only in ``pop_preallocated()``, behind
+    the retraction gate (seed 41)."""
+
+    def change(source: _Source) -> bool:
+        for node in source.nodes(ast.Expr):
+            call = node.value
+            if (
+                isinstance(call, ast.Call)
+                and isinstance(call.func, ast.Attribute)
+                and call.func.attr == DECODE_POLL_PENDING
+            ):
+                source.remove(node, DECODE_MARKER)
+                return True
+        return False
+
+    return _edit(texts, DECODE_PATH, change)
+
+
 def _receiver_mutants() -> list[Mutant]:
     found = []
     for what, change, always in (
@@ -944,6 +987,7 @@ DECODE_MUTANTS = (
     Mutant("pending stamp rewritten every step", "PDG007", _pending_stamp_every_step),
     Mutant("pending counter never incremented", "PDG007", _pending_counter_not_incremented),
     Mutant("retraction gate still returns", "PDG007", _gate_still_returns, DECODE_PATH),
+    Mutant("pending bound only behind the gate", "PDG007", _poll_pending_removed),
 )
 
 
@@ -951,6 +995,7 @@ MUTANTS = (
     Mutant("stamp removed", "PDG001", _remove_stamp),
     Mutant("stamp moved to sender creation", "PDG003", _stamp_at_sender_creation),
     Mutant("deadline counts parked time", "PDG003", counts_parked_time),
+    Mutant("deadline skips every parked request", "PDG003", skips_every_parked),
     Mutant("stamp rewritten on keep", "PDG003", restamp_on_keep),
     Mutant("first stamp kept across a requeue", "PDG003", first_stamp_kept_across_requeue),
     Mutant("deadline moved after the all-reduce", "PDG002", _deadline_after_reduce),
@@ -1022,9 +1067,11 @@ def _inline_loop(texts: Texts) -> Texts | None:
             f"{i}        kv_sender = waiting.disagg_kv_sender\n",
         ]
         if "pending_bootstrap" in ast.unparse(next(_function(source, DEADLINE_HELPER))):
-            # parked requests (0.5.16+): not counted, their clock starts when unparked
+            # parked requests (0.5.16+): not counted while their sender bootstraps
             inline[3:3] = [
-                f"{i}    if waiting.pending_bootstrap:\n",
+                f"{i}    if waiting.pending_bootstrap and (\n",
+                f"{i}        waiting.disagg_kv_sender.poll() == KVPoll.Bootstrapping\n",
+                f"{i}    ):\n",
                 f"{i}        waiting.{STAMP_ATTR} = current\n",
                 f"{i}        continue\n",
             ]

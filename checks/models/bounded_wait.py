@@ -57,6 +57,7 @@ __all__ = [
     "limit_of",
     "never_runs",
     "overdue_branch",
+    "reach",
     "read_test",
     "start_of",
     "unanimity",
@@ -416,6 +417,36 @@ def never_runs(node: ast.AST, parents: Mapping[ast.AST, ast.AST], stop: ast.AST)
     if child is not stop:
         return "it is only in a lambda or a nested function"
     return ""
+
+
+def reach(
+    node: ast.AST,
+    func: ast.FunctionDef,
+    parents: Mapping[ast.AST, ast.AST],
+    holds_back: Callable[[ast.expr], bool],
+) -> Reach:
+    """How often ``node`` (in ``func``, whose ``parents`` are given) runs, of the steps that
+    run ``func``: NEVER where ``never_runs`` says so; CONDITIONAL where an ``if`` around it
+    (either branch), or one around a ``return`` placed before it, has a test ``holds_back``
+    says need not hold on every step (the decode queues' retraction gate: "while retracted
+    requests wait"); EVERY_STEP otherwise."""
+    if never_runs(node, parents, func):
+        return Reach.NEVER
+    child, parent = node, parents.get(node)
+    while parent is not None and parent is not func:
+        if isinstance(parent, ast.If) and child is not parent.test and holds_back(parent.test):
+            return Reach.CONDITIONAL
+        child, parent = parent, parents.get(parent)
+    position = (getattr(node, "lineno", 0), getattr(node, "col_offset", 0))
+    for ret in own_returns(func):
+        if (ret.lineno, ret.col_offset) >= position:
+            continue
+        holder = parents.get(ret)
+        while holder is not None and holder is not func:
+            if isinstance(holder, ast.If) and holds_back(holder.test):
+                return Reach.CONDITIONAL
+            holder = parents.get(holder)
+    return Reach.EVERY_STEP
 
 
 def overdue_branch(

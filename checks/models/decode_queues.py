@@ -23,7 +23,11 @@ Read-only analysis on ``ast``, over the modules that name a decode queue or a re
   enforces a deadline on its entries (a loop over a queue attribute that compares an
   elapsed time since an entry's stamp and fails the entry) in a method its poll methods reach.
   A retry counter must be incremented in the function; an elapsed time does not count when
-  its stamp is written again on every pass before it is read (it then never grows).
+  its stamp is written again on every pass before it is read (it then never grows). And the
+  bound must run on every step: some polling function calls a method that reaches it, not
+  behind the retraction gate (``bounded_wait.reach``); a bound only the gated
+  ``pop_preallocated()`` reaches is a *gated* re-queue (one per list, unless the gate is an
+  early return reported on its own).
 """
 
 from __future__ import annotations
@@ -47,7 +51,7 @@ from pdguard.sglang_names import (
 )
 
 from ..nodes import kept, own_nodes, own_parents, walk
-from .bounded_wait import CLOCK_FUNCTIONS, call_name, is_failed
+from .bounded_wait import CLOCK_FUNCTIONS, Reach, call_name, is_failed, reach
 from .kv_senders import ClassIndex, ClassInfo, is_self_attr
 
 __all__ = ["DecodeQueueModel", "EarlyReturn", "Entries", "Requeue", "paths_read", "type_names"]
@@ -220,6 +224,9 @@ class Requeue:
     method: str  # the method that rebuilds it
     # a retry counter or deadline is compared around it, but reaching it fails nothing
     inert: bool = False
+    # bounded, but the bound runs only in methods the polling functions call behind the
+    # retraction gate (not while retracted requests wait for memory)
+    gated: bool = False
 
 
 @dataclass(frozen=True)
@@ -352,7 +359,7 @@ class DecodeQueueModel:
         self.index = index
         self._queues: dict[str, set[str]] | None = None
         self._reach: dict[tuple[str, str], list[ast.FunctionDef]] = {}
-        self._deadlines: dict[str, bool] = {}
+        self._deadlines: dict[str, list[ast.FunctionDef]] = {}
 
     def facts(self, func: ast.FunctionDef) -> _Facts:
         """What ``func`` does (kept on the function: the model for a patched tree shares the
@@ -567,14 +574,66 @@ class DecodeQueueModel:
                 for attr, local in self.facts(func).rebuilt:
                     if not self._pending(cls, method, func, attr, local):
                         continue
-                    if self._deadline_on_entries(cls):
+                    deadlines = self._deadline_on_entries(cls)
+                    if deadlines and self._every_step(cls, deadlines):
                         continue
+                    gated: list[Requeue] = []
+                    unbounded = False
                     for site_func, site in self._sites(cls, func, local):
                         helper = partial(self._helper, cls)
                         bounded = _bounded_in_loop(site_func, site, helper, self._stamps)
-                        if not bounded:
+                        if bounded and self._every_step(cls, [func]):
+                            continue
+                        if bounded or deadlines:
+                            gated.append(Requeue(info, site_func, site, attr, method, gated=True))
+                        else:
+                            unbounded = True
                             inert = bounded is None
                             yield Requeue(info, site_func, site, attr, method, inert)
+                    if gated and not unbounded and not self._gate_reported(cls, [func]):
+                        # one finding for the list: its bound is held back where it is called
+                        yield min(gated, key=lambda r: r.func is not func)
+
+    def _gate_reported(self, cls: str, bounds: list[ast.FunctionDef]) -> bool:
+        """Is a call that runs one of ``bounds`` skipped by an early return reported on its own
+        (``early_returns``)? Rewriting that gate is the fix; one finding says so."""
+        wanted = {id(f) for f in bounds}
+        return any(
+            self.index.resolve(cls, name.rsplit(".", 1)[-1]) is not None
+            and any(id(f) in wanted for f in self.reached(cls, name.rsplit(".", 1)[-1]))
+            for early in self.early_returns()
+            for name in early.skipped
+        )
+
+    def _every_step(self, cls: str, bounds: list[ast.FunctionDef]) -> bool:
+        """Does a polling function call, on every step (``bounded_wait.reach``: not behind
+        the retraction gate, an ``if`` or an earlier ``return`` on a test that reads the
+        retracted requests), a method of ``cls`` that runs one of ``bounds``? True where no
+        polling function calls one (the tree shows no scheduler to tell by). A method that
+        itself returns while no retracted request waits (``poll_pending_reqs``) is taken to
+        leave those steps to the one the gate holds (``pop_preallocated``)."""
+        wanted = {id(f) for f in bounds}
+        called = False
+        for _, _, func in self._functions():
+            calls = [
+                call
+                for call in self.facts(func).queue_calls
+                if isinstance(call.func, ast.Attribute)
+                and self.index.resolve(cls, call.func.attr) is not None
+                and any(id(f) in wanted for f in self.reached(cls, call.func.attr))
+            ]
+            if not calls:
+                continue
+            called = True
+            assigned = _local_values(func)
+            parents = own_parents(func)
+
+            def holds_back(test: ast.expr, assigned: dict[str, list[ast.expr]] = assigned) -> bool:
+                return _reads_attr(_with_locals(test, assigned), RETRACTED_QUEUE)
+
+            if any(reach(call, func, parents, holds_back) is Reach.EVERY_STEP for call in calls):
+                return True
+        return not called
 
     def _pending(self, cls: str, method: str, func: ast.FunctionDef, attr: str, local: str) -> bool:
         """Is ``self.<attr>``, rebuilt by ``method`` from ``<local>``, a pending list: its
@@ -724,37 +783,39 @@ class DecodeQueueModel:
         """The clocks each stamp is written with in the queues' modules (``stamp_clocks``)."""
         return stamp_clocks(self.index.modules.values())
 
-    def _deadline_on_entries(self, cls: str) -> bool:
-        """A loop over a queue attribute, reached from a poll method, that fails an entry
-        once the time since its stamp exceeds a limit."""
+    def _deadline_on_entries(self, cls: str) -> list[ast.FunctionDef]:
+        """The functions, reached from a poll method, with a loop over a queue attribute
+        that fails an entry once the time since its stamp exceeds a limit."""
         if cls not in self._deadlines:
-            self._deadlines[cls] = self._finds_deadline_on_entries(cls)
+            self._deadlines[cls] = list(self._finds_deadline_on_entries(cls))
         return self._deadlines[cls]
 
-    def _finds_deadline_on_entries(self, cls: str) -> bool:
+    def _finds_deadline_on_entries(self, cls: str) -> Iterator[ast.FunctionDef]:
         reached = {id(f): f for m in self.queues()[cls] for f in self.reached(cls, m)}
         for func in reached.values():
-            clocks = _clock_names(func)
-            elapsed = _elapsed_locals(func, clocks)
-            for loop in (n for n in own_nodes(func) if isinstance(n, ast.For)):
-                if not (
-                    isinstance(loop.iter, ast.Attribute)
-                    and getattr(loop.iter.value, "id", "") == "self"
-                    and isinstance(loop.target, ast.Name)
-                ):
-                    continue
-                entry = loop.target.id
-                for test_if in (n for n in walk(loop) if isinstance(n, ast.If)):
-                    stamps = [
-                        stamp
-                        for stamp in _elapsed_operands(test_if.test, clocks, elapsed, self._stamps)
-                        if not _restamped_before(loop, stamp, test_if, clocks)
-                    ]
-                    on_entry = any(
-                        entry in {getattr(n, "id", None) for n in walk(s)} for s in stamps
-                    )
-                    if on_entry and any(_fails(s) for s in test_if.body + test_if.orelse):
-                        return True
+            if self._fails_overdue_entries(func):
+                yield func
+
+    def _fails_overdue_entries(self, func: ast.FunctionDef) -> bool:
+        clocks = _clock_names(func)
+        elapsed = _elapsed_locals(func, clocks)
+        for loop in (n for n in own_nodes(func) if isinstance(n, ast.For)):
+            if not (
+                isinstance(loop.iter, ast.Attribute)
+                and getattr(loop.iter.value, "id", "") == "self"
+                and isinstance(loop.target, ast.Name)
+            ):
+                continue
+            entry = loop.target.id
+            for test_if in (n for n in walk(loop) if isinstance(n, ast.If)):
+                stamps = [
+                    stamp
+                    for stamp in _elapsed_operands(test_if.test, clocks, elapsed, self._stamps)
+                    if not _restamped_before(loop, stamp, test_if, clocks)
+                ]
+                on_entry = any(entry in {getattr(n, "id", None) for n in walk(s)} for s in stamps)
+                if on_entry and any(_fails(s) for s in test_if.body + test_if.orelse):
+                    return True
         return False
 
 

@@ -131,6 +131,11 @@ class DeadlineCheck:
     poll_set_at: tuple[int, int] | None = None
     # The expired branch's loop looks at whether the request is parked (``pending_bootstrap``).
     minds_parked: bool = False
+    # Where the loop skips every parked request whatever its sender polls (``if
+    # req.pending_bootstrap: continue``, no test of Bootstrapping), as (line, col); None if
+    # it does not. Under PP a stage never unparks a request that bootstrapped (it is not in
+    # the consensus), so such a skip leaves it waiting for ever.
+    parked_skip: tuple[int, int] | None = None
     # The expired branch's loop leaves alone a request whose own sender already polls as
     # transferred (what a PP stage reports into the stages' consensus).
     minds_ended_poll: bool = False
@@ -542,6 +547,7 @@ def _checks_in(
         check.minds_parked = any(
             isinstance(n, ast.Attribute) and n.attr == PARKED for n in walk(loop)
         )
+        check.parked_skip = _skips_every_parked(loop)
         check.minds_ended_poll = any(
             _spares_ended_transfers(part, at_scope, _unpassed(at, at_names))
             for part in (loop, *later)
@@ -1933,6 +1939,8 @@ def _queue_entries(
 
 # A request parked in the inflight queue until its bootstrap completes (0.5.16+).
 PARKED = "pending_bootstrap"
+# The poll state of a sender whose bootstrap runs.
+POLL_BOOTSTRAPPING = KVPoll.Bootstrapping.name
 # The poll state of a finished transfer.
 POLL_SUCCESS = KVPoll.Success.name
 
@@ -2000,6 +2008,22 @@ def _resets(method: ast.FunctionDef, params: set[str]) -> set[str]:
             ):
                 resets.add(target.attr)
     return resets
+
+
+def _skips_every_parked(loop: ast.AST) -> tuple[int, int] | None:
+    """Where ``loop`` skips a parked request (an ``if`` testing ``pending_bootstrap`` whose body
+    has a ``continue``) without testing whether its sender still polls Bootstrapping."""
+    for node in walk(loop):
+        if not isinstance(node, ast.If):
+            continue
+        names = {n.attr for n in walk(node.test) if isinstance(n, ast.Attribute)}
+        if (
+            PARKED in names
+            and POLL_BOOTSTRAPPING not in names
+            and any(isinstance(stmt, ast.Continue) for stmt in node.body)
+        ):
+            return node.lineno, node.col_offset
+    return None
 
 
 def _restamps(function: ast.FunctionDef, scope: _Scope) -> list[Stamp]:

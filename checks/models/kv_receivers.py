@@ -43,11 +43,11 @@ from __future__ import annotations
 
 import ast
 import builtins
-from collections import OrderedDict
 from collections.abc import Callable, Hashable, Iterator
 from dataclasses import dataclass, field
-from typing import NoReturn, TypeGuard, TypeVar
+from typing import Any, NoReturn, TypeGuard, TypeVar
 
+from pdguard.run import Kept
 from pdguard.sglang_names import (
     BASE_RECEIVER,
     HANDLE_NODE_FAILURE,
@@ -848,8 +848,11 @@ def _decide(
 class ReceiverIndex:
     """The receiver classes of a tree and the verdict on each concrete one's ``poll()``."""
 
-    def __init__(self, index: ClassIndex) -> None:
+    def __init__(self, index: ClassIndex, kept: Kept[str, list[Any]] | None = None) -> None:
+        """``kept``: the verdicts of a run (``Run.verdicts``), reused by the receiver indexes
+        of its other projects where the classes a verdict read are the same nodes."""
         self.index = index
+        self._kept = kept
         self._verdicts: dict[str, PollVerdict] = {}
         self._dead: frozenset[str] | None = None
 
@@ -927,7 +930,7 @@ class ReceiverIndex:
 
     def verdict(self, name: str) -> PollVerdict:
         if name not in self._verdicts:
-            self._verdicts[name] = _kept_verdict(self.index, name)
+            self._verdicts[name] = _kept_verdict(self.index, name, self._kept)
         return self._verdicts[name]
 
     def _verdict(self, name: str) -> PollVerdict:
@@ -1115,22 +1118,20 @@ def _answers_hold(
     return True
 
 
-# Verdicts by class name, with the answers they were worked out from (holding their nodes, so
-# an identity compared is never another node's); for the process, as the models are.
-_KEPT: OrderedDict[
-    str, list[tuple[list[tuple[tuple[str | None, ...], tuple[ast.ClassDef, ...]]], PollVerdict]]
-] = OrderedDict()
+# A class name's verdicts kept in a run (``Run.verdicts``), at most: each with the answers it
+# was worked out from (holding their nodes, so an identity compared is never another node's).
 _KEPT_PER_NAME = 8
 
 
-def _kept_verdict(index: ClassIndex, name: str) -> PollVerdict:
-    for answers, verdict in _KEPT.get(name, []):
+def _kept_verdict(index: ClassIndex, name: str, kept: Kept[str, list[Any]] | None) -> PollVerdict:
+    """The verdict on ``name``: one ``kept`` holds whose answers still hold in ``index``, or a
+    new one, worked out and kept (no ``kept``: worked out, kept nowhere)."""
+    known = kept.get(name) if kept is not None else None
+    for answers, verdict in known or []:
         if _answers_hold(index, answers):
-            _KEPT.move_to_end(name)
             return verdict
     recorded = _Recorded(index)
     verdict = ReceiverIndex(recorded)._verdict(name)
-    kept = _KEPT.setdefault(name, [])
-    kept.insert(0, (recorded.answers, verdict))
-    del kept[_KEPT_PER_NAME:]
+    if kept is not None:
+        kept.put(name, [(recorded.answers, verdict), *(known or [])][:_KEPT_PER_NAME])
     return verdict

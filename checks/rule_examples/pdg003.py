@@ -163,9 +163,93 @@ class SchedulerDisaggregationPrefillMixin:
                 waiting.append(req)
         self.disagg_prefill_inflight_queue = waiting
 """,
+    # under PP, parked requests not counted while their sender bootstraps
+    """\
+import time
+from sglang.srt.disaggregation.base import KVPoll
+from sglang.srt.disaggregation.utils import poll_and_all_reduce
+
+TIMEOUT = 300.0
+
+
+class SchedulerDisaggregationPrefillMixin:
+    def process_batch_result_disagg_prefill(self, batch):
+        for req in batch.reqs:
+            req.entered_at = time.monotonic()
+            self.disagg_prefill_inflight_queue.append(req)
+
+    def _expire_inflight(self):
+        now = time.monotonic()
+        for req in self.disagg_prefill_inflight_queue:
+            sender = req.disagg_kv_sender
+            if req.pending_bootstrap and sender.poll() == KVPoll.Bootstrapping:
+                req.entered_at = now
+                continue
+            if now - req.entered_at > TIMEOUT:
+                sender.abort()
+
+    def process_disagg_prefill_inflight_queue(self, rids_to_check=None):
+        self._expire_inflight()
+        states = poll_and_all_reduce(senders, self.tp_cpu_group)
+        for req, state in zip(self.disagg_prefill_inflight_queue, states):
+            if rids_to_check is not None and req.rid not in rids_to_check:
+                waiting.append(req)
+                continue
+            if req.pending_bootstrap:
+                waiting.append(req)
+        self.disagg_prefill_inflight_queue = waiting
+""",
 )
 
 INVALID = (
+    # under PP, every parked request skipped, bootstrapped or not: never unparked, never failed
+    Invalid(
+        """\
+import time
+from sglang.srt.disaggregation.utils import poll_and_all_reduce
+
+TIMEOUT = 300.0
+
+
+class SchedulerDisaggregationPrefillMixin:
+    def process_batch_result_disagg_prefill(self, batch):
+        for req in batch.reqs:
+            req.entered_at = time.monotonic()
+            self.disagg_prefill_inflight_queue.append(req)
+
+    def _expire_inflight(self):
+        now = time.monotonic()
+        for req in self.disagg_prefill_inflight_queue:
+            if req.pending_bootstrap:
+                continue
+            if now - req.entered_at > TIMEOUT:
+                req.disagg_kv_sender.abort()
+
+    def process_disagg_prefill_inflight_queue(self, rids_to_check=None):
+        self._expire_inflight()
+        states = poll_and_all_reduce(senders, self.tp_cpu_group)
+        for req, state in zip(self.disagg_prefill_inflight_queue, states):
+            if rids_to_check is not None and req.rid not in rids_to_check:
+                waiting.append(req)
+                continue
+            if req.pending_bootstrap:
+                waiting.append(req)
+        self.disagg_prefill_inflight_queue = waiting
+""",
+        [
+            (
+                16,
+                13,
+                (
+                    "inflight deadline skips every parked request, whatever its sender polls: "
+                    "under PP a stage reaches its parked branch (line 28) only for the requests "
+                    "in rids_to_check, which one whose bootstrap completed never is, so it is "
+                    "never unparked and waits for ever; skip a parked request only while its "
+                    "sender polls Bootstrapping"
+                ),
+            ),
+        ],
+    ),
     # parked requests kept, but counted by the deadline
     Invalid(
         """\

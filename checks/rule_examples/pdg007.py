@@ -60,6 +60,55 @@ class SchedulerDisaggregationDecodeMixin:
         self.waiting_queue.extend(alloc_reqs)
 """,
     },
+    # the pending bound also runs before the retraction gate, which holds back admission only
+    {
+        DECODE_PATH: """\
+import time
+
+from sglang.srt.disaggregation.utils import poll_and_all_reduce
+
+
+class DecodePreallocQueue:
+    def add(self, decode_req):
+        decode_req.entered_at = time.monotonic()
+        self.pending_reqs.append(decode_req)
+
+    def _resolve_pending_reqs(self):
+        unresolved = []
+        for decode_req in self.pending_reqs:
+            rank = self.lookup(decode_req)
+            if rank is not None:
+                decode_req.kv_receiver.init(rank)
+            elif time.monotonic() - decode_req.entered_at > 300:
+                decode_req.kv_receiver.abort()
+            else:
+                unresolved.append(decode_req)
+        self.pending_reqs = unresolved
+
+    def pop_preallocated(self):
+        self._resolve_pending_reqs()
+        return poll_and_all_reduce([r.kv_receiver for r in self.queue], self.gloo_group)
+
+    def poll_pending_reqs(self):
+        if self.retracted_queue:
+            self._resolve_pending_reqs()
+
+
+class DecodeTransferQueue:
+    def pop_transferred(self):
+        return poll_and_all_reduce([r.kv_receiver for r in self.queue], self.gloo_group)
+
+
+class SchedulerDisaggregationDecodeMixin:
+    def process_decode_queue(self):
+        self.disagg_decode_prealloc_queue.poll_pending_reqs()
+        retracted_waiting = len(self.disagg_decode_prealloc_queue.retracted_queue) > 0
+        if not retracted_waiting:
+            admitted = self.disagg_decode_prealloc_queue.pop_preallocated()
+            self.disagg_decode_transfer_queue.extend(admitted)
+        self.disagg_decode_transfer_queue.pop_transferred()
+""",
+    },
 )
 
 INVALID = (
@@ -266,6 +315,66 @@ class SchedulerDisaggregationDecodeMixin:
                     "self.disagg_decode_prealloc_queue.retracted_queue`: while that does "
                     "not hold, waiting timeouts, heartbeat failures and aborts of the "
                     "requests in those queues are not acted on, and their KV is not freed"
+                ),
+                DECODE_PATH,
+            ),
+        ],
+    ),
+    # the pending bound runs only in pop_preallocated(), behind the retraction gate
+    Invalid(
+        {
+            DECODE_PATH: """\
+import time
+
+from sglang.srt.disaggregation.utils import poll_and_all_reduce
+
+
+class DecodePreallocQueue:
+    def add(self, decode_req):
+        decode_req.entered_at = time.monotonic()
+        self.pending_reqs.append(decode_req)
+
+    def _resolve_pending_reqs(self):
+        unresolved = []
+        for decode_req in self.pending_reqs:
+            rank = self.lookup(decode_req)
+            if rank is not None:
+                decode_req.kv_receiver.init(rank)
+            elif time.monotonic() - decode_req.entered_at > 300:
+                decode_req.kv_receiver.abort()
+            else:
+                unresolved.append(decode_req)
+        self.pending_reqs = unresolved
+
+    def pop_preallocated(self):
+        self._resolve_pending_reqs()
+        return poll_and_all_reduce([r.kv_receiver for r in self.queue], self.gloo_group)
+
+
+class DecodeTransferQueue:
+    def pop_transferred(self):
+        return poll_and_all_reduce([r.kv_receiver for r in self.queue], self.gloo_group)
+
+
+class SchedulerDisaggregationDecodeMixin:
+    def process_decode_queue(self):
+        retracted_waiting = len(self.disagg_decode_prealloc_queue.retracted_queue) > 0
+        if not retracted_waiting:
+            admitted = self.disagg_decode_prealloc_queue.pop_preallocated()
+            self.disagg_decode_transfer_queue.extend(admitted)
+        self.disagg_decode_transfer_queue.pop_transferred()
+""",
+        },
+        [
+            (
+                20,
+                17,
+                (
+                    "a request put back into self.pending_reqs (rebuilt by "
+                    "_resolve_pending_reqs) is bounded only where the polling functions "
+                    "call it behind the retraction gate: while retracted requests wait for "
+                    "memory the bound never runs, and if the prefill never answers for it, "
+                    "it waits as long as they do"
                 ),
                 DECODE_PATH,
             ),

@@ -7,7 +7,10 @@ What it does
     and a stamp kept from a request's first entry (``if getattr(req, "t", None) is None``) in a
     module with a path that takes requests out of the queue and back (a method that sends a
     request back to the waiting or bootstrap queue, optimistic prefill's
-    ``optimistic_release_and_requeue``) without clearing it.
+    ``optimistic_release_and_requeue``) without clearing it. Where the queue holds parked
+    requests (``pending_bootstrap``, 0.5.16+), a deadline that counts their wait for bootstrap,
+    and, under PP (``rids_to_check``), one that skips every parked request whatever its sender
+    polls.
 
 Why is this bad
     The inflight queue holds requests whose prefill is done; the deadline must measure the KV
@@ -16,7 +19,10 @@ Why is this bad
     every keep restarts the clock, so the deadline never fires. A request that stays in the
     queue never passes an entry again, so a stamp at every entry is right; one kept from the
     first entry only matters for a request that left and came back, and then counts its wait
-    and its second prefill against the deadline: it can be failed on its first poll.
+    and its second prefill against the deadline: it can be failed on its first poll. A parked
+    request's bootstrap is bounded by the bootstrap timeout, not the deadline; but once it has
+    bootstrapped a PP stage never unparks it (its parked branch runs only for the requests the
+    stages agreed have ended), so a deadline that skips it still lets it wait for ever.
 
 Example
     A deadline measured from the sender's creation, which also counts the prefill (too early).
@@ -47,6 +53,8 @@ Use instead
 from __future__ import annotations
 
 from collections.abc import Iterator
+
+from pdguard.sglang_names import PP_CONSENSUS_PARAM
 
 from ..models.inflight import FUNCTION, QUEUE, InflightModel
 from ..project import Project
@@ -120,6 +128,25 @@ class DeadlineClock(Rule):
                         f"{model.parked_line}: prefill done, bootstrap not), which the bootstrap "
                         "timeout bounds: skip parked requests and start their deadline when "
                         "they are unparked",
+                    )
+            pp = any(a.arg == PP_CONSENSUS_PARAM for a in model.function.args.args)
+            for check in model.checks:
+                if pp and check.each_step and check.parked_skip is not None:
+                    line, col = check.parked_skip
+                    where = (
+                        symbol if check.method == FUNCTION else f"{model.class_name}.{check.method}"
+                    )
+                    yield self.finding(
+                        PREFILL,
+                        line,
+                        col + 1,
+                        where,
+                        "inflight deadline skips every parked request, whatever its sender "
+                        "polls: under PP a stage reaches its parked branch (line "
+                        f"{model.parked_line}) only for the requests in {PP_CONSENSUS_PARAM}, "
+                        "which one whose bootstrap completed never is, so it is never unparked "
+                        "and waits for ever; skip a parked request only while its sender polls "
+                        "Bootstrapping",
                     )
         changed = [
             (

@@ -14,7 +14,12 @@ What it does
       way out fails the request: its ``else``, or the statements after it when the kept path
       ends in ``continue``) nor a deadline the queue enforces on its entries (a loop over
       the queue, reached from its poll methods, that fails an entry once the time since its
-      stamp exceeds a limit);
+      stamp exceeds a limit). A bound counts only where it runs on every step: a polling
+      function must reach it through a call that is not behind the retraction gate (an
+      ``if``, or an earlier ``return``, on a test that reads the retracted requests). A bound
+      only ``pop_preallocated()`` reaches, itself held back while retracted requests wait, is
+      reported: with memory full to the end, the request waits as long as they do.
+      ``decode-queue-bound`` runs it before the gate (``poll_pending_reqs``);
     - an *early return that skips polling*: a function that polls the decode queues
       (``process_decode_queue``) returns before some of its poll calls, on a condition other
       than "the skipped queues are empty". Skipping only the *admission* (a poll whose popped
@@ -216,20 +221,32 @@ class DecodeQueueWaitsForever(Rule):
     def check(self, project: Project) -> Iterator[Finding]:
         model = project.decode_queues
         for requeue in model.requeues():
+            if requeue.gated:
+                message = (
+                    f"a request put back into self.{requeue.attr} (rebuilt by "
+                    f"{requeue.method}) is bounded only where the polling functions call it "
+                    "behind the retraction gate: while retracted requests wait for memory the "
+                    "bound never runs, and if the prefill never answers for it, it waits as "
+                    "long as they do"
+                )
+            else:
+                message = (
+                    f"a request is put back into self.{requeue.attr} (rebuilt by "
+                    f"{requeue.method}, before its KV receiver is initialised) with "
+                    + (
+                        "a retry counter or deadline whose limit fails nothing (no abort(), no "
+                        "prepare_abort(), no KVPoll.Failed)"
+                        if requeue.inert
+                        else "no retry counter or deadline"
+                    )
+                    + ": if the prefill never answers for it, it waits forever"
+                )
             yield self.finding(
                 requeue.owner.rel,
                 requeue.node.lineno,
                 requeue.node.col_offset + 1,
                 f"{requeue.owner.name}.{requeue.func.name}",
-                f"a request is put back into self.{requeue.attr} (rebuilt by "
-                f"{requeue.method}, before its KV receiver is initialised) with "
-                + (
-                    "a retry counter or deadline whose limit fails nothing (no abort(), no "
-                    "prepare_abort(), no KVPoll.Failed)"
-                    if requeue.inert
-                    else "no retry counter or deadline"
-                )
-                + ": if the prefill never answers for it, it waits forever",
+                message,
             )
         for early in model.early_returns():
             where = f"{early.owner.name}.{early.func.name}" if early.owner else early.func.name

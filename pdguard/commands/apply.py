@@ -29,6 +29,7 @@ if TYPE_CHECKING:
 
 from .base import (
     EXIT_CHANGES,
+    EXIT_ERROR,
     EXIT_OK,
     add_format,
     add_output_file,
@@ -39,7 +40,7 @@ from .base import (
     shown_path,
     target_tree,
 )
-from .check import CheckResult, add_confirm
+from .check import SYNTAX_CODE, CheckResult, add_confirm, finding_json, syntax_result
 
 NAME = "apply"
 HELP = "apply the fixes to an SGLang tree"
@@ -426,7 +427,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "pristine copy (the last commit, or the release's wheel) and apply it again; refused "
         "if that would lose a change that is not pdguard's",
     )
-    add_quiet(parser, "report (unless a fix is refused)")
+    add_quiet(parser, "the report (unless a fix is refused)")
     config.add_arguments(parser)
 
 
@@ -562,14 +563,40 @@ def repair(
     return repaired, notes
 
 
+def _does_not_parse(args: argparse.Namespace, tree: SourceTree, error: ParseError) -> int:
+    """A file the fixes read does not parse: the report is that file's diagnostic (``E999
+    syntax-error``, as ``check`` gives it: text ``PATH:LINE:COL: E999 ...``, or the JSON
+    report's ``errors``), nothing is written, one error line on stderr, exit 2. With
+    ``--diff`` in text the report would go to stderr too: the error line alone says it."""
+    checked = syntax_result(tree, error)
+    first = checked.errors[0]
+    path = checked.display_path(first)
+    where = f"{path}:{first.line}:{first.col}"
+    if args.format == "json":
+        payload = {
+            "target": tree.label,
+            "written": False,
+            "errors": [finding_json(f, checked.display_path(f)) for f in checked.errors],
+        }
+        _report(args, json.dumps(payload, indent=2))
+    elif not (args.diff and args.output_file is None):  # there, the report is on stderr
+        _report(args, f"{where}: {SYNTAX_CODE} {first.message}")
+    print(f"pdguard: error: {where}: {first.message}", file=sys.stderr)
+    return EXIT_ERROR
+
+
 def _way_forward(args: argparse.Namespace, result: ApplyResult) -> str:
-    """For a fix that was partly removed: the exact command that restores it."""
+    """For a fix that was partly removed (or an older pdguard wrote): the exact command that
+    restores it."""
     from ..repair import partly_removed
 
     if args.repair or not partly_removed(result.refused, result.originals):
         return ""
     target = "--installed" if args.installed else shlex.quote(args.target or ".")
-    return f"; the fix was partly removed: `pdguard apply --repair {target}` restores it"
+    return (
+        f"; the fix was partly removed, or written by an older pdguard: "
+        f"`pdguard apply --repair {target}` restores it"
+    )
 
 
 def run(args: argparse.Namespace) -> int:
@@ -580,14 +607,17 @@ def run(args: argparse.Namespace) -> int:
     recover_journal(tree, dry_run=dry_run)
     fixes = select_fixes(args.select, args.ignore, settings.disabled_fixes)
     run_ = Run()  # the command's one run, dropped when it returns
-    result = plan(
-        tree,
-        fixes,
-        left_out_classes(args.ignore),
-        markers=args.markers,
-        confirm=args.confirm,
-        run=run_,
-    )
+    try:
+        result = plan(
+            tree,
+            fixes,
+            left_out_classes(args.ignore),
+            markers=args.markers,
+            confirm=args.confirm,
+            run=run_,
+        )
+    except ParseError as exc:
+        return _does_not_parse(args, tree, exc)
     if result.refused and args.repair and isinstance(tree, DirectoryTree):
         result, notes = repair(tree, fixes, result, run_)
         for note in notes:
@@ -604,8 +634,8 @@ def run(args: argparse.Namespace) -> int:
     where = result.paths_from()
     if where is not None and result.changes and args.diff and not args.quiet:
         print(
-            f"pdguard: the diff's paths are relative to {where}: apply it there "
-            f"(git -C {where} apply, or patch -p1 -d {where})",
+            f"pdguard: the diff's paths are relative to {where}: apply it there, the diff on "
+            f"stdin (git -C {where} apply < DIFF, or patch -p1 -d {where} < DIFF)",
             file=sys.stderr,
         )
     if not (args.quiet and args.diff and args.format == "text"):

@@ -122,13 +122,29 @@ def shown_path(path: str | os.PathLike[str], root: str | os.PathLike[str] | None
     return absolute.as_posix()
 
 
-def annotation_root(root: str | os.PathLike[str]) -> Path:
-    """What GitHub annotations name a file outside the current directory from: the workflow's
-    workspace (``GITHUB_WORKSPACE``) when the file lies in it, else the tree's root."""
-    workspace = os.environ.get("GITHUB_WORKSPACE")
-    if workspace and _real_dir(root).is_relative_to(Path(os.path.realpath(workspace))):
-        return Path(workspace)
-    return Path(root)
+def workspace() -> Path | None:
+    """The workflow's workspace (``GITHUB_WORKSPACE``, the repository's checkout) when pdguard
+    runs in a GitHub workflow: GitHub resolves annotations' and code scanning's relative paths
+    from there, wherever the step's ``working-directory`` is."""
+    where = os.environ.get("GITHUB_WORKSPACE")
+    return Path(os.path.realpath(where)) if where else None
+
+
+def workspace_rel(path: str | os.PathLike[str]) -> str | None:
+    """``path`` relative to the workflow's workspace (``workspace``), when there is one and the
+    file lies in it; else None."""
+    base = workspace()
+    absolute = _real_dir(path)
+    if base is not None and absolute.is_relative_to(base):
+        return absolute.relative_to(base).as_posix()
+    return None
+
+
+def annotation_path(path: str | os.PathLike[str], root: str | os.PathLike[str]) -> str:
+    """A file on disk as a GitHub annotation names it: relative to the workflow's workspace
+    when it lies in it (what GitHub resolves it from), else as a diff names it
+    (``shown_path`` with the tree's ``root``)."""
+    return workspace_rel(path) or shown_path(path, root)
 
 
 def _real_dir(path: str | os.PathLike[str]) -> Path:
@@ -153,9 +169,8 @@ def tree_root(tree: object) -> Path | None:
 
 def add_quiet(parser: argparse.ArgumentParser, what: str = "the summary line") -> None:
     """``-q/--quiet`` (ruff's): only the report's own lines, no summary, no progress."""
-    parser.add_argument(
-        "-q", "--quiet", action="store_true", help=f"print no {what} and no progress"
-    )
+    shown = what if "progress" in what else f"{what} or progress"
+    parser.add_argument("-q", "--quiet", action="store_true", help=f"do not print {shown}")
 
 
 def add_target(parser: argparse.ArgumentParser, help: str) -> None:

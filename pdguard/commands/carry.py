@@ -68,7 +68,8 @@ def carry(repo_path: str, onto: str, branch: str, *, force: bool = False) -> Car
 
     repo = open_repo(repo_path)
     check_branch_name(repo, branch)
-    tree = open_git_tree(repo, onto)
+    run = Run()  # the command's one run: the tree's git objects, the plan
+    tree = open_git_tree(repo, onto, run=run)
     head_name = f"refs/heads/{branch}"
     exists = branch in repo.heads
     if exists and not force:
@@ -87,7 +88,7 @@ def carry(repo_path: str, onto: str, branch: str, *, force: bool = False) -> Car
                 "that a worktree has checked out"
             )
     old = repo.git.rev_parse("--verify", "--quiet", head_name) if exists else ""
-    result = plan(tree, run=Run())  # the command's one run
+    result = plan(tree, run=run)
     if result.refused:
         raise RefusedError(result.refusal())
     if not result.changes:

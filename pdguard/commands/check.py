@@ -37,9 +37,11 @@ from .base import (
     add_installed,
     add_output_file,
     add_quiet,
-    annotation_root,
+    annotation_path,
     emit,
     shown_path,
+    workspace,
+    workspace_rel,
 )
 from .base import github_escape as _escape
 
@@ -106,7 +108,7 @@ class CheckResult:
         """A file as a GitHub annotation names it: a relative path, never ``../``."""
         path = self.tree.display(rel)
         if isinstance(self.tree, DirectoryTree):
-            return shown_path(path, annotation_root(self.tree.root))
+            return annotation_path(path, self.tree.root)
         return path
 
     def absolute(self, rel: str) -> str | None:
@@ -427,9 +429,17 @@ SRCROOT = "%SRCROOT%"
 
 
 def _artifact(path: str, absolute: str | None) -> dict[str, str]:
-    """Where a finding is: relative to the current directory (``%SRCROOT%``, the repository
-    root when pdguard runs there, as in CI) when the file lies below it, else an absolute
-    ``file:`` URI."""
+    """Where a finding is: in a GitHub workflow, relative to its workspace (``%SRCROOT%``: the
+    repository's checkout, from which code scanning resolves a relative ``uri``) when the file
+    lies in it; elsewhere relative to the current directory (``%SRCROOT%`` then) when it lies
+    below it; else an absolute ``file:`` URI."""
+    if workspace() is not None:
+        rel = workspace_rel(absolute) if absolute is not None else None
+        if rel is not None:
+            return {"uri": _uri(rel), "uriBaseId": SRCROOT}
+        if absolute is not None or os.path.isabs(path):
+            return {"uri": Path(absolute or path).resolve().as_uri()}
+        return {"uri": _uri(path), "uriBaseId": SRCROOT}  # a git tree's: from the repo root
     if absolute is not None and Path(absolute).resolve().is_relative_to(Path.cwd().resolve()):
         return {"uri": _uri(path), "uriBaseId": SRCROOT}
     if absolute is None and not os.path.isabs(path) and path.split(os.sep, 1)[0] != os.pardir:
@@ -503,7 +513,9 @@ def sarif(results: Sequence[CheckResult], view: View = View()) -> str:
                         "rules": rules,
                     }
                 },
-                "originalUriBaseIds": {SRCROOT: {"uri": Path.cwd().as_uri().rstrip("/") + "/"}},
+                "originalUriBaseIds": {
+                    SRCROOT: {"uri": (workspace() or Path.cwd()).as_uri().rstrip("/") + "/"}
+                },
                 "results": sarif_results,
             }
         ],

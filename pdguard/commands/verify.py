@@ -27,7 +27,7 @@ from pdguard.checks.project import Project
 from .. import terminal
 from ..errors import ConfigError, PdguardError, TargetError, UsageError
 from ..fixes import FIXES, Fix, Status
-from ..run import Run, run_or_new
+from ..run import Run, Settings, run_or_new
 from ..tree import DirectoryTree, SourceTree
 
 if TYPE_CHECKING:
@@ -147,13 +147,9 @@ def verify_tree(
         texts = dict(result.project.texts)
         texts.update(changed)
         _recheck(tree, Project(texts, run), applied, report)
-    if CONFIRM:
+    if run.confirm:
         _confirm(tree, changed, report, run)
     return report
-
-
-# ``verify --confirm``: set by ``run`` before any worker is forked (the workers inherit it)
-CONFIRM = False
 
 
 def _confirm(tree: SourceTree, changed: dict[str, str], report: RefReport, run: Run) -> None:
@@ -225,10 +221,11 @@ def _verify_git_ref(
 
     from ..git_tree import open_git_tree
 
+    run = run_or_new(run)
     commit = None
     try:
-        repo = _worker_repo(repo_path)
-        tree = open_git_tree(repo, ref, resolved)
+        repo = _run_repo(repo_path, run)
+        tree = open_git_tree(repo, ref, resolved, run)
         commit = tree.commit.hexsha
         return verify_tree(tree, ref, commit, run)
     except PdguardError as exc:
@@ -237,21 +234,16 @@ def _verify_git_ref(
         return RefReport.errored(ref, commit, f"{ref}: cannot read from git: {exc}")
 
 
-_REPO: list[tuple[int, str, git.Repo]] = []  # the one a process has open
-
-
-def _worker_repo(repo_path: str) -> git.Repo:
-    """The repository, opened once a process: its ``git cat-file`` processes serve every ref
-    the process verifies (never one inherited through a fork: their pipes are the parent's).
-    Opening another repository closes the one before."""
+def _run_repo(repo_path: str, run: Run) -> git.Repo:
+    """The repository, opened once a run (``Run.repos``, closed with the run): its GitPython
+    ``git cat-file`` processes serve every ref of the run. A worker's lane is a run made in
+    the worker, so it never uses one inherited through a fork (their pipes are the parent's)."""
     from ..git_tree import open_repo
 
-    if _REPO and _REPO[0][:2] == (os.getpid(), repo_path):
-        return _REPO[0][2]
-    if _REPO and _REPO[0][0] == os.getpid():
-        _REPO[0][2].close()
-    _REPO[:] = [(os.getpid(), repo_path, open_repo(repo_path))]
-    return _REPO[0][2]
+    repo = run.repos.get(repo_path)
+    if repo is None:
+        repo = run.repos[repo_path] = open_repo(repo_path)
+    return repo
 
 
 def _verify_release(version: str, run: Run | None = None) -> RefReport:
@@ -286,14 +278,14 @@ def _verify_release(version: str, run: Run | None = None) -> RefReport:
     return report
 
 
-def verify_installed() -> list[RefReport]:
+def verify_installed(run: Run | None = None) -> list[RefReport]:
     """``verify --installed``: the sglang this Python imports, as it is on disk (no ref, no
     wheel: what ``apply --installed`` would find)."""
     from ..tree import installed_tree
 
     tree = installed_tree()
     try:
-        return [verify_tree(tree, tree.label, None)]
+        return [verify_tree(tree, tree.label, None, run)]
     except PdguardError as exc:
         return [RefReport.errored(tree.label, None, str(exc))]
 
@@ -327,9 +319,12 @@ def run_parallel(
     jobs: Sequence[tuple[object, ...]],
     processes: int | None,
     workers: Workers | None = None,
+    run: Run | None = None,
 ) -> list[RefReport]:
-    """Run ``worker(*job)`` for every job in worker processes (``workers``, started already or
-    not; by default a pool of its own); results in job order.
+    """Run ``worker(*job, run=...)`` for every job in worker processes (``workers``, started
+    already or not; by default a pool of its own); results in job order. Without workers the
+    jobs share ``run`` (the command's; a new one when None); a worker's lane is a run of its
+    own with ``run``'s settings (``Run.settings``).
 
     The jobs are put in version order, newest first (``v0.5.10`` next to ``v0.5.9``, by their
     last item): neighbouring releases share most files, and a process parses and transforms a
@@ -339,12 +334,12 @@ def run_parallel(
     (``_lane``). So each process meets neighbouring releases one after another, and both end
     within one ref of each other, whatever each ref costs. More workers split the order into
     segments of two lanes (and one of a single lane for an odd worker), sized by their lanes."""
+    run = run_or_new(run)
     if workers is None:
         with Workers(processes) as own:
-            return run_parallel(worker, jobs, processes, own)
+            return run_parallel(worker, jobs, processes, own, run)
     if (len(jobs) == 1 and not workers.started) or workers.size == 1:
-        reports = []
-        run = Run()  # the refs of this process share one run
+        reports = []  # the refs of this process share the command's run
         for n, job in enumerate(jobs, 1):
             reports.append(worker(*job, run=run))
             _progress(n, len(jobs))
@@ -359,7 +354,8 @@ def run_parallel(
     results: dict[int, RefReport] = {}
     try:
         with _ctrl_c_held():  # the workers may be forked here; a Ctrl-C waits until they are
-            futures = [pool.submit(_lane, worker, ordered, s, top) for s, top in lanes]
+            settings = run.settings()
+            futures = [pool.submit(_lane, worker, ordered, s, top, settings) for s, top in lanes]
         pending: set[Future[list[tuple[int, RefReport]]]] = set(futures)
         while pending:
             _, pending = _wait(pending)
@@ -451,7 +447,12 @@ def _segments(count: int, workers: int) -> list[tuple[int, int, bool]]:
     return segments
 
 
-_SHARED: list[Any] = []  # the worker's view of run_parallel's shared positions
+# The worker's view of run_parallel's shared positions, handed in by the pool's initializer:
+# multiprocessing's shared integers pass to a process only as it is forked, never as an
+# argument of a submitted job, so this is process state by nature. It holds no cache and no
+# answer; it is set once in each worker of one ``Workers`` pool (made for one run), and never
+# in the main process.
+_SHARED: list[Any] = []
 
 
 def _start_worker(shared: Any) -> None:
@@ -460,23 +461,27 @@ def _start_worker(shared: Any) -> None:
 
 
 def _lane(
-    worker: Callable[..., RefReport], jobs: list[tuple[object, ...]], segment: int, top: bool
+    worker: Callable[..., RefReport],
+    jobs: list[tuple[object, ...]],
+    segment: int,
+    top: bool,
+    settings: Settings,
 ) -> list[tuple[int, RefReport]]:
     """Run ``worker`` on the jobs of ``segment`` not yet taken, one after another, from its
     top (``top``) or its bottom, until none is left (or Ctrl-C stopped the run)."""
     shared = _SHARED[0]
     done: list[tuple[int, RefReport]] = []
-    run = Run()  # the lane's refs, met one after another, share one run
-    while not shared[_STOP]:
-        with shared.get_lock():
-            low, high = shared[2 * segment], shared[2 * segment + 1]
-            if low > high:
-                break
-            position = low if top else high
-            shared[2 * segment + (0 if top else 1)] = low + 1 if top else high - 1
-        done.append((position, worker(*jobs[position], run=run)))
-        with shared.get_lock():
-            shared[_DONE] += 1
+    with Run.of(settings) as run:  # the lane's refs, met one after another, share one run
+        while not shared[_STOP]:
+            with shared.get_lock():
+                low, high = shared[2 * segment], shared[2 * segment + 1]
+                if low > high:
+                    break
+                position = low if top else high
+                shared[2 * segment + (0 if top else 1)] = low + 1 if top else high - 1
+            done.append((position, worker(*jobs[position], run=run)))
+            with shared.get_lock():
+                shared[_DONE] += 1
     return done
 
 
@@ -529,14 +534,17 @@ def verify_git(
     processes: int | None = None,
     workers: Workers | None = None,
     store: cache.ResultCache | None = None,
+    run: Run | None = None,
 ) -> list[RefReport]:
-    """The refs' reports, in order. What a run does scales with distinct trees, not refs: the
+    """The refs' reports, in order, in ``run`` (the command's; a new one when None). What a
+    run does scales with distinct trees, not refs: the
     refs are resolved to commit and tree ids by one git process (``resolve_refs``), and refs
     whose commits have the same tree (1,000 tags on one commit, a tag and the branch at it, a
     release re-tagged) are verified once, with the result cache (``store``) or without: the
     report is a function of the tree, given to each ref with its own name and commit."""
     from ..git_tree import open_repo, resolve_refs
 
+    run = run_or_new(run)
     repo = open_repo(repo_path)  # not a git repository: exit 2 before any worker starts
     resolved = resolve_refs(repo, refs)
     trees: dict[str, list[str]] = {}  # tree id -> its refs, in order
@@ -552,7 +560,7 @@ def verify_git(
             trees[found.tree].append(ref)
 
     def analyse(todo: list[tuple[str, Resolved | None]]) -> list[RefReport]:
-        return analyse_git(repo_path, todo, processes, workers)
+        return analyse_git(repo_path, todo, processes, workers, run)
 
     done = cache.verify_trees_cached(
         repo,
@@ -562,6 +570,7 @@ def verify_git(
         report=RefReport,
         # one tree to analyse: the workers are not forked, it is analysed here
         first_miss=workers.warm if workers is not None and len(jobs) > 1 else None,
+        run=run,
     )
     by_ref = {report.ref: report for report in done}
     again: list[tuple[str, Resolved | None]] = []
@@ -584,14 +593,17 @@ def analyse_git(
     jobs: Sequence[tuple[str, Resolved | None]],
     processes: int | None = None,
     workers: Workers | None = None,
+    run: Run | None = None,
 ) -> list[RefReport]:
     """Each ``(ref, resolved)``'s report, computed (no cache), in workers (``run_parallel``)."""
     work = [(repo_path, resolved, ref) for ref, resolved in jobs]
-    return run_parallel(_verify_git_ref, work, processes, workers)
+    return run_parallel(_verify_git_ref, work, processes, workers, run)
 
 
-def verify_pypi(versions: Sequence[str], processes: int | None = None) -> list[RefReport]:
-    return run_parallel(_verify_release, [(v,) for v in versions], processes)
+def verify_pypi(
+    versions: Sequence[str], processes: int | None = None, run: Run | None = None
+) -> list[RefReport]:
+    return run_parallel(_verify_release, [(v,) for v in versions], processes, run=run)
 
 
 # -- output ---------------------------------------------------------------------------------
@@ -680,7 +692,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_format(parser, FORMATS)
     add_output_file(parser, "verify.json")
     add_exit_zero(parser, "a fix is applicable or drifted")
-    add_quiet(parser, "progress bar")
+    add_quiet(parser, "the progress bar")
     parser.add_argument(
         "--jobs",
         type=jobs,
@@ -703,13 +715,12 @@ def jobs(value: str) -> int:
 
 
 def run(args: argparse.Namespace) -> int:
-    global CONFIRM
-    CONFIRM = args.confirm
-    with terminal.quiet(args.quiet):
-        return _run(args)
+    # the command's one run (its workers' lanes take its settings)
+    with terminal.quiet(args.quiet), Run(confirm=args.confirm) as this_run:
+        return _run(args, this_run)
 
 
-def _run(args: argparse.Namespace) -> int:
+def _run(args: argparse.Namespace, run: Run) -> int:
     if args.repo:
         refs = list(args.ref)
         if args.tags:
@@ -719,11 +730,13 @@ def _run(args: argparse.Namespace) -> int:
         # a cached report was not confirmed: --confirm computes every ref
         store = cache.ResultCache() if cache.enabled(args) and not args.confirm else None
         with Workers(args.jobs) as workers:
-            reports = verify_git(args.repo, refs, args.jobs, workers, store)
+            reports = verify_git(args.repo, refs, args.jobs, workers, store, run)
     else:
         if args.ref or args.tags:
             raise UsageError(f"--ref/--tags go with --repo, not {_source(args)}")
-        reports = verify_installed() if args.installed else verify_pypi(args.pypi, args.jobs)
+        reports = (
+            verify_installed(run) if args.installed else verify_pypi(args.pypi, args.jobs, run)
+        )
     emit(FORMATS[args.format](reports), args.output_file)
     errored = [r for r in reports if r.error is not None]
     for report in errored:

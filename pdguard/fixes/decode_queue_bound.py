@@ -50,6 +50,7 @@ FIX = fix_names.DECODE_QUEUE_BOUND
 # pdguard's own names in the code it writes.
 PENDING_STAMP = fix_names.DECODE_PENDING_STAMP
 GATE_FLAG = fix_names.DECODE_GATE_FLAG
+POLL_PENDING = fix_names.DECODE_POLL_PENDING
 
 
 @dataclass
@@ -63,6 +64,7 @@ class _FilePlan:
     log: bool = True
     imports: list[ImportRequest] = field(default_factory=list)
     fields: list[str] = field(default_factory=list)  # @dataclasses the stamp is a field of
+    poll_pending: str | None = None  # "Class:pending_list:resolve_method", run before the gate
 
 
 class DecodeQueueBoundFix(Fix):
@@ -72,15 +74,17 @@ class DecodeQueueBoundFix(Fix):
     reads = (DISAGGREGATION_DIR, MANAGERS_DIR)
 
     def fixable_in(self, project: Project) -> bool:
-        """Not where ``plan`` refuses on sight: a hand-written gate it does not rewrite, or a
-        release with a re-queue to bound that reads its timeout nowhere (no file check reads
-        names it)."""
+        """Not where ``plan`` refuses on sight: a hand-written gate it does not rewrite, a
+        pending bound behind a gate that is not the early return it rewrites (a tree patched
+        before ``poll_pending_reqs``: ``apply --repair``), or a release with a re-queue to
+        bound that reads its timeout nowhere (no file check reads names it)."""
         model = project.decode_queues
         if next(iter(model.guarded_polls()), None) is not None:
             return False
-        return next(iter(model.requeues()), None) is None or any(
-            WAITING_TIMEOUT_ENV in text for text in project.texts.values()
-        )
+        requeues = list(model.requeues())
+        if any(r.gated for r in requeues) and next(iter(model.early_returns()), None) is None:
+            return False  # a bound behind a gate plan does not rewrite: refused on sight
+        return not requeues or any(WAITING_TIMEOUT_ENV in text for text in project.texts.values())
 
     def plan(self, workspace: Workspace) -> Outcome:
         model = decode_project(workspace).decode_queues
@@ -135,6 +139,8 @@ class DecodeQueueBoundFix(Fix):
     ) -> dict[str, _FilePlan]:
         plans: dict[str, _FilePlan] = defaultdict(_FilePlan)
         for requeue in requeues:
+            if requeue.gated:  # bounded already: poll_pending_reqs runs it before the gate
+                continue
             # the class that defines the method holding the re-queue (a helper may be inherited)
             owner = next(
                 (
@@ -184,7 +190,50 @@ class DecodeQueueBoundFix(Fix):
             if plans[rel].gate not in (None, where):
                 raise Refused(f"{rel}: two functions return early before polling", rel)
             plans[rel].gate = where
+        for rel in sorted({r.owner.rel for r in requeues}):
+            # the re-queue's bound runs in pop_preallocated(), which the gate skips: the
+            # pending list is resolved, bounded and its failures delivered before the gate
+            plan = plans[rel]
+            pending = {(r.owner.name, r.attr, r.method) for r in requeues if r.owner.rel == rel}
+            if plan.gate is None:
+                self._gated_elsewhere(workspace, [r for r in requeues if r.owner.rel == rel])
+            else:
+                if len(pending) != 1 or next(iter(pending))[2] == POP_PREALLOCATED:
+                    raise Refused(
+                        f"{rel}: the pending lists are rebuilt by "
+                        f"{', '.join(sorted(f'{o}.{m}' for o, _, m in pending))}: pdguard bounds "
+                        f"one, rebuilt by a method other than {POP_PREALLOCATED}(), before the "
+                        "retraction gate",
+                        rel,
+                    )
+                queue, attr, method = pending.pop()
+                plan.poll_pending = f"{queue}:{attr}:{method}"
         return plans
+
+    @staticmethod
+    def _gated_elsewhere(workspace: Workspace, requeues: list[Requeue]) -> None:
+        """Re-queues bounded only behind a retraction gate that is not the early return
+        pdguard rewrites: a tree patched by pdguard before ``poll_pending_reqs`` (its marker
+        is there; ``apply --repair`` re-applies the fix), or a hand-written gate."""
+        gated = [r for r in requeues if r.gated]
+        if not gated:
+            return
+        first = gated[0]
+        rel = first.owner.rel
+        where = f"{first.owner.name}.{first.method}"
+        older = has_marker(workspace.text(rel), FIX)
+        raise Refused(
+            f"{where}: the bound on self.{first.attr} runs only behind the retraction gate, "
+            "so not while retracted requests wait for memory; "
+            + (
+                "patched by an earlier pdguard (its bound in pop_preallocated() only): "
+                "`pdguard apply --repair` re-applies the fix"
+                if older
+                else "pdguard does not rewrite that gate: resolve the pending requests on "
+                "every step, before it"
+            ),
+            f"{rel}:{first.node.lineno}",
+        )
 
     def _entry_attrs(
         self, workspace: Workspace, model: DecodeQueueModel, requeue: Requeue, rel: str
@@ -248,6 +297,7 @@ class DecodeQueueBoundFix(Fix):
                 imports=plan.imports,
                 isort_config=workspace.isort_config(rel),
                 fields=plan.fields,
+                poll_pending=plan.poll_pending,
             )
             try:
                 workspace.transform(rel, [transform])
@@ -268,7 +318,17 @@ class DecodeQueueBoundFix(Fix):
         done = [
             f"{r.owner.name}.{r.func.name}: re-queue bounded by {WAITING_TIMEOUT_ENV}"
             for r in requeues
-        ] + [
+            if not r.gated
+        ]
+        done += sorted(
+            {
+                f"{r.owner.name}.{r.method}: run on every step, before the retraction gate "
+                f"({r.owner.name}.{POLL_PENDING}())"
+                for r in requeues
+                if gates  # then _plans wrote poll_pending_reqs
+            }
+        )
+        done += [
             f"{g.func.name}: transfer queue polled while retracted requests wait, no new "
             "request admitted"
             for g in gates

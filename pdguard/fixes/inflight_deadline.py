@@ -491,7 +491,7 @@ class InflightDeadline(Fix):
             else "get_int_env_var"
         )
         if model.parked_line:
-            how += "; parked requests are not counted"
+            how += "; parked requests are not counted while they bootstrap"
         return Outcome(
             Status.APPLIED,
             f"stamp at every inflight-queue entry, deadline before the poll all-reduce in "

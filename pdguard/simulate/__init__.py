@@ -20,7 +20,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from ..errors import LoadError, SimulationGap, UsageError
-from ..sglang_names import DECODE_PATH
+from ..sglang_names import DECODE_PATH, PREFILL_PATH
 from ..tree import SourceTree
 from . import loader, prefill, sandbox
 from . import seeds as seeds_module
@@ -73,6 +73,9 @@ class SimulationReport:
     ranks: int
     rows: list[Row] = field(default_factory=list)
     loaded: dict[str, object] = field(default_factory=dict)
+    # side ("prefill", "decode") -> why its half could not load or run (``keep_going`` only:
+    # the other half's rows are still there)
+    cannot_run: dict[str, str] = field(default_factory=dict)
 
     @property
     def passed(self) -> bool:
@@ -104,20 +107,30 @@ def has_decode_side(tree: SourceTree) -> bool:
     return tree.read_bytes(DECODE_PATH) is not None
 
 
+def has_prefill_side(tree: SourceTree) -> bool:
+    """Does the tree have SGLang's prefill side (``prefill.py`` with its inflight queue)?"""
+    return tree.read_bytes(PREFILL_PATH) is not None
+
+
 def run(
     tree: SourceTree,
     ranks: int = 2,
     names: Sequence[str] | None = None,
     decode: bool | None = None,
     limits: sandbox.Limits = sandbox.LIMITS,
+    keep_going: bool = False,
 ) -> SimulationReport:
-    """Run the scenarios (those named, or every one that applies: the prefill ones, and the
-    decode ones wherever the tree has a decode side; ``decode`` forces them on or off) on
-    ``tree``, in a child process under ``limits`` (``sandbox``). Raises LoadError when the
-    target's code cannot be loaded, SimulationGap when it reaches something with no stand-in,
-    or a limit of the sandbox."""
+    """Run the scenarios (those named, or every one that applies: the prefill ones wherever
+    the tree has a prefill side, the decode ones wherever it has a decode side; ``decode``
+    forces them on or off) on ``tree``, in a child process under ``limits`` (``sandbox``).
+    Raises LoadError when the target's code cannot be loaded, SimulationGap when it reaches
+    something with no stand-in, or a limit of the sandbox; with ``keep_going``, a half that
+    cannot load or run is recorded in ``cannot_run`` and the other half still runs (a limit of
+    the sandbox still ends the whole run)."""
     check_ranks(ranks)
-    return sandbox.run_in_child(run_unguarded, tree, ranks, names, decode, limits=limits)
+    return sandbox.run_in_child(
+        run_unguarded, tree, ranks, names, decode, keep_going, limits=limits
+    )
 
 
 def run_seeds(
@@ -131,7 +144,10 @@ def run_seeds(
 
 def _run_seeds(tree: SourceTree, seeds: list[int], ranks: int) -> list[seeds_module.SeedResult]:
     decoded = decode_loader.load(tree) if has_decode_side(tree) else None
-    return seeds_module.run_seeds(load(tree), seeds, ranks, decoded)
+    # the prefill schedules where the tree has a prefill side (or no decode side either: then
+    # loading says why it cannot run)
+    target = load(tree) if has_prefill_side(tree) or decoded is None else None
+    return seeds_module.run_seeds(target, seeds, ranks, decoded)
 
 
 def run_unguarded(
@@ -139,32 +155,50 @@ def run_unguarded(
     ranks: int = 2,
     names: Sequence[str] | None = None,
     decode: bool | None = None,
+    keep_going: bool = False,
 ) -> SimulationReport:
     """``run`` in this process: the restricted compile and builtins still apply, the child
-    process's limits do not (for the sandbox's own child)."""
+    process's limits do not (for the sandbox's own child).
+
+    Each half runs where the tree has its side: the prefill scenarios where it has
+    ``prefill.py`` (or one is named: then a tree without it cannot load), the decode ones
+    where it has ``decode.py`` (``decode`` forces them on or off)."""
     check_ranks(ranks)
     if decode is None:
         decode = has_decode_side(tree)
     wanted_decode = [
         s for s in DECODE_SCENARIOS if (decode and not names) or (names and s.name in names)
     ]
-    prefill_named = not names or any(n in NAMES for n in names)
-    if not prefill_named:
-        decoded = decode_loader.load(tree)
-        report = SimulationReport(
-            decoded.label, decoded.version, ranks, loaded=dict(decode_loader.describe(decoded))
-        )
-        _run_decode(report, tree, decoded, wanted_decode, ranks)
-        return report
-    target = load(tree)
-    report = SimulationReport(
-        target.label, target.version, ranks, loaded=dict(loader.describe(target))
-    )
-    _run_prefill(report, target, ranks, names)
+    if names:
+        wanted_prefill = any(n in NAMES for n in names)
+    else:
+        wanted_prefill = has_prefill_side(tree) or not wanted_decode
+    report = SimulationReport(tree.label, tree.sglang_version(), ranks)
+    if wanted_prefill:
+        try:
+            target = load(tree)
+            report.target, report.sglang_version = target.label, target.version
+            report.loaded = dict(loader.describe(target))
+            _run_prefill(report, target, ranks, names)
+        except (LoadError, SimulationGap) as exc:
+            if not keep_going or not wanted_decode:
+                raise
+            report.cannot_run["prefill"] = str(exc)
     if wanted_decode:
-        decoded = decode_loader.load(tree)
-        report.loaded["decode"] = dict(decode_loader.describe(decoded))
-        _run_decode(report, tree, decoded, wanted_decode, ranks)
+        prefill_ran = "prefill" not in report.cannot_run
+        try:
+            decoded = decode_loader.load(tree)
+            described = dict(decode_loader.describe(decoded))
+            if wanted_prefill and prefill_ran:
+                report.loaded["decode"] = described
+            else:
+                report.target, report.sglang_version = decoded.label, decoded.version
+                report.loaded = described
+            _run_decode(report, tree, decoded, wanted_decode, ranks, prefill_ran)
+        except (LoadError, SimulationGap) as exc:
+            if not keep_going or not (wanted_prefill and prefill_ran):
+                raise
+            report.cannot_run["decode"] = str(exc)
     return report
 
 
@@ -174,9 +208,14 @@ def _run_decode(
     target: decode_loader.DecodeTarget,
     chosen: Sequence[decode_scenarios.DecodeScenario],
     ranks: int,
+    prefill_ran: bool = True,
 ) -> None:
     for scenario in chosen:
         why_not = scenario.applies(target)
+        if why_not is None and scenario.prefill is not None and not has_prefill_side(tree):
+            why_not = "no prefill side in this tree (no prefill.py): nothing to pair"
+        elif why_not is None and scenario.prefill is not None and not prefill_ran:
+            why_not = "the prefill side cannot run here: nothing to pair"
         if why_not is not None:
             report.rows.append(Row(scenario.name, scenario.expected, "n/a", why_not, 0.0))
             continue

@@ -80,11 +80,14 @@ class Confirmation:
 
 
 def confirm(tree: SourceTree, ranks: int = 2) -> Confirmation:
-    """Run every scenario that applies to ``tree`` (in the sandbox)."""
+    """Run every scenario that applies to ``tree`` (in the sandbox): each side the tree has,
+    the one that can run even where the other cannot (that side's reason is kept)."""
     try:
-        return Confirmation(simulate(tree, ranks=ranks))
+        report = simulate(tree, ranks=ranks, keep_going=True)
     except (LoadError, SimulationGap) as exc:
         return Confirmation(None, str(exc))
+    unrun = "; ".join(f"the {side} side: {why}" for side, why in report.cannot_run.items())
+    return Confirmation(report, unrun or None)
 
 
 @dataclass(frozen=True)

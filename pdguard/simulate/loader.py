@@ -131,6 +131,8 @@ class Target:
     inflight_args: tuple[str, ...] = ()
     # the release's env registry (0.5.3+), None where it has none
     env_registry: EnvRegistry | None = None
+    # class -> the fork's own containers its loaded methods keep on self (``own_state``)
+    own_state: dict[str, dict[str, str]] = field(default_factory=dict)
 
     def where(self, rel: str, line: int) -> str:
         """``<file>:<line>`` as messages name a line of the target's module ``rel``."""
@@ -693,6 +695,161 @@ def _self_reads(functions: list[ast.FunctionDef]) -> dict[str, tuple[str, int]]:
             ):
                 reads.setdefault(node.attr, (function.name, node.lineno))
     return reads
+
+
+# A fork's own state on ``self`` (a map of stamps by rid, a list of its own), made by its own
+# ``__init__`` outside what the simulation loads: known by what the loaded code does with it.
+_OWN_STATE_KINDS: dict[str, frozenset[str]] = {
+    "dict": frozenset({"get", "setdefault", "items", "keys", "values", "update", "popitem"}),
+    "list": frozenset({"append", "extend", "insert"}),
+    "set": frozenset({"add", "discard"}),
+}
+_OWN_STATE_NEUTRAL = frozenset({"pop", "clear", "remove", "copy"})
+_OWN_STATE_WRITES = frozenset(
+    {"setdefault", "update", "popitem", "append", "extend", "insert", "add", "discard", "pop"}
+    | {"clear", "remove"}
+)
+
+
+def own_state(functions: list[ast.FunctionDef]) -> dict[str, str]:
+    """``self.X`` the loaded methods keep as a container of their own, started empty by the
+    fork's ``__init__`` (which the simulation does not run): X -> "dict", "list" or "set".
+
+    Only where every use in ``functions`` is an item store or read (``self.X[k] = v``,
+    ``self.X[k]``, ``del self.X[k]``), a method of exactly one kind of container (``get``,
+    ``setdefault``, ... for a dict; ``append``, ``extend``, ``insert`` for a list; ``add``,
+    ``discard`` for a set; ``pop``, ``clear``, ``remove``, ``copy`` for any), ``in``, ``len()``
+    or a ``for`` over it, and the code writes into it at least once. Any other use (assigned
+    whole, compared, passed to a call, read before any write elsewhere) leaves it a load error
+    naming it."""
+    uses: dict[str, list[tuple[ast.Attribute, ast.AST | None]]] = {}
+    parents: dict[ast.AST, ast.AST] = {}
+    for function in functions:
+        for parent in ast.walk(function):
+            for child in ast.iter_child_nodes(parent):
+                parents[child] = parent
+        for node in ast.walk(function):
+            if (
+                isinstance(node, ast.Attribute)
+                and isinstance(node.value, ast.Name)
+                and node.value.id == "self"
+            ):
+                uses.setdefault(node.attr, []).append((node, parents.get(node)))
+    found: dict[str, str] = {}
+    for attr, seen in uses.items():
+        kinds: set[str] = set()
+        written = False
+        for read, holder in seen:
+            use = _container_use(read, holder, parents)
+            if use is None:
+                break
+            kind, writes = use
+            if kind is not None:
+                kinds.add(kind)
+            written = written or writes
+        else:
+            if written and len(kinds) == 1:
+                found[attr] = kinds.pop()
+    return found
+
+
+def init_literals(cls: ast.ClassDef | None) -> dict[str, str]:
+    """``self.X = <literal>`` of a class's own ``__init__`` (which the simulation replaces):
+    X -> the literal's source (``[]``, ``{}``, ``0``, ``None``, ``set()``), evaluated afresh
+    for each simulated object (``give_init_literals``). Any other value is left out."""
+    init = _class_methods(cls).get("__init__") if cls is not None else None
+    found: dict[str, str] = {}
+    for node in ast.walk(init) if init is not None else ():
+        if not isinstance(node, ast.Assign | ast.AnnAssign) or node.value is None:
+            continue
+        targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+        for target in targets:
+            if (
+                isinstance(target, ast.Attribute)
+                and isinstance(target.value, ast.Name)
+                and target.value.id == "self"
+                and _literal(node.value) is not None
+            ):
+                found.setdefault(target.attr, ast.unparse(node.value))
+    return found
+
+
+_EMPTY_CALLS = {"list": list, "dict": dict, "set": set}
+
+
+def _literal(node: ast.expr) -> str | None:
+    text = ast.unparse(node)
+    if (
+        isinstance(node, ast.Call)
+        and isinstance(node.func, ast.Name)
+        and node.func.id in _EMPTY_CALLS
+        and not node.args
+        and not node.keywords
+    ):
+        return text
+    try:
+        ast.literal_eval(node)
+    except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError):
+        return None
+    return text
+
+
+def give_init_literals(obj: object, literals: dict[str, str]) -> None:
+    """Set each of ``init_literals`` on ``obj`` (a fresh value), where the simulated object
+    has no such attribute."""
+    for attr, text in literals.items():
+        if hasattr(obj, attr):
+            continue
+        empty = _EMPTY_CALLS.get(text.removesuffix("()")) if text.endswith("()") else None
+        setattr(obj, attr, empty() if empty is not None else ast.literal_eval(text))
+
+
+def give_own_state(obj: object, kinds: dict[str, str]) -> None:
+    """Start each of ``obj``'s own containers (``own_state``) empty, where the simulated
+    object has no such attribute."""
+    made: dict[str, type] = {"dict": dict, "list": list, "set": set}
+    for attr, kind in kinds.items():
+        if not hasattr(obj, attr):
+            setattr(obj, attr, made[kind]())
+
+
+def _container_use(
+    node: ast.Attribute, parent: ast.AST | None, parents: dict[ast.AST, ast.AST]
+) -> tuple[str | None, bool] | None:
+    """(the kind of container the use needs, whether it writes) for ``self.X`` used as a
+    container; None for any other use."""
+    if not isinstance(node.ctx, ast.Load):
+        return None
+    if isinstance(parent, ast.Subscript) and parent.value is node:
+        return ("dict" if isinstance(parent.ctx, ast.Store) else None), not isinstance(
+            parent.ctx, ast.Load
+        )
+    if isinstance(parent, ast.Attribute) and isinstance(parents.get(parent), ast.Call):
+        call = parents[parent]
+        if not isinstance(call, ast.Call) or call.func is not parent:
+            return None
+        method = parent.attr
+        kind = next((k for k, names in _OWN_STATE_KINDS.items() if method in names), None)
+        if kind is None and method not in _OWN_STATE_NEUTRAL:
+            return None
+        return kind, method in _OWN_STATE_WRITES
+    if (
+        isinstance(parent, ast.Compare)
+        and node in parent.comparators
+        and all(isinstance(op, ast.In | ast.NotIn) for op in parent.ops)
+    ):
+        return None, False
+    if (
+        isinstance(parent, ast.Call)
+        and parent.args == [node]
+        and not parent.keywords
+        and isinstance(parent.func, ast.Name)
+        and parent.func.id == "len"
+    ):
+        return None, False
+    if isinstance(parent, ast.For | ast.comprehension) and parent.iter is node:
+        return None, False
+    return None
 
 
 # stand-in keys that are modules: a from-import of a name spelt like one is another object

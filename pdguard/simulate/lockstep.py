@@ -149,6 +149,7 @@ class SimulationCode:
         # (the ranks' divergence), which are judged
         self._on_purpose: tuple[type[BaseException], ...] = (
             standins.KVTransferError,
+            standins.DeletedAttribute,
             *on_purpose,
         )
 
@@ -194,6 +195,8 @@ class SimulationCode:
     def _standin_object(self, exc: BaseException) -> bool:
         """Is ``exc`` about a stand-in object: an attribute it does not have (``exc.obj``), or
         an operation its class does not support (``'TreeCache' object is not iterable``)?"""
+        if isinstance(exc, standins.DeletedAttribute):
+            return False  # the target's own code deleted it
         if isinstance(exc, AttributeError) and not isinstance(exc, standins.MissingStandIn):
             return type(getattr(exc, "obj", None)) in self._classes
         message = str(exc)

@@ -16,9 +16,9 @@ gives the same schedules and, the worlds being deterministic, the same run: a fa
 with its seed replays exactly (``simulate PATH --seed K``).
 
 The properties (``violations``, ``decode_violations``), at each step ``t`` of the trace, for
-each request with the deadline ``d`` (prefill: its entry into the inflight queue plus the
-inflight timeout; decode: the KV indices sent to its prefill, or its entry into the pending
-queue, plus the waiting timeout):
+each request with the deadline ``d`` (prefill: its last entry into the inflight queue, on
+rank 0's clock, plus the inflight timeout; decode: the KV indices sent to its prefill, or its
+entry into the pending queue, plus the waiting timeout):
 
 * bounded: not waiting for its peer on any rank after the first step past ``d`` (and past a
   pause) plus ``LAG_STEPS`` steps;
@@ -26,7 +26,9 @@ queue, plus the waiting timeout):
   deadline, and is never failed);
 * unanimous: every rank ends it in the same step (PP stages: each a round after the one
   before, as the agreement travels the ring), the same way;
-* a success never failed: a transfer that completes well before ``d`` is never failed;
+* a success never failed: a transfer that completes well before ``d`` is never failed (it
+  completes its scripted transfer time after every rank sent its KV; one some rank never sent
+  never completes);
 * freed: a request a rank ended has its KV released there; on the decode side every
   request-pool and metadata slot is free once no request is left, and no request leaves every
   queue without an answer to its client (``told``).
@@ -46,7 +48,13 @@ from typing import Any, TypeVar
 from .. import sglang_names as names
 from ..errors import SimulationGap
 from .decode.loader import DecodeTarget
-from .decode.world import METADATA_SLOTS, DecodeConfig, DecodeSnapshot, DecodeTrace
+from .decode.world import (
+    METADATA_SLOTS,
+    SCRIPTED,
+    DecodeConfig,
+    DecodeSnapshot,
+    DecodeTrace,
+)
 from .decode.world import simulate as run_decode_world
 from .loader import Target
 from .lockstep import EPS, LAG_STEPS, Event, LockstepConfig, lag_verdict
@@ -142,7 +150,11 @@ def violations(trace: Trace) -> list[Violation]:
     ranks = range(config.ranks)
     for spec in config.requests:
         rid = spec.rid
-        entry = trace.entered_inflight(rid)
+        # its last entry into the inflight queue (rank 0's, the ranks enter it in one step): a
+        # request that left the queue and came back starts a fresh deadline
+        entry = next(
+            (e for e in reversed(trace.events_of("entered_inflight", rid)) if e.rank == 0), None
+        )
         streamed = {
             r: next((e for e in trace.events_of("streamed", rid) if e.rank == r), None)
             for r in ranks
@@ -156,9 +168,7 @@ def violations(trace: Trace) -> list[Violation]:
             early = lag_verdict(first.time, deadline, config.step)
             if early is not None and first.time < deadline - EPS:
                 add("never-early", first.step, first.time, rid, early)
-            completes = (
-                entry.time + spec.transfer_s if spec.transfer_s is not None else float("inf")
-            )
+            completes = _completes(trace, rid, spec.transfer_s)
             if completes < deadline - SUCCESS_MARGIN:
                 add(
                     "success-kept",
@@ -177,10 +187,29 @@ def violations(trace: Trace) -> list[Violation]:
                     snapshot.time,
                     rid,
                     f"still waiting {snapshot.time - deadline:g} s after its deadline "
-                    f"({deadline:g} s; the lag allowed is {LAG_STEPS} steps)",
+                    f"({deadline:g} s; the lag allowed is {LAG_STEPS} steps)"
+                    + (
+                        f", and at the end of the run ({trace.snapshots[-1].time:g} s)"
+                        if any(trace.snapshots[-1].holds(rid, r) for r in ranks)
+                        else ""
+                    ),
                 )
                 break
     return sorted(found.values(), key=lambda v: (v.step, v.prop))
+
+
+def _completes(trace: Trace, rid: str, transfer_s: float | None) -> float:
+    """When the transfer of ``rid`` completes on every rank: ``transfer_s`` after the last rank
+    sent its last chunk (the transport's script). A request some rank never sent has no
+    transfer to complete (the target never started it, e.g. a parked request no PP stage
+    unparks): there is no success to keep."""
+    sent = [
+        next((e.time for e in trace.events_of("kv_send", rid) if e.rank == r), None)
+        for r in range(trace.config.ranks)
+    ]
+    if transfer_s is None or any(t is None for t in sent):
+        return float("inf")
+    return max(t for t in sent if t is not None) + transfer_s
 
 
 def run_schedule(config: WorldConfig, target: Target) -> list[Violation]:
@@ -219,8 +248,10 @@ def _prefill_faults(config: WorldConfig) -> list[WorldConfig]:
     simpler = []
     if config.pool_full:
         simpler.append(dataclasses.replace(config, pool_full=()))
-    if config.optimistic_attempts:
-        simpler.append(dataclasses.replace(config, optimistic_attempts=0))
+    if config.optimistic_attempts or RETRY_HOOK_ENV in config.env:
+        # the release's retry hook goes with optimistic prefill: describe() names them as one
+        env = {k: v for k, v in config.env.items() if k != RETRY_HOOK_ENV}
+        simpler.append(dataclasses.replace(config, optimistic_attempts=0, env=env))
     if any(config.clock_offsets):
         simpler.append(dataclasses.replace(config, clock_offsets=()))
     if config.lag_spread:
@@ -252,7 +283,7 @@ def describe(config: WorldConfig) -> str:
         faults.append(f"lag spread {config.lag_spread:g} s")
     if config.pp_stages > 1:
         faults.append(f"{config.pp_stages} PP stages")
-    if config.optimistic_attempts:
+    if config.optimistic_attempts or RETRY_HOOK_ENV in config.env:
         faults.append("optimistic requeues")
     for start, end in config.pool_full:
         faults.append(f"memory pressure {start:g}-{end:g} s")
@@ -264,9 +295,10 @@ def describe(config: WorldConfig) -> str:
 
 def decode_schedule(seed: int, target: DecodeTarget, ranks: int) -> DecodeConfig:
     """The decode-side fault schedule of ``seed`` for ``target`` (only the faults its code has
-    paths for: the pending path on 0.5.10+, retraction on 0.4.7.post1+)."""
+    paths for: the pending path on 0.5.10+, retraction on 0.4.7.post1+, and, where the tree's
+    prefill has optimistic prefill (0.5.13+), requests its prefill yielded and re-prefilled)."""
     rng = random.Random(f"decode:{seed}")  # a stream of its own: the prefill schedule is kept
-    backends = sorted(target.receivers) or ["mooncake"]
+    backends = sorted(target.receivers) or [SCRIPTED]  # no receiver class: a scripted one
     pends = target.pends and rng.random() < 0.4
     kinds = ["healthy", "healthy", "prefill-gone", "stall"]
     if pends:
@@ -304,6 +336,10 @@ def decode_schedule(seed: int, target: DecodeTarget, ranks: int) -> DecodeConfig
         stalls = ((start, start + round(rng.uniform(5.0, 30.0), 2)),)
         kind = rng.choice(("healthy", "prefill-gone"))
         requests.append(request(kind, round(rng.uniform(*stalls[0]), 2)))  # during the pause
+    if target.prefill_requeues:
+        # its own stream, so that what was drawn above stays what it was for every seed
+        requeue = random.Random(f"decode-requeue:{seed}")
+        requests = [_requeued(spec, requeue) for spec in requests]
     return DecodeConfig(
         tuple(requests),
         ranks,
@@ -313,6 +349,21 @@ def decode_schedule(seed: int, target: DecodeTarget, ranks: int) -> DecodeConfig
         prefill_dp_size=2 if pends else 1,
         clock_offsets=tuple(-skew * r / max(ranks - 1, 1) for r in range(ranks)),
         stalls=stalls,
+    )
+
+
+def _requeued(spec: DecodeSpec, rng: random.Random) -> DecodeSpec:
+    """``spec``, its prefill's optimistic prefill yielding it 1-2 times (30% of the requests
+    whose prefill answers): each yield re-prefills it from scratch, 5-30 s, before the KV
+    reaches the decode (the decode's receiver waits on, its indices long sent)."""
+    if spec.transfer_s is None or not spec.registered or spec.retracted or spec.register_s:
+        return spec
+    if rng.random() >= 0.3:
+        return spec
+    times = rng.randint(1, 2)
+    delay = round(sum(rng.uniform(5.0, 30.0) for _ in range(times)), 2)
+    return dataclasses.replace(
+        spec, transfer_s=round(spec.transfer_s + delay, 2), requeues=times, requeue_s=delay
     )
 
 
@@ -471,6 +522,12 @@ def run_decode_schedule(config: DecodeConfig, target: DecodeTarget) -> list[Viol
 
 def _decode_faults(config: DecodeConfig) -> list[DecodeConfig]:
     simpler = []
+    for i, spec in enumerate(config.requests):
+        if spec.requeues and spec.transfer_s is not None:  # the same request, never yielded
+            transfer = round(spec.transfer_s - spec.requeue_s, 2)
+            plain = dataclasses.replace(spec, transfer_s=transfer, requeues=0, requeue_s=0.0)
+            requests = (*config.requests[:i], plain, *config.requests[i + 1 :])
+            simpler.append(dataclasses.replace(config, requests=requests))
     if config.memory_full:
         simpler.append(dataclasses.replace(config, memory_full=()))
     if config.stalls:
@@ -504,6 +561,8 @@ def describe_decode(config: DecodeConfig) -> str:
             part += f", room registered after {s.register_s:g} s"
         if s.retracted:
             part += ", retracted"
+        if s.requeues:
+            part += f" after {s.requeues} optimistic requeue(s) of its prefill ({s.requeue_s:g} s)"
         parts.append(part)
     faults = []
     if any(config.clock_offsets):

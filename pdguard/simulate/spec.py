@@ -42,6 +42,11 @@ class DecodeSpec:
     # resolves then and is re-queued, 0.5.10+); 0: at once
     register_s: float = 0.0
     decode_s: float = 1.0
+    # optimistic prefill (0.5.13+): the prefill yielded the request this many times (request
+    # pool full) and re-prefilled it from scratch before its KV reached the decode;
+    # ``transfer_s`` includes the ``requeue_s`` those re-prefills took
+    requeues: int = 0
+    requeue_s: float = 0.0
 
 
 @dataclass(frozen=True)

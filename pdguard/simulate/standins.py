@@ -231,6 +231,11 @@ class Recorders:
         return Recorder(label, self._record)
 
 
+class DeletedAttribute(AttributeError):
+    """An attribute the target's code deleted from a stand-in, read again: the AttributeError
+    SGLang's object would raise (the target's failure, not the simulation's gap)."""
+
+
 class Strict:
     """A stand-in with explicit attributes only: reading any other raises MissingStandIn,
     unless the target's code only passes that attribute along (``_recorders``, set by the
@@ -242,12 +247,19 @@ class Strict:
     def __getattr__(self, attr: str) -> Any:
         if attr.startswith("__"):
             raise AttributeError(attr)
+        if attr in self.__dict__.get("_sim_deleted", ()):
+            # the target's code deleted it: reading it again raises, as on SGLang's objects
+            raise DeletedAttribute(f"'{self._what}' object has no attribute '{attr}'")
         recorders = self._recorders
         if recorders is not None and attr in recorders.attributes:
             return recorders.make(f"{self._what}.{attr}")
         raise MissingStandIn(
             f"{self._what}.{attr} (read by {_caller()}) has no stand-in in the simulated world"
         )
+
+    def __delattr__(self, attr: str) -> None:
+        object.__delattr__(self, attr)
+        self.__dict__.setdefault("_sim_deleted", set()).add(attr)
 
 
 class Config(Strict):

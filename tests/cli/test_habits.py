@@ -267,3 +267,98 @@ def test_the_diff_applies_with_git_apply_and_patch(tree: Path, capsys, monkeypat
         assert done.returncode == 0, (command, done.stdout, done.stderr)
     subprocess.run(["git", "apply", "-"], cwd=root, input=diff, check=True, text=True)
     assert run_main(capsys, "check", str(tree))[0] == 0  # the applied diff is the fix
+
+
+def _hinted(err: str) -> Path:
+    """The directory apply's stderr says the diff's paths start from."""
+    found = re.search(r"relative to (.+?): apply it there", err)
+    assert found, err
+    return Path(found[1])
+
+
+@pytest.mark.skipif(not shutil.which("patch"), reason="needs patch(1)")
+@pytest.mark.parametrize("tool", ["git", "patch"])
+def test_installed_diff_from_elsewhere_applies_with_the_commands_it_prints(
+    tree: Path, capsys, monkeypatch, tool: str
+) -> None:
+    """``apply --installed --diff`` run from an unrelated directory (the installed package in
+    a git checkout's ignored virtualenv, as a developer has it): the diff, saved to a file
+    there, applies with exactly the command stderr prints, relative DIFF and all."""
+    checkout = tree.parent / "checkout"
+    site = checkout / ".venv" / "site"
+    site.mkdir(parents=True)
+    shutil.copytree(tree / "sglang", site / "sglang")
+    (checkout / ".gitignore").write_text(".venv/\n")
+    subprocess.run(["git", "init", "-q", str(checkout)], check=True)
+    monkeypatch.syspath_prepend(str(site))  # `sglang` importable from there
+    elsewhere = tree.parent / "elsewhere"
+    elsewhere.mkdir()
+    monkeypatch.chdir(elsewhere)
+    code, diff, err = run_main(capsys, "apply", "--installed", "--diff")
+    assert code == 1 and diff.startswith("--- a/") and "../" not in diff
+    root = _hinted(err)
+    assert root == (site / "sglang").resolve()
+    Path("fix.diff").write_text(diff)
+    command = (
+        f"git -C {root} apply < fix.diff" if tool == "git" else f"patch -p1 -d {root} < fix.diff"
+    )
+    assert command in err.replace("DIFF", "fix.diff")
+    subprocess.run(command, shell=True, check=True, capture_output=True)
+    assert run_main(capsys, "check", "--installed")[0] == 0  # the applied diff is the fix
+
+
+def test_annotations_and_sarif_in_a_workflow_name_files_from_the_workspace(
+    tree: Path, capsys, monkeypatch
+) -> None:
+    """A workflow step whose ``working-directory`` is below the checkout: GitHub resolves
+    annotation and SARIF paths from the workspace (the repository's root), so that is where
+    pdguard names them from, not from the step's directory."""
+    monkeypatch.setenv("GITHUB_WORKSPACE", str(tree.parent))
+    monkeypatch.chdir(tree)
+    _, out, _ = run_main(capsys, "check", ".", "--format", "github")
+    assert out.startswith(f"::error file=tree/{PREFILL_REL},"), out
+    run_main(capsys, "check", ".", "--format", "sarif", "--output-file", "out.sarif")
+    run_ = json.loads(Path("out.sarif").read_text())["runs"][0]
+    assert run_["originalUriBaseIds"]["%SRCROOT%"]["uri"] == tree.parent.resolve().as_uri() + "/"
+    (result,) = run_["results"]
+    location = result["locations"][0]["physicalLocation"]["artifactLocation"]
+    assert location == {"uri": f"tree/{PREFILL_REL}", "uriBaseId": "%SRCROOT%"}
+    # and from outside the tree (a sibling directory of the workspace)
+    (tree.parent / "elsewhere").mkdir()
+    monkeypatch.chdir(tree.parent / "elsewhere")
+    run_main(capsys, "check", "../tree", "--format", "sarif", "--output-file", "out.sarif")
+    result = json.loads(Path("out.sarif").read_text())["runs"][0]["results"][0]
+    location = result["locations"][0]["physicalLocation"]["artifactLocation"]
+    assert location == {"uri": f"tree/{PREFILL_REL}", "uriBaseId": "%SRCROOT%"}
+
+
+@pytest.mark.parametrize("fmt", ["text", "json"])
+def test_apply_on_a_file_that_does_not_parse_reports_it(
+    tree: Path, capsys, monkeypatch, fmt: str
+) -> None:
+    """apply's report is the E999 diagnostic (it was empty), in each of its formats, and from
+    outside the tree it names the file absolutely (never ``../``); nothing is written."""
+    line = break_prefill(tree)
+    before = (tree / PREFILL_REL).read_text()
+    code, _, err = run_main(capsys, "apply", "tree", "--format", fmt, "--output-file", "out")
+    assert code == 2
+    assert one_error_line(err).startswith(f"pdguard: error: tree/{PREFILL_REL}:{line}:")
+    report = Path("out").read_text()
+    why = one_error_line(err).split(f":{line}:12: ", 1)[1]
+    if fmt == "json":
+        (error,) = json.loads(report)["errors"]
+        assert (error["code"], error["path"], error["line"]) == (
+            "E999",
+            f"tree/{PREFILL_REL}",
+            line,
+        )
+    else:
+        assert report.startswith(f"tree/{PREFILL_REL}:{line}:") and " E999 does not parse" in report
+    (tree.parent / "elsewhere").mkdir()
+    monkeypatch.chdir(tree.parent / "elsewhere")
+    code, out, err = run_main(capsys, "apply", "../tree", "--format", fmt, "--diff")
+    assert code == 2 and "../tree/" not in out + err  # files absolute (the target as typed)
+    assert one_error_line(err).endswith(f"{(tree / PREFILL_REL).resolve()}:{line}:12: {why}")
+    if fmt == "json":  # the report on stdout, the diff's place
+        assert json.loads(out)["errors"][0]["path"] == str((tree / PREFILL_REL).resolve())
+    assert (tree / PREFILL_REL).read_text() == before

@@ -174,18 +174,21 @@ def test_children_on_a_releases_prefill_and_decode(info: Release) -> None:
 
 
 def test_a_snippet_is_parsed_once_but_never_shared_within_one_module() -> None:
-    """``parse_statements`` keeps what it parsed; a module being edited never gets the same
-    node twice (anchors are found by identity), another module may."""
-    from pdguard.codemods.insertion import new_module, parse_statements
+    """``parse_statements`` keeps what it parsed in the run editing the module
+    (``editing(run)``, as the runner does); a module being edited never gets the same node
+    twice (anchors are found by identity), another module of the run may."""
+    from pdguard.codemods.insertion import editing, parse_statements
+    from pdguard.run import Run
 
     config = cst.parse_module("x = 1\n").config_for_parsing
-    new_module()
-    first = parse_statements("a = 1\nb = 2\n", config)
-    again = parse_statements("a = 1\nb = 2\n", config)
+    run = Run()
+    with editing(run):
+        first = parse_statements("a = 1\nb = 2\n", config)
+        again = parse_statements("a = 1\nb = 2\n", config)
     assert [s.deep_equals(t) for s, t in zip(first, again, strict=True)] == [True, True]
     assert not any(s is t for s, t in zip(first, again, strict=True))
-    new_module()
-    later = parse_statements("a = 1\nb = 2\n", config)
+    with editing(run):
+        later = parse_statements("a = 1\nb = 2\n", config)
     assert all(s is t for s, t in zip(first, later, strict=True))
     crlf = cst.parse_module("x = 1\r\n").config_for_parsing
     assert cst.Module(body=parse_statements("a = 1\n", crlf), default_newline="\r\n").code == (

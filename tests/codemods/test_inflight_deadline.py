@@ -8,6 +8,7 @@ import os
 import string
 import textwrap
 import types
+from typing import Any
 
 import libcst as cst
 import pytest
@@ -335,9 +336,10 @@ class _AbortableSender:
         self.kv_mgr = _Manager()
         self.conclude_state: int | None = None
         self.raises = raises
+        self.state = 2  # WaitingForInput; Bootstrapping is 1
 
     def poll(self) -> int:
-        return self.conclude_state if self.conclude_state is not None else 2
+        return self.conclude_state if self.conclude_state is not None else self.state
 
     def abort(self) -> None:
         if self.raises:
@@ -592,22 +594,49 @@ def test_replace_without_failure_records_only_aborts(monkeypatch) -> None:
     assert getattr(req, SENDER).aborted == 1 and not hasattr(getattr(req, SENDER), "kv_mgr")
 
 
-def test_parked_time_is_not_counted(monkeypatch) -> None:
-    """0.5.16+: a request parked in the queue (prefill done, bootstrap not) is bounded by the
-    bootstrap timeout; its inflight deadline starts when it is unparked."""
+def _parked(monkeypatch) -> tuple[Any, Any, Any, _AbortableSender]:
+    """A patched toy whose queue holds one parked request, its sender still bootstrapping:
+    the clock, the scheduler, the request and its sender."""
     module, clock = _load(monkeypatch, env="60", parked=True)
     scheduler = _scheduler(module)
     req = _req("parked")
     setattr(req, PARKED, True)
-    setattr(req, SENDER, _AbortableSender())
+    sender = _AbortableSender()
+    sender.state = 1  # Bootstrapping
+    setattr(req, SENDER, sender)
     scheduler.hand_over(types.SimpleNamespace(reqs=[req]))
+    return clock, scheduler, req, sender
+
+
+def test_parked_time_is_not_counted(monkeypatch) -> None:
+    """0.5.16+: a request parked in the queue (prefill done, bootstrap not) is bounded by the
+    bootstrap timeout while its sender bootstraps; its inflight deadline starts when the
+    bootstrap ends."""
+    clock, scheduler, req, sender = _parked(monkeypatch)
     clock.now += 250.0
     assert _run(scheduler) == []
-    setattr(req, PARKED, False)  # bootstrap done: unparked
+    sender.state = 2  # bootstrap done
+    setattr(req, PARKED, False)  # unparked
     clock.now += 59.0
     assert _run(scheduler) == []
     clock.now += 2.0
     assert _run(scheduler) == [req]
+
+
+def test_a_parked_request_that_bootstrapped_is_counted(monkeypatch) -> None:
+    """A parked request whose sender has bootstrapped but that nobody unparks (a PP stage
+    looks only at the requests the stages agreed have ended, 0.5.16+) is no longer bounded by
+    the bootstrap timeout: its deadline runs from the end of its bootstrap."""
+    clock, scheduler, _, sender = _parked(monkeypatch)
+    clock.now += 30.0
+    assert _run(scheduler) == []
+    sender.state = 2  # bootstrapped, still parked
+    clock.now += 59.0
+    _run(scheduler)
+    assert sender.conclude_state is None
+    clock.now += 2.0
+    _run(scheduler)
+    assert sender.conclude_state == 0  # failed: its poll reports Failed from now on
 
 
 def test_pp_leaves_a_request_every_stage_agreed_on_to_its_poll() -> None:

@@ -49,7 +49,10 @@ def test_apply_names_the_command_then_repair_restores_the_fix(committed: Path, c
     assert code == 2 and snapshot(committed) == before
     line = one_error_line(err)
     assert "but not all of its fix" in line
-    assert line.endswith("the fix was partly removed: `pdguard apply --repair tree` restores it")
+    assert line.endswith(
+        "the fix was partly removed, or written by an older pdguard: "
+        "`pdguard apply --repair tree` restores it"
+    )
     code, out, err = run_main(capsys, "apply", "--repair", "tree")
     assert code == 0, err
     assert f"tree/{PREFILL_REL}: restored from the last commit, inflight-deadline" in err
@@ -61,6 +64,25 @@ def test_apply_names_the_command_then_repair_restores_the_fix(committed: Path, c
     git(committed, "stash", "-q")
     assert run_main(capsys, "apply", "tree")[0] == 0
     assert (committed / PREFILL_REL).read_text() == repaired
+
+
+def test_repair_takes_an_older_pdguards_own_lines(committed: Path, capsys) -> None:
+    """A line an older pdguard wrote differently, inside the block its marker heads, is
+    pdguard's: --repair rewrites it as today's apply does."""
+    prefill = committed / PREFILL_REL
+    text = prefill.read_text()
+    helper = text.index(f"def {INFLIGHT_HELPER}(")
+    docstring = text.index('"""', helper)
+    older = text[: docstring + 3] + "(older words) " + text[docstring + 3 :]
+    prefill.write_text(older)
+    capsys.readouterr()
+    code, _, err = run_main(capsys, "apply", "--repair", "tree")
+    assert code == 0, err
+    assert "(older words)" not in prefill.read_text()
+    repaired = prefill.read_text()
+    git(committed, "stash", "-q")
+    assert run_main(capsys, "apply", "tree")[0] == 0
+    assert prefill.read_text() == repaired
 
 
 def test_repair_never_loses_a_change_of_the_users(committed: Path, capsys) -> None:

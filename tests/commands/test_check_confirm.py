@@ -145,15 +145,13 @@ def test_apply_confirms_by_default_and_refuses_what_the_code_does_not_do(
 
 
 @pytest.mark.releases
-def test_verify_confirm_drifts_the_fix_the_scenarios_disagree_with(
-    rebound_0514: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_verify_confirm_drifts_the_fix_the_scenarios_disagree_with(rebound_0514: Path) -> None:
     from pdguard.commands import verify
+    from pdguard.run import Run
 
     report = verify.verify_tree(open_tree(rebound_0514), "rebound", None)
     assert report.fixes["inflight-deadline"] == "applicable"  # opt-in: not confirmed
-    monkeypatch.setattr(verify, "CONFIRM", True)
-    report = verify.verify_tree(open_tree(rebound_0514), "rebound", None)
+    report = verify.verify_tree(open_tree(rebound_0514), "rebound", None, Run(confirm=True))
     assert report.fixes["inflight-deadline"] == "drifted"
     assert report.notes["inflight-deadline"].startswith("PDG009 the static rules and the")
     assert any(f["code"] == "PDG009" for f in report.findings)

@@ -579,6 +579,94 @@ _PENDING_AFTER = """
             self.waiting_queue += self.disagg_decode_transfer_queue.pop_transferred()
 """
 
+_POLL_BEFORE = """
+    class ToyPreallocQueue:
+        def _resolve_pending_reqs(self):
+            self.pending_reqs = [r for r in self.pending_reqs if not self.resolved(r)]
+
+        def _update_handshake_waiters(self):
+            self.reduce_and_mark_failures()
+
+        def pop_preallocated(self):
+            self._resolve_pending_reqs()
+            self._update_handshake_waiters()
+            gone = set()
+            for i, entry in enumerate(self.queue):
+                if isinstance(entry.req.finished_reason, FINISH_ABORT):
+                    self.scheduler.stream_output([entry.req], entry.req.return_logprob)
+                    gone.add(i)
+            self.queue = [e for i, e in enumerate(self.queue) if i not in gone]
+            return self.admit()
+
+
+    class ToyDecodeScheduler:
+        def process_decode_queue(self):
+            if self.disagg_decode_prealloc_queue.retracted_queue:
+                return
+            admitted = self.disagg_decode_prealloc_queue.pop_preallocated()
+            self.disagg_decode_transfer_queue.extend(admitted)
+"""
+
+_POLL_AFTER = '''
+    class ToyPreallocQueue:
+        def _resolve_pending_reqs(self):
+            self.pending_reqs = [r for r in self.pending_reqs if not self.resolved(r)]
+
+        def _update_handshake_waiters(self):
+            self.reduce_and_mark_failures()
+
+        def poll_pending_reqs(self) -> None:
+            """Resolve and bound the pending requests while retracted requests wait for memory.
+
+            pop_preallocated() is not called then (no new request is admitted), nor with it the
+            pending requests' bound and the delivery of the failures it makes: this runs them.
+            It allocates no KV.
+            """
+            # pdguard: decode-queue-bound: on every step, before the retraction gate
+            if not self.retracted_queue:
+                return  # pop_preallocated() resolves and polls them
+            self._resolve_pending_reqs()
+            self._update_handshake_waiters()
+            failed_reqs = []
+            for entry in self.queue:
+                if isinstance(entry.req.finished_reason, FINISH_ABORT):
+                    self.scheduler.stream_output([entry.req], entry.req.return_logprob)
+                    failed_reqs.append(entry)
+            if failed_reqs:
+                failed_ids = {id(r) for r in failed_reqs}
+                self.queue = [r for r in self.queue if id(r) not in failed_ids]
+                self.pending_reqs = [
+                    r for r in self.pending_reqs if id(r) not in failed_ids
+                ]
+
+        def pop_preallocated(self):
+            self._resolve_pending_reqs()
+            self._update_handshake_waiters()
+            gone = set()
+            for i, entry in enumerate(self.queue):
+                if isinstance(entry.req.finished_reason, FINISH_ABORT):
+                    self.scheduler.stream_output([entry.req], entry.req.return_logprob)
+                    gone.add(i)
+            self.queue = [e for i, e in enumerate(self.queue) if i not in gone]
+            return self.admit()
+
+
+    class ToyDecodeScheduler:
+        def process_decode_queue(self):
+            # pdguard: decode-queue-bound: while retracted requests wait, pending requests
+            # are still resolved and bounded, and failures delivered (none is admitted).
+            self.disagg_decode_prealloc_queue.poll_pending_reqs()
+            # pdguard: decode-queue-bound: while retracted requests wait for memory,
+            # admit no new request (as the early return did), but still poll the
+            # transfer queue: its failures, timeouts and aborts free their KV.
+            retracted_waiting = self.disagg_decode_prealloc_queue.retracted_queue
+            # pdguard: decode-queue-bound: not while retracted requests wait
+            if not retracted_waiting:
+                admitted = self.disagg_decode_prealloc_queue.pop_preallocated()
+                self.disagg_decode_transfer_queue.extend(admitted)
+'''
+_POLL_SPEC = "ToyPreallocQueue:pending_reqs:_resolve_pending_reqs"
+
 
 class TestDecodeQueueBound(CodemodTest):
     TRANSFORM = DecodeQueueBound
@@ -590,6 +678,28 @@ class TestDecodeQueueBound(CodemodTest):
             pending=["ToyPreallocQueue._resolve_pending_reqs:unresolved:decode_req"],
             gate="ToyDecodeScheduler.process_decode_queue",
         )
+
+    def test_pending_requests_are_polled_before_the_gate(self) -> None:
+        """The pending list's resolution (its bound) and the delivery of failures run on
+        every step, before the gate; the release's own failed branch delivers them, without
+        its index bookkeeping. A second run changes nothing."""
+        gate = "ToyDecodeScheduler.process_decode_queue"
+        self.assertCodemod(_POLL_BEFORE, _POLL_AFTER, gate=gate, poll_pending=_POLL_SPEC)
+        with pytest.raises(AnchorError, match="already has a method poll_pending_reqs"):
+            DecodeQueueBound(CodemodContext(), gate=gate, poll_pending=_POLL_SPEC).transform_module(
+                cst.parse_module(textwrap.dedent(_POLL_AFTER))
+            )
+
+    def test_poll_pending_needs_the_release_s_handshake_poll(self) -> None:
+        module = cst.parse_module(
+            textwrap.dedent(_POLL_BEFORE).replace("_update_handshake_waiters", "_other")
+        )
+        with pytest.raises(AnchorError, match="_update_handshake_waiters"):
+            DecodeQueueBound(
+                CodemodContext(),
+                gate="ToyDecodeScheduler.process_decode_queue",
+                poll_pending=_POLL_SPEC,
+            ).transform_module(module)
 
     def test_the_stamp_is_a_field_of_the_entries_dataclass(self) -> None:
         # _PENDING_BEFORE's entries as a @dataclass of the module, in Optional[...] style
@@ -858,6 +968,9 @@ class _Queue:
     def resolve_deferred_releases(self) -> None:
         pass
 
+    def poll_pending_reqs(self) -> None:
+        self.calls.append("poll_pending_reqs")
+
 
 @pytest.mark.releases
 @pytest.mark.parametrize("version", ["0.4.8", "0.5.23"])
@@ -885,6 +998,12 @@ def test_patched_retraction_gate_polls_transfers_but_admits_nothing(version: str
         del scheduler.polling_count  # hasattr() is False, as on a fresh scheduler
         mixin.process_decode_queue(scheduler)
         assert ("pop_preallocated" in prealloc.calls) == admitted, (retracted, prealloc.calls)
+        # 0.5.10+: the pending requests' bound runs on every step, before the gate
+        assert prealloc.calls.count("poll_pending_reqs") == (version != "0.4.8"), prealloc.calls
+        if version != "0.4.8" and admitted:
+            assert prealloc.calls.index("poll_pending_reqs") < prealloc.calls.index(
+                "pop_preallocated"
+            )
         assert transfer.calls.count("pop_transferred") == 1, transfer.calls
         assert scheduler.waiting_queue == ["finished"]
 
@@ -977,3 +1096,43 @@ def test_unpatched_code_shows_the_wedges_these_tests_catch() -> None:
     receiver.bootstrap_room, receiver.conclude_state, receiver.started_transfer = 7, None, True
     clock.now += 10_000
     assert receiver.poll() == _KVPoll.WaitingForInput
+
+
+def _before_poll_pending(text: str) -> str:
+    """``text`` patched as pdguard did before ``poll_pending_reqs``: the pending bound in
+    ``_resolve_pending_reqs`` only (the method and its call, with its comment, taken out)."""
+    start = text.index("    def poll_pending_reqs(self)")
+    text = text[:start] + text[text.index("    def pop_preallocated(", start) :]
+    call = "        self.disagg_decode_prealloc_queue.poll_pending_reqs()\n"
+    end = text.index(call) + len(call)
+    start = text.rindex(
+        "        # pdguard: decode-queue-bound: while retracted requests wait", 0, end
+    )
+    return text[:start] + text[end:]
+
+
+@pytest.mark.releases
+def test_a_tree_patched_before_poll_pending_is_reported_and_repaired(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """0.5.14 patched by the previous version: PDG007 reports the pending bound behind the
+    gate, apply refuses naming --repair, and --repair gives the bytes of a fresh apply."""
+    from tests.helpers import patched_copy
+
+    root = patched_copy("0.5.14", tmp_path / "0.5.14")
+    fresh = (root / DECODE).read_text()
+    (root / DECODE).write_text(_before_poll_pending(fresh))
+    code, report = _json(capsys, "check", str(root), "--select", "PDG007", "--format", "json")
+    assert code == 1
+    assert {(f["symbol"], f["message"].split(":")[0]) for f in report["findings"]} == {
+        (
+            "DecodePreallocQueue._resolve_pending_reqs",
+            "a request put back into self.pending_reqs (rebuilt by _resolve_pending_reqs) is "
+            "bounded only where the polling functions call it behind the retraction gate",
+        )
+    }
+    code, report = _json(capsys, "apply", str(root), "--format", "json")
+    assert code == 2 and report["fixes"]["decode-queue-bound"] == "refused"
+    assert "`pdguard apply --repair`" in report["notes"]["decode-queue-bound"]
+    assert main(["apply", "--repair", str(root)]) == 0
+    assert (root / DECODE).read_text() == fresh

@@ -43,9 +43,9 @@ def analysed(monkeypatch: pytest.MonkeyPatch) -> list[str]:
         calls.append(f"check {tree.label}")
         return real_check(tree, codes, run)
 
-    def analyse_git(repo_path, jobs, processes=None, workers=None):  # type: ignore[no-untyped-def]  # a stand-in with analyse_git's signature
+    def analyse_git(repo_path, jobs, processes=None, workers=None, run=None):  # type: ignore[no-untyped-def]  # a stand-in with analyse_git's signature
         calls.extend(f"verify {ref}" for ref, _ in jobs)
-        return real_analyse(repo_path, jobs, processes=1)
+        return real_analyse(repo_path, jobs, processes=1, run=run)
 
     monkeypatch.setattr(checking, "check_tree", check_tree)
     monkeypatch.setattr(verifying, "analyse_git", analyse_git)

@@ -32,3 +32,22 @@ def test_the_workflow_has_a_timeout_and_pins_no_tag() -> None:
     pdguard = workflow["env"]["PDGUARD"]
     assert "@" not in pdguard.removeprefix("git+https://")  # unpinned, or a commit sha
     assert not re.search(r"pdguard@v\d", text)  # no tag of pdguard: it publishes none
+
+
+def test_the_pre_commit_page_says_when_the_hooks_fire_and_the_workflow_timeout() -> None:
+    """docs/pre-commit.md names every directory and file of the hooks' ``files`` pattern, and
+    the workflow's timeout as the example sets it."""
+    hooks = yaml.safe_load((ROOT / ".pre-commit-hooks.yaml").read_text())
+    page = " ".join((ROOT / "docs" / "pre-commit.md").read_text().split())
+    for hook in hooks:
+        for part in ("disaggregation", "managers", "environ"):
+            assert part in hook["files"], (hook["id"], part)
+    for named in (
+        "`sglang/srt/disaggregation/`",
+        "`sglang/srt/managers/`",
+        "sglang/srt/environ.py",
+    ):
+        assert named in page, named
+    workflow = yaml.safe_load((ROOT / "examples" / "upstream-bump.yml").read_text())
+    (job,) = workflow["jobs"].values()
+    assert f"timeout-minutes: {job['timeout-minutes']}" in page

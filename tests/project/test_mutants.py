@@ -20,6 +20,7 @@ from tests.snippets import make_toy
 # PDG004's act on NIXL's sender; the requeue one needs a path that takes requests out and back
 NEEDS_REQUEUE = "first stamp kept across a requeue"
 NEEDS_PARKED = "deadline counts parked time"  # 0.5.16+: the toy parks nothing
+NEEDS_PARKED_PP = "deadline skips every parked request"  # parked requests and PP
 # pdguard's sender-abort change in NIXL's poll() (up to 0.5.11): the toy has no sender
 ABORT_IGNORED = "poll() ignores abort() again"
 NEEDS_PP = "deadline ignores the PP stage's own poll"  # rids_to_check: the toy has no PP
@@ -29,7 +30,7 @@ PREFILL_MUTANTS = [
     m
     for m in MUTANTS
     if m.expected not in ("PDG004", "PDG006", "PDG007", "PDG008")
-    and m.name not in (NEEDS_REQUEUE, NEEDS_PARKED, NEEDS_PP, NEEDS_OS)
+    and m.name not in (NEEDS_REQUEUE, NEEDS_PARKED, NEEDS_PARKED_PP, NEEDS_PP, NEEDS_OS)
 ]
 REQUEUE = """
     def optimistic_release_and_requeue(self, req):
@@ -61,6 +62,7 @@ def test_sender_mutants_need_a_sender(toy: Path) -> None:
     assert NIXL not in texts
     assert [m.name for m in MUTANTS if m.mutate(texts) is None] == [
         NEEDS_PARKED,
+        NEEDS_PARKED_PP,
         NEEDS_REQUEUE,
         NEEDS_PP,
         ABORT_IGNORED,

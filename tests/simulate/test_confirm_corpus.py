@@ -97,3 +97,45 @@ def test_the_counts_where_the_simulation_runs() -> None:
 
 def test_nothing_escaped() -> None:
     assert not Path(ESCAPED).exists()
+
+
+# cases the simulation could not run before (issue 24), each with the rows it must fail now
+NOW_RUN = {
+    # a fork's per-rid map of stamps (started empty by its own __init__, outside the tree)
+    "stamp-by-rid": {"stalled-queue"},
+    "stamp-by-rid-restamped": {"wedge", "skewed-ranks", "deadline-120s", "stalled-queue"},
+    # the stamp deleted on the keep path and read again: AttributeError, as in SGLang
+    "stamp-deleted-on-keep": {"wedge", "healthy-traffic", "stalled-queue"},
+}
+
+
+@pytest.mark.parametrize("name", sorted(NOW_RUN))
+def test_cases_the_simulation_now_runs(name: str) -> None:
+    m = _measured(f"prefill:{name}")
+    assert m.ran, m.simulation
+    assert NOW_RUN[name] <= set(m.failing), m.failing
+    assert m.merged_says_unsafe == m.case.unsafe
+
+
+@pytest.mark.parametrize(
+    "name, why",
+    [
+        ("entry-dict", '"__dict__" is an attribute the sandbox refuses'),
+        ("entry-vars", "vars is a builtin the simulation's sandbox does not give"),
+        ("extend-unstamped", "batch.retried"),  # requests from a collection of the fork's own
+        ("stamp-by-rid-read-elsewhere", "self.queued_at"),  # read, never written here
+        ("renamed-function", "defines process_disagg_prefill_inflight_queue"),
+    ],
+)
+def test_cases_still_refused(name: str, why: str) -> None:
+    m = _measured(f"prefill:{name}")
+    assert not m.ran and why in m.simulation, m.simulation
+
+
+def test_every_decode_case_loads_its_decode_half() -> None:
+    """The decode corpus trees have no prefill.py: the decode half loads alone (it used to
+    stop at "prefill.py is not in the tree"); what stops them now is in the toy's own code."""
+    for key in sorted(k for k in CASES if k.startswith("decode:")):
+        m = _measured(key)
+        assert "prefill.py" not in m.simulation, (key, m.simulation)
+        assert m.ran or "sglang/srt/disaggregation/decode.py:" in m.simulation, m.simulation

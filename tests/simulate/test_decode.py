@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from pdguard import simulate
-from pdguard.errors import SimulationGap
+from pdguard.errors import LoadError, SimulationGap
 from pdguard.simulate.decode import loader as decode_loader
 from pdguard.simulate.decode import standins as decode_standins
 from pdguard.simulate.standins import MissingStandIn
@@ -220,3 +220,67 @@ def test_cli_json_report_and_exit_codes(
     errors = {f["rid"]: f["client_error"] for f in row["failed_requests"]}
     assert set(errors) == {"gone-mooncake", "gone-nixl"}
     assert "waiting for its KV cache" in errors["gone-mooncake"]  # the patch's own reason
+
+
+# -- decode-only trees: the decode half runs on its own ------------------------------------------
+
+
+def _decode_only(version: str, root: Path, *, receivers: bool = True) -> Path:
+    """A copy of ``version`` without ``prefill.py`` (a decode fork's tree); without its
+    Mooncake and NIXL backends too unless ``receivers``."""
+    tree = copy_release(version, root)
+    disaggregation = tree / "sglang/srt/disaggregation"
+    (disaggregation / "prefill.py").unlink()
+    if not receivers:
+        for backend in ("mooncake", "nixl"):
+            for path in sorted((disaggregation / backend).rglob("*.py")):
+                path.unlink()
+    return tree
+
+
+def test_a_decode_only_tree_runs_its_decode_scenarios(tmp_path: Path) -> None:
+    """No prefill.py: the decode half loads and runs alone (it used to exit 2, "prefill.py is
+    not in the tree"); the pair with the prefill's deadline is n/a, the rest as the release."""
+    tree = open_tree(_decode_only("0.5.10", tmp_path / "decode-only"))
+    report = simulate.run(tree)
+    verdicts = _verdicts(report)
+    assert set(verdicts) == set(DECODE)  # no prefill scenario
+    assert verdicts["prefill-deadline-pair"] == "n/a"
+    assert "no prefill.py" in _row(report, "prefill-deadline-pair").observed
+    wedged = WEDGED["0.5.10"] - {"prefill-deadline-pair"}
+    assert {name for name, v in verdicts.items() if v == "fail"} == wedged
+    assert report.sglang_version == "0.5.10"
+
+
+def test_a_decode_only_tree_without_receivers_gets_a_scripted_one(tmp_path: Path) -> None:
+    """No receiver class in the tree: a scripted receiver (Failed once its indices have waited
+    the waiting timeout, as after receiver-waiting-timeout) carries the requests, and the
+    tree's own queues are judged: the release's retraction gate still wedges."""
+    tree = open_tree(_decode_only("0.4.9.post1", tmp_path / "bare", receivers=False))
+    report = simulate.run(tree)
+    verdicts = _verdicts(report)
+    assert verdicts["prefill-gone"] == "pass", _row(report, "prefill-gone").observed
+    assert "gone-scripted: failed at 300 s" in _row(report, "prefill-gone").observed
+    assert verdicts["decode-backpressure"] == "pass"
+    assert verdicts["retracted-under-pressure"] == "fail"
+
+
+def test_confirm_runs_the_decode_side_where_the_prefill_side_cannot_load(tmp_path: Path) -> None:
+    """An unloadable prefill.py no longer hides the decode side from check --confirm: the
+    decode rows are there, the prefill side's reason is kept (one line)."""
+    from pdguard.simulate import confirm
+
+    root = copy_release("0.5.10", tmp_path / "half")
+    prefill = root / "sglang/srt/disaggregation/prefill.py"
+    prefill.write_text(
+        prefill.read_text() + "\n\nclass SchedulerDisaggregationPrefillMixin:\n    pass\n"
+    )
+    with pytest.raises(LoadError):
+        simulate.run(open_tree(root))  # simulate itself: exit 2, one line
+    found = confirm.confirm(open_tree(root))
+    assert found.report is not None and found.why_not is not None
+    assert found.why_not.startswith("the prefill side: ") and "\n" not in found.why_not
+    rows = {row.scenario: row.verdict for row in found.report.rows}
+    assert set(rows) == set(DECODE)
+    assert rows["pending-unresolved"] == "fail"
+    assert rows["prefill-deadline-pair"] == "n/a"

@@ -42,11 +42,11 @@ SHRUNK_SEED_40 = DecodeConfig(
     env=ENV,
     prefill_dp_size=2,
 )
-# seed 41's decode schedule on patched 0.5.14, shrunk, memory kept full: a retracted request
-# waits for memory while another request's room is never registered. The decode-queue-bound
-# fix skips pop_preallocated while retracted requests wait, and with it _resolve_pending_reqs,
-# where its pending timeout is (stamped at the first check, not at entry): the pending request
-# waits as long as the retracted one, here for ever
+# seed 41's decode schedule on patched 0.5.14 (before poll_pending_reqs), shrunk, memory kept
+# full: a retracted request waits for memory while another request's room is never
+# registered. process_decode_queue skips pop_preallocated while retracted requests wait, and
+# with it _resolve_pending_reqs, where the pending timeout is: the pending request waited as
+# long as the retracted one, here for ever
 GATED = DecodeConfig(
     (
         DecodeSpec("retracted", arrival=1.0, retracted=True),
@@ -105,18 +105,22 @@ def test_a_patched_release_keeps_every_property_under_random_decode_faults(
     assert [v.line() for r in results for v in r.violations] == []
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=AssertionError,
-    reason="the decode-queue-bound fix's pending timeout does not run while retracted "
-    "requests wait for memory (found by seed 41; fixes lane)",
-)
 def test_a_pending_request_is_bounded_while_retracted_requests_wait(
     unpatched: DecodeTarget, patched: DecodeTarget
 ) -> None:
+    """Seed 41: memory full to the end, so the retracted request waits for ever and nothing is
+    admitted; the pending request is still failed once its timeout passes, and its client
+    gets the reason (poll_pending_reqs, before the retraction gate)."""
     gated = seeds.run_decode_schedule(GATED, unpatched)  # 0.5.14 has no pending timeout
     assert [(v.prop, v.rid) for v in gated] == [("bounded", "pending")]
     assert seeds.run_decode_schedule(GATED, patched) == []
+    trace = run_decode(GATED, patched)
+    errors = [e for e in trace.events_of("client_error", "pending") if e.rank == 0]
+    assert len(errors) == 1
+    assert 2.0 + seeds.TIMEOUT < errors[0].time < 2.0 + seeds.TIMEOUT + 5.0
+    assert "Decode handshake failed" in errors[0].detail
+    assert not trace.events_of("client_error", "retracted")
+    assert not any("pending" in s.pending[0] for s in trace.snapshots[-3:])
 
 
 def test_a_late_registration_re_queues_the_pending_request(patched: DecodeTarget) -> None:
@@ -182,3 +186,32 @@ def test_run_seeds_draws_decode_schedules_wherever_the_tree_has_a_decode_side(
         (1, "decode"),
     ]
     assert not any(r.violations for r in results)
+
+
+def test_optimistic_requeues_are_drawn_where_the_prefill_has_them(
+    unpatched: DecodeTarget, patched: DecodeTarget
+) -> None:
+    """0.5.14's prefill has optimistic prefill: seed 46 draws two requests its prefill yields
+    twice and re-prefills before their KV reaches the decode. On the patched release every
+    property holds: the one the re-prefills push past its deadline (indices at 7.5 s, KV at
+    about 75 s) is failed at its deadline, not before; the other completes, never failed."""
+    assert unpatched.prefill_requeues
+    config = seeds.decode_schedule(46, unpatched, 2)
+    requeued = {s.rid: (s.requeues, s.requeue_s) for s in config.requests if s.requeues}
+    assert requeued == {"d46-0-stall": (2, 40.84), "d46-1-healthy": (2, 37.9)}
+    assert "after 2 optimistic requeue(s) of its prefill (40.84 s)" in seeds.describe_decode(config)
+    assert seeds.run_decode_schedule(config, patched) == []
+    trace = run_decode(config, patched)
+    ended = {
+        rid: [(e.time, e.detail.split("(")[0]) for e in trace.events_of("streamed", rid)]
+        for rid in requeued
+    }
+    assert ended["d46-0-stall"][0] == (67.5, "FINISH_ABORT")  # 60 s after its indices
+    assert ended["d46-1-healthy"][0][1] == "FINISH_LENGTH"
+    # the shrinker can take the requeues away, and a prefill without optimistic prefill
+    # (0.5.10) draws none for the same seed
+    plain = seeds._decode_faults(config)[0]
+    assert not plain.requests[0].requeues and plain.requests[0].transfer_s == 26.85
+    older = decode_loader.load(open_tree(fetch_release("0.5.10")))
+    assert not older.prefill_requeues
+    assert not any(s.requeues for s in seeds.decode_schedule(46, older, 2).requests)

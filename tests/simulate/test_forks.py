@@ -452,3 +452,53 @@ def test_the_recorder_records_calls_and_refuses_to_be_a_value() -> None:
     assert isinstance(strict.logprob_processor, standins.Recorder)
     with pytest.raises(standins.MissingStandIn, match=r"req\.fork_priority"):
         _ = strict.fork_priority
+
+
+# -- a fork's own state on self, made by its own __init__ (outside what is loaded) -------------
+
+
+def _functions(text: str) -> list[ast.FunctionDef]:
+    return [n for n in ast.walk(ast.parse(text)) if isinstance(n, ast.FunctionDef)]
+
+
+def test_own_state_is_a_container_the_code_only_fills_and_reads() -> None:
+    from pdguard.simulate import loader
+
+    text = """
+def keep(self, req):
+    self.stamps[req.rid] = 1.0
+    self.order.append(req.rid)
+    self.seen.add(req.rid)
+def read(self, req):
+    if req.rid in self.seen and len(self.order) > 0:
+        return self.stamps.get(req.rid, 0.0)
+    for rid in self.order:
+        self.stamps.pop(rid, None)
+def other(self, req):
+    self.compared[req.rid] = 1
+    self.passed[req.rid] = 1
+    self.reassigned.append(req)
+    self.reassigned = []
+    self.mixed[req.rid] = 1
+    self.mixed.append(req)
+    if self.compared == {}:
+        helper(self.passed)
+    return self.read_only.get(req.rid)
+"""
+    found = loader.own_state(_functions(text))
+    assert found == {"stamps": "dict", "order": "list", "seen": "set"}
+    init = ast.parse(
+        "class Q:\n    def __init__(self, a):\n        self.waiting = []\n        self.n = 0\n"
+        "        self.s = set()\n        self.a = a\n        self.big = [0] * 10\n"
+    ).body[0]
+    assert isinstance(init, ast.ClassDef)
+    literals = loader.init_literals(init)
+    assert literals == {"waiting": "[]", "n": "0", "s": "set()"}
+
+    class Obj:
+        waiting = "kept"
+
+    obj = Obj()
+    loader.give_init_literals(obj, literals)
+    loader.give_own_state(obj, found)
+    assert (obj.waiting, obj.n, obj.s, obj.stamps, obj.order) == ("kept", 0, set(), {}, [])  # type: ignore[attr-defined]

@@ -25,6 +25,7 @@ from ...sglang_names import (
     DECODE_PATH,
     MOONCAKE_CONN_PATH,
     NIXL_CONN_PATH,
+    PREFILL_PATH,
     UTILS_PATH,
 )
 from ...tree import SourceTree
@@ -38,6 +39,7 @@ RECEIVERS = {
 PREALLOC_QUEUE = "DecodePreallocQueue"
 TRANSFER_QUEUE = "DecodeTransferQueue"
 PROCESS_QUEUE = "process_decode_queue"
+REQUEUE_FUNCTION = "optimistic_release_and_requeue"  # the prefill's optimistic prefill
 PREALLOC_ENTRIES = ("add", "extend", "pop_preallocated", "resume_retracted_reqs")
 TRANSFER_ENTRIES = ("extend", "pop_transferred")
 RECEIVER_ENTRIES = ("__init__", "init", "send_metadata", "poll", "abort", "failure_exception")
@@ -85,6 +87,14 @@ class DecodeTarget:
     # DecodeRequest's fields with a default: name -> the default (an enum member by its
     # lower-case name, as ``_EnumNames`` gives it)
     request_fields: dict[str, object] = field(default_factory=dict)
+    # the tree's prefill has optimistic prefill (``optimistic_release_and_requeue``, 0.5.13+):
+    # its requests may reach the decode after re-prefills (``--seeds`` draws them)
+    prefill_requeues: bool = False
+    # queue class -> ``self.X = <literal>`` of its own ``__init__`` (which the world replaces):
+    # a fork's queue keeps state of its own there (``self.awaiting_rank = []``)
+    init_literals: dict[str, dict[str, str]] = field(default_factory=dict)
+    # queue class -> the containers its loaded methods keep on self (``loader.own_state``)
+    own_state: dict[str, dict[str, str]] = field(default_factory=dict)
 
     @property
     def retracts(self) -> bool:
@@ -124,7 +134,7 @@ def load(tree: SourceTree) -> DecodeTarget:
         (*PREALLOC_ENTRIES, *_called_on(module, PREALLOC_HOLDERS)),
         PREALLOC_REPLACED,
     )
-    ldr.plan_class(
+    transfer = ldr.plan_class(
         DECODE_PATH,
         TRANSFER_QUEUE,
         (*TRANSFER_ENTRIES, *_called_on(module, TRANSFER_HOLDERS)),
@@ -148,6 +158,7 @@ def load(tree: SourceTree) -> DecodeTarget:
         display={rel: tree.display(rel) for rel in ldr.order},
     )
     add = methods_of(prealloc.node).get("add")
+    queues = {PREALLOC_QUEUE: prealloc, TRANSFER_QUEUE: transfer}
     return DecodeTarget(
         label=tree.label,
         version=tree.sglang_version(),
@@ -162,6 +173,11 @@ def load(tree: SourceTree) -> DecodeTarget:
         env_defaults=_env_defaults(tree),
         request_fields=_request_fields(ldr.classes(DECODE_PATH).get("DecodeRequest")),
         add_params=tuple(a.arg for a in add.args.args) if add is not None else (),
+        init_literals={name: loader.init_literals(plan.node) for name, plan in queues.items()},
+        prefill_requeues=_defines(tree, PREFILL_PATH, REQUEUE_FUNCTION),
+        own_state={
+            name: loader.own_state(loader._methods_of(plan)) for name, plan in queues.items()
+        },
         replaced=tuple(
             sorted(
                 {f"{PREALLOC_QUEUE}.{m}" for m in PREALLOC_REPLACED - {"__init__"}}
@@ -269,6 +285,21 @@ def _request_fields(node: ast.ClassDef | None) -> dict[str, object]:
         elif isinstance(stmt.value, ast.Attribute):
             found[stmt.target.id] = stmt.value.attr.lower()
     return found
+
+
+def _defines(tree: SourceTree, rel: str, function: str) -> bool:
+    """Does ``rel`` define ``def <function>`` (read with ``ast``, never run)?"""
+    data = tree.read_bytes(rel)
+    if data is None:
+        return False
+    try:
+        module = ast.parse(data)
+    except (SyntaxError, ValueError):
+        return False
+    return any(
+        isinstance(n, ast.FunctionDef | ast.AsyncFunctionDef) and n.name == function
+        for n in ast.walk(module)
+    )
 
 
 def _get_buf(tree: SourceTree) -> tuple[str, ...]:

@@ -21,7 +21,7 @@ from ..prefill import world as prefill_world
 from ..prefill.scenarios import _deadline
 from ..spec import DecodeSpec, Outcome, RequestSpec
 from .loader import DecodeTarget
-from .world import METADATA_SLOTS, DecodeConfig, DecodeTrace
+from .world import METADATA_SLOTS, SCRIPTED, DecodeConfig, DecodeTrace
 
 WAITING_TIMEOUT = 300.0
 HORIZON = 2 * WAITING_TIMEOUT
@@ -138,7 +138,7 @@ def _each(rids: Callable[[DecodeTrace], list[str]], held: int = 0) -> Callable[.
             if leak is not None:
                 return Outcome("fail", f"{observed}; but {leak}", trace.end)
             observed += "; request-pool and metadata slots free"
-        return Outcome(verdict, observed, max(o.seconds for _, o in outcomes))
+        return Outcome(verdict, observed, max((o.seconds for _, o in outcomes), default=trace.end))
 
     return judge
 
@@ -275,7 +275,7 @@ def _pends(target: DecodeTarget) -> str | None:
 def _per_backend(target: DecodeTarget, prefix: str, **script: object) -> tuple[DecodeSpec, ...]:
     return tuple(
         DecodeSpec(f"{prefix}-{backend}", backend=backend, **script)  # type: ignore[arg-type]
-        for backend in sorted(target.receivers)
+        for backend in sorted(target.receivers) or [SCRIPTED]
     )
 
 

@@ -24,6 +24,7 @@ from typing import Any, ClassVar, Protocol
 
 from ...sglang_names import (
     ENVIRON_PATH,
+    WAITING_TIMEOUT_ENV,
 )
 from ...tree import SourceTree
 from .. import lockstep, standins
@@ -460,6 +461,77 @@ class ReceiverNetwork:
         return SimSocket(cls.sim_manager), _Lock()
 
     _connect_to_bootstrap_server = _connect
+
+
+class ScriptedReceiver:
+    """A KV receiver for a tree with no receiver class of its own (a decode corpus tree, a
+    fork's ``decode.py`` alone): bootstrapped once created (0.5.10+: once
+    ``init(prefill_dp_rank)`` gives it its prefill's DP rank), WaitingForInput until the queue sends
+    its KV indices (``init(indices, ...)`` up to 0.5.9, ``send_metadata`` after), then
+    Transferring until the rank's KV manager delivers the room (Success). Like every
+    receiver once pdguard's receiver-waiting-timeout has run, it reports Failed once its
+    indices have waited the waiting timeout for the prefill, and once aborted."""
+
+    def __init__(
+        self, rank: DecodeContext, spec: DecodeSpec, pends: bool, *args: Any, **kwargs: Any
+    ) -> None:
+        self._rank = rank
+        self._spec = spec
+        self.kv_mgr: DecodeKVManager = rank.kv_manager
+        self.bootstrap_room: int = int(
+            kwargs.get("bootstrap_room", args[2] if len(args) > 2 else 0)
+        )
+        self.bootstrap_addr = kwargs.get("bootstrap_addr", args[1] if len(args) > 1 else None)
+        # 0.5.10+ (``pends``): bootstrapped by ``init(prefill_dp_rank)`` once the rank is
+        # known; before, as it is created
+        self._bootstrapped = not pends
+        self._sent_at: float | None = None
+        self.conclude_state: int | None = None
+        timeout = rank.world.config.env.get(WAITING_TIMEOUT_ENV, "300")
+        self._waiting_timeout = float(timeout)
+
+    def init(self, *args: Any, **kwargs: Any) -> None:
+        first = args[0] if args else kwargs.get("prefill_dp_rank", kwargs.get("kv_indices"))
+        if first is None or isinstance(first, int):
+            self._bootstrapped = True  # 0.5.10+: the prefill DP rank is known now
+        else:
+            self._send()
+
+    def send_metadata(self, *_: object, **__: object) -> None:
+        self._send()
+
+    def _send(self) -> None:
+        if self._sent_at is None:
+            self._sent_at = self._rank.now()
+            self.kv_mgr.sim_sent(self.bootstrap_room)
+
+    def poll(self) -> int:
+        kv_poll = standins.KVPoll
+        if self.conclude_state is not None:
+            return self.conclude_state
+        if not self._bootstrapped:
+            return int(kv_poll.Bootstrapping)
+        if self._sent_at is None:
+            return int(kv_poll.WaitingForInput)
+        self.kv_mgr._deliver(self.bootstrap_room)
+        if self.kv_mgr.request_status.get(self.bootstrap_room) == int(kv_poll.Success):
+            return int(kv_poll.Success)
+        if self._rank.now() - self._sent_at >= self._waiting_timeout - EPS:
+            self.kv_mgr.record_failure(self.bootstrap_room, "waiting timeout (scripted receiver)")
+            self.conclude_state = int(kv_poll.Failed)
+            return self.conclude_state
+        return int(kv_poll.Transferring)
+
+    def abort(self) -> None:
+        self.conclude_state = int(standins.KVPoll.Failed)
+
+    def failure_exception(self) -> None:
+        raise standins.KVTransferError(
+            self.bootstrap_room, "KV transfer failed (scripted receiver)"
+        )
+
+    def clear(self) -> None:
+        pass
 
 
 def poll_and_all_reduce(

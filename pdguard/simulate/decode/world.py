@@ -17,7 +17,7 @@ from typing import Any, cast
 from ...sglang_names import (
     DECODE_PATH,
 )
-from .. import lockstep, standins
+from .. import loader, lockstep, standins
 from ..lockstep import EPS, Collective, Divergence, Event
 from ..spec import DecodeSpec
 from ..standins import (
@@ -42,7 +42,11 @@ from .standins import (
     QueueState,
     ReceiverNetwork,
     ReqToTokenPool,
+    ScriptedReceiver,
 )
+
+# the backend of a request in a tree with no receiver class: a ScriptedReceiver
+SCRIPTED = "scripted"
 
 # -- the world -------------------------------------------------------------------------------
 
@@ -139,7 +143,7 @@ class DecodeRank(lockstep.LockstepRank["DecodeWorld"]):
         self.kv_managers = {
             backend: self._manager(target.manager_waiting_timeout[backend])
             for backend in self.receivers
-        } or {"mooncake": self._manager(False)}
+        } or {SCRIPTED: self._manager(False)}
         for backend, receiver in self.receivers.items():
             receiver.sim_manager = self.kv_managers[backend]  # type: ignore[attr-defined]
         self.kv_manager = next(iter(self.kv_managers.values()))
@@ -154,6 +158,9 @@ class DecodeRank(lockstep.LockstepRank["DecodeWorld"]):
         self.transfer = transfer_cls.__new__(transfer_cls)
         self.prealloc.sim_init(self)
         self.transfer.sim_init(self)
+        for name, queue in ((PREALLOC_QUEUE, self.prealloc), (TRANSFER_QUEUE, self.transfer)):
+            loader.give_init_literals(queue, target.init_literals.get(name, {}))
+            loader.give_own_state(queue, target.own_state.get(name, {}))
         self.prealloc.transfer_queue = self.transfer
         self.scheduler.disagg_decode_prealloc_queue = self.prealloc
         self.scheduler.disagg_decode_transfer_queue = self.transfer
@@ -207,6 +214,8 @@ class DecodeRank(lockstep.LockstepRank["DecodeWorld"]):
     def new_receiver(self, *args: Any, **kwargs: Any) -> object:
         room: Any = kwargs.get("bootstrap_room", args[2] if len(args) > 2 else None)
         spec = self.world.by_room[int(room)]
+        if spec.backend == SCRIPTED and not self.receivers:
+            return ScriptedReceiver(self, spec, self.world.target.pends, *args, **kwargs)
         cls = self.receivers.get(spec.backend)
         if cls is None:
             raise MissingStandIn(f"the target has no {RECEIVERS[spec.backend][1]}")
@@ -281,12 +290,18 @@ class DecodeRank(lockstep.LockstepRank["DecodeWorld"]):
 
     def rids(self) -> tuple[tuple[str, ...], ...]:
         return (
-            tuple(d.req.rid for d in self.prealloc.queue),
-            tuple(d.req.rid for d in self.transfer.queue),
-            tuple(r.rid for r in self.prealloc.retracted_queue),
-            tuple(d.req.rid for d in self.prealloc.pending_reqs),
+            tuple(_rid(d) for d in self.prealloc.queue),
+            tuple(_rid(d) for d in self.transfer.queue),
+            tuple(_rid(r) for r in self.prealloc.retracted_queue),
+            tuple(_rid(d) for d in self.prealloc.pending_reqs),
             tuple(r.rid for _, r in self.running),
         )
+
+
+def _rid(entry: Any) -> str:
+    """The rid of a queue's entry: a decode request (``.req``) or, in a fork's queue that
+    holds them bare, the request itself."""
+    return str(entry.rid if isinstance(entry, SimReq) else entry.req.rid)
 
 
 def _class(namespace: Mapping[str, object], name: str) -> type:

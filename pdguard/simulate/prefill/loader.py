@@ -46,6 +46,7 @@ from ..loader import (
     _methods_of,
     _patched_class,
     _self_reads,
+    own_state,
 )
 
 NIXL_PATH = NIXL_CONN_PATH
@@ -96,6 +97,7 @@ def load(
         f"{queue}.scheduler": _scheduler_reads(queue_plan),
     }
     attributes = _attribute_verdicts(loader)
+    kept = {mixin: own_state(_methods_of(mixin_plan)), queue: own_state(_methods_of(queue_plan))}
     return Target(
         label=tree.label,
         version=tree.sglang_version(),
@@ -104,6 +106,7 @@ def load(
         nixl_sender=nixl,
         modules=_build_order(loader.modules, loader.order),
         self_reads=self_reads,
+        own_state={owner: found for owner, found in kept.items() if found},
         loaded=_loaded_methods(loader),
         replaced=tuple(sorted(scheduler_methods & set(_class_methods(loader.node(mixin))))),
         pass_along=frozenset(a for a, v in attributes.items() if v.passes_along),

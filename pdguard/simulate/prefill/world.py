@@ -37,7 +37,7 @@ from typing import Any
 from ... import sglang_names as names
 from ...errors import LoadError
 from .. import standins
-from ..loader import EnvRegistry, Target
+from ..loader import EnvRegistry, Target, give_own_state
 from ..lockstep import (
     BARRIER_TIMEOUT,
     EPS,
@@ -149,6 +149,11 @@ class Rank(LockstepRank["World"]):
         self.queue: Any = queue_cls.__new__(queue_cls)
         self.queue.sim_init(self, self.scheduler, allocator)
         _give_recorders(self.recorders, self.scheduler, self.queue)
+        for owner, obj in (
+            (target.mixin[1], self.scheduler),
+            (target.bootstrap_queue[1], self.queue),
+        ):
+            give_own_state(obj, target.own_state.get(owner, {}))
         self.scheduler.disagg_prefill_bootstrap_queue = self.queue
         self._add_takes_heads = len(inspect.signature(queue_cls.add).parameters) > 2
         self.arrivals = sorted(config.requests, key=lambda s: s.arrival)
@@ -197,16 +202,23 @@ class Rank(LockstepRank["World"]):
     # one step of the prefill event loop
 
     def step(self) -> None:
+        try:
+            self._step()
+        finally:
+            self.lag = 0.0
+
+    def _step(self) -> None:
+        """One step. Once the rank has handled an arrival or a prefill result (``lag`` into the
+        step), its clock stays there for the rest of the step: a rank's clock never goes back,
+        so the inflight function that runs after the handling never reads an earlier time than
+        a stamp the handling took."""
         now = self.world.time
         while self.arrivals and self.arrivals[0].arrival <= now + EPS:
             spec = self.arrivals.pop(0)
             req = SimReq(spec.rid, self.world.rooms[spec.rid])
             req._recorders = self.recorders
             self.lag = self.handling_lag
-            try:
-                self.queue.add(req, 8) if self._add_takes_heads else self.queue.add(req)
-            finally:
-                self.lag = 0.0
+            self.queue.add(req, 8) if self._add_takes_heads else self.queue.add(req)
         self.scheduler.waiting_queue.extend(self.queue.pop_bootstrapped())
         if not self.pool_full():  # admit the waiting queue: each request's prefill starts
             for req in self.scheduler.waiting_queue:
@@ -227,10 +239,7 @@ class Rank(LockstepRank["World"]):
             _give_recorders(self.recorders, batch, result)
             self.lag = self.handling_lag
             before = {id(r) for r in self.scheduler.disagg_prefill_inflight_queue}
-            try:
-                self.scheduler.process_batch_result_disagg_prefill(batch, result)
-            finally:
-                self.lag = 0.0
+            self.scheduler.process_batch_result_disagg_prefill(batch, result)
             for req in self.scheduler.disagg_prefill_inflight_queue:
                 if id(req) not in before:
                     self.record("entered_inflight", req)

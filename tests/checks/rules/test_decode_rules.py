@@ -351,8 +351,22 @@ def test_a_gate_that_skips_only_admission_is_back_pressure() -> None:
     """Returning after the transfer queue was polled, before the prealloc queue hands new
     requests to it, while retracted requests wait for memory, is what ``decode-queue-bound``
     makes of the gate (and what the PP mixin's ``process_prealloc_queue`` does): the
-    requests it skips hold no KV yet. Not reported."""
+    requests it skips hold no KV yet. The gate is not reported; the pending list's retry
+    counter, which only pop_preallocated() reaches, is (seed 41): behind the gate it never
+    runs while retracted requests wait."""
     texts = _gate_after_transfers("len(self.disagg_decode_prealloc_queue.retracted_queue) > 0")
+    [finding] = DecodeQueueWaitsForever().check(Project(texts))
+    assert finding.symbol == "DecodePreallocQueue._resolve_pending_reqs"
+    assert "bounded only where the polling functions call it behind the retraction gate" in (
+        finding.message
+    )
+    # the bound also run before the gate, on every step: nothing to report
+    decode_py = next(iter(texts))
+    texts[decode_py] = texts[decode_py].replace(
+        "    def process_decode_queue(self):\n",
+        "    def process_decode_queue(self):\n"
+        "        self.disagg_decode_prealloc_queue._resolve_pending_reqs()\n",
+    )
     assert list(DecodeQueueWaitsForever().check(Project(texts))) == []
 
 
@@ -608,7 +622,6 @@ def test_a_kept_receiver_verdict_is_reused_only_while_its_answers_hold() -> None
     """A verdict is kept with what it asked of the class index; another index that answers
     the same (the same class nodes) reuses it, and one where a method the verdict read
     changed works it out again."""
-    from pdguard.checks.models import kv_receivers
     from pdguard.checks.project import Project
     from pdguard.run import Run
 
@@ -627,8 +640,7 @@ def test_a_kept_receiver_verdict_is_reused_only_while_its_answers_hold() -> None
             "        return KVPoll.WaitingForInput\n"
         ),
     }
-    kv_receivers._KEPT.clear()
-    run = Run()  # one run: the projects share its parsed trees
+    run = Run()  # one run: the projects share its parsed trees and kept verdicts
     first = Project(texts, run).receivers.verdict("ToyKVReceiver")
     assert first.violates
     # another project over the same texts (the same parsed trees): the verdict is reused
@@ -639,3 +651,8 @@ def test_a_kept_receiver_verdict_is_reused_only_while_its_answers_hold() -> None
     changed[rel] = texts[rel].replace("KVPoll.WaitingForInput", "KVPoll.Failed")
     again = Project(changed, run).receivers.verdict("ToyKVReceiver")
     assert again is not first and not again.violates
+    assert len(run.verdicts) == 1 and len(run.verdicts.get("ToyKVReceiver") or []) == 2
+    # another run shares nothing with this one: its verdict is its own
+    other = Run()
+    alone = Project(texts, other).receivers.verdict("ToyKVReceiver")
+    assert alone is not first and alone.violates and len(other.verdicts) == 1
