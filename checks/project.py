@@ -40,9 +40,27 @@ def wanted(rel: str, text: str) -> bool:
     return rel.startswith(DISAGGREGATION_DIR + "/") and any(needle in text for needle in NEEDLES)
 
 
-_CLASS_BASES = re.compile(r"^[ \t]*class[ \t]+\w+[ \t]*\(([^)]*)\)", re.M)
-_CLASS_NAME = re.compile(r"^[ \t]*class[ \t]+(\w+)", re.M)
+# ``class Name(bases)`` and ``class Name``, searched by their literal start (fast) and kept
+# where only blanks precede them on their line (``^[ \t]*`` in a pattern is tried at every
+# character of the text)
+_CLASS_BASES = re.compile(r"class[ \t]+\w+[ \t]*\(([^)]*)\)")
+_CLASS_NAME = re.compile(r"class[ \t]+(\w+)")
 _IDENTIFIER = re.compile(r"[A-Za-z_]\w*")
+
+
+def _at_line_start(pattern: re.Pattern[str], text: str) -> list[str]:
+    """The first group of each match of ``pattern`` with only blanks before it on its line:
+    ``re.findall`` of the pattern after ``^[ \t]*`` (multiline), the same matches."""
+    found = []
+    match = pattern.search(text)
+    while match is not None:
+        start = match.start()
+        if text[text.rfind("\n", 0, start) + 1 : start].strip(" \t"):
+            match = pattern.search(text, start + 1)  # not at a line's start: it hides nothing
+        else:
+            found.append(match.group(1))
+            match = pattern.search(text, match.end())
+    return found
 
 
 def base_files(chosen: Mapping[str, str], pool: Mapping[str, str]) -> dict[str, str]:
@@ -53,12 +71,12 @@ def base_files(chosen: Mapping[str, str], pool: Mapping[str, str]) -> dict[str, 
     nothing parsed; a name may bring a file that is not needed, never leave one out."""
     defined: dict[str, list[str]] = {}
     for rel, text in pool.items():
-        for name in _CLASS_NAME.findall(text):
+        for name in _at_line_start(_CLASS_NAME, text):
             defined.setdefault(name, []).append(rel)
     found: dict[str, str] = {}
     queue = list(chosen.values())
     while queue:
-        for bases in _CLASS_BASES.findall(queue.pop()):
+        for bases in _at_line_start(_CLASS_BASES, queue.pop()):
             for name in _IDENTIFIER.findall(bases):
                 for rel in defined.get(name, ()):
                     if rel not in chosen and rel not in found:

@@ -9,7 +9,7 @@ import gc
 import os
 import sys
 import traceback
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import NoReturn
 
@@ -54,6 +54,13 @@ exit codes (every command):
 class _Parser(argparse.ArgumentParser):
     # the top parser's subcommand parsers, by name: an unknown option is the command's error
     commands: dict[str, argparse.ArgumentParser]
+    # a command's epilog, built when its help is shown (simulate's imports pdguard.simulate)
+    epilog_of: Callable[[], str] | None = None
+
+    def format_help(self) -> str:
+        if self.epilog_of is not None:
+            self.epilog, self.epilog_of = self.epilog_of(), None
+        return super().format_help()
 
     def parse_args(  # type: ignore[override]
         self, args: Sequence[str] | None = None, namespace: argparse.Namespace | None = None
@@ -99,10 +106,10 @@ def build_parser() -> argparse.ArgumentParser:
             command.NAME,
             help=command.HELP,
             description=command.DESCRIPTION,
-            epilog=command.epilog(),
             formatter_class=argparse.RawTextHelpFormatter,
             parents=[debug],
         )
+        sub.epilog_of = command.epilog
         command.add_arguments(sub)
         parser.commands[command.NAME] = sub
         sub.set_defaults(func=command.run)

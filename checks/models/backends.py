@@ -38,22 +38,13 @@ def dead_classes(
         for node in tree.body
     ):
         return frozenset()
+    wanted = bases.keys()
     named_by: dict[str, set[str | None]] = {}  # class -> the classes naming it (None: no class)
     for tree in modules:
         for top in tree.body:
-            if isinstance(top, ast.Import | ast.ImportFrom):
-                continue
-            owner = top.name if isinstance(top, ast.ClassDef) else None
-            for node in walk(top):
-                name = (
-                    node.id
-                    if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Load)
-                    else node.attr
-                    if isinstance(node, ast.Attribute) and isinstance(node.ctx, ast.Load)
-                    else None
-                )
-                if name is not None and name != owner:
-                    named_by.setdefault(name, set()).add(owner)
+            owner, named = _named(top)
+            for name in named & wanted:
+                named_by.setdefault(name, set()).add(owner)
     live: set[str] = set()
     changed = True
     while changed:
@@ -65,3 +56,27 @@ def dead_classes(
                 live.add(name)
                 changed = True
     return frozenset(set(candidates) - live)
+
+
+_NAMED = "_pdguard_named"  # kept on a module's statement, which nothing changes once parsed
+
+
+def _named(top: ast.stmt) -> tuple[str | None, frozenset[str]]:
+    """The class ``top`` defines (None: no class) and the names it reads outside that name
+    (an import reads none), kept on the statement: the trees of consecutive refs share most
+    statements (``checks.project.parse_module``), and each ref asks of several indexes."""
+    kept = vars(top)
+    found: tuple[str | None, frozenset[str]] | None = kept.get(_NAMED)
+    if found is None:
+        owner = top.name if isinstance(top, ast.ClassDef) else None
+        names: set[str] = set()
+        if not isinstance(top, ast.Import | ast.ImportFrom):
+            for node in walk(top):
+                if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Load):
+                    names.add(node.id)
+                elif isinstance(node, ast.Attribute) and isinstance(node.ctx, ast.Load):
+                    names.add(node.attr)
+        if owner is not None:
+            names.discard(owner)
+        found = kept[_NAMED] = (owner, frozenset(names))
+    return found

@@ -9,7 +9,13 @@ import textwrap
 
 import pytest
 
-from pdguard.checks.project import _parse_after, parse_module
+from pdguard.checks.project import (
+    _CLASS_BASES,
+    _CLASS_NAME,
+    _at_line_start,
+    _parse_after,
+    parse_module,
+)
 from pdguard.run import Run
 from pdguard.vendor_sglang import Release, fetch_release
 from tests.helpers import RELEASES
@@ -114,3 +120,23 @@ def test_the_previous_release_s_statements_are_reused_exactly(
         _same_tree(text, after)
         reused += _reused(before, after)
     assert reused > 0
+
+
+_CLASS_LINES = [
+    'x = "class A("\n class B(Base):\n',  # an unclosed match before a class line
+    "subclass X(y)\nclass  Q\t(R,\n S)\n\tclass Z:\n",
+    "class A(B): pass\nif x: class C(D): pass\n  class E (F) :\n",
+    "",
+    "classy = 1\nclass\nclass _1(x\n",
+]
+
+
+@pytest.mark.parametrize("text", _CLASS_LINES)
+def test_class_lines_are_found_as_the_multiline_patterns_find_them(text: str) -> None:
+    """``base_files`` finds class lines by their literal start: the same as ``re.findall``
+    of the patterns anchored at a line's start (``^[ \\t]*``, multiline)."""
+    import re
+
+    for pattern in (_CLASS_NAME, _CLASS_BASES):
+        anchored = re.compile(r"^[ \t]*" + pattern.pattern, re.M)
+        assert _at_line_start(pattern, text) == anchored.findall(text)

@@ -243,3 +243,43 @@ def test_apply_that_adds_no_import_never_imports_isort(tmp_path: Path) -> None:
     report = json.loads((tmp_path / "r.json").read_text())
     assert result == {"exit": 0, "isort": False}
     assert "applied" in report["fixes"].values()
+
+
+_DEFERRED = """
+import json, sys
+import libcst
+from pdguard.codemods import command, inflight_deadline
+matchers = sys.modules["libcst.matchers"]
+visitors = sys.modules["libcst.codemod.visitors"]
+state = {
+    "matchers_run": "Call" in vars(matchers),
+    "visitors_run": "AddImportsVisitor" in vars(visitors),
+}
+from libcst.matchers._visitors import MatcherDecoratableTransformer
+import libcst.codemod.visitors as v
+import libcst.matchers as m
+state["same_modules"] = (
+    libcst.matchers is m is matchers and libcst.codemod.visitors is v is visitors
+)
+state["same_base"] = m.MatcherDecoratableTransformer is MatcherDecoratableTransformer
+state["matches"] = m.matches(libcst.parse_expression("f(1)"), m.Call(func=m.Name("f")))
+state["add_imports"] = v.AddImportsVisitor.__module__
+print(json.dumps(state))
+"""
+
+
+def test_libcst_matchers_body_runs_only_when_a_matcher_is_used() -> None:
+    """Importing the codemods (``libcst.codemod``) leaves ``libcst.matchers``'s generated body
+    and ``libcst.codemod.visitors``'s unrun (``codemods/lazy_libcst.py``); the first read of a
+    matcher runs it, in the same module objects."""
+    done = subprocess.run(
+        [sys.executable, "-c", _DEFERRED], capture_output=True, text=True, check=True
+    )
+    assert json.loads(done.stdout.splitlines()[-1]) == {
+        "matchers_run": False,
+        "visitors_run": False,
+        "same_modules": True,
+        "same_base": True,
+        "matches": True,
+        "add_imports": "libcst.codemod.visitors._add_imports",
+    }

@@ -95,6 +95,22 @@ def test_a_class_only_dead_code_names_is_dead() -> None:
     assert dead_classes([unregistered], ["Dead"], {"Dead": ["Base"]}) == frozenset()
 
 
+def test_what_a_statement_names_is_kept_on_it_and_shared_by_trees() -> None:
+    """The names each module statement reads are kept on the statement: asked again, or of
+    another tree holding the same statements (``parse_module`` reuses a file's leading
+    statements in its next version), the answer is the same."""
+    first = ast.parse("def get_kv_class(kind):\n    return A\n\n\nclass A(B): pass\n")
+    bases = {"A": ["B"], "C": ["B"]}
+    assert dead_classes([first], ["A", "C"], bases) == {"C"}
+    assert dead_classes([first], ["A", "C"], bases) == {"C"}
+    second = ast.Module(
+        body=[*first.body, *ast.parse("import C\nclass C(B): pass\nC()\n").body],
+        type_ignores=[],
+    )
+    assert dead_classes([second], ["A", "C"], bases) == frozenset()  # C() at module level
+    assert dead_classes([first], ["A", "C"], bases) == {"C"}
+
+
 @pytest.mark.releases
 def test_a_dead_backend_blocks_no_fix(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     root = _fork(tmp_path, registered=False)
