@@ -40,7 +40,14 @@ from .base import (
     shown_path,
     target_tree,
 )
-from .check import SYNTAX_CODE, CheckResult, add_confirm, finding_json, syntax_result
+from .check import (
+    CheckResult,
+    add_confirm,
+    error_line,
+    finding_json,
+    syntax_result,
+    text_line,
+)
 
 NAME = "apply"
 HELP = "apply the fixes to an SGLang tree"
@@ -571,7 +578,6 @@ def _does_not_parse(args: argparse.Namespace, tree: SourceTree, error: ParseErro
     checked = syntax_result(tree, error)
     first = checked.errors[0]
     path = checked.display_path(first)
-    where = f"{path}:{first.line}:{first.col}"
     if args.format == "json":
         payload = {
             "target": tree.label,
@@ -580,8 +586,8 @@ def _does_not_parse(args: argparse.Namespace, tree: SourceTree, error: ParseErro
         }
         _report(args, json.dumps(payload, indent=2))
     elif not (args.diff and args.output_file is None):  # there, the report is on stderr
-        _report(args, f"{where}: {SYNTAX_CODE} {first.message}")
-    print(f"pdguard: error: {where}: {first.message}", file=sys.stderr)
+        _report(args, text_line(path, first))
+    print(f"pdguard: error: {error_line(path, first)}", file=sys.stderr)
     return EXIT_ERROR
 
 
