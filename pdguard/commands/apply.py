@@ -91,6 +91,13 @@ environment of the patched SGLang:
 # -- the plan -------------------------------------------------------------------------------
 
 
+def shown_target(tree: SourceTree) -> str:
+    """The tree the report is about, named as its files are (``shown_path``, as ruff names
+    paths): relative to the current directory when below it (``.`` for it), else absolute;
+    never the target as typed (``../tree``). A tree not on disk: its label."""
+    return shown_path(tree.root) if isinstance(tree, DirectoryTree) else tree.label
+
+
 @dataclass
 class ApplyResult:
     tree: SourceTree
@@ -107,6 +114,11 @@ class ApplyResult:
         """The refusal line of the first refused fix."""
         name, outcome = next(iter(self.refused.items()))
         return outcome.refusal(name, self.tree)
+
+    @property
+    def target(self) -> str:
+        """The target as the reports name it (``shown_target``)."""
+        return shown_target(self.tree)
 
     def shown(self, rel: str) -> str:
         """File ``rel`` as the report names it: relative to the current directory for a tree on
@@ -354,7 +366,7 @@ def shown_status(status: Status, *, written: bool) -> str:
 
 def as_json(result: ApplyResult, *, written: bool, diff: str | None = None) -> str:
     payload: dict[str, object] = {
-        "target": result.tree.label,
+        "target": result.target,
         "sglang_version": result.sglang_version,
         "files_changed": sorted(result.shown(rel) for rel in result.changes),
         "written": written,
@@ -371,7 +383,7 @@ def as_json(result: ApplyResult, *, written: bool, diff: str | None = None) -> s
 
 def text(result: ApplyResult, *, written: bool, diff: str | None = None) -> str:
     version = result.sglang_version or "version unknown"
-    lines = [f"{result.tree.label} (sglang {version})"]
+    lines = [f"{result.target} (sglang {version})"]
     width = max(len(name) for name in result.outcomes)
     for name, outcome in result.outcomes.items():
         status = shown_status(outcome.status, written=written)
@@ -580,7 +592,7 @@ def _does_not_parse(args: argparse.Namespace, tree: SourceTree, error: ParseErro
     path = checked.display_path(first)
     if args.format == "json":
         payload = {
-            "target": tree.label,
+            "target": shown_target(tree),
             "written": False,
             "errors": [finding_json(f, checked.display_path(f)) for f in checked.errors],
         }
