@@ -41,7 +41,15 @@ class ConfigError(TargetError):
 
 
 class ParseError(TargetError):
-    """A file pdguard needs does not parse (or cannot be decoded)."""
+    """A file pdguard needs does not parse (or cannot be decoded). Where the raiser knows
+    them (``does_not_parse``, ``SourceDecodeError``): the file relative to the tree's base
+    (``rel``), the position (1-based; 1:1 when Python gives none) and the reason (``why``),
+    from which every command builds its ``E999`` diagnostic (``check.syntax_result``)."""
+
+    rel: str | None = None
+    line: int = 1
+    col: int = 1
+    why: str = ""
 
 
 class RefusedError(PdguardError):
@@ -61,18 +69,21 @@ class SimulationGap(PdguardError):
 
 
 def does_not_parse(
-    where: str, exc: SyntaxError | ValueError, text: str | None = None
+    where: str, exc: SyntaxError | ValueError, text: str | None = None, rel: str | None = None
 ) -> ParseError:
     """The one "does not parse" error: ``<where>:<line>:<col>: does not parse: <why>``.
 
-    ``where`` names the file as the user should see it. Python gives no position for a NUL byte
-    (a ValueError before 3.11.4); with the file's ``text`` the position is found here."""
+    ``where`` names the file as the user should see it, ``rel`` relative to the tree's base.
+    Python gives no position for a NUL byte (a ValueError before 3.11.4); with the file's
+    ``text`` the position is found here."""
     line, col = getattr(exc, "lineno", None), getattr(exc, "offset", None)
     if not line and text is not None and "\0" in text:
         before = text[: text.index("\0")]
         line, col = before.count("\n") + 1, len(before) - before.rfind("\n")
     why = getattr(exc, "msg", None) or str(exc)
     error = ParseError(f"{where}:{line or 0}:{col or 0}: does not parse: {why}")
+    error.rel, error.line, error.col = rel, max(line or 1, 1), max(col or 1, 1)
+    error.why = f"does not parse: {why}"
     error.__cause__ = exc
     return error
 
@@ -83,7 +94,7 @@ def parse(text: str | bytes, rel: str, where: str | None = None) -> ast.Module:
         return ast.parse(text, filename=rel)
     except (SyntaxError, ValueError) as exc:
         shown = text if isinstance(text, str) else None
-        raise does_not_parse(where or rel, exc, shown) from exc
+        raise does_not_parse(where or rel, exc, shown, rel) from exc
 
 
 def refusal(name: str, note: str | None, where: str | None = None) -> str:

@@ -30,7 +30,9 @@ class SourceFile:
             encoding, _ = tokenize.detect_encoding(io.BytesIO(data).readline)
             text = data.decode(encoding)
         except (SyntaxError, LookupError, UnicodeDecodeError) as exc:
-            raise SourceDecodeError(f"{rel}: cannot decode: {exc}") from exc
+            error = SourceDecodeError(f"{rel}: cannot decode: {exc}")
+            error.rel, error.why = rel, f"cannot decode: {exc}"
+            raise error from exc
         return cls(rel=rel, text=text, encoding=encoding)
 
     def encode(self) -> bytes:

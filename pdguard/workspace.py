@@ -69,7 +69,7 @@ class Workspace:
         try:
             return parse_module(text, rel, self.run)
         except (SyntaxError, ValueError) as exc:  # ValueError: a NUL byte, before 3.11.4
-            raise does_not_parse(self.tree.display(rel), exc, text) from exc
+            raise does_not_parse(self.tree.display(rel), exc, text, rel) from exc
 
     def module_statements(self, rel: str) -> cst.Module:
         """The module-level statements of ``rel`` with LibCST (each run of definitions is a

@@ -40,7 +40,14 @@ from .base import (
     shown_path,
     target_tree,
 )
-from .check import SYNTAX_CODE, CheckResult, add_confirm, finding_json, syntax_result
+from .check import (
+    CheckResult,
+    add_confirm,
+    error_line,
+    finding_json,
+    syntax_result,
+    text_line,
+)
 
 NAME = "apply"
 HELP = "apply the fixes to an SGLang tree"
@@ -84,6 +91,13 @@ environment of the patched SGLang:
 # -- the plan -------------------------------------------------------------------------------
 
 
+def shown_target(tree: SourceTree) -> str:
+    """The tree the report is about, named as its files are (``shown_path``, as ruff names
+    paths): relative to the current directory when below it (``.`` for it), else absolute;
+    never the target as typed (``../tree``). A tree not on disk: its label."""
+    return shown_path(tree.root) if isinstance(tree, DirectoryTree) else tree.label
+
+
 @dataclass
 class ApplyResult:
     tree: SourceTree
@@ -100,6 +114,11 @@ class ApplyResult:
         """The refusal line of the first refused fix."""
         name, outcome = next(iter(self.refused.items()))
         return outcome.refusal(name, self.tree)
+
+    @property
+    def target(self) -> str:
+        """The target as the reports name it (``shown_target``)."""
+        return shown_target(self.tree)
 
     def shown(self, rel: str) -> str:
         """File ``rel`` as the report names it: relative to the current directory for a tree on
@@ -347,7 +366,7 @@ def shown_status(status: Status, *, written: bool) -> str:
 
 def as_json(result: ApplyResult, *, written: bool, diff: str | None = None) -> str:
     payload: dict[str, object] = {
-        "target": result.tree.label,
+        "target": result.target,
         "sglang_version": result.sglang_version,
         "files_changed": sorted(result.shown(rel) for rel in result.changes),
         "written": written,
@@ -364,7 +383,7 @@ def as_json(result: ApplyResult, *, written: bool, diff: str | None = None) -> s
 
 def text(result: ApplyResult, *, written: bool, diff: str | None = None) -> str:
     version = result.sglang_version or "version unknown"
-    lines = [f"{result.tree.label} (sglang {version})"]
+    lines = [f"{result.target} (sglang {version})"]
     width = max(len(name) for name in result.outcomes)
     for name, outcome in result.outcomes.items():
         status = shown_status(outcome.status, written=written)
@@ -571,17 +590,16 @@ def _does_not_parse(args: argparse.Namespace, tree: SourceTree, error: ParseErro
     checked = syntax_result(tree, error)
     first = checked.errors[0]
     path = checked.display_path(first)
-    where = f"{path}:{first.line}:{first.col}"
     if args.format == "json":
         payload = {
-            "target": tree.label,
+            "target": shown_target(tree),
             "written": False,
             "errors": [finding_json(f, checked.display_path(f)) for f in checked.errors],
         }
         _report(args, json.dumps(payload, indent=2))
     elif not (args.diff and args.output_file is None):  # there, the report is on stderr
-        _report(args, f"{where}: {SYNTAX_CODE} {first.message}")
-    print(f"pdguard: error: {where}: {first.message}", file=sys.stderr)
+        _report(args, text_line(path, first))
+    print(f"pdguard: error: {error_line(path, first)}", file=sys.stderr)
     return EXIT_ERROR
 
 

@@ -121,26 +121,40 @@ class CheckResult:
         return self.display_rel(finding.path)
 
 
-_WHERE = re.compile(r"^(?P<where>.+?)(?::(?P<line>\d+)(?::(?P<col>\d+))?)?: (?P<why>.+)$", re.S)
-
-
 def syntax_result(tree: SourceTree, error: ParseError) -> CheckResult:
-    """The result for a tree one of whose files does not parse: that file's diagnostic."""
-    message = " ".join(str(error).splitlines())
-    match = _WHERE.match(message)
-    where, line, col, why = (
-        (match["where"], int(match["line"] or 1), int(match["col"] or 1), match["why"])
-        if match
-        else ("", 1, 1, message)
-    )
-    rel = where
-    if isinstance(tree, DirectoryTree):
-        try:
-            rel = Path(os.path.abspath(where)).relative_to(tree.base.absolute()).as_posix()
-        except ValueError:
-            rel = where
-    finding = Finding(rel, max(line, 1), max(col, 1), SYNTAX_CODE, "", why)
+    """The result for a tree one of whose files does not parse: that file's diagnostic, the
+    one ``E999`` every command reports (``check``, ``apply``, ``verify``)."""
+    why = error.why or " ".join(str(error).splitlines())
+    finding = Finding(error.rel or "", error.line, error.col, SYNTAX_CODE, "", why)
     return CheckResult(tree, [], 0, Project({}), errors=[finding])
+
+
+def where(path: str, finding: Finding) -> str:
+    """``PATH:LINE:COL``: a finding's place as text reports and error lines give it."""
+    return f"{path}:{finding.line}:{finding.col}"
+
+
+def text_line(path: str, finding: Finding) -> str:
+    """A finding as the text report shows it: ``PATH:LINE:COL: CODE message`` (ruff's)."""
+    return _lead(path, finding) + finding.message
+
+
+def _lead(path: str, finding: Finding) -> str:
+    return f"{where(path, finding)}: {finding.code} "
+
+
+def error_line(path: str, finding: Finding) -> str:
+    """The one error line's reason for a diagnostic (``E999``): ``PATH:LINE:COL: message``."""
+    return f"{where(path, finding)}: {finding.message}"
+
+
+def annotation(path: str, finding: Finding) -> str:
+    """A finding as a GitHub annotation (``path``: relative, never ``../``)."""
+    f = finding
+    return (
+        f"::error file={_escape(path, prop=True)},line={f.line},col={f.col},"
+        f"title={_escape(f.code, prop=True)}::{_escape(f'{f.code} {f.message}')}"
+    )
 
 
 def load_project(tree: SourceTree, run: Run | None = None) -> Project:
@@ -172,7 +186,7 @@ def _parse_all(tree: SourceTree, project: Project) -> None:
         try:
             project.tree(rel)
         except (SyntaxError, ValueError) as exc:  # ValueError: a NUL byte, before 3.11.4
-            raise does_not_parse(tree.display(rel), exc, text) from exc
+            raise does_not_parse(tree.display(rel), exc, text, rel) from exc
 
 
 def check_tree(
@@ -199,7 +213,8 @@ def check_project(
     try:
         found = checks.run(project, codes)
     except SyntaxError as exc:
-        raise does_not_parse(tree.display(exc.filename or ""), exc) from exc
+        rel = exc.filename or ""
+        raise does_not_parse(tree.display(rel), exc, rel=rel) from exc
     suppressions = {
         rel: parse_suppressions(text, checks.CODES, project.run)
         for rel, text in project.texts.items()
@@ -349,8 +364,8 @@ def text(results: Sequence[CheckResult], view: View = View()) -> str:
             lines.append(f"{row['count']:>5}  {row['code']:<7} {mark} {row['name']}")
     else:
         for path, f in _rows(results):
-            first = f"{path}:{f.line}:{f.col}: {f.code} "
-            lines.extend(terminal.wrap(first, f.message) if view.wrap else [first + f.message])
+            wrap = view.wrap
+            lines.extend(terminal.wrap(_lead(path, f), f.message) if wrap else [text_line(path, f)])
     if not view.quiet:
         lines.extend(view.fixes)
         lines.extend(summary_lines(results, view))
@@ -525,9 +540,7 @@ def sarif(results: Sequence[CheckResult], view: View = View()) -> str:
 
 def github(results: Sequence[CheckResult], view: View = View()) -> str:
     return "\n".join(
-        f"::error file={_escape(result.annotation_rel(f.path), prop=True)},line={f.line},"
-        f"col={f.col},title={_escape(f.code, prop=True)}::{_escape(f'{f.code} {f.message}')}"
-        for result, _, f in _located(results)
+        annotation(result.annotation_rel(f.path), f) for result, _, f in _located(results)
     )
 
 
@@ -718,8 +731,8 @@ def run(args: argparse.Namespace) -> int:
     if broken:
         # the report holds the syntax errors; the one error line says the first, and exit 2
         first = broken[0].errors[0]
-        where = f"{broken[0].display_path(first)}:{first.line}:{first.col}"
-        print(f"pdguard: error: {where}: {first.message}", file=sys.stderr)
+        reason = error_line(broken[0].display_path(first), first)
+        print(f"pdguard: error: {reason}", file=sys.stderr)
         return EXIT_ERROR
     return EXIT_CHANGES if failed and not args.exit_zero else EXIT_OK
 

@@ -22,10 +22,11 @@ from dataclasses import asdict, dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 from pdguard import cache, checks
+from pdguard.checks import Finding
 from pdguard.checks.project import Project
 
 from .. import terminal
-from ..errors import ConfigError, PdguardError, TargetError, UsageError
+from ..errors import ConfigError, ParseError, PdguardError, TargetError, UsageError
 from ..fixes import FIXES, Fix, Status
 from ..run import Run, Settings, run_or_new
 from ..tree import DirectoryTree, SourceTree
@@ -49,7 +50,17 @@ from .base import (
     github_escape,
     positive,
 )
-from .check import add_confirm, check_project, check_tree, finding_json
+from .check import (
+    SYNTAX_CODE,
+    add_confirm,
+    annotation,
+    check_project,
+    check_tree,
+    error_line,
+    finding_json,
+    syntax_result,
+    text_line,
+)
 
 NAME = "verify"
 HELP = "say, per upstream ref or release, whether each fix is carried, upstream, ..."
@@ -108,6 +119,28 @@ class RefReport:
         report.fixes = {fix.name: ERROR for fix in FIXES}
         return report
 
+    @classmethod
+    def does_not_parse(
+        cls, tree: SourceTree, ref: str, commit: str | None, error: ParseError
+    ) -> RefReport:
+        """A ref one of whose files does not parse: an error row whose findings are that
+        file's ``E999`` diagnostic, as ``check`` gives it (the path as verify names files);
+        the error line is check's, after the ref."""
+        [finding] = syntax_result(tree, error).errors
+        path = repo_path(tree, finding.path)
+        report = cls.errored(ref, commit, f"{ref}: {error_line(path, finding)}")
+        report.findings = [finding_json(finding, path)]
+        return report
+
+    def syntax_errors(self) -> list[Finding]:
+        """The ``E999`` diagnostics among the findings, their paths as verify names them."""
+        keys = ("path", "line", "col", "code", "symbol", "message")
+        return [
+            Finding(**{key: f[key] for key in keys})  # type: ignore[arg-type]  # finding_json's
+            for f in self.findings
+            if f["code"] == SYNTAX_CODE
+        ]
+
     def as_json(self) -> dict[str, object]:
         return asdict(self)
 
@@ -137,7 +170,10 @@ def verify_tree(
     from ..workspace import Workspace
 
     run = run_or_new(run)
-    result = check_tree(tree, run=run)
+    try:
+        result = check_tree(tree, run=run)
+    except ParseError as exc:
+        return RefReport.does_not_parse(tree, ref, commit, exc)
     report = RefReport(ref, commit, tree.sglang_version())
     report.findings = [finding_json(f, repo_path(tree, f.path)) for f in result.findings]
     workspace = Workspace(tree, run=run)
@@ -628,7 +664,10 @@ def text(reports: Sequence[RefReport]) -> str:
         for row in [header, *rows]
     ]
     for r in reports:
-        if r.error is not None:
+        syntax = r.syntax_errors()
+        for f in syntax:  # check's text line, after the ref
+            lines.append(f"{r.ref}: {text_line(f.path, f)}")
+        if r.error is not None and not syntax:
             lines.append(f"{r.ref}: error: {r.error}")
         if r.wheel is not None:
             against = "releases.toml's pin" if r.wheel["checked_against"] == "pin" else "the index"
@@ -644,11 +683,15 @@ def as_json(reports: Sequence[RefReport]) -> str:
 
 
 def github(reports: Sequence[RefReport]) -> str:
-    lines = []
+    lines: list[str] = []
     for r in reports:
         if r.error is not None:
+            syntax = r.syntax_errors()  # check's annotation; else the ref's error
             title = github_escape(f"pdguard verify {r.ref}", prop=True)
-            lines.append(f"::error title={title}::{github_escape(f'error: {r.error}')}")
+            lines.extend(
+                [annotation(f.path, f) for f in syntax]
+                or [f"::error title={title}::{github_escape(f'error: {r.error}')}"]
+            )
             continue
         for name, status in r.fixes.items():
             if status in ("applicable", "drifted"):

@@ -153,6 +153,7 @@ class Target:
             namespace: dict[str, object] = {
                 "__name__": _module_name(plan.rel),
                 "__builtins__": loaded_builtins,
+                sandbox.TARGET_FILE: self.display.get(plan.rel, plan.rel),
             }
             for name, key in plan.standins.items():
                 namespace[name] = standin(key)
@@ -372,7 +373,6 @@ class _Loader:
         }
         self._rewrite_local_imports(plan)
         display = self.tree.display(plan.rel)
-        sandbox.register_target_file(plan.rel, display)
         loaded_classes = frozenset(cls.node.name for cls in plan.classes) | frozenset(
             name
             for name in _import_keys(plan.module)

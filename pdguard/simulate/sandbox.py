@@ -360,17 +360,22 @@ class Limits:
 
 
 LIMITS = Limits()
-# files the target's code is compiled under, set by the loader in the child: a limit reached
-# is placed on the innermost frame in one of them
-_TARGET_FILES: dict[str, str] = {}  # compiled file name -> how messages name it
-
-
-def register_target_file(rel: str, display: str) -> None:
-    _TARGET_FILES[rel] = display
+# The key, in each namespace the target's code runs in (``loader.Target.namespaces``), of how
+# messages name that module's file: a frame whose globals hold it runs the target's code, and a
+# limit reached is placed on the innermost such frame. The name travels with the code it names,
+# so two targets (two runs, or two trees with the same relative paths) never share it; the
+# target's code cannot spell it (the policy refuses names that start with ``_``).
+TARGET_FILE = "__pdguard_target_file__"
 
 
 class _LimitReached(BaseException):
     pass
+
+
+def _shown(frame: FrameType, line: int | None) -> str | None:
+    """``<file>:<line>`` when ``frame`` runs the target's code."""
+    name = frame.f_globals.get(TARGET_FILE)
+    return f"{name}:{line or 0}" if isinstance(name, str) else None
 
 
 def _running_line() -> str | None:
@@ -379,17 +384,24 @@ def _running_line() -> str | None:
     for frame in frames.values():
         current: FrameType | None = frame
         while current is not None:
-            name = current.f_code.co_filename
-            if name in _TARGET_FILES:
-                return f"{_TARGET_FILES[name]}:{current.f_lineno}"
+            shown = _shown(current, current.f_lineno)
+            if shown is not None:
+                return shown
             current = current.f_back
     return None
 
 
 def _target_line(exc: BaseException) -> str | None:
-    for frame in reversed(traceback.extract_tb(exc.__traceback__)):
-        if frame.filename in _TARGET_FILES:
-            return f"{_TARGET_FILES[frame.filename]}:{frame.lineno}"
+    """``<file>:<line>`` of the innermost frame of the target's code ``exc`` went through."""
+    frames: list[tuple[FrameType, int]] = []
+    tb = exc.__traceback__
+    while tb is not None:
+        frames.append((tb.tb_frame, tb.tb_lineno))
+        tb = tb.tb_next
+    for frame, line in reversed(frames):
+        shown = _shown(frame, line)
+        if shown is not None:
+            return shown
     return None
 
 

@@ -191,7 +191,7 @@ def test_json_report(
         "fixes",
         "notes",
     }
-    assert payload["target"] == str(tree)
+    assert payload["target"] == "tree"  # as the files are named: from the current directory
     assert payload["sglang_version"] == VERSION
     assert payload["files_changed"] == [shown(tree)]
     assert payload["written"] is written
@@ -204,6 +204,40 @@ def test_json_report(
     }
     assert isinstance(payload["notes"], dict)
     assert all(isinstance(v, str) for v in payload["notes"].values())
+
+
+@pytest.mark.parametrize(
+    ("cwd", "typed", "named"),
+    [
+        ("", "work/../tree", "tree"),  # below the current directory: relative, normalised
+        ("work", "../tree", None),  # outside it: absolute (docs/cli.md, "Paths")
+    ],
+)
+def test_target_is_named_as_the_files_are(
+    tree: Path,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+    cwd: str,
+    typed: str,
+    named: str | None,
+) -> None:
+    """``target`` (JSON) and the text report's first line name the tree as ``files_changed``
+    and the diff name its files (ruff: relative to the current directory when below it, else
+    absolute), never the target as typed (``../tree``)."""
+    (tree.parent / "work").mkdir()
+    monkeypatch.chdir(tree.parent / cwd)
+    named = named or tree.resolve().as_posix()
+    code, out, _ = run_main(capsys, "apply", "--check", "--format", "json", typed)
+    assert code == 1
+    payload = json.loads(out)
+    assert payload["target"] == named
+    assert payload["files_changed"] == [f"{named}/{PREFILL_REL}"]
+    code, out, _ = run_main(capsys, "apply", "--check", typed)
+    assert out.splitlines()[0] == f"{named} (sglang {VERSION})"
+    assert f"would change: {named}/{PREFILL_REL}" in out
+    code, out, _ = run_main(capsys, "apply", "--format", "json", "--diff", typed)
+    diff = json.loads(out)["diff"]  # from the current directory, else from the tree's root
+    assert f"+++ b/{PREFILL_REL if cwd else f'{named}/{PREFILL_REL}'}\n" in diff
 
 
 def test_json_report_after_apply(tree: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -576,7 +610,7 @@ def test_installed(tmp_path: Path) -> None:
     )
     assert done.returncode == 0, done.stderr
     payload = json.loads(done.stdout)
-    assert Path(payload["target"]) == site / "sglang"
+    assert payload["target"] == "site/sglang"  # below the current directory: relative
     assert payload["fixes"][INFLIGHT] == "applied"
     assert payload["written"] is True
     after = snapshot(site)

@@ -164,3 +164,25 @@ def test_a_package_directory_is_simulated_without_reading_beside_it(
     root = make_toy(tmp_path / "toy", text)
     assert main(["simulate", str(root / "sglang"), "--scenario", "healthy-traffic"]) == 0
     assert capsys.readouterr().err == ""
+
+
+def test_a_limit_names_the_file_of_the_namespace_the_code_runs_in() -> None:
+    """How a limit's message names the target's file travels with the target's namespaces
+    (``sandbox.TARGET_FILE``, set by ``loader.Target.namespaces``), not a process-wide table:
+    two targets whose modules share a relative path (two trees, two runs in one process) are
+    each named as their own tree names it, and pdguard's own frames are never the target's."""
+    code = compile("def poll():\n    raise MemoryError\n", PREFILL, "exec")
+    named = {}
+    for shown in ("one/" + PREFILL, "two/" + PREFILL):
+        namespace: dict[str, object] = {sandbox.TARGET_FILE: shown}
+        exec(code, namespace)
+        try:
+            namespace["poll"]()  # type: ignore[operator]  # the function just defined
+        except MemoryError as exc:
+            named[shown] = sandbox._target_line(exc)
+    assert named == {shown: f"{shown}:2" for shown in named}
+    try:
+        raise MemoryError
+    except MemoryError as exc:
+        assert sandbox._target_line(exc) is None  # a frame of pdguard's (or a test's) own
+    assert sandbox._running_line() is None
