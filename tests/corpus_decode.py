@@ -102,13 +102,18 @@ _BOOTSTRAP_ADDR = """
 def _bootstrap_addr(req):
     return f"{req.bootstrap_host}:{req.bootstrap_port}"
 """
-_POP = """\
-        ready, failed = [], []
+# each queue's Failed path: the client gets an error, the request leaves the queue
+_FAILED = """\
         for decode_req, poll in zip(self.queue, polls):
             if poll == KVPoll.Failed:
                 failed.append(decode_req)
                 prepare_abort(decode_req.req, "KV transfer failed")
                 self.scheduler.stream_output([decode_req.req], decode_req.req.return_logprob)
+"""
+_POP = (
+    "        ready, failed = [], []\n"
+    + _FAILED
+    + """\
             elif poll == KVPoll.WaitingForInput:
                 if self._allocatable_tokens() < len(decode_req.req.origin_input_ids):
                     continue  # no room for its KV yet: it waits in the queue
@@ -120,13 +125,11 @@ _POP = """\
         self.queue = [r for r in self.queue if r not in ready and r not in failed]
         return ready
 """
-_TRANSFERRED = """\
-        done, failed = [], []
-        for decode_req, poll in zip(self.queue, polls):
-            if poll == KVPoll.Failed:
-                failed.append(decode_req)
-                prepare_abort(decode_req.req, "KV transfer failed")
-                self.scheduler.stream_output([decode_req.req], decode_req.req.return_logprob)
+)
+_TRANSFERRED = (
+    "        done, failed = [], []\n"
+    + _FAILED
+    + """\
                 self.tree_cache.cache_finished_req(decode_req.req)
             elif poll == KVPoll.Success:
                 done.append(decode_req)
@@ -136,6 +139,7 @@ _TRANSFERRED = """\
         self.queue = [r for r in self.queue if r not in done and r not in failed]
         return [r.req for r in done]
 """
+)
 # what the PDG007 examples' builder writes, and what a runnable tree has instead
 _SHAPES = (
     (
