@@ -5,6 +5,10 @@ the set of rule codes ``pdguard check`` must report on it: empty for a tree wher
 waits without bound (any finding is a false positive), the hazard's codes for one where a
 request does (a missing code is a false negative). ``why`` is the ground truth: what happens
 at run time, where a request waits. ``python -m tests.corpus_decode`` prints the counts.
+
+Every tree also runs under ``simulate`` / ``check --confirm`` (``runnable``: the prefill DP
+rank from /query_dp_ranks as releases resolve it, bare arrivals, a Failed path), and the
+simulation agrees with each ``why`` (``tests/simulate/test_confirm_corpus.py``).
 """
 
 from __future__ import annotations
@@ -27,7 +31,13 @@ _FORK = """\
 import time
 
 from sglang.srt.disaggregation.base.conn import KVPoll
-from sglang.srt.disaggregation.utils import poll_and_all_reduce, prepare_abort
+from sglang.srt.disaggregation.common.conn import CommonKVReceiver
+from sglang.srt.disaggregation.utils import (
+    KVClassType,
+    get_kv_class,
+    poll_and_all_reduce,
+    prepare_abort,
+)
 
 RANK_WAIT_LIMIT = 300.0
 
@@ -39,35 +49,180 @@ class DecodeRequest:
 
 
 class DecodePreallocQueue:
-    def __init__(self, kv_manager, receiver_class, gloo_group):
+    def __init__(self, kv_manager, transfer_backend, gloo_group):
         self.kv_manager = kv_manager
-        self.receiver_class = receiver_class
+        self.transfer_backend = transfer_backend
         self.gloo_group = gloo_group
         self.queue = []
+        self.retracted_queue = []
         self.awaiting_rank = []
 
-    def add(self, req):
-        self.awaiting_rank.append(req)
+    def add(self, req, is_retracted=False):
+        if is_retracted:
+            self.retracted_queue.append(req)
+        else:
+            req.awaiting_since = time.monotonic()
+            self.awaiting_rank.append(req)
 
     def _admit_awaiting(self):
         still_waiting = []
         for req in self.awaiting_rank:
-            rank = self.kv_manager.lookup_rank(req.bootstrap_room)
+            room_to_rank = CommonKVReceiver.query_prefill_dp_ranks(
+                _bootstrap_addr(req), [req.bootstrap_room]
+            )
+            rank = room_to_rank.get(str(req.bootstrap_room))
             if rank is None:
 {keep}
-            receiver = self.receiver_class(self.kv_manager, req.bootstrap_room, rank)
+            receiver = get_kv_class(self.transfer_backend, KVClassType.RECEIVER)(
+                mgr=self.kv_manager,
+                bootstrap_addr=_bootstrap_addr(req),
+                bootstrap_room=req.bootstrap_room,
+                prefill_dp_rank=int(rank),
+            )
             self.queue.append(DecodeRequest(req, receiver))
         self.awaiting_rank = still_waiting
 
     def pop_preallocated(self):
         self._admit_awaiting()
         polls = poll_and_all_reduce([r.kv_receiver for r in self.queue], self.gloo_group)
-        ready = [r for r, poll in zip(self.queue, polls) if poll == KVPoll.WaitingForInput]
-        self.queue = [r for r in self.queue if r not in ready]
-        return ready
+{pop}
 
 
 {rest}"""
+# -- what makes a tree runnable by the simulation, as SGLang's own decode.py has it -----------
+# The prefill DP rank resolved as releases 0.5.10+ do (``_resolve_pending_reqs``): the prefill
+# bootstrap server's /query_dp_ranks, through ``CommonKVReceiver.query_prefill_dp_ranks``; it
+# answers only for rooms the prefill registered. Requests arrive bare (``add(req,
+# is_retracted=False)``) and get their receiver from ``get_kv_class``; the prealloc queue
+# fails a Failed receiver's request (client error) and sends the indices of a WaitingForInput
+# one; the transfer queue fails a Failed one and frees its KV. The hazard of each case is in
+# the lines the case writes (the re-queue, the bound, the gate), never here.
+_BOOTSTRAP_ADDR = """
+
+def _bootstrap_addr(req):
+    return f"{req.bootstrap_host}:{req.bootstrap_port}"
+"""
+# each queue's Failed path: the client gets an error, the request leaves the queue
+_FAILED = """\
+        for decode_req, poll in zip(self.queue, polls):
+            if poll == KVPoll.Failed:
+                failed.append(decode_req)
+                prepare_abort(decode_req.req, "KV transfer failed")
+                self.scheduler.stream_output([decode_req.req], decode_req.req.return_logprob)
+"""
+_POP = (
+    "        ready, failed = [], []\n"
+    + _FAILED
+    + """\
+            elif poll == KVPoll.WaitingForInput:
+                if self._allocatable_tokens() < len(decode_req.req.origin_input_ids):
+                    continue  # no room for its KV yet: it waits in the queue
+                ready.append(decode_req)
+                kv_indices = self._pre_alloc(decode_req.req)
+                index = self.req_to_metadata_buffer_idx_allocator.alloc()
+                decode_req.metadata_buffer_index = index
+                decode_req.kv_receiver.send_metadata(kv_indices, index)
+        self.queue = [r for r in self.queue if r not in ready and r not in failed]
+        return ready
+"""
+)
+_TRANSFERRED = (
+    "        done, failed = [], []\n"
+    + _FAILED
+    + """\
+                self.tree_cache.cache_finished_req(decode_req.req)
+            elif poll == KVPoll.Success:
+                done.append(decode_req)
+            else:
+                continue
+            self.req_to_metadata_buffer_idx_allocator.free(decode_req.metadata_buffer_index)
+        self.queue = [r for r in self.queue if r not in done and r not in failed]
+        return [r.req for r in done]
+"""
+)
+# what the PDG007 examples' builder writes, and what a runnable tree has instead
+_SHAPES = (
+    (
+        "from sglang.srt.disaggregation.utils import poll_and_all_reduce\n",
+        "from sglang.srt.disaggregation.common.conn import CommonKVReceiver\n"
+        "from sglang.srt.disaggregation.utils import (\n    KVClassType,\n    get_kv_class,\n"
+        "    poll_and_all_reduce,\n    prepare_abort,\n)\n",
+    ),
+    (
+        "TIMEOUT = 300\n",
+        "TIMEOUT = 300\n"
+        + _BOOTSTRAP_ADDR
+        + """
+
+class DecodeRequest:
+    def __init__(self, req, kv_receiver):
+        self.req = req
+        self.kv_receiver = kv_receiver
+""",
+    ),
+    (
+        "    def __init__(self, kv_manager, gloo_group):\n        self.kv_manager = kv_manager\n",
+        "    def __init__(self, kv_manager, transfer_backend, gloo_group):\n"
+        "        self.kv_manager = kv_manager\n        self.transfer_backend = transfer_backend\n",
+    ),
+    (
+        """\
+    def add(self, decode_req):
+        decode_req.entered_at""",
+        """\
+    def add(self, req, is_retracted=False):
+        if is_retracted:
+            self.retracted_queue.append(req)
+            return
+        kv_receiver = get_kv_class(self.transfer_backend, KVClassType.RECEIVER)(
+            mgr=self.kv_manager,
+            bootstrap_addr=_bootstrap_addr(req),
+            bootstrap_room=req.bootstrap_room,
+        )
+        decode_req = DecodeRequest(req, kv_receiver)
+        decode_req.entered_at""",
+    ),
+    (
+        "            rank = self.kv_manager.lookup_rank(decode_req.req.bootstrap_room)\n",
+        """\
+            room = decode_req.req.bootstrap_room
+            room_to_rank = CommonKVReceiver.query_prefill_dp_ranks(
+                _bootstrap_addr(decode_req.req), [room]
+            )
+            rank = room_to_rank.get(str(room))
+""",
+    ),
+    (
+        """\
+        ready = [r for r, poll in zip(self.queue, polls) if poll == KVPoll.WaitingForInput]
+        self.queue = [r for r in self.queue if r not in ready]
+        return ready
+""",
+        _POP,
+    ),
+    (
+        """\
+        done = [r for r, poll in zip(self.queue, polls) if poll == KVPoll.Success]
+        self.queue = [r for r in self.queue if r not in done]
+        return [r.req for r in done]
+""",
+        _TRANSFERRED,
+    ),
+)
+
+
+def runnable(text: str) -> str:
+    """The PDG007 examples' decode.py, SGLang-shaped where the simulation runs it (above)."""
+    for old, new in _SHAPES:
+        assert text.count(old) == 1, old
+        text = text.replace(old, new)
+    return text
+
+
+def _decode(**parts: str) -> str:
+    return runnable(decode(**parts)[DECODE_PATH])
+
+
 _I = " " * 16
 FORK_UNBOUNDED = f"{_I}still_waiting.append(req)\n{_I}continue\n"
 # bounded: stamped once; once the wait exceeds the limit, aborted, answered and dropped
@@ -124,16 +279,27 @@ DEFERRED = """
                 self.release(decode_req)
         self.deferred = still_held
 """
+DEFERRED_INIT = "        self.deferred = []\n"
 DEFERRED_PROCESS = "        self.disagg_decode_transfer_queue.resolve_deferred()\n" + _POLLS
 
 
-def fork(keep: str = FORK_UNBOUNDED, process: str = _POLLS, transfer_extra: str = "") -> str:
-    """The fork's prealloc queue, then the PDG007 examples' transfer queue and scheduler, its
-    ``process_decode_queue`` body ``process``."""
-    release = decode()[DECODE_PATH]
+def fork(
+    keep: str = FORK_UNBOUNDED,
+    process: str = _POLLS,
+    transfer_extra: str = "",
+    transfer_init: str = "",
+) -> str:
+    """The fork's prealloc queue, then the PDG007 examples' transfer queue (runnable) and
+    scheduler, its ``process_decode_queue`` body ``process``."""
+    release = _decode()
     rest = release[release.index("class DecodeTransferQueue:") :].replace(_POLLS, process)
-    rest = rest.replace("    def extend(", transfer_extra.lstrip("\n") + "\n    def extend(", 1)
-    return _FORK.format(keep=keep.rstrip("\n"), rest=rest)
+    rest = rest.replace(
+        "        self.queue = []\n\n    def extend(",
+        "        self.queue = []\n" + transfer_init + transfer_extra + "\n    def extend(",
+        1,
+    )
+    text = _FORK.format(keep=keep.rstrip("\n"), pop=_POP.rstrip("\n"), rest=rest)
+    return text.replace("\n\nclass DecodeRequest:", _BOOTSTRAP_ADDR + "\n\nclass DecodeRequest:", 1)
 
 
 # -- the release-shaped pending_reqs re-queue, bound written with early ``continue`` ----------
@@ -154,7 +320,7 @@ CASES: tuple[Case, ...] = (
     # --- correct: no request waits without bound ------------------------------------------
     _case(
         "early-continue-bound",
-        decode(requeue=CONTINUE_BOUND),
+        {DECODE_PATH: _decode(requeue=CONTINUE_BOUND)},
         why="the kept path continues; an overdue request falls through to abort(), so its "
         "receiver reports Failed and the queue's Failed path drops it: as the `else` form",
     ),
@@ -171,7 +337,7 @@ CASES: tuple[Case, ...] = (
     ),
     _case(
         "deferred-release-list",
-        {DECODE_PATH: fork(FORK_TIMED, DEFERRED_PROCESS, DEFERRED)},
+        {DECODE_PATH: fork(FORK_TIMED, DEFERRED_PROCESS, DEFERRED, DEFERRED_INIT)},
         why="a list of done requests held until their KV may be freed, with a stored "
         "deadline: it admits nothing, no request in it waits for the prefill",
     ),
@@ -185,7 +351,7 @@ CASES: tuple[Case, ...] = (
     ),
     _case(
         "early-continue-inert",
-        decode(requeue=CONTINUE_INERT),
+        {DECODE_PATH: _decode(requeue=CONTINUE_INERT)},
         "PDG007",
         why="the overdue path falls through to a print(): the request is dropped from "
         "pending_reqs but stays in the queue with a receiver that never sees init()",
@@ -193,7 +359,7 @@ CASES: tuple[Case, ...] = (
     _case(
         "pending-mixed-clocks",
         {
-            DECODE_PATH: decode(requeue=TIMED)[DECODE_PATH].replace(
+            DECODE_PATH: _decode(requeue=TIMED).replace(
                 "decode_req.entered_at = time.monotonic()", "decode_req.entered_at = time.time()"
             )
         },
@@ -204,9 +370,7 @@ CASES: tuple[Case, ...] = (
     _case(
         "entry-deadline-mixed-clocks",
         {
-            DECODE_PATH: decode(requeue=UNBOUNDED, helper=HELPER, call_helper=CALL_HELPER)[
-                DECODE_PATH
-            ].replace(
+            DECODE_PATH: _decode(requeue=UNBOUNDED, helper=HELPER, call_helper=CALL_HELPER).replace(
                 "decode_req.entered_at = time.monotonic()", "decode_req.entered_at = time.time()"
             )
         },

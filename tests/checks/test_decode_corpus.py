@@ -49,7 +49,11 @@ def test_bound_refuses_entries_without_a_receiver(tmp_path: Path) -> None:
 
 
 def test_bound_names_the_entries_class_when_it_is_known(tmp_path: Path) -> None:
-    text = fork().replace("    def add(self, req):", "    def add(self, req: Req):")
+    text = fork().replace(
+        "    def add(self, req, is_retracted=False):",
+        "    def add(self, req: Req, is_retracted=False):",
+    )
+    assert "req: Req" in text
     status, note, _ = _plan(tmp_path, text)
     assert status is Status.REFUSED
     assert "are Req, with no kv_receiver" in note

@@ -284,3 +284,33 @@ def test_confirm_runs_the_decode_side_where_the_prefill_side_cannot_load(tmp_pat
     assert set(rows) == set(DECODE)
     assert rows["pending-unresolved"] == "fail"
     assert rows["prefill-deadline-pair"] == "n/a"
+
+
+_PARKED = """
+class DecodePreallocQueue:
+    def __init__(self):
+        self.queue = []
+        self.retracted_queue = []
+        self.awaiting_rank = []
+        self.seen = {}
+
+    def _admit(self):
+        ranks = CommonKVReceiver.query_prefill_dp_ranks(addr, rooms)
+"""
+
+
+def test_a_forks_own_pending_list_is_where_it_asks_query_dp_ranks() -> None:
+    """A fork that parks requests in a list of its own while /query_dp_ranks has not answered
+    (no _resolve_pending_reqs) gets the pending-unresolved scenario on that list; a release
+    (its pending_reqs) and a queue that never asks do not."""
+    module = ast.parse(_PARKED)
+    cls = module.body[0]
+    assert isinstance(cls, ast.ClassDef)
+    literals = {"queue": "[]", "retracted_queue": "[]", "awaiting_rank": "[]", "seen": "{}"}
+    assert decode_loader.parked_lists(cls, literals) == ("awaiting_rank",)
+    release = ast.parse(_PARKED.replace("def _admit", "def _resolve_pending_reqs")).body[0]
+    assert isinstance(release, ast.ClassDef)
+    assert decode_loader.parked_lists(release, literals) == ()
+    asks_nothing = ast.parse(_PARKED.replace("query_prefill_dp_ranks", "lookup")).body[0]
+    assert isinstance(asks_nothing, ast.ClassDef)
+    assert decode_loader.parked_lists(asks_nothing, literals) == ()

@@ -95,6 +95,9 @@ class DecodeTarget:
     init_literals: dict[str, dict[str, str]] = field(default_factory=dict)
     # queue class -> the containers its loaded methods keep on self (``loader.own_state``)
     own_state: dict[str, dict[str, str]] = field(default_factory=dict)
+    # a fork's own lists where the prealloc queue parks requests whose prefill DP rank
+    # /query_dp_ranks has not answered (``parked_lists``): its pending_reqs
+    parked: tuple[str, ...] = ()
 
     @property
     def retracts(self) -> bool:
@@ -105,6 +108,11 @@ class DecodeTarget:
     def pends(self) -> bool:
         """Does the prealloc queue park requests whose prefill DP rank is unknown (0.5.10+)?"""
         return "_resolve_pending_reqs" in self.prealloc_methods
+
+    @property
+    def pending_lists(self) -> tuple[str, ...]:
+        """The prealloc queue's lists of requests waiting for their prefill DP rank."""
+        return ("pending_reqs",) if self.pends else self.parked
 
 
 def load(tree: SourceTree) -> DecodeTarget:
@@ -159,6 +167,7 @@ def load(tree: SourceTree) -> DecodeTarget:
     )
     add = methods_of(prealloc.node).get("add")
     queues = {PREALLOC_QUEUE: prealloc, TRANSFER_QUEUE: transfer}
+    init_literals = {name: loader.init_literals(plan.node) for name, plan in queues.items()}
     return DecodeTarget(
         label=tree.label,
         version=tree.sglang_version(),
@@ -173,7 +182,8 @@ def load(tree: SourceTree) -> DecodeTarget:
         env_defaults=_env_defaults(tree),
         request_fields=_request_fields(ldr.classes(DECODE_PATH).get("DecodeRequest")),
         add_params=tuple(a.arg for a in add.args.args) if add is not None else (),
-        init_literals={name: loader.init_literals(plan.node) for name, plan in queues.items()},
+        init_literals=init_literals,
+        parked=parked_lists(prealloc.node, init_literals[PREALLOC_QUEUE]),
         prefill_requeues=_defines(tree, PREFILL_PATH, REQUEUE_FUNCTION),
         own_state={
             name: loader.own_state(loader._methods_of(plan)) for name, plan in queues.items()
@@ -184,6 +194,31 @@ def load(tree: SourceTree) -> DecodeTarget:
                 | {f"{name}.{m}" for name in ("receivers",) for m in RECEIVER_REPLACED}
             )
         ),
+    )
+
+
+_QUEUES_OF_A_RELEASE = frozenset({"queue", "retracted_queue", "pending_reqs"})
+
+
+def parked_lists(prealloc: ast.ClassDef | None, literals: Mapping[str, str]) -> tuple[str, ...]:
+    """A fork's prealloc queue with no ``_resolve_pending_reqs`` whose methods still ask
+    ``query_prefill_dp_ranks`` (/query_dp_ranks) for a room's prefill DP rank: the lists its
+    ``__init__`` starts empty beside the release's queues, where it parks requests until the
+    rank is known (``awaiting_rank``). Empty for a release (0.5.10+ park in pending_reqs;
+    before, the receivers ask the bootstrap server themselves)."""
+    methods = methods_of(prealloc) if prealloc is not None else {}
+    if "_resolve_pending_reqs" in methods or not any(
+        isinstance(n, ast.Attribute) and n.attr == "query_prefill_dp_ranks"
+        for function in methods.values()
+        for n in ast.walk(function)
+    ):
+        return ()
+    return tuple(
+        sorted(
+            attr
+            for attr, literal in literals.items()
+            if literal in ("[]", "list()") and attr not in _QUEUES_OF_A_RELEASE
+        )
     )
 
 

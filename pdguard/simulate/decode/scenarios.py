@@ -264,7 +264,7 @@ def _retracts(target: DecodeTarget) -> str | None:
 
 
 def _pends(target: DecodeTarget) -> str | None:
-    if target.pends:
+    if target.pending_lists:  # a release's pending_reqs, or a fork's own (``parked``)
         return None
     return "no pending_reqs in this release (no _resolve_pending_reqs; 0.5.10+)"
 

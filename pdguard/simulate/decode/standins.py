@@ -741,6 +741,13 @@ KEYS_EXTRA: dict[str, Callable[[Any], object]] = {
     **{name: _unreached(name) for name in UNREACHED},
     **{name: _pool_type(name) for name in OTHER_POOLS},
     "get_kv_class": lambda ctx: lambda backend, class_type: ctx.new_receiver,
+    # a tree with no receiver hierarchy of its own (a decode fork's ``decode.py`` alone): the
+    # static look-up ``_resolve_pending_reqs`` calls on the class (0.5.10+), the prefill
+    # bootstrap server's ``/query_dp_ranks`` (a tree's own class is loaded instead, and the
+    # world answers the same look-up on it)
+    "CommonKVReceiver": lambda ctx: Config(
+        "CommonKVReceiver", query_prefill_dp_ranks=ctx.query_dp_ranks
+    ),
     "DecodeRequest": lambda ctx: type(
         "DecodeRequest", (SimDecodeRequest,), {"fields": ctx.world.target.request_fields}
     ),

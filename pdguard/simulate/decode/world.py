@@ -293,7 +293,11 @@ class DecodeRank(lockstep.LockstepRank["DecodeWorld"]):
             tuple(_rid(d) for d in self.prealloc.queue),
             tuple(_rid(d) for d in self.transfer.queue),
             tuple(_rid(r) for r in self.prealloc.retracted_queue),
-            tuple(_rid(d) for d in self.prealloc.pending_reqs),
+            tuple(
+                _rid(d)
+                for name in self.world.target.pending_lists
+                for d in getattr(self.prealloc, name)
+            ),
             tuple(r.rid for _, r in self.running),
         )
 
