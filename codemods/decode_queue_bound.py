@@ -637,6 +637,8 @@ class DecodeQueueBound(Command):
                 f"{name}() has no one `if <retracted requests>: return` before one `if` block "
                 f"calling {POP_PREALLOCATED}()"
             )
+        if any(is_name(n, _PP_FAILED) for n in find_all(func, cst.Name)):
+            raise AnchorError(f"{name}() already has a name {_PP_FAILED}")
         gate, block = gates[0][1], blocks[0][1]
         assert isinstance(gate, cst.If) and isinstance(block, cst.If)
         assert isinstance(gate.body, cst.IndentedBlock) and isinstance(
