@@ -219,9 +219,13 @@ class Project:
     @cached_property
     def decode_queues(self) -> DecodeQueueModel:
         """The decode queues and the scheduler functions that poll them."""
-        # a request's receiver, and a poll reduce or a decode queue of the scheduler
+        # a request's receiver, and a poll reduce or a decode queue of the scheduler; or a
+        # decode loop that calls a decode queue's pop method (each one is judged)
         files = self._selected(
-            lambda text: REQ_RECEIVER in text and any(needle in text for needle in DECODE_NEEDLES)
+            lambda text: (
+                (REQ_RECEIVER in text and any(needle in text for needle in DECODE_NEEDLES))
+                or any(needle in text for needle in SCHEDULER_DECODE_NEEDLES)
+            )
         )
         model: DecodeQueueModel = self.run.decode_queues.get_or_build(
             files, lambda: DecodeQueueModel(self._index(files))

@@ -47,7 +47,16 @@ from pdguard.sglang_names import (
     UPDATE_HANDSHAKE_WAITERS,
 )
 
-from .anchors import AnchorError, find_all, find_method, is_method_call, is_name, marker, sole
+from .anchors import (
+    AnchorError,
+    find_all,
+    find_method,
+    is_docstring,
+    is_method_call,
+    is_name,
+    marker,
+    sole,
+)
 from .command import Command
 from .holes import Scope
 from .insertion import (
@@ -101,20 +110,21 @@ _LOG_NO_RID = """\
     )
 """
 
-# The prealloc queue's method run on every step (its failed-request branch is the release's).
+# The prealloc queue's method run on every step: ``pop_preallocated()``'s own parameters, the
+# statements it runs first (the pending requests' resolution and the handshake poll, with the PP
+# consensus where the release takes one) and its failed-request branch are the release's.
 _POLL_PENDING = '''\
-    def {method}(self) -> None:
+    def {method}(self):
         """Resolve and bound the pending requests while retracted requests wait for memory.
 
         pop_preallocated() is not called then (no new request is admitted), nor with it the
-        pending requests' bound and the delivery of the failures it makes: this runs them.
-        It allocates no KV.
+        pending requests' bound and the delivery of the failures it makes: this runs them,
+        with the same arguments (under PP, the stages' consensus). It allocates no KV.
+        Returns the failed requests.
         """
         {marker}: on every step, before the retraction gate
         if not self.{retracted}:
-            return  # pop_preallocated() resolves and polls them
-        self.{resolve}()
-        self.{handshake}()
+            return []  # pop_preallocated() resolves and polls them
         failed_reqs = []
         for {item} in self.{queue}:
             if {test}:
@@ -125,7 +135,28 @@ _POLL_PENDING = '''\
             self.{pending} = [
                 r for r in self.{pending} if id(r) not in failed_ids
             ]
+        return failed_reqs
 '''
+
+_PP_CALL_COMMENT = (
+    "{marker}: while retracted requests wait, pending requests",
+    "# are still resolved and bounded, and the failures the stages agreed on delivered",
+    "# (none is admitted); the next stage fails the same ones.",
+)
+
+_PP_FAILED = "pending_failed_reqs"
+
+
+class _Rename(cst.CSTTransformer):
+    """Every name ``old`` becomes ``new``."""
+
+    def __init__(self, old: str, new: str) -> None:
+        super().__init__()
+        self.old, self.new = old, new
+
+    def leave_Name(self, original: cst.Name, updated: cst.Name) -> cst.Name:
+        return updated.with_changes(value=self.new) if updated.value == self.old else updated
+
 
 _CALL_COMMENT = (
     "{marker}: while retracted requests wait, pending requests",
@@ -208,6 +239,14 @@ class DecodeQueueBound(Command):
             help="Class:pending_list:resolve_method: with --gate, the pending list's bound and "
             "the queue's failures run on every step, before the gate",
         )
+        arg_parser.add_argument(
+            "--pp-gate",
+            dest="pp_gates",
+            action="append",
+            default=[],
+            help="Class.method of a PP decode loop that returns before pop_preallocated() "
+            "while retracted requests wait: it calls poll_pending_reqs() with its consensus",
+        )
         arg_parser.add_argument("--no-log", dest="log", action="store_false")
         arg_parser.add_argument("--import", dest="imports", action="append", default=[])
 
@@ -223,9 +262,11 @@ class DecodeQueueBound(Command):
         isort_config: isort.Config | None = None,
         fields: Sequence[str] = (),
         poll_pending: str | None = None,
+        pp_gates: Sequence[str] = (),
     ) -> None:
         super().__init__(context)
         self.poll_pending = poll_pending
+        self.pp_gates = list(pp_gates)
         self.pending = list(pending)
         self.fields = list(fields)
         # each re-queue's entries' request id, as an attribute path on the entry (only paths
@@ -248,6 +289,7 @@ class DecodeQueueBound(Command):
         if self.poll_pending:
             _, _, resolve = self.poll_pending.split(":")
             names |= {POP_PREALLOCATED, POLL_PENDING, UPDATE_HANDSHAKE_WAITERS, resolve}
+        names |= {where.rpartition(".")[2] for where in self.pp_gates}
         # the entries' @dataclass whole: its fields are what _field reads
         return Scope(
             mentions=frozenset(names),
@@ -278,6 +320,8 @@ class DecodeQueueBound(Command):
                 edits.extend(self._open_gate(tree, self.gate))
         elif self.poll_pending:
             raise AnchorError("--poll-pending is called before the gate: it needs --gate")
+        for where in self.pp_gates:
+            edits.extend(self._pp_gate(tree, where))
         tree = apply_edits(tree, edits)
         return AddIsortedImports(self.context, imports, self.isort_config).transform_module(tree)
 
@@ -370,32 +414,99 @@ class DecodeQueueBound(Command):
             raise AnchorError(f"{class_name} already has a method {POLL_PENDING}()")
         for name in (resolve, UPDATE_HANDSHAKE_WAITERS):
             find_method(tree, name, class_name)  # AnchorError when the release has none
-        branch, item = self._failed_branch(pop)
+        branch, item, loop = self._failed_branch(pop)
         code = _POLL_PENDING.format(
             method=POLL_PENDING,
             marker=marker(FIX),
             retracted=RETRACTED_QUEUE,
-            resolve=resolve,
-            handshake=UPDATE_HANDSHAKE_WAITERS,
             item=item,
             queue=DECODE_QUEUE_LIST,
             test=_flat(branch.test),
             pending=pending,
         )
         method = parse_method(code, tree.config_for_parsing)
-        # the release's own statements of its failed branch, without its index bookkeeping
+        # the release's own statements of its failed branch, without its index bookkeeping,
+        # after the loop's own skips (``rids_to_check``: under PP, the stages' consensus)
         assert isinstance(branch.body, cst.IndentedBlock)  # _failed_branch
+        assert isinstance(loop.body, cst.IndentedBlock)
         kept = [s for s in branch.body.body if not _bookkeeping(s, item)]
-        loop = next(n for n in find_all(method, cst.For))
-        inner = loop.body.body[0]
+        skips = list(loop.body.body[: list(loop.body.body).index(branch)])
+        if not all(_skips(s) for s in skips):
+            raise AnchorError(
+                f"{POP_PREALLOCATED}()'s loop runs other statements before its "
+                f"{FINISH_ABORT} branch"
+            )
+        new_loop = next(n for n in find_all(method, cst.For))
+        inner = new_loop.body.body[0]
         assert isinstance(inner, cst.If) and isinstance(inner.body, cst.IndentedBlock)
         inner_new = inner.with_changes(body=inner.body.with_changes(body=[*kept, *inner.body.body]))
-        replaced = method.deep_replace(inner, inner_new)
-        assert isinstance(replaced, cst.FunctionDef)
-        return pop, StatementEdit(before=[replaced])
+        loop_new = new_loop.with_changes(body=new_loop.body.with_changes(body=[*skips, inner_new]))
+        replaced = method.deep_replace(new_loop, loop_new)
+        assert isinstance(replaced, cst.FunctionDef) and isinstance(
+            replaced.body, cst.IndentedBlock
+        )
+        body = list(replaced.body.body)
+        body[2:2] = self._prologue(pop, resolve)
+        # pop_preallocated()'s parameters as the release lays them out; its list of requests
+        returned = self._returned(pop, replaced)
+        return pop, StatementEdit(
+            before=[
+                pop.with_changes(
+                    name=replaced.name,
+                    returns=returned,
+                    body=replaced.body.with_changes(body=body),
+                    leading_lines=[],
+                    decorators=[],
+                )
+            ]
+        )
 
     @staticmethod
-    def _failed_branch(pop: cst.FunctionDef) -> tuple[cst.If, str]:
+    def _prologue(pop: cst.FunctionDef, resolve: str) -> list[cst.BaseStatement]:
+        """The statements ``pop_preallocated()`` runs before anything else: up to its handshake
+        poll (the pending requests' resolution with it), then the ``if`` blocks that only set
+        its own parameters (0.5.17+: ``rids_to_check`` from the PP consensus)."""
+        assert isinstance(pop.body, cst.IndentedBlock)
+        body = list(pop.body.body)
+        if body and is_docstring(body[0]):
+            body = body[1:]
+        params = {p.name.value for p in pop.params.params}
+        taken: list[cst.BaseStatement] = []
+        for index, stmt in enumerate(body):
+            taken.append(stmt)
+            if any(is_method_call(c, UPDATE_HANDSHAKE_WAITERS) for c in find_all(stmt, cst.Call)):
+                for after in body[index + 1 :]:
+                    if not isinstance(after, cst.If) or not _sets_only(after, params):
+                        break
+                    taken.append(after)
+                break
+        else:
+            raise AnchorError(f"{POP_PREALLOCATED}() calls no {UPDATE_HANDSHAKE_WAITERS}()")
+        if not any(is_method_call(c, resolve) for s in taken for c in find_all(s, cst.Call)):
+            raise AnchorError(
+                f"{POP_PREALLOCATED}() calls no {resolve}() before {UPDATE_HANDSHAKE_WAITERS}()"
+            )
+        if taken:
+            taken[0] = taken[0].with_changes(leading_lines=[])
+        return taken
+
+    @staticmethod
+    def _returned(pop: cst.FunctionDef, method: cst.FunctionDef) -> cst.Annotation | None:
+        """``List[DecodeRequest]`` where ``pop_preallocated()`` returns ``Tuple[List[...], ...]``
+        (the first of the lists it returns); no annotation where it has none."""
+        if pop.returns is None:
+            return None
+        annotation = pop.returns.annotation
+        if isinstance(annotation, cst.Subscript) and annotation.slice:
+            first = annotation.slice[0].slice
+            if isinstance(first, cst.Index):
+                return pop.returns.with_changes(annotation=first.value)
+        raise AnchorError(
+            f"{POP_PREALLOCATED}() returns `{_flat(annotation)}`, not a tuple of lists"
+        )
+
+    @staticmethod
+    def _failed_branch(pop: cst.FunctionDef) -> tuple[cst.If, str, cst.For]:
         """``pop_preallocated``'s ``if isinstance(<item>.req.finished_reason, FINISH_ABORT):``
         inside its loop over the queue, and the loop's entry name."""
         found = []
@@ -413,7 +524,7 @@ class DecodeQueueBound(Command):
                     and any(is_name(n, FINISH_ABORT) for n in find_all(stmt.test, cst.Name))
                     and any(is_name(n, target.value) for n in find_all(stmt.test, cst.Name))
                 ):
-                    found.append((stmt, target.value))
+                    found.append((stmt, target.value, loop))
         if len(found) != 1:
             raise AnchorError(
                 f"{POP_PREALLOCATED}() has {len(found)} `if <entry> ... {FINISH_ABORT}` "
@@ -487,6 +598,136 @@ class DecodeQueueBound(Command):
             edits.append((stmt, StatementEdit(replacement=wrapped)))
             edits.append((following, StatementEdit(replacement=None)))
         return edits
+
+    def _pp_gate(self, tree: cst.Module, where: str) -> list[tuple[cst.CSTNode, StatementEdit]]:
+        """The PP loop's ``if <retracted requests>: return [[], []]`` before its
+        ``if <consensus> is not None:`` block that calls ``pop_preallocated(<consensus>)``:
+        before the gate, ``poll_pending_reqs(<the same arguments>)`` under the same ``if``
+        (the stages' consensus, from the statements that unpack it), and the gate returns
+        the rids of what it failed where it returned none, as the block returns them, so
+        the next stage fails the same requests. No collective is added: the consensus is
+        the one the loop already passes to ``pop_preallocated()``."""
+        class_name, _, name = where.rpartition(".")
+        _, func = find_method(tree, name, class_name or None)
+        assert isinstance(func.body, cst.IndentedBlock)
+        body = list(func.body.body)
+        gates = [
+            (i, s)
+            for i, s in enumerate(body)
+            if isinstance(s, cst.If)
+            and s.orelse is None
+            and _mentions(s.test, RETRACTED_QUEUE)
+            and isinstance(s.body, cst.IndentedBlock)
+            and len(s.body.body) == 1
+            and sole(s.body.body[0], cst.Return) is not None
+        ]
+        blocks = [
+            (i, s)
+            for i, s in enumerate(body)
+            if isinstance(s, cst.If)
+            and s.orelse is None
+            and isinstance(s.body, cst.IndentedBlock)
+            and any(
+                self._admission_targets(line)
+                for line in s.body.body
+                if isinstance(line, cst.SimpleStatementLine)
+            )
+        ]
+        if len(gates) != 1 or len(blocks) != 1 or gates[0][0] > blocks[0][0]:
+            raise AnchorError(
+                f"{name}() has no one `if <retracted requests>: return` before one `if` block "
+                f"calling {POP_PREALLOCATED}()"
+            )
+        if any(is_name(n, _PP_FAILED) for n in find_all(func, cst.Name)):
+            raise AnchorError(f"{name}() already has a name {_PP_FAILED}")
+        gate, block = gates[0][1], blocks[0][1]
+        assert isinstance(gate, cst.If) and isinstance(block, cst.If)
+        assert isinstance(gate.body, cst.IndentedBlock) and isinstance(
+            block.body, cst.IndentedBlock
+        )
+        gate_return = sole(gate.body.body[0], cst.Return)
+        assert gate_return is not None
+        lines = list(block.body.body)
+        at = next(
+            i
+            for i, line in enumerate(lines)
+            if isinstance(line, cst.SimpleStatementLine) and self._admission_targets(line)
+        )
+        pop_line = lines[at]
+        assert isinstance(pop_line, cst.SimpleStatementLine)
+        assign = pop_line.body[0]
+        assert isinstance(assign, cst.Assign) and isinstance(assign.value, cst.Call)
+        failed = self._failed_name(assign)
+        returned = [
+            ret for line in lines[at + 1 :] for ret in find_all(line, cst.Return) if ret.value
+        ]
+        value = gate_return.value
+        if (
+            len(returned) != 1
+            or not isinstance(returned[0].value, cst.List)
+            or len(returned[0].value.elements) != 2
+            or not isinstance(value, cst.List)
+            or len(value.elements) != 2
+            or _flat(value.elements[1].value) != "[]"
+        ):
+            raise AnchorError(
+                f"{name}(): the gate and the {POP_PREALLOCATED}() block do not return "
+                "[<admitted rids>, <failed rids>]"
+            )
+        failed_rids = returned[0].value.elements[1].value
+        renamed = failed_rids.visit(_Rename(failed, _PP_FAILED))
+        assert isinstance(renamed, cst.BaseExpression)
+        new_return = gate_return.with_changes(
+            value=value.with_changes(
+                elements=[value.elements[0], value.elements[1].with_changes(value=renamed)]
+            )
+        )
+        func_attr = assign.value.func
+        assert isinstance(func_attr, cst.Attribute)
+        call = assign.value.with_changes(func=func_attr.with_changes(attr=cst.Name(POLL_PENDING)))
+        (init,) = parse_statements(f"{_PP_FAILED} = []\n", tree.config_for_parsing)
+        (poll,) = parse_statements(f"{_PP_FAILED} = []\n", tree.config_for_parsing)
+        assert isinstance(init, cst.SimpleStatementLine) and isinstance(
+            poll, cst.SimpleStatementLine
+        )
+        poll_assign = poll.body[0]
+        assert isinstance(poll_assign, cst.Assign)
+        poll = poll.with_changes(body=[poll_assign.with_changes(value=call)])
+        comment = _comment_lines(
+            [_PP_CALL_COMMENT[0].format(marker=marker(FIX)), *_PP_CALL_COMMENT[1:]]
+        )
+        first = lines[0].with_changes(leading_lines=[]) if at else None
+        unpack = [first, *lines[1:at]] if first is not None else []
+        polled = block.with_changes(
+            body=block.body.with_changes(body=[*unpack, poll]), leading_lines=[]
+        )
+        new_gate = gate.with_changes(
+            body=gate.body.with_changes(
+                body=[gate.body.body[0].deep_replace(gate_return, new_return)]
+            )
+        )
+        init = init.with_changes(leading_lines=[*gate.leading_lines, *comment])
+        return [
+            (
+                gate,
+                StatementEdit(
+                    before=[init, polled], replacement=new_gate.with_changes(leading_lines=[])
+                ),
+            ),
+        ]
+
+    @staticmethod
+    def _failed_name(assign: cst.Assign) -> str:
+        """The name ``good_reqs, failed_reqs = ...pop_preallocated(...)`` binds the failed
+        requests to (the second of the pair)."""
+        target = assign.targets[0].target if len(assign.targets) == 1 else None
+        if (
+            isinstance(target, cst.Tuple)
+            and len(target.elements) == 2
+            and isinstance(target.elements[1].value, cst.Name)
+        ):
+            return target.elements[1].value.value
+        raise AnchorError(f"{POP_PREALLOCATED}()'s result is not unpacked into two names")
 
     def _call(self, tree: cst.Module, gate: cst.If) -> list[cst.SimpleStatementLine]:
         """``<prealloc queue>.poll_pending_reqs()``, through the attribute the gate reads the
@@ -570,6 +811,30 @@ class DecodeQueueBound(Command):
             body=guard.body.with_changes(body=body),
             leading_lines=[*stmts[0].leading_lines, *comment],
         )
+
+
+def _skips(stmt: cst.BaseStatement) -> bool:
+    """``if <test>: continue``: a loop's skip of the entries it does not look at."""
+    return (
+        isinstance(stmt, cst.If)
+        and stmt.orelse is None
+        and isinstance(stmt.body, cst.IndentedBlock)
+        and len(stmt.body.body) == 1
+        and sole(stmt.body.body[0], cst.Continue) is not None
+    )
+
+
+def _sets_only(stmt: cst.If, names: set[str]) -> bool:
+    """An ``if`` (no ``else``) whose body only assigns some of ``names``."""
+    if stmt.orelse is not None or not isinstance(stmt.body, cst.IndentedBlock):
+        return False
+    for line in stmt.body.body:
+        assign = sole(line, cst.Assign)
+        if assign is None or not all(
+            isinstance(t.target, cst.Name) and t.target.value in names for t in assign.targets
+        ):
+            return False
+    return True
 
 
 def _bookkeeping(stmt: cst.BaseStatement, item: str) -> bool:

@@ -34,7 +34,7 @@ from __future__ import annotations
 
 import ast
 from collections.abc import Callable, Iterable, Iterator, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import cached_property, partial
 
 from pdguard.sglang_names import (
@@ -227,6 +227,8 @@ class Requeue:
     # bounded, but the bound runs only in methods the polling functions call behind the
     # retraction gate (not while retracted requests wait for memory)
     gated: bool = False
+    # the polling functions that reach the bound only behind the gate ("Class.method")
+    loops: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -592,7 +594,12 @@ class DecodeQueueModel:
                             yield Requeue(info, site_func, site, attr, method, inert)
                     if gated and not unbounded and not self._gate_reported(cls, [func]):
                         # one finding for the list: its bound is held back where it is called
-                        yield min(gated, key=lambda r: r.func is not func)
+                        loops = tuple(
+                            f"{owner.name}.{loop.name}" if owner else loop.name
+                            for _, owner, loop in self.unbounded_loops(cls, [func, *deadlines])
+                        )
+                        first = min(gated, key=lambda r: r.func is not func)
+                        yield replace(first, loops=loops)
 
     def _gate_reported(self, cls: str, bounds: list[ast.FunctionDef]) -> bool:
         """Is a call that runs one of ``bounds`` skipped by an early return, or held under an
@@ -608,15 +615,25 @@ class DecodeQueueModel:
         )
 
     def _every_step(self, cls: str, bounds: list[ast.FunctionDef]) -> bool:
-        """Does a polling function call, on every step (``bounded_wait.reach``: not behind
-        the retraction gate, an ``if`` or an earlier ``return`` on a test that reads the
-        retracted requests), a method of ``cls`` that runs one of ``bounds``? True where no
-        polling function calls one (the tree shows no scheduler to tell by). A method that
-        itself returns while no retracted request waits (``poll_pending_reqs``) is taken to
-        leave those steps to the one the gate holds (``pop_preallocated``)."""
+        """Does every polling function that calls a method of ``cls`` running one of
+        ``bounds`` (each decode event loop: ``process_decode_queue``, and under pipeline
+        parallelism the PP mixin's ``process_prealloc_queue``) call one on every step
+        (``bounded_wait.reach``: not behind the retraction gate, an ``if`` or an earlier
+        ``return`` on a test that reads the retracted requests)? One loop that does is not
+        enough: a request waits as long on the loop that does not. True where no polling
+        function calls one (the tree shows no scheduler to tell by). A method that itself
+        returns while no retracted request waits (``poll_pending_reqs``) is taken to leave
+        those steps to the one the gate holds (``pop_preallocated``)."""
+        return not self.unbounded_loops(cls, bounds)
+
+    def unbounded_loops(
+        self, cls: str, bounds: list[ast.FunctionDef]
+    ) -> list[tuple[str, ClassInfo | None, ast.FunctionDef]]:
+        """The polling functions that call a method of ``cls`` running one of ``bounds`` only
+        on some steps (see ``_every_step``)."""
         wanted = {id(f) for f in bounds}
-        called = False
-        for _, _, func in self._functions():
+        unbounded = []
+        for rel, owner, func in self._functions():
             calls = [
                 call
                 for call in self.facts(func).queue_calls
@@ -626,16 +643,78 @@ class DecodeQueueModel:
             ]
             if not calls:
                 continue
-            called = True
             assigned = _local_values(func)
             parents = own_parents(func)
 
             def holds_back(test: ast.expr, assigned: dict[str, list[ast.expr]] = assigned) -> bool:
                 return _reads_attr(_with_locals(test, assigned), RETRACTED_QUEUE)
 
-            if any(reach(call, func, parents, holds_back) is Reach.EVERY_STEP for call in calls):
-                return True
-        return not called
+            every = [c for c in calls if reach(c, func, parents, holds_back) is Reach.EVERY_STEP]
+            # a method that itself runs the bound only while retracted requests wait
+            # (``poll_pending_reqs``) covers those steps only: it counts with a call the gate
+            # holds back (``pop_preallocated``), which runs it on the others
+            gated_too = len(every) < len(calls)
+            if not any(
+                self._while_retracted(cls, c.func.attr, wanted) is None
+                or (self._while_retracted(cls, c.func.attr, wanted) and gated_too)
+                for c in every
+                if isinstance(c.func, ast.Attribute)
+            ):
+                unbounded.append((rel, owner, func))
+        return unbounded
+
+    def _while_retracted(self, cls: str, method: str, wanted: set[int]) -> bool | None:
+        """Does ``method`` of ``cls`` run one of ``wanted`` on every call (None), only while
+        retracted requests wait (True: its calls that do sit after a ``return`` on a test
+        that none wait, ``if not self.retracted_queue: return``), or only on some other
+        steps (False: a return while they wait, or one this model cannot tell)?"""
+        owner = self.index.resolve(cls, method)
+        if owner is None:
+            return False
+        func = owner.methods[method]
+        if id(func) in wanted:
+            return None
+        parents = own_parents(func)
+        inner = [
+            node
+            for node in own_nodes(func)
+            if isinstance(node, ast.Call)
+            and isinstance(node.func, ast.Attribute)
+            and is_self_attr(node.func, node.func.attr)
+            and self.index.resolve(cls, node.func.attr) is not None
+            and any(id(f) in wanted for f in self.reached(cls, node.func.attr))
+        ]
+
+        def holds_back(test: ast.expr) -> bool:
+            return _reads_attr(test, RETRACTED_QUEUE)
+
+        kinds = {reach(node, func, parents, holds_back) for node in inner}
+        if Reach.EVERY_STEP in kinds:
+            return None
+        returns = [r for r in own_nodes(func) if isinstance(r, ast.Return)]
+
+        def while_waiting(node: ast.Call) -> bool:
+            """Every retraction test that holds ``node`` back (an ``if`` around it, a
+            ``return`` before it) lets it run only while retracted requests wait."""
+            guards: list[ast.expr] = []
+            child: ast.AST = node
+            parent = parents.get(node)
+            while parent is not None and parent is not func:
+                if (
+                    isinstance(parent, ast.If)
+                    and child is not parent.test
+                    and holds_back(parent.test)
+                ):
+                    in_body = child in parent.body
+                    guards.append(parent.test if in_body else _negated(parent.test))
+                child, parent = parent, parents.get(parent)
+            for ret in returns:
+                test = _guard(ret, parents)
+                if _before(ret, node) and test is not None and holds_back(test):
+                    guards.append(_negated(test))
+            return bool(guards) and all(_waiting(test) for test in guards)
+
+        return bool(inner) and all(while_waiting(node) for node in inner)
 
     def _pending(self, cls: str, method: str, func: ast.FunctionDef, attr: str, local: str) -> bool:
         """Is ``self.<attr>``, rebuilt by ``method`` from ``<local>``, a pending list: its
@@ -976,6 +1055,33 @@ def _reads_any(node: ast.AST, attrs: set[str]) -> bool:
     return any(
         isinstance(n, ast.Attribute) and n.attr in attrs and getattr(n.value, "id", "") == "self"
         for n in walk(node)
+    )
+
+
+def _negated(test: ast.expr) -> ast.expr:
+    return ast.UnaryOp(op=ast.Not(), operand=test)
+
+
+def _waiting(test: ast.expr) -> bool:
+    """A test that holds only while retracted requests wait: ``<retracted requests>``,
+    ``len(<retracted requests>) > 0``, or the negation of a test that none do."""
+    if isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not):
+        return _none_wait(test.operand)
+    return _reads_attr(test, RETRACTED_QUEUE) and not _none_wait(test)
+
+
+def _none_wait(test: ast.expr) -> bool:
+    """A test that holds while no retracted request waits: ``not <retracted requests>``,
+    ``len(<retracted requests>) == 0``."""
+    if isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not):
+        return _reads_attr(test.operand, RETRACTED_QUEUE)
+    return (
+        isinstance(test, ast.Compare)
+        and len(test.ops) == 1
+        and isinstance(test.ops[0], ast.Eq)
+        and isinstance(test.comparators[0], ast.Constant)
+        and test.comparators[0].value == 0
+        and _reads_attr(test.left, RETRACTED_QUEUE)
     )
 
 

@@ -7,7 +7,7 @@ Looked up by ``Rule.VALID``/``Rule.INVALID`` (``pdguard.checks.rule``), by the r
 from __future__ import annotations
 
 from pdguard.checks.rule import Invalid
-from pdguard.sglang_names import DECODE_PATH
+from pdguard.sglang_names import DECODE_PATH, PP_MIXIN_PATH
 
 VALID = (
     # the re-queue bounded by a retry counter that aborts the receiver
@@ -107,6 +107,67 @@ class SchedulerDisaggregationDecodeMixin:
             admitted = self.disagg_decode_prealloc_queue.pop_preallocated()
             self.disagg_decode_transfer_queue.extend(admitted)
         self.disagg_decode_transfer_queue.pop_transferred()
+""",
+    },
+    # under PP too: the PP loop polls the pending requests, with its consensus, before its gate
+    {
+        DECODE_PATH: """\
+import time
+
+from sglang.srt.disaggregation.utils import poll_and_all_reduce
+
+
+class DecodePreallocQueue:
+    def add(self, decode_req):
+        decode_req.entered_at = time.monotonic()
+        self.pending_reqs.append(decode_req)
+
+    def _resolve_pending_reqs(self):
+        unresolved = []
+        for decode_req in self.pending_reqs:
+            rank = self.lookup(decode_req)
+            if rank is not None:
+                decode_req.kv_receiver.init(rank)
+            elif time.monotonic() - decode_req.entered_at > 300:
+                decode_req.kv_receiver.abort()
+            else:
+                unresolved.append(decode_req)
+        self.pending_reqs = unresolved
+
+    def pop_preallocated(self, pp_consensus=None):
+        self._resolve_pending_reqs()
+        return poll_and_all_reduce([r.kv_receiver for r in self.queue], self.gloo_group)
+
+    def poll_pending_reqs(self, pp_consensus=None):
+        if self.retracted_queue:
+            self._resolve_pending_reqs()
+
+
+class DecodeTransferQueue:
+    def pop_transferred(self):
+        return poll_and_all_reduce([r.kv_receiver for r in self.queue], self.gloo_group)
+
+
+class SchedulerDisaggregationDecodeMixin:
+    def process_decode_queue(self):
+        self.disagg_decode_prealloc_queue.poll_pending_reqs()
+        retracted_waiting = len(self.disagg_decode_prealloc_queue.retracted_queue) > 0
+        if not retracted_waiting:
+            admitted = self.disagg_decode_prealloc_queue.pop_preallocated()
+            self.disagg_decode_transfer_queue.extend(admitted)
+        self.disagg_decode_transfer_queue.pop_transferred()
+""",
+        PP_MIXIN_PATH: """\
+class SchedulerPPMixin:
+    def process_prealloc_queue(self, consensus):
+        failed = []
+        if consensus is not None:
+            failed = self.disagg_decode_prealloc_queue.poll_pending_reqs(consensus)
+        if len(self.disagg_decode_prealloc_queue.retracted_queue) > 0:
+            return [[], failed]
+        good, failed = self.disagg_decode_prealloc_queue.pop_preallocated(consensus)
+        self.disagg_decode_transfer_queue.extend(good)
+        return [good, failed]
 """,
     },
 )
@@ -374,7 +435,151 @@ class SchedulerDisaggregationDecodeMixin:
                     "_resolve_pending_reqs) is bounded only where the polling functions "
                     "call it behind the retraction gate: while retracted requests wait for "
                     "memory the bound never runs, and if the prefill never answers for it, "
-                    "it waits as long as they do"
+                    "it waits as long as they do (reached only behind the gate from "
+                    "SchedulerDisaggregationDecodeMixin.process_decode_queue)"
+                ),
+                DECODE_PATH,
+            ),
+        ],
+    ),
+    # the non-PP loop polls the pending requests before its gate; the PP loop does not
+    Invalid(
+        {
+            DECODE_PATH: """\
+import time
+
+from sglang.srt.disaggregation.utils import poll_and_all_reduce
+
+
+class DecodePreallocQueue:
+    def add(self, decode_req):
+        decode_req.entered_at = time.monotonic()
+        self.pending_reqs.append(decode_req)
+
+    def _resolve_pending_reqs(self):
+        unresolved = []
+        for decode_req in self.pending_reqs:
+            rank = self.lookup(decode_req)
+            if rank is not None:
+                decode_req.kv_receiver.init(rank)
+            elif time.monotonic() - decode_req.entered_at > 300:
+                decode_req.kv_receiver.abort()
+            else:
+                unresolved.append(decode_req)
+        self.pending_reqs = unresolved
+
+    def pop_preallocated(self, pp_consensus=None):
+        self._resolve_pending_reqs()
+        return poll_and_all_reduce([r.kv_receiver for r in self.queue], self.gloo_group)
+
+    def poll_pending_reqs(self, pp_consensus=None):
+        if self.retracted_queue:
+            self._resolve_pending_reqs()
+
+
+class DecodeTransferQueue:
+    def pop_transferred(self):
+        return poll_and_all_reduce([r.kv_receiver for r in self.queue], self.gloo_group)
+
+
+class SchedulerDisaggregationDecodeMixin:
+    def process_decode_queue(self):
+        self.disagg_decode_prealloc_queue.poll_pending_reqs()
+        retracted_waiting = len(self.disagg_decode_prealloc_queue.retracted_queue) > 0
+        if not retracted_waiting:
+            admitted = self.disagg_decode_prealloc_queue.pop_preallocated()
+            self.disagg_decode_transfer_queue.extend(admitted)
+        self.disagg_decode_transfer_queue.pop_transferred()
+""",
+            PP_MIXIN_PATH: """\
+class SchedulerPPMixin:
+    def process_prealloc_queue(self, consensus):
+        if len(self.disagg_decode_prealloc_queue.retracted_queue) > 0:
+            return [[], []]
+        good, failed = self.disagg_decode_prealloc_queue.pop_preallocated(consensus)
+        self.disagg_decode_transfer_queue.extend(good)
+        return [good, failed]
+""",
+        },
+        [
+            (
+                20,
+                17,
+                (
+                    "a request put back into self.pending_reqs (rebuilt by "
+                    "_resolve_pending_reqs) is bounded only where the polling functions "
+                    "call it behind the retraction gate: while retracted requests wait for "
+                    "memory the bound never runs, and if the prefill never answers for it, "
+                    "it waits as long as they do (reached only behind the gate from "
+                    "SchedulerPPMixin.process_prealloc_queue)"
+                ),
+                DECODE_PATH,
+            ),
+        ],
+    ),
+    # the method called before the gate runs the bound only while NO retracted request waits,
+    # the steps pop_preallocated() runs it on: the two are not complements
+    Invalid(
+        {
+            DECODE_PATH: """\
+import time
+
+from sglang.srt.disaggregation.utils import poll_and_all_reduce
+
+
+class DecodePreallocQueue:
+    def add(self, decode_req):
+        decode_req.entered_at = time.monotonic()
+        self.pending_reqs.append(decode_req)
+
+    def _resolve_pending_reqs(self):
+        unresolved = []
+        for decode_req in self.pending_reqs:
+            rank = self.lookup(decode_req)
+            if rank is not None:
+                decode_req.kv_receiver.init(rank)
+            elif time.monotonic() - decode_req.entered_at > 300:
+                decode_req.kv_receiver.abort()
+            else:
+                unresolved.append(decode_req)
+        self.pending_reqs = unresolved
+
+    def pop_preallocated(self, pp_consensus=None):
+        self._resolve_pending_reqs()
+        return poll_and_all_reduce([r.kv_receiver for r in self.queue], self.gloo_group)
+
+    def poll_pending_reqs(self, pp_consensus=None):
+        if self.retracted_queue:
+            return
+        self._resolve_pending_reqs()
+
+
+class DecodeTransferQueue:
+    def pop_transferred(self):
+        return poll_and_all_reduce([r.kv_receiver for r in self.queue], self.gloo_group)
+
+
+class SchedulerDisaggregationDecodeMixin:
+    def process_decode_queue(self):
+        self.disagg_decode_prealloc_queue.poll_pending_reqs()
+        retracted_waiting = len(self.disagg_decode_prealloc_queue.retracted_queue) > 0
+        if not retracted_waiting:
+            admitted = self.disagg_decode_prealloc_queue.pop_preallocated()
+            self.disagg_decode_transfer_queue.extend(admitted)
+        self.disagg_decode_transfer_queue.pop_transferred()
+""",
+        },
+        [
+            (
+                20,
+                17,
+                (
+                    "a request put back into self.pending_reqs (rebuilt by "
+                    "_resolve_pending_reqs) is bounded only where the polling functions "
+                    "call it behind the retraction gate: while retracted requests wait for "
+                    "memory the bound never runs, and if the prefill never answers for it, "
+                    "it waits as long as they do (reached only behind the gate from "
+                    "SchedulerDisaggregationDecodeMixin.process_decode_queue)"
                 ),
                 DECODE_PATH,
             ),

@@ -14,12 +14,15 @@ What it does
       way out fails the request: its ``else``, or the statements after it when the kept path
       ends in ``continue``) nor a deadline the queue enforces on its entries (a loop over
       the queue, reached from its poll methods, that fails an entry once the time since its
-      stamp exceeds a limit). A bound counts only where it runs on every step: a polling
-      function must reach it through a call that is not behind the retraction gate (an
-      ``if``, or an earlier ``return``, on a test that reads the retracted requests). A bound
-      only ``pop_preallocated()`` reaches, itself held back while retracted requests wait, is
-      reported: with memory full to the end, the request waits as long as they do.
-      ``decode-queue-bound`` runs it before the gate (``poll_pending_reqs``);
+      stamp exceeds a limit). A bound counts only where it runs on every step: each polling
+      function that reaches it (each decode loop: ``process_decode_queue`` and, under
+      pipeline parallelism, the PP mixin's ``process_prealloc_queue``) must reach it through
+      a call that is not behind the retraction gate (an ``if``, or an earlier ``return``, on
+      a test that reads the retracted requests); one loop that does is not enough. A bound
+      only ``pop_preallocated()`` reaches on some loop, itself held back while retracted
+      requests wait, is reported, naming that loop: with memory full to the end, the request
+      waits as long as they do. ``decode-queue-bound`` runs it before the gate
+      (``poll_pending_reqs``, on the PP loop with the stages' consensus);
     - an *early return that skips polling*: a function that polls the decode queues
       (``process_decode_queue``) returns before some of its poll calls, on a condition other
       than "the skipped queues are empty". Skipping only the *admission* (a poll whose popped
@@ -228,6 +231,11 @@ class DecodeQueueWaitsForever(Rule):
                     "behind the retraction gate: while retracted requests wait for memory the "
                     "bound never runs, and if the prefill never answers for it, it waits as "
                     "long as they do"
+                    + (
+                        f" (reached only behind the gate from {', '.join(requeue.loops)})"
+                        if requeue.loops
+                        else ""
+                    )
                 )
             else:
                 message = (

@@ -65,6 +65,7 @@ class _FilePlan:
     imports: list[ImportRequest] = field(default_factory=list)
     fields: list[str] = field(default_factory=list)  # @dataclasses the stamp is a field of
     poll_pending: str | None = None  # "Class:pending_list:resolve_method", run before the gate
+    pp_gates: list[str] = field(default_factory=list)  # "Class.method": PP loops gating it
 
 
 class DecodeQueueBoundFix(Fix):
@@ -112,10 +113,11 @@ class DecodeQueueBoundFix(Fix):
             )
         try:
             plans = self._plans(workspace, model, requeues, gates)
+            pp_loops = [where for plan in plans.values() for where in plan.pp_gates]
             self._run_codemods(workspace, plans)
         except Refused as refused:
             return refused.outcome
-        return self._proved(workspace, requeues, gates)
+        return self._proved(workspace, requeues, gates, pp_loops)
 
     def _already_bounded(self, workspace: Workspace, model: DecodeQueueModel) -> Outcome:
         rels = sorted({info.rel for info in model.index.classes.values()})
@@ -208,7 +210,34 @@ class DecodeQueueBoundFix(Fix):
                     )
                 queue, attr, method = pending.pop()
                 plan.poll_pending = f"{queue}:{attr}:{method}"
+                self._pp_loops(model, requeues, gates, plans)
         return plans
+
+    @staticmethod
+    def _pp_loops(
+        model: DecodeQueueModel,
+        requeues: list[Requeue],
+        gates: list[EarlyReturn],
+        plans: dict[str, _FilePlan],
+    ) -> None:
+        """The other decode loops that reach the pending bound only behind the retraction
+        gate (the PP mixin's ``process_prealloc_queue``): each calls ``poll_pending_reqs()``
+        with the consensus it passes ``pop_preallocated()``."""
+        rewritten = {id(g.func) for g in gates}
+        seen: set[int] = set()
+        for requeue in requeues:
+            cls = requeue.owner.name
+            for rel, owner, func in model.unbounded_loops(cls, [requeue.func]):
+                if id(func) in rewritten or id(func) in seen:
+                    continue
+                seen.add(id(func))
+                if owner is None:
+                    raise Refused(
+                        f"{func.name}() calls {POP_PREALLOCATED}() behind the retraction gate "
+                        "outside a class: pdguard does not rewrite it",
+                        f"{rel}:{func.lineno}",
+                    )
+                plans[rel].pp_gates.append(f"{owner.name}.{func.name}")
 
     @staticmethod
     def _gated_elsewhere(workspace: Workspace, requeues: list[Requeue]) -> None:
@@ -226,7 +255,8 @@ class DecodeQueueBoundFix(Fix):
             f"{where}: the bound on self.{first.attr} runs only behind the retraction gate, "
             "so not while retracted requests wait for memory; "
             + (
-                "patched by an earlier pdguard (its bound in pop_preallocated() only): "
+                "patched by an earlier pdguard (its bound not run on every step of every decode "
+                "loop): "
                 "`pdguard apply --repair` re-applies the fix"
                 if older
                 else "pdguard does not rewrite that gate: resolve the pending requests on "
@@ -298,6 +328,7 @@ class DecodeQueueBoundFix(Fix):
                 isort_config=workspace.isort_config(rel),
                 fields=plan.fields,
                 poll_pending=plan.poll_pending,
+                pp_gates=plan.pp_gates,
             )
             try:
                 workspace.transform(rel, [transform])
@@ -305,7 +336,11 @@ class DecodeQueueBoundFix(Fix):
                 raise Refused(f"{rel}: {exc}", rel) from exc
 
     def _proved(
-        self, workspace: Workspace, requeues: list[Requeue], gates: list[EarlyReturn]
+        self,
+        workspace: Workspace,
+        requeues: list[Requeue],
+        gates: list[EarlyReturn],
+        pp_loops: list[str],
     ) -> Outcome:
         after = decode_project(workspace).decode_queues
         still = (
@@ -332,6 +367,11 @@ class DecodeQueueBoundFix(Fix):
             f"{g.func.name}: transfer queue polled while retracted requests wait, no new "
             "request admitted"
             for g in gates
+        ]
+        done += [
+            f"{where}: pending requests resolved and bounded while retracted requests wait, "
+            f"with the stages' consensus ({POLL_PENDING}())"
+            for where in pp_loops
         ]
         return Outcome(Status.APPLIED, "; ".join(done))
 

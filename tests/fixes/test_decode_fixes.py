@@ -615,16 +615,17 @@ _POLL_AFTER = '''
         def _update_handshake_waiters(self):
             self.reduce_and_mark_failures()
 
-        def poll_pending_reqs(self) -> None:
+        def poll_pending_reqs(self):
             """Resolve and bound the pending requests while retracted requests wait for memory.
 
             pop_preallocated() is not called then (no new request is admitted), nor with it the
-            pending requests' bound and the delivery of the failures it makes: this runs them.
-            It allocates no KV.
+            pending requests' bound and the delivery of the failures it makes: this runs them,
+            with the same arguments (under PP, the stages' consensus). It allocates no KV.
+            Returns the failed requests.
             """
             # pdguard: decode-queue-bound: on every step, before the retraction gate
             if not self.retracted_queue:
-                return  # pop_preallocated() resolves and polls them
+                return []  # pop_preallocated() resolves and polls them
             self._resolve_pending_reqs()
             self._update_handshake_waiters()
             failed_reqs = []
@@ -638,6 +639,7 @@ _POLL_AFTER = '''
                 self.pending_reqs = [
                     r for r in self.pending_reqs if id(r) not in failed_ids
                 ]
+            return failed_reqs
 
         def pop_preallocated(self):
             self._resolve_pending_reqs()
@@ -667,6 +669,170 @@ _POLL_AFTER = '''
 '''
 _POLL_SPEC = "ToyPreallocQueue:pending_reqs:_resolve_pending_reqs"
 
+_PP_BEFORE = '''
+    class ToyPreallocQueue:
+        def _resolve_pending_reqs(self):
+            self.pending_reqs = [r for r in self.pending_reqs if not self.resolved(r)]
+
+        def _update_handshake_waiters(self, rids=None, good=None, bad=None):
+            self.mark_failures(rids, good, bad)
+
+        def pop_preallocated(
+            self,
+            rids_to_check: Optional[List[str]] = None,
+            pp_good_rids: Optional[List[str]] = None,
+            pp_bad_rids: Optional[List[str]] = None,
+        ) -> Tuple[List[ToyRequest], List[ToyRequest]]:
+            """Pop the admitted requests."""
+            is_pp_mode = self.pp_size > 1
+            self._resolve_pending_reqs()
+            self._update_handshake_waiters(rids_to_check, pp_good_rids, pp_bad_rids)
+            if is_pp_mode:
+                rids_to_check = set(pp_good_rids) | set(pp_bad_rids)
+            failed, gone = [], set()
+            for i, entry in enumerate(self.queue):
+                if rids_to_check is not None and entry.req.rid not in rids_to_check:
+                    continue
+                if isinstance(entry.req.finished_reason, FINISH_ABORT):
+                    entry.kv_receiver.clear()
+                    failed.append(entry)
+                    gone.add(i)
+            self.queue = [e for i, e in enumerate(self.queue) if i not in gone]
+            return self.admit(), failed
+
+
+    class ToyDecodeScheduler:
+        def process_decode_queue(self):
+            if self.disagg_decode_prealloc_queue.retracted_queue:
+                return
+            admitted, _ = self.disagg_decode_prealloc_queue.pop_preallocated()
+            self.disagg_decode_transfer_queue.extend(admitted)
+
+
+    class ToyPPScheduler:
+        def process_prealloc_queue(self, prealloc_rids):
+            if len(self.disagg_decode_prealloc_queue.retracted_queue) > 0:
+                # retracted requests wait: admit none
+                return [[], []]
+
+            if prealloc_rids is not None:
+                good_rids, bad_rids = prealloc_rids
+                good_reqs, failed_reqs = self.disagg_decode_prealloc_queue.pop_preallocated(
+                    pp_good_rids=good_rids, pp_bad_rids=bad_rids
+                )
+                self.disagg_decode_transfer_queue.extend(good_reqs)
+                return [[r.req.rid for r in good_reqs], [r.req.rid for r in failed_reqs]]
+            return None
+'''
+
+_PP_AFTER = '''
+    class ToyPreallocQueue:
+        def _resolve_pending_reqs(self):
+            self.pending_reqs = [r for r in self.pending_reqs if not self.resolved(r)]
+
+        def _update_handshake_waiters(self, rids=None, good=None, bad=None):
+            self.mark_failures(rids, good, bad)
+
+        def poll_pending_reqs(
+            self,
+            rids_to_check: Optional[List[str]] = None,
+            pp_good_rids: Optional[List[str]] = None,
+            pp_bad_rids: Optional[List[str]] = None,
+        ) -> List[ToyRequest]:
+            """Resolve and bound the pending requests while retracted requests wait for memory.
+
+            pop_preallocated() is not called then (no new request is admitted), nor with it the
+            pending requests' bound and the delivery of the failures it makes: this runs them,
+            with the same arguments (under PP, the stages' consensus). It allocates no KV.
+            Returns the failed requests.
+            """
+            # pdguard: decode-queue-bound: on every step, before the retraction gate
+            if not self.retracted_queue:
+                return []  # pop_preallocated() resolves and polls them
+            is_pp_mode = self.pp_size > 1
+            self._resolve_pending_reqs()
+            self._update_handshake_waiters(rids_to_check, pp_good_rids, pp_bad_rids)
+            if is_pp_mode:
+                rids_to_check = set(pp_good_rids) | set(pp_bad_rids)
+            failed_reqs = []
+            for entry in self.queue:
+                if rids_to_check is not None and entry.req.rid not in rids_to_check:
+                    continue
+                if isinstance(entry.req.finished_reason, FINISH_ABORT):
+                    entry.kv_receiver.clear()
+                    failed_reqs.append(entry)
+            if failed_reqs:
+                failed_ids = {id(r) for r in failed_reqs}
+                self.queue = [r for r in self.queue if id(r) not in failed_ids]
+                self.pending_reqs = [
+                    r for r in self.pending_reqs if id(r) not in failed_ids
+                ]
+            return failed_reqs
+
+        def pop_preallocated(
+            self,
+            rids_to_check: Optional[List[str]] = None,
+            pp_good_rids: Optional[List[str]] = None,
+            pp_bad_rids: Optional[List[str]] = None,
+        ) -> Tuple[List[ToyRequest], List[ToyRequest]]:
+            """Pop the admitted requests."""
+            is_pp_mode = self.pp_size > 1
+            self._resolve_pending_reqs()
+            self._update_handshake_waiters(rids_to_check, pp_good_rids, pp_bad_rids)
+            if is_pp_mode:
+                rids_to_check = set(pp_good_rids) | set(pp_bad_rids)
+            failed, gone = [], set()
+            for i, entry in enumerate(self.queue):
+                if rids_to_check is not None and entry.req.rid not in rids_to_check:
+                    continue
+                if isinstance(entry.req.finished_reason, FINISH_ABORT):
+                    entry.kv_receiver.clear()
+                    failed.append(entry)
+                    gone.add(i)
+            self.queue = [e for i, e in enumerate(self.queue) if i not in gone]
+            return self.admit(), failed
+
+
+    class ToyDecodeScheduler:
+        def process_decode_queue(self):
+            # pdguard: decode-queue-bound: while retracted requests wait, pending requests
+            # are still resolved and bounded, and failures delivered (none is admitted).
+            self.disagg_decode_prealloc_queue.poll_pending_reqs()
+            # pdguard: decode-queue-bound: while retracted requests wait for memory,
+            # admit no new request (as the early return did), but still poll the
+            # transfer queue: its failures, timeouts and aborts free their KV.
+            retracted_waiting = self.disagg_decode_prealloc_queue.retracted_queue
+            # pdguard: decode-queue-bound: not while retracted requests wait
+            if not retracted_waiting:
+                admitted, _ = self.disagg_decode_prealloc_queue.pop_preallocated()
+                self.disagg_decode_transfer_queue.extend(admitted)
+
+
+    class ToyPPScheduler:
+        def process_prealloc_queue(self, prealloc_rids):
+            # pdguard: decode-queue-bound: while retracted requests wait, pending requests
+            # are still resolved and bounded, and the failures the stages agreed on delivered
+            # (none is admitted); the next stage fails the same ones.
+            pending_failed_reqs = []
+            if prealloc_rids is not None:
+                good_rids, bad_rids = prealloc_rids
+                pending_failed_reqs = self.disagg_decode_prealloc_queue.poll_pending_reqs(
+                    pp_good_rids=good_rids, pp_bad_rids=bad_rids
+                )
+            if len(self.disagg_decode_prealloc_queue.retracted_queue) > 0:
+                # retracted requests wait: admit none
+                return [[], [r.req.rid for r in pending_failed_reqs]]
+
+            if prealloc_rids is not None:
+                good_rids, bad_rids = prealloc_rids
+                good_reqs, failed_reqs = self.disagg_decode_prealloc_queue.pop_preallocated(
+                    pp_good_rids=good_rids, pp_bad_rids=bad_rids
+                )
+                self.disagg_decode_transfer_queue.extend(good_reqs)
+                return [[r.req.rid for r in good_reqs], [r.req.rid for r in failed_reqs]]
+            return None
+'''
+
 
 class TestDecodeQueueBound(CodemodTest):
     TRANSFORM = DecodeQueueBound
@@ -689,6 +855,28 @@ class TestDecodeQueueBound(CodemodTest):
             DecodeQueueBound(CodemodContext(), gate=gate, poll_pending=_POLL_SPEC).transform_module(
                 cst.parse_module(textwrap.dedent(_POLL_AFTER))
             )
+
+    def test_the_pp_loop_polls_pending_requests_with_its_consensus(self) -> None:
+        """poll_pending_reqs takes pop_preallocated()'s parameters and runs its first statements
+        (the PP consensus with them) and its loop's skips; the PP loop calls it before its gate
+        with the arguments it gives pop_preallocated(), under the same `if`, and its gate
+        returns the rids of what it failed, as the admission block does."""
+        self.assertCodemod(
+            _PP_BEFORE,
+            _PP_AFTER,
+            gate="ToyDecodeScheduler.process_decode_queue",
+            poll_pending=_POLL_SPEC,
+            pp_gates=["ToyPPScheduler.process_prealloc_queue"],
+        )
+
+    def test_the_pp_loop_must_return_the_failed_rids(self) -> None:
+        module = cst.parse_module(
+            textwrap.dedent(_PP_BEFORE).replace("return [[], []]", "return None")
+        )
+        with pytest.raises(AnchorError, match="do not return"):
+            DecodeQueueBound(
+                CodemodContext(), pp_gates=["ToyPPScheduler.process_prealloc_queue"]
+            ).transform_module(module)
 
     def test_poll_pending_needs_the_release_s_handshake_poll(self) -> None:
         module = cst.parse_module(
@@ -1101,7 +1289,7 @@ def test_unpatched_code_shows_the_wedges_these_tests_catch() -> None:
 def _before_poll_pending(text: str) -> str:
     """``text`` patched as pdguard did before ``poll_pending_reqs``: the pending bound in
     ``_resolve_pending_reqs`` only (the method and its call, with its comment, taken out)."""
-    start = text.index("    def poll_pending_reqs(self)")
+    start = text.index("    def poll_pending_reqs(")
     text = text[:start] + text[text.index("    def pop_preallocated(", start) :]
     call = "        self.disagg_decode_prealloc_queue.poll_pending_reqs()\n"
     end = text.index(call) + len(call)
@@ -1136,3 +1324,63 @@ def test_a_tree_patched_before_poll_pending_is_reported_and_repaired(
     assert "`pdguard apply --repair`" in report["notes"]["decode-queue-bound"]
     assert main(["apply", "--repair", str(root)]) == 0
     assert (root / DECODE).read_text() == fresh
+
+
+PP_MIXIN = "sglang/srt/managers/scheduler_pp_mixin.py"
+
+
+@pytest.mark.releases
+@pytest.mark.parametrize("version", ["0.5.14", "0.5.23"])
+def test_the_pp_decode_loop_is_bounded_too(
+    version: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """On a whole package (the PP mixin outside disaggregation/): apply patches both decode
+    loops, black/isort/ruff-clean and idempotent, and check passes; the non-PP loop's call
+    without the PP loop's is a PDG007 finding naming the PP loop, which apply refuses (naming
+    --repair), never reporting success check rejects."""
+    root = tmp_path / version
+    shutil.copytree(fetch_release(version, full=True) / "sglang", root / "sglang")
+    for path in root.rglob("*.py"):
+        path.chmod(0o644)
+    before = {rel: (root / rel).read_text() for rel in (DECODE, PP_MIXIN)}
+    code, report = _json(
+        capsys,
+        "apply",
+        str(root),
+        "--select",
+        "decode-queue-bound",
+        "--no-confirm",
+        "--format",
+        "json",
+    )
+    assert code == 0 and report["fixes"]["decode-queue-bound"] == "applied", report
+    assert sorted(report["files_changed"]) == [str(root / DECODE), str(root / PP_MIXIN)]
+    for rel, old in before.items():
+        new = (root / rel).read_text()
+        assert black_complaints(old, new) == [], rel
+        assert isort_complaints(old, new) == [], rel
+        original = tmp_path / "original.py"
+        original.write_text(old)
+        assert ruff_findings(root / rel) == ruff_findings(original), rel
+    mixin = (root / PP_MIXIN).read_text()
+    assert mixin.count(".poll_pending_reqs(") == 1
+    assert "return [[], [req.req.rid for req in pending_failed_reqs]]" in mixin
+    after = {rel: (root / rel).read_text() for rel in before}
+    code, again = _json(
+        capsys, "apply", str(root), "--select", "decode-queue-bound", "--format", "json"
+    )
+    assert code == 0 and again["files_changed"] == []
+    assert {rel: (root / rel).read_text() for rel in before} == after
+    assert main(["check", str(root), "--select", "PDG007"]) == 0
+    capsys.readouterr()
+
+    (root / PP_MIXIN).write_text(before[PP_MIXIN])  # the non-PP loop's call only
+    code, found = _json(capsys, "check", str(root), "--select", "PDG007", "--format", "json")
+    assert code == 1
+    assert [f["message"].rsplit("(", 1)[-1] for f in found["findings"]] == [
+        "reached only behind the gate from SchedulerPPMixin.process_prealloc_queue)"
+    ]
+    code, refused = _json(
+        capsys, "apply", str(root), "--select", "decode-queue-bound", "--format", "json"
+    )
+    assert code == 2 and refused["fixes"]["decode-queue-bound"] == "refused"
