@@ -28,6 +28,7 @@ from pdguard.checks.rules.pdg007_decode_queue_waits_forever import (
 )
 from pdguard.commands import apply as pipeline
 from pdguard.commands.check import load_project
+from pdguard.sglang_names import DECODE_PATH
 from pdguard.tree import open_tree
 from pdguard.vendor_sglang import (
     EXTRACT_PATTERNS,
@@ -579,9 +580,10 @@ def _polling_functions(texts: dict[str, str]) -> dict[str, list[str]]:
 def test_pp_mixin_gate_skips_only_admission(version: str, tmp_path: Path) -> None:
     """Under PP the decode loop polls the transfer queue in ``process_decode_transfer_queue``,
     which has no gate; ``process_prealloc_queue`` returns while retracted requests wait, before
-    ``pop_preallocated()`` only, whose requests hold no KV yet: the shape decode-queue-bound
-    gives ``process_decode_queue``. PDG007 reads the mixin and reports nothing there, apply
-    leaves it as it is and check is clean after apply. The same gate put back in front of the
+    ``pop_preallocated()`` only, whose requests hold no KV yet: no finding in the mixin itself.
+    But the pending bound runs inside ``pop_preallocated()``, so apply gives the mixin the call
+    ``process_decode_queue`` gets (``poll_pending_reqs()`` before the gate, with the stages'
+    consensus), and check is clean after apply. The same gate put back in front of the
     transfer queue's poll is reported."""
     root = _with_pp_mixin(version, tmp_path / "tree")
     texts = load_project(open_tree(root)).texts
@@ -595,7 +597,14 @@ def test_pp_mixin_gate_skips_only_admission(version: str, tmp_path: Path) -> Non
     result = pipeline.plan(open_tree(root))
     assert not result.refused
     pipeline.write(result)
-    assert (root / PP_MIXIN).read_bytes() == original
+    patched = (root / PP_MIXIN).read_text()
+    decode = (root / DECODE_PATH).read_text()
+    if "def poll_pending_reqs(" not in decode:  # no pending queue to bound (before 0.5.10)
+        assert patched == original.decode()
+    else:
+        call = patched.index(".poll_pending_reqs(")
+        gate = patched.index("retracted_queue", patched.index("def process_prealloc_queue"))
+        assert call < gate  # before the gate, on every step
     texts = load_project(open_tree(root)).texts
     assert checks.run(Project(texts)) == []
 
