@@ -50,6 +50,7 @@ class DecodeRequest:
 
 class DecodePreallocQueue:
     def __init__(self, kv_manager, transfer_backend, gloo_group):
+        # own-words: the queue keeps what a release's constructor is given, by its names
         self.kv_manager = kv_manager
         self.transfer_backend = transfer_backend
         self.gloo_group = gloo_group
@@ -74,6 +75,7 @@ class DecodePreallocQueue:
             if rank is None:
 {keep}
             receiver = get_kv_class(self.transfer_backend, KVClassType.RECEIVER)(
+                # own-words: a receiver is built with its constructor's own keywords
                 mgr=self.kv_manager,
                 bootstrap_addr=_bootstrap_addr(req),
                 bootstrap_room=req.bootstrap_room,
@@ -175,6 +177,7 @@ class DecodeRequest:
             self.retracted_queue.append(req)
             return
         kv_receiver = get_kv_class(self.transfer_backend, KVClassType.RECEIVER)(
+            # own-words: a receiver is built with its constructor's own keywords
             mgr=self.kv_manager,
             bootstrap_addr=_bootstrap_addr(req),
             bootstrap_room=req.bootstrap_room,

@@ -589,6 +589,7 @@ _POLL_BEFORE = """
 
         def pop_preallocated(self):
             self._resolve_pending_reqs()
+            self.rounds_polled += 1
             self._update_handshake_waiters()
             gone = set()
             for i, entry in enumerate(self.queue):
@@ -627,6 +628,7 @@ _POLL_AFTER = '''
             if not self.retracted_queue:
                 return []  # pop_preallocated() resolves and polls them
             self._resolve_pending_reqs()
+            self.rounds_polled += 1
             self._update_handshake_waiters()
             failed_reqs = []
             for entry in self.queue:
@@ -643,6 +645,7 @@ _POLL_AFTER = '''
 
         def pop_preallocated(self):
             self._resolve_pending_reqs()
+            self.rounds_polled += 1
             self._update_handshake_waiters()
             gone = set()
             for i, entry in enumerate(self.queue):
@@ -679,16 +682,17 @@ _PP_BEFORE = '''
 
         def pop_preallocated(
             self,
-            rids_to_check: Optional[List[str]] = None,
-            pp_good_rids: Optional[List[str]] = None,
-            pp_bad_rids: Optional[List[str]] = None,
+            rids_to_check: list[str] | None = None,
+            pp_good_rids: list[str] | None = None,
+            pp_bad_rids: list[str] | None = None,
         ) -> Tuple[List[ToyRequest], List[ToyRequest]]:
             """Pop the admitted requests."""
             is_pp_mode = self.pp_size > 1
+            self.rounds_polled += 1
             self._resolve_pending_reqs()
             self._update_handshake_waiters(rids_to_check, pp_good_rids, pp_bad_rids)
             if is_pp_mode:
-                rids_to_check = set(pp_good_rids) | set(pp_bad_rids)
+                rids_to_check = {*pp_good_rids, *pp_bad_rids}
             failed, gone = [], set()
             for i, entry in enumerate(self.queue):
                 if rids_to_check is not None and entry.req.rid not in rids_to_check:
@@ -735,9 +739,9 @@ _PP_AFTER = '''
 
         def poll_pending_reqs(
             self,
-            rids_to_check: Optional[List[str]] = None,
-            pp_good_rids: Optional[List[str]] = None,
-            pp_bad_rids: Optional[List[str]] = None,
+            rids_to_check: list[str] | None = None,
+            pp_good_rids: list[str] | None = None,
+            pp_bad_rids: list[str] | None = None,
         ) -> List[ToyRequest]:
             """Resolve and bound the pending requests while retracted requests wait for memory.
 
@@ -750,10 +754,11 @@ _PP_AFTER = '''
             if not self.retracted_queue:
                 return []  # pop_preallocated() resolves and polls them
             is_pp_mode = self.pp_size > 1
+            self.rounds_polled += 1
             self._resolve_pending_reqs()
             self._update_handshake_waiters(rids_to_check, pp_good_rids, pp_bad_rids)
             if is_pp_mode:
-                rids_to_check = set(pp_good_rids) | set(pp_bad_rids)
+                rids_to_check = {*pp_good_rids, *pp_bad_rids}
             failed_reqs = []
             for entry in self.queue:
                 if rids_to_check is not None and entry.req.rid not in rids_to_check:
@@ -771,16 +776,17 @@ _PP_AFTER = '''
 
         def pop_preallocated(
             self,
-            rids_to_check: Optional[List[str]] = None,
-            pp_good_rids: Optional[List[str]] = None,
-            pp_bad_rids: Optional[List[str]] = None,
+            rids_to_check: list[str] | None = None,
+            pp_good_rids: list[str] | None = None,
+            pp_bad_rids: list[str] | None = None,
         ) -> Tuple[List[ToyRequest], List[ToyRequest]]:
             """Pop the admitted requests."""
             is_pp_mode = self.pp_size > 1
+            self.rounds_polled += 1
             self._resolve_pending_reqs()
             self._update_handshake_waiters(rids_to_check, pp_good_rids, pp_bad_rids)
             if is_pp_mode:
-                rids_to_check = set(pp_good_rids) | set(pp_bad_rids)
+                rids_to_check = {*pp_good_rids, *pp_bad_rids}
             failed, gone = [], set()
             for i, entry in enumerate(self.queue):
                 if rids_to_check is not None and entry.req.rid not in rids_to_check:
