@@ -163,42 +163,6 @@ class SchedulerDisaggregationPrefillMixin:
                 waiting.append(req)
         self.disagg_prefill_inflight_queue = waiting
 """,
-    # under PP, parked requests not counted while their sender bootstraps
-    """\
-import time
-from sglang.srt.disaggregation.base import KVPoll
-from sglang.srt.disaggregation.utils import poll_and_all_reduce
-
-TIMEOUT = 300.0
-
-
-class SchedulerDisaggregationPrefillMixin:
-    def process_batch_result_disagg_prefill(self, batch):
-        for req in batch.reqs:
-            req.entered_at = time.monotonic()
-            self.disagg_prefill_inflight_queue.append(req)
-
-    def _expire_inflight(self):
-        now = time.monotonic()
-        for req in self.disagg_prefill_inflight_queue:
-            sender = req.disagg_kv_sender
-            if req.pending_bootstrap and sender.poll() == KVPoll.Bootstrapping:
-                req.entered_at = now
-                continue
-            if now - req.entered_at > TIMEOUT:
-                sender.abort()
-
-    def process_disagg_prefill_inflight_queue(self, rids_to_check=None):
-        self._expire_inflight()
-        states = poll_and_all_reduce(senders, self.tp_cpu_group)
-        for req, state in zip(self.disagg_prefill_inflight_queue, states):
-            if rids_to_check is not None and req.rid not in rids_to_check:
-                waiting.append(req)
-                continue
-            if req.pending_bootstrap:
-                waiting.append(req)
-        self.disagg_prefill_inflight_queue = waiting
-""",
 )
 
 INVALID = (
