@@ -63,20 +63,39 @@ def _at_line_start(pattern: re.Pattern[str], text: str) -> list[str]:
     return found
 
 
-def base_files(chosen: Mapping[str, str], pool: Mapping[str, str]) -> dict[str, str]:
+def class_lines(text: str, run: Run | None = None) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """The names of the classes ``text`` defines and the base lists they name (what is between
+    the parentheses of each ``class Name(...)``), each on a line of its own: kept in ``run``
+    by text, as ``check``, each fix and each neighbouring ref of ``verify`` ask of the same
+    files."""
+    found = run.class_lines.get(text) if run is not None else None
+    if found is None:
+        found = (
+            tuple(_at_line_start(_CLASS_NAME, text)),
+            tuple(_at_line_start(_CLASS_BASES, text)),
+        )
+        if run is not None:
+            run.class_lines.put(text, found)
+    return found
+
+
+def base_files(
+    chosen: Mapping[str, str], pool: Mapping[str, str], run: Run | None = None
+) -> dict[str, str]:
     """The files of ``pool`` (path -> text) that define, by name, a base class of a class in
     ``chosen`` (path -> text), and those files' own bases, and so on:
     what the class index must also read to follow a class to a base the text prefilter left
     out (a mixin holding ``poll()`` in a file that names no sender or receiver). Text only,
-    nothing parsed; a name may bring a file that is not needed, never leave one out."""
+    nothing parsed (each text scanned once in ``run``); a name may bring a file that is not
+    needed, never leave one out."""
     defined: dict[str, list[str]] = {}
     for rel, text in pool.items():
-        for name in _at_line_start(_CLASS_NAME, text):
+        for name in class_lines(text, run)[0]:
             defined.setdefault(name, []).append(rel)
     found: dict[str, str] = {}
     queue = list(chosen.values())
     while queue:
-        for bases in _at_line_start(_CLASS_BASES, queue.pop()):
+        for bases in class_lines(queue.pop(), run)[1]:
             for name in _IDENTIFIER.findall(bases):
                 for rel in defined.get(name, ()):
                     if rel not in chosen and rel not in found:
@@ -191,7 +210,7 @@ class Project:
         trees, and a tree is its own key (``ast`` nodes compare by identity)."""
         code = {rel: text for rel, text in self.texts.items() if rel not in TEXT_ONLY}
         passed = {rel: text for rel, text in code.items() if test(text)}
-        rels = {*passed, *base_files(passed, code)}
+        rels = {*passed, *base_files(passed, code, self.run)}
         return tuple((rel, self._parsed(rel)) for rel in sorted(rels))
 
     def _index(self, files: tuple[tuple[str, ast.Module], ...]) -> ClassIndex:

@@ -104,7 +104,8 @@ class Run:
       leading statements).
     * ``classes``, ``receivers``, ``decode_queues``: the models of ``checks.project.Project``
       by the files (path, tree) they were built from; ``inflight``: the inflight model by the
-      ``prefill.py`` tree it was built from.
+      ``prefill.py`` tree it was built from; ``class_lines``: the classes each text defines
+      and the bases they name, by text (``checks.project.class_lines``).
     * ``cst_modules``: LibCST modules by text; ``transformed``: what codemods made of a text
       (by the text, the hollowing switch and the codemods' keys); ``hollow_made``: what they
       made of a hollowed text when they read nothing else of the module; ``snippets``: the
@@ -133,6 +134,9 @@ class Run:
         default_factory=lambda: Kept(8)
     )
     inflight: Kept[ast.Module, tuple[Any]] = field(default_factory=lambda: Kept(16))
+    class_lines: Kept[str, tuple[tuple[str, ...], tuple[str, ...]]] = field(
+        default_factory=lambda: Kept(512)
+    )
     cst_modules: Kept[str, Any] = field(default_factory=lambda: Kept(64))
     transformed: Kept[tuple[str, bool, tuple[str, ...]], tuple[bool, str]] = field(
         default_factory=lambda: Kept(256)

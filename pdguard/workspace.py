@@ -129,7 +129,7 @@ class Workspace:
         ``Project`` of the checker needs, as ``check``'s loader reads them."""
         chosen = {rel: self.text(rel) for rel in rels}
         pool = {rel: self.text(rel) for rel in self.tree.python_files(DISAGGREGATION_DIR)}
-        return {**chosen, **base_files(chosen, pool)}
+        return {**chosen, **base_files(chosen, pool, self.run)}
 
     def changed(self) -> dict[str, SourceFile]:
         """New content of each file whose text changed, keeping its encoding."""

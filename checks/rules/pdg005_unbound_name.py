@@ -53,7 +53,7 @@ from ..bindings import bindings_in_force as _bindings_in_force
 from ..bindings import type_checking as _type_checking
 from ..models.env_reads import registry_misses
 from ..models.inflight import CLOCK_FUNCTIONS, FUNCTION
-from ..nodes import children, walk
+from ..nodes import children, kept, walk
 from ..project import Project
 from ..rule import PREFILL, Finding, Rule
 
@@ -300,6 +300,19 @@ def _scope_node(tree: ast.Module, qualname: str) -> ast.AST:
     return node
 
 
+def _registry_reads(tree: ast.Module) -> list[ast.Attribute]:
+    """The reads ``envs.NAME`` of ``tree``: kept on the tree, which check, each fix's proof
+    and verify's re-check ask of."""
+    return [
+        node
+        for node in walk(tree)
+        if isinstance(node, ast.Attribute)
+        and isinstance(node.value, ast.Name)
+        and node.value.id == ENVIRON_OBJECT
+        and isinstance(node.ctx, ast.Load)
+    ]
+
+
 class UnboundName(Rule):
     code = "PDG005"
     name = "unbound-name"
@@ -358,14 +371,7 @@ class UnboundName(Rule):
             tree = project.tree(rel)
             if tree is None or not _imports_registry(tree):
                 continue
-            reads = [
-                node
-                for node in walk(tree)
-                if isinstance(node, ast.Attribute)
-                and isinstance(node.value, ast.Name)
-                and node.value.id == ENVIRON_OBJECT
-                and isinstance(node.ctx, ast.Load)
-            ]
+            reads = kept(tree, "_pdguard_registry_reads", _registry_reads)
             missing = registry_misses(environ, ENVIRON_OBJECT, {n.attr for n in reads})
             for node in reads:
                 if missing and node.attr in missing:

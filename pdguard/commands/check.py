@@ -170,7 +170,7 @@ def load_project(tree: SourceTree, run: Run | None = None) -> Project:
             texts[rel] = text
         else:
             others[rel] = text
-    texts.update(base_files(texts, others))  # a base class in a file no needle names
+    texts.update(base_files(texts, others, run))  # a base class in a file no needle names
     data = tree.read_bytes(ENVIRON_PATH)  # the env registry, read as text (PDG005)
     if data is not None:
         texts[ENVIRON_PATH] = SourceFile.decode(ENVIRON_PATH, data).text

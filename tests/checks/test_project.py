@@ -14,6 +14,8 @@ from pdguard.checks.project import (
     _CLASS_NAME,
     _at_line_start,
     _parse_after,
+    base_files,
+    class_lines,
     parse_module,
 )
 from pdguard.run import Run
@@ -140,3 +142,24 @@ def test_class_lines_are_found_as_the_multiline_patterns_find_them(text: str) ->
     for pattern in (_CLASS_NAME, _CLASS_BASES):
         anchored = re.compile(r"^[ \t]*" + pattern.pattern, re.M)
         assert _at_line_start(pattern, text) == anchored.findall(text)
+
+
+def test_base_files_scan_each_text_once_in_a_run() -> None:
+    """With a run, each text's class lines are scanned once and kept (``verify`` asks of the
+    same files in check, each fix and the neighbouring refs); the answer is the one without."""
+    chosen = {"a.py": "class Sender(Mixin):\n    pass\n"}
+    pool = {
+        "m.py": "class Mixin(Root):\n    pass\n",
+        "r.py": "class Root:\n    pass\n",
+        "x.py": "class Unrelated(object):\n    pass\n",
+    }
+    run = Run()
+    expected = {"m.py": pool["m.py"], "r.py": pool["r.py"]}
+    assert base_files(chosen, pool) == expected
+    assert base_files(chosen, pool, run) == expected
+    assert run.class_lines.get(pool["m.py"]) == (("Mixin",), ("Root",))
+    scanned = len(run.class_lines)
+    run.class_lines.put(pool["r.py"], (("Root",), ("Unrelated",)))  # what the run holds wins
+    assert base_files(chosen, pool, run) == {**expected, "x.py": pool["x.py"]}
+    assert len(run.class_lines) == scanned
+    assert class_lines(pool["x.py"]) == (("Unrelated",), ("object",))
