@@ -27,12 +27,15 @@ Every inserted piece carries the marker comment ``# pdguard: decode-queue-bound`
 from __future__ import annotations
 
 import argparse
+import ast
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 import libcst as cst
 from libcst.codemod import CodemodContext
 
+from pdguard.checks.nodes import first_line
+from pdguard.checks.project import parse_module
 from pdguard.fix_names import DECODE_GATE_FLAG as GATE_FLAG
 from pdguard.fix_names import DECODE_PENDING_STAMP as PENDING_STAMP
 from pdguard.fix_names import DECODE_POLL_PENDING as POLL_PENDING
@@ -77,6 +80,8 @@ from .sender_bootstrap_timeout import LINE_LENGTH
 
 if TYPE_CHECKING:
     import isort
+
+    from pdguard.run import Run
 
 _PENDING = """\
 {marker}: bounded wait for the DP rank.
@@ -281,20 +286,36 @@ class DecodeQueueBound(Command):
 
     def scope(self, text: str) -> Scope:
         """The methods holding the re-queues and the function holding the gate, whole (and
-        every definition that shares a name with one: ``find_method`` must see them all)."""
+        every definition that shares a name with one: ``find_method`` must see them all).
+        ``pop_preallocated()``, read only for ``poll_pending`` (its signature, the statements
+        up to its handshake poll, and its loop up to the ``FINISH_ABORT`` branch, which
+        ``_poll_pending`` copies), keeps only those statements whole: the rest of it (the
+        allocation, half of a recent ``decode.py``) is hollowed."""
         names = {spec.split(":")[0].rsplit(".", 1)[-1] for spec in self.pending}
         names |= set(self.fields)
         if self.gate:
             names.add(self.gate.rpartition(".")[2])
-        if self.poll_pending:
-            _, _, resolve = self.poll_pending.split(":")
-            names |= {POP_PREALLOCATED, POLL_PENDING, UPDATE_HANDSHAKE_WAITERS, resolve}
         names |= {where.rpartition(".")[2] for where in self.pp_gates}
+        whole = set(names)
+        lines: frozenset[int] = frozenset()
+        if self.poll_pending:
+            class_name, _, resolve = self.poll_pending.split(":")
+            names |= {POP_PREALLOCATED, POLL_PENDING, UPDATE_HANDSHAKE_WAITERS, resolve}
+            copied = (
+                None if POP_PREALLOCATED in whole else _copied_lines(self.run, text, class_name)
+            )
+            whole |= {POLL_PENDING, UPDATE_HANDSHAKE_WAITERS, resolve}
+            if copied is None:
+                whole.add(POP_PREALLOCATED)
+            else:
+                names.add(FINISH_ABORT)  # every branch _failed_branch may count stays
+                lines = copied
         # the entries' @dataclass whole: its fields are what _field reads
         return Scope(
             mentions=frozenset(names),
             classes=frozenset(self.fields),
-            functions=frozenset(names),
+            lines=lines,
+            functions=frozenset(whole),
         )
 
     def transform_module_impl(self, tree: cst.Module) -> cst.Module:
@@ -886,3 +907,56 @@ def _black_deeper(stmt: cst.BaseStatement, indent: int, tree: cst.Module) -> cst
         comment = f"  {trailing.comment.value}"
     (new,) = parse_statements(f"{targets} = (\n    {value}\n){comment}\n", tree.config_for_parsing)
     return new
+
+
+def _copied_lines(run: Run, text: str, class_name: str) -> frozenset[int] | None:
+    """Every line of what ``_poll_pending`` reads of ``class_name.pop_preallocated()`` in
+    ``text`` beyond its signature: its docstring, its statements up to the one that calls
+    ``_update_handshake_waiters()`` and the ``if`` blocks right after it (``_prologue``), and
+    in each loop, the statements up to and including an ``if`` that names ``FINISH_ABORT``
+    (``_failed_branch``: the skips before it and the branch are copied). None (keep the
+    method whole) where the text does not parse or the class has no single such method."""
+    try:
+        tree = parse_module(text, "<hollow>", run)
+    except (SyntaxError, ValueError):
+        return None
+    found = [
+        stmt
+        for cls in tree.body
+        if isinstance(cls, ast.ClassDef) and cls.name == class_name
+        for stmt in cls.body
+        if isinstance(stmt, ast.FunctionDef) and stmt.name == POP_PREALLOCATED
+    ]
+    if len(found) != 1:
+        return None
+    body = found[0].body
+    kept: list[ast.stmt] = []
+    for index, stmt in enumerate(body):
+        kept.append(stmt)
+        if any(_calls(node, UPDATE_HANDSHAKE_WAITERS) for node in ast.walk(stmt)):
+            for after in body[index + 1 :]:
+                if not isinstance(after, ast.If):
+                    break
+                kept.append(after)
+            break
+    else:
+        return None
+    for loop in ast.walk(found[0]):
+        if isinstance(loop, ast.For | ast.AsyncFor):
+            for index, stmt in enumerate(loop.body):
+                if isinstance(stmt, ast.If) and any(
+                    (isinstance(n, ast.Name) and n.id == FINISH_ABORT)
+                    or (isinstance(n, ast.Attribute) and n.attr == FINISH_ABORT)
+                    for n in ast.walk(stmt.test)
+                ):
+                    kept.extend(loop.body[: index + 1])
+    return frozenset(
+        line for stmt in kept for line in range(first_line(stmt), (stmt.end_lineno or 0) + 1)
+    )
+
+
+def _calls(node: ast.AST, name: str) -> bool:
+    if not isinstance(node, ast.Call):
+        return False
+    func = node.func
+    return (func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", None)) == name

@@ -33,6 +33,7 @@ definitions, calls and assignments never match one.
 from __future__ import annotations
 
 import ast
+import bisect
 import hashlib
 import re
 from collections.abc import Collection, Sequence
@@ -203,6 +204,7 @@ class _Runs:
         self.scope = scope
         self.found: list[tuple[int, int]] = []
         self.member_classes = {cls for cls, _ in scope.members}
+        self.scope_lines = sorted(scope.lines)
 
     def block(
         self,
@@ -245,7 +247,8 @@ class _Runs:
         ):
             return True
         first, last = first_line(stmt), _last_line(stmt)
-        if any(first <= line <= last for line in self.scope.lines):
+        index = bisect.bisect_left(self.scope_lines, first)  # a line of the scope in the span
+        if index < len(self.scope_lines) and self.scope_lines[index] <= last:
             return True
         source = "".join(self.lines[first - 1 : last])
         return "pdguard" in source or any(name in source for name in self.scope.mentions)

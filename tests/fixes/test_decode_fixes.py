@@ -1390,3 +1390,47 @@ def test_the_pp_decode_loop_is_bounded_too(
         capsys, "apply", str(root), "--select", "decode-queue-bound", "--format", "json"
     )
     assert code == 2 and refused["fixes"]["decode-queue-bound"] == "refused"
+
+
+def test_poll_pending_hollows_pop_preallocated_but_what_it_copies() -> None:
+    """Only the statements ``poll_pending_reqs`` copies from ``pop_preallocated()`` (up to its
+    handshake poll, its loop up to the ``FINISH_ABORT`` branch) are parsed with LibCST; its
+    allocation is a hole, and the bytes are the whole module's."""
+    from pdguard.codemods.holes import hollow
+    from pdguard.codemods.runner import transform
+    from pdguard.run import Run
+
+    allocation = "".join(f"            self.allocate(step={n})\n" for n in range(6))
+    text = textwrap.dedent(
+        _POLL_BEFORE.replace(
+            "            return self.admit()\n", allocation + "            return self.admit()\n"
+        )
+    )
+    gate = "ToyDecodeScheduler.process_decode_queue"
+    run = Run()
+    command = DecodeQueueBound(
+        CodemodContext(scratch={"pdguard.run": run}), gate=gate, poll_pending=_POLL_SPEC
+    )
+    hollowed = hollow(text, command.scope(text), by_content=True, run=run)
+    assert hollowed is not None
+    holes = "".join(original for _, _, original in hollowed.holes.values())
+    assert textwrap.dedent(allocation) in textwrap.dedent(holes)
+    for copied in ("self.rounds_polled += 1", "stream_output"):
+        assert copied in hollowed.text and copied not in holes
+    results = [
+        transform(
+            each,
+            "decode.py",
+            text,
+            [
+                DecodeQueueBound(
+                    CodemodContext(scratch={"pdguard.run": each}),
+                    gate=gate,
+                    poll_pending=_POLL_SPEC,
+                )
+            ],
+        )
+        for each in (Run(hollow=True), Run(hollow=False))
+    ]
+    assert results[0] == results[1]
+    assert results[0][0] and "def poll_pending_reqs(self):" in results[0][1]
