@@ -22,6 +22,7 @@ from functools import partial
 from typing import TYPE_CHECKING
 
 from pdguard.checks.bindings import bindings_in_force
+from pdguard.checks.nodes import walk
 
 from .. import fix_names
 from ..sglang_names import (
@@ -424,7 +425,7 @@ def _class_fields(workspace: Workspace, name: str) -> dict[str, set[str]] | None
         elif isinstance(stmt, ast.FunctionDef | ast.AsyncFunctionDef):
             fields.setdefault(stmt.name, set())
             params = {a.arg: a.annotation for a in stmt.args.args}
-            for node in ast.walk(stmt):
+            for node in walk(stmt):
                 targets = (
                     node.targets
                     if isinstance(node, ast.Assign)
@@ -456,7 +457,7 @@ def _annotated_reads(model: DecodeQueueModel, name: str) -> set[str]:
 
     found = set()
     for tree in model.index.modules.values():
-        for func in ast.walk(tree):
+        for func in walk(tree):
             if not isinstance(func, ast.FunctionDef):
                 continue
             params = {

@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING
 
 from pdguard.checks.classes import find_method
 from pdguard.checks.models.kv_senders import ClassIndex
+from pdguard.checks.nodes import walk
 from pdguard.checks.project import inflight_model
 
 from .. import fix_names
@@ -149,10 +150,10 @@ def _failed_branches(
     branches: list[list[ast.stmt]] = []
     nested = {
         id(n.orelse[0])
-        for n in ast.walk(function)
+        for n in walk(function)
         if isinstance(n, ast.If) and len(n.orelse) == 1 and isinstance(n.orelse[0], ast.If)
     }
-    for node in ast.walk(function):
+    for node in walk(function):
         if isinstance(node, ast.If) and id(node) not in nested and _chain_tests_poll(node):
             branches += _chain_branches(node, helpers)
         elif isinstance(node, ast.Match):
@@ -221,7 +222,7 @@ def convention(environ: ast.Module | None) -> str:
 def _reads_timeout(helper: ast.FunctionDef | None, style: str) -> bool:
     """Does the helper read the timeout as ``style`` says: ``<envs>.NAME.get()``, or a call
     of the module's reader?"""
-    for node in ast.walk(helper) if helper is not None else []:
+    for node in walk(helper) if helper is not None else []:
         if not isinstance(node, ast.Call):
             continue
         func = node.func
@@ -267,7 +268,7 @@ def _missing_pieces(tree: ast.Module, environ: ast.Module | None, run: Run) -> l
     function = _function(tree, FUNCTION)
     if function is None or not any(
         isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute) and n.func.attr == HELPER
-        for n in ast.walk(function)
+        for n in walk(function)
     ):
         missing.append(f"the {HELPER}() call in {FUNCTION}()")
     model = inflight_model(tree, run)

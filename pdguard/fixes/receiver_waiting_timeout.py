@@ -147,7 +147,7 @@ def _reads_self_attr(func: ast.FunctionDef, attr: str) -> bool:
         and n.attr == attr
         and isinstance(n.value, ast.Name)
         and n.value.id == "self"
-        for n in ast.walk(func)
+        for n in walk(func)
     )
 
 
@@ -195,7 +195,7 @@ def weak_heartbeat(manager: ClassInfo) -> bool:
 def _check_mode(poll: ast.FunctionDef) -> str | None:
     reads = [
         n
-        for n in ast.walk(poll)
+        for n in walk(poll)
         if isinstance(n, ast.Call)
         and isinstance(n.func, ast.Attribute)
         and n.func.attr == MANAGER_CHECK_STATUS
@@ -429,7 +429,7 @@ def _decode_branch(node: ast.ClassDef) -> bool:
         and isinstance(n.test, ast.Compare)
         and isinstance(n.test.comparators[0], ast.Attribute)
         and n.test.comparators[0].attr == "DECODE"
-        for n in ast.walk(init)
+        for n in walk(init)
     )
 
 

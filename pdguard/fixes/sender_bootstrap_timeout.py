@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from pdguard.checks.models.kv_senders import BOOTSTRAP_TIMEOUT_ENV, ClassIndex, SenderFacts
+from pdguard.checks.nodes import walk
 
 from .. import fix_names
 from ..sglang_names import DISAGGREGATION_DIR, MANAGER_RECORD_FAILURE, PREFILL_PATH
@@ -217,8 +218,8 @@ class SenderBootstrapTimeoutFix(Fix):
         if not any(
             isinstance(node, ast.FunctionDef)
             and node.name == POP_BOOTSTRAPPED
-            and any(_is_consensus_assert(n) for n in ast.walk(node))
-            for node in ast.walk(tree)
+            and any(_is_consensus_assert(n) for n in walk(node))
+            for node in walk(tree)
         ):
             return None
         from pdguard.codemods.sender_bootstrap_timeout import PPBootstrapConsensus
