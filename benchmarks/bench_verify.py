@@ -30,6 +30,7 @@ import io
 import os
 import pstats
 import shutil
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -180,6 +181,12 @@ def main() -> None:
                 f"{what}: per ref / check {timing.wall / refs / check.wall:.2f}x wall, "
                 f"{timing.cpu / refs / check.cpu:.2f}x CPU (goal <= 0.25x); "
                 f"all refs {timing.wall:.1f} s (goal <= 15 s)"
+            )
+            # each run's ratio to the check of the same round: the machine's speed drifts
+            paired = sorted(w / refs / c for w, c in zip(timing.walls, check.walls, strict=True))
+            runs = ", ".join(f"{r:.2f}x" for r in paired)
+            print(
+                f"  per ref / check of each round, wall: {statistics.median(paired):.2f}x ({runs})"
             )
         print(
             f"again, nothing changed: verify / check {warm.wall / check.wall:.2f}x wall, "
