@@ -34,7 +34,8 @@ from typing import TYPE_CHECKING
 import libcst as cst
 from libcst.codemod import CodemodContext
 
-from pdguard.checks.nodes import first_line
+from pdguard.checks.models.bounded_wait import call_name
+from pdguard.checks.nodes import first_line, walk
 from pdguard.checks.project import parse_module
 from pdguard.fix_names import DECODE_GATE_FLAG as GATE_FLAG
 from pdguard.fix_names import DECODE_PENDING_STAMP as PENDING_STAMP
@@ -933,7 +934,10 @@ def _copied_lines(run: Run, text: str, class_name: str) -> frozenset[int] | None
     kept: list[ast.stmt] = []
     for index, stmt in enumerate(body):
         kept.append(stmt)
-        if any(_calls(node, UPDATE_HANDSHAKE_WAITERS) for node in ast.walk(stmt)):
+        if any(
+            isinstance(node, ast.Call) and call_name(node) == UPDATE_HANDSHAKE_WAITERS
+            for node in walk(stmt)
+        ):
             for after in body[index + 1 :]:
                 if not isinstance(after, ast.If):
                     break
@@ -941,7 +945,7 @@ def _copied_lines(run: Run, text: str, class_name: str) -> frozenset[int] | None
             break
     else:
         return None
-    for loop in ast.walk(found[0]):
+    for loop in walk(found[0]):
         if isinstance(loop, ast.For | ast.AsyncFor):
             for index, stmt in enumerate(loop.body):
                 if isinstance(stmt, ast.If) and any(
@@ -953,10 +957,3 @@ def _copied_lines(run: Run, text: str, class_name: str) -> frozenset[int] | None
     return frozenset(
         line for stmt in kept for line in range(first_line(stmt), (stmt.end_lineno or 0) + 1)
     )
-
-
-def _calls(node: ast.AST, name: str) -> bool:
-    if not isinstance(node, ast.Call):
-        return False
-    func = node.func
-    return (func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", None)) == name
